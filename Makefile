@@ -1,0 +1,59 @@
+# orch — the two commands: `make run` and `make test`. Both set up what they need on Debian 12.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+ORCH := $(BIN)/orch
+LAB_NODES ?= 3
+APT_PACKAGES := python3-venv slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client \
+	iproute2 iptables podman runc iperf3 procps psmisc
+
+.PHONY: run test venv deps lint unit integration lab-up lab-down bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,workload]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+## make run: create the environment and run the main job on the embedded default inventory.
+run: venv
+	$(ORCH) scale-test --inventory inventories/local.ini
+
+## deps: the Debian packages the virtual lab needs (root only; skipped when all are present).
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages:$$missing (run as root, or apt-get install them)"; exit 2; fi; \
+	  echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+## make test: install what the tests need, bring the lab up, run every test, take the lab down.
+test: deps venv lint
+	$(BIN)/pytest -q tests/unit
+	@set -e; trap '$(ORCH) lab down || true' EXIT; \
+	$(ORCH) lab up --nodes $(LAB_NODES); \
+	$(BIN)/pytest -q tests/integration
+
+lab-up: deps venv
+	$(ORCH) lab up --nodes $(LAB_NODES)
+
+lab-down: venv
+	$(ORCH) lab down
+
+bench: deps venv
+	@set -e; trap '$(ORCH) lab down || true' EXIT; \
+	$(ORCH) lab up --nodes $(LAB_NODES); \
+	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

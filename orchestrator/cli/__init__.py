@@ -1,0 +1,74 @@
+"""The `orch` command line: parse arguments, call one service function, map the outcome to an exit code.
+
+Each command group lives in its own module and registers itself on the app; library code never
+prints to the user or exits.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+import typer
+
+from orchestrator import __version__
+from orchestrator.cli.common import err, state
+from orchestrator.errors import EXIT_INTERRUPTED, OrchError
+
+app = typer.Typer(
+    name="orch",
+    help="GPU lab acceptance: pinned stacks, collective benchmarks on a 1->N ladder, faults, verdicts.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"orch {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Show tracebacks and debug detail."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    state.verbose = verbose
+
+
+def _register() -> None:
+    from orchestrator.cli import inventory, lab, run
+
+    for module in (inventory, lab, run):
+        module.register(app)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script; never returns."""
+    try:
+        rv = app(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        err.print("[yellow]interrupted[/]")
+        sys.exit(EXIT_INTERRUPTED)
+    except OrchError as e:
+        if state.verbose:
+            err.print(traceback.format_exc(), markup=False)
+        line = f"error: {e.message}"
+        if e.hint:
+            line += f" — {e.hint}"
+        err.print(line, markup=False, style="red")
+        sys.exit(e.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)
