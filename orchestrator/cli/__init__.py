@@ -42,9 +42,9 @@ def _root(
 
 
 def _register() -> None:
-    from orchestrator.cli import inventory, lab, run
+    from orchestrator.cli import inventory, lab, parse, run
 
-    for module in (inventory, lab, run):
+    for module in (inventory, lab, parse, run):
         module.register(app)
 
 

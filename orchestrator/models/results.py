@@ -8,7 +8,9 @@ from pydantic import Field
 
 from orchestrator.models.base import StrictModel
 
-Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv"]
+Collective = Literal[
+    "all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv"
+]
 COLLECTIVES: tuple[Collective, ...] = (
     "all_reduce",
     "all_gather",
