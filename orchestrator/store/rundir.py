@@ -1,0 +1,97 @@
+"""The run directory: resolved inputs, an append-only journal, raw logs, reports.
+
+Every event is one JSON line, flushed and fsync'd before the call returns, so a run killed at any
+point leaves a readable journal. Whole files are written to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator.errors import InfraError
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write text to path through a temporary file and a rename; fsyncs the file first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise InfraError(f"cannot write {path}: {e.strerror}") from e
+
+
+def new_run_id(plan_name: str) -> str:
+    """A sortable, unique id: UTC time, plan name, a short random suffix."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{plan_name}-{secrets.token_hex(2)}"
+
+
+class RunDir:
+    """runs/<id>/ with journal.jsonl and per-step folders."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.journal_path = root / "journal.jsonl"
+
+    @classmethod
+    def create(cls, base: Path, run_id: str) -> RunDir:
+        """Make a new run directory under base; raises InfraError when it cannot."""
+        root = base / run_id
+        try:
+            root.mkdir(parents=True, exist_ok=False)
+        except OSError as e:
+            raise InfraError(f"cannot create run directory {root}: {e.strerror}") from e
+        return cls(root)
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    def step_dir(self, step_id: str) -> Path:
+        path = self.root / "steps" / step_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def write_model(self, name: str, model: BaseModel) -> Path:
+        """Save a model as JSON (e.g. plan.json, inventory.json)."""
+        path = self.root / name
+        atomic_write(path, model.model_dump_json(indent=2) + "\n")
+        return path
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Append one event to the journal, durable when this returns."""
+        record = {"t": datetime.now(UTC).isoformat(), "mono": time.monotonic(), "event": kind, **fields}
+        line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
+        try:
+            with open(self.journal_path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as e:
+            raise InfraError(f"cannot append to {self.journal_path}: {e.strerror}") from e
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """The journal's events in order; a torn last line (a crash mid-write) is skipped."""
+        if not self.journal_path.exists():
+            return
+        with open(self.journal_path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue
