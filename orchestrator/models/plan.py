@@ -1,0 +1,244 @@
+"""The test plan: what to run (ladder x collectives x sizes), how long, and what counts as a pass.
+
+A Plan is what a YAML file (built-in or the user's) says, after CLI overrides; a Step is one point
+of the ladder once the plan meets a cluster (see orchestrator.plan.expand_steps).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from orchestrator.models.base import StrictModel
+from orchestrator.models.results import COLLECTIVES, Collective
+
+Backend = Literal["slurm", "local", "auto"]
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_COUNTS_RANGE_RE = re.compile(r"^(\d+|[ng])\.\.(\d+|[ng])(?::x(\d+))?$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from `1024`, `8`, `1K`, `128M`, `1G` (binary suffixes; a trailing B/iB is allowed).
+
+    Raises ValueError on anything else.
+    """
+    if isinstance(text, bool):
+        raise ValueError(f"not a size: {text!r}")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"size must not be negative: {text}")
+        return text
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (expected e.g. 8, 1K, 128M, 1G)")
+    return int(m.group(1)) * _SUFFIX[m.group(2).lower()]
+
+
+def check_counts_spec(spec: str) -> None:
+    """Validate the syntax of a count list: `1,2,4`, `1..N`, `2..8`, `1..G:x2`; raises ValueError."""
+    parts = [p.strip() for p in spec.split(",")]
+    if not spec.strip() or any(not p for p in parts):
+        raise ValueError(f"empty element in {spec!r}")
+    for p in parts:
+        if p.isdigit():
+            if int(p) < 1:
+                raise ValueError(f"counts must be >= 1, got {p!r}")
+            continue
+        if p.lower() in ("n", "g"):
+            continue
+        m = _COUNTS_RANGE_RE.match(p)
+        if not m:
+            raise ValueError(f"not a count or range: {p!r} (expected e.g. 1,2,4 or 1..N or 1..N:x2)")
+        lo, hi, factor = m.group(1), m.group(2), m.group(3)
+        if lo.isdigit() and int(lo) < 1:
+            raise ValueError(f"counts must be >= 1, got {p!r}")
+        if lo.isdigit() and hi.isdigit() and int(lo) > int(hi):
+            raise ValueError(f"empty range {p!r}")
+        if factor is not None and int(factor) < 2:
+            raise ValueError(f"range factor must be >= 2 in {p!r}")
+
+
+def resolve_counts(spec: str | list[int], n: int | None = None, g: int | None = None) -> list[int]:
+    """Expand a count list into sorted distinct integers.
+
+    Forms: `1,2,4`; `N` or `G` alone; `a..b` (every integer); `a..b:xF` (a, a*F, a*F^2 ... and b
+    itself); a list.
+    `N` stands for n (nodes in the inventory), `G` for g (GPUs per node). Raises ValueError on bad
+    syntax, or when a letter is used whose value is not known here.
+    """
+    if isinstance(spec, list):
+        values = set(spec)
+    else:
+        check_counts_spec(spec)
+        symbols = {"n": n, "g": g}
+        values = set()
+        for p in (x.strip() for x in spec.split(",")):
+            m = _COUNTS_RANGE_RE.match(p)
+            toks = (m.group(1), m.group(2)) if m else (p, p)
+            ends: list[int] = []
+            for tok in (t.lower() for t in toks):
+                if tok.isdigit():
+                    ends.append(int(tok))
+                    continue
+                val = symbols[tok]
+                if val is None:
+                    raise ValueError(f"{spec!r} uses {tok.upper()} but its value is not known here")
+                ends.append(val)
+            lo, hi = ends
+            if m and m.group(3):
+                v, f = lo, int(m.group(3))
+                while v < hi:
+                    values.add(v)
+                    v *= f
+                if lo <= hi:
+                    values.add(hi)
+            else:
+                values.update(range(lo, hi + 1))
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"counts must be >= 1 and not empty: {spec!r}")
+    return sorted(values)
+
+
+class Ladder(StrictModel):
+    """The points to run: every node count x every ranks-per-node value."""
+
+    nodes: str | list[int] = Field(
+        default="1..N", description="node counts: a list, or a spec such as '1,2,4' or '1..N' (N = inventory)"
+    )
+    ranks_per_node: str | list[int] = Field(
+        default=[1],
+        description="ranks (GPUs) per node: a list, or a spec such as '1..G:x2' (G = gpus_per_node)",
+    )
+
+    @field_validator("nodes", "ranks_per_node")
+    @classmethod
+    def _check_counts(cls, v: str | list[int]) -> str | list[int]:
+        if isinstance(v, str):
+            check_counts_spec(v)
+        elif not v or any(x < 1 for x in v):
+            raise ValueError("counts must be a non-empty list of integers >= 1")
+        return v
+
+
+class SizeRange(StrictModel):
+    """Message sizes as nccl-tests takes them: min, max and a multiplication factor (-b/-e/-f)."""
+
+    min: int = Field(ge=1, description="smallest size in bytes (YAML may say 8, 1K, 1M)")
+    max: int = Field(ge=1, description="largest size in bytes")
+    factor: int = Field(default=2, ge=2, description="each size is the previous one times this")
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _parse(cls, v: object) -> object:
+        if isinstance(v, str | int) and not isinstance(v, bool):
+            return parse_size(v)
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SizeRange:
+        if self.min > self.max:
+            raise ValueError(f"min size {self.min} is larger than max size {self.max}")
+        return self
+
+    def values(self) -> list[int]:
+        """Every size from min to max (max included only when the factor lands on it)."""
+        out, s = [], self.min
+        while s <= self.max:
+            out.append(s)
+            s *= self.factor
+        return out
+
+
+class BusbwThreshold(StrictModel):
+    """Minimum bus bandwidth of one collective, at one size or (by default) at the largest size."""
+
+    collective: Collective
+    min_gbs: float = Field(gt=0, description="minimum busbw in GB/s (1e9 bytes/s, as nccl-tests)")
+    size: int | None = Field(default=None, description="message size in bytes; None = the largest size")
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def _parse(cls, v: object) -> object:
+        if isinstance(v, str):
+            return parse_size(v)
+        return v
+
+
+class BaselineThreshold(StrictModel):
+    """busbw must reach a fraction of a named baseline's busbw (same step, collective and size)."""
+
+    name: str = Field(min_length=1, description="the baseline's name in the results store")
+    min_fraction: float = Field(gt=0, le=10, description="e.g. 0.9: at least 90% of the baseline")
+
+
+class Thresholds(StrictModel):
+    """What a step must reach to pass; empty means no performance verdict, only correctness."""
+
+    busbw: list[BusbwThreshold] = Field(default_factory=list)
+    baseline: BaselineThreshold | None = None
+    min_scaling_efficiency: float | None = Field(
+        default=None, gt=0, le=10, description="busbw(step) / busbw(first step), at the largest size"
+    )
+
+
+class Plan(StrictModel):
+    """A resolved test plan (a YAML file plus CLI overrides)."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    ladder: Ladder = Field(default_factory=Ladder)
+    collectives: list[Collective] = Field(default_factory=lambda: list(COLLECTIVES), min_length=1)
+    sizes: SizeRange
+    dtype: Literal["float"] = "float"
+    warmup_iters: int = Field(default=5, ge=0)
+    iters: int = Field(default=20, ge=1)
+    check: bool = Field(default=True, description="verify results and count #wrong")
+    step_timeout_s: int = Field(default=600, ge=1, description="time limit of one step (one job)")
+    run_timeout_s: int | None = Field(default=None, ge=1, description="time limit of the whole run")
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    concurrent_steps: bool = Field(default=False, description="let steps on disjoint nodes run together")
+    backend: Backend = "auto"
+    partition: str | None = None
+
+    @field_validator("collectives")
+    @classmethod
+    def _known(cls, v: list[Collective]) -> list[Collective]:
+        unsupported = [c for c in v if c not in COLLECTIVES]
+        if unsupported:
+            raise ValueError(f"unsupported collective(s) {unsupported}; choose from {list(COLLECTIVES)}")
+        # keep the canonical order, drop duplicates
+        return [c for c in COLLECTIVES if c in v]
+
+
+class PlanOverrides(StrictModel):
+    """What the CLI flags say, as given (strings are parsed by orchestrator.plan.apply_overrides)."""
+
+    nodes: str | None = Field(default=None, description="--nodes: '1,2,4', '1..N'")
+    gpus_per_node: str | None = Field(default=None, description="--gpus-per-node: '1,2,8', '1..4'")
+    collectives: str | None = Field(default=None, description="--collectives: comma list")
+    sizes: str | None = Field(default=None, description="--sizes: '8:128M:x2' or one size '1M'")
+    iters: int | None = Field(default=None, ge=1)
+    warmup_iters: int | None = Field(default=None, ge=0)
+    check: bool | None = None
+    backend: Backend | None = None
+    partition: str | None = None
+    timeout_s: int | None = Field(default=None, ge=1, description="--timeout: per-step time limit")
+    out_dir: Path | None = Field(default=None, description="--out: run directory root (not part of Plan)")
+
+
+class Step(StrictModel):
+    """One point of the ladder on a given cluster: one job of nnodes x ranks_per_node ranks."""
+
+    id: str = Field(description="e.g. n2xg1: 2 nodes x 1 rank per node")
+    index: int = Field(ge=0, description="position in the ladder, from 0")
+    nnodes: int = Field(ge=1)
+    ranks_per_node: int = Field(ge=1)
+    nodes: list[str] = Field(description="inventory node names the step runs on")
+    world_size: int = Field(ge=1)
+    collectives: list[Collective]
+    sizes: list[int]

@@ -1,0 +1,233 @@
+"""Load a test plan (built-in name or YAML file), apply CLI overrides, and expand it into steps."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from orchestrator.errors import ConfigError
+from orchestrator.models.cluster import Cluster, Node
+from orchestrator.models.plan import (
+    Plan,
+    PlanOverrides,
+    SizeRange,
+    check_counts_spec,
+    Step,
+    parse_size,
+    resolve_counts,
+)
+from orchestrator.models.results import COLLECTIVES, Collective
+
+DEFAULT_PLAN = "smoke"
+_SIZES_RE = re.compile(r"^([^:]+):([^:]+)(?::x(\d+))?$", re.IGNORECASE)
+
+
+def builtin_plans() -> list[str]:
+    """Names of the plans shipped in orchestrator/plans/."""
+    root = resources.files("orchestrator") / "plans"
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def parse_sizes(text: str, *, flag: str = "--sizes") -> SizeRange:
+    """Parse `MIN:MAX[:xF]` (e.g. `8:128M:x2`) or one size (`1M`) into a SizeRange.
+
+    Raises ConfigError naming `flag` and the value when the text is not one of those forms.
+    """
+    try:
+        m = _SIZES_RE.match(text.strip())
+        if m:
+            factor = int(m.group(3)) if m.group(3) else 2
+            return SizeRange(min=parse_size(m.group(1)), max=parse_size(m.group(2)), factor=factor)
+        one = parse_size(text)
+        return SizeRange(min=one, max=one)
+    except (ValueError, ValidationError) as e:
+        raise ConfigError(
+            f"{flag} {text!r}: {_first_error(e)}",
+            hint="give MIN:MAX:xFACTOR such as 8:128M:x2, or one size such as 1M (K, M, G are binary)",
+        ) from e
+
+
+def parse_counts(text: str, *, flag: str, n: int | None = None, g: int | None = None) -> list[int]:
+    """Parse `1,2,4`, `1..N`, `2..8` or `1..G:x2` into sorted counts (N = n nodes, G = g GPUs).
+
+    Raises ConfigError naming `flag` and the value.
+    """
+    try:
+        return resolve_counts(text, n, g)
+    except ValueError as e:
+        raise ConfigError(f"{flag} {text!r}: {e}", hint="give e.g. 1,2,4 or 1..N or 1..G:x2") from e
+
+
+def _check_spec(text: str, flag: str) -> str:
+    try:
+        check_counts_spec(text)
+    except ValueError as e:
+        raise ConfigError(f"{flag} {text!r}: {e}", hint="give e.g. 1,2,4 or 1..N or 1..G:x2") from e
+    return text
+
+
+def parse_collectives(text: str, *, flag: str = "--collectives") -> list[Collective]:
+    """Parse a comma list of collective names; raises ConfigError naming the unknown ones."""
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in names if c not in COLLECTIVES]
+    if not names or unknown:
+        raise ConfigError(
+            f"{flag} {text!r}: unknown collective(s) {', '.join(unknown) or '(none given)'}",
+            hint=f"choose from {', '.join(COLLECTIVES)}",
+        )
+    return [c for c in COLLECTIVES if c in names]
+
+
+def load_plan(ref: str | Path | None = None) -> Plan:
+    """Load a built-in plan by name (smoke, acceptance, nightly) or a YAML file by path.
+
+    None loads the default plan (smoke). Raises ConfigError when the name is unknown, the file
+    cannot be read, or its content is not a valid plan (the file and field are named).
+    """
+    ref = DEFAULT_PLAN if ref is None else ref
+    text, source = _read_plan_text(ref)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"plan {source}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"plan {source}: expected a mapping of plan fields at the top level")
+    data.setdefault("name", Path(str(ref)).stem if not _is_builtin(ref) else str(ref))
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"plan {source}: {_first_error(e)}", hint="see docs/plan.md for the fields") from e
+
+
+def apply_overrides(plan: Plan, ov: PlanOverrides) -> Plan:
+    """Return a copy of plan with the CLI overrides applied; raises ConfigError naming the flag."""
+    new = plan.model_copy(deep=True)
+    if ov.nodes is not None:
+        new.ladder.nodes = _check_spec(ov.nodes, "--nodes")
+    if ov.gpus_per_node is not None:
+        new.ladder.ranks_per_node = _check_spec(ov.gpus_per_node, "--gpus-per-node")
+    if ov.collectives is not None:
+        new.collectives = parse_collectives(ov.collectives)
+    if ov.sizes is not None:
+        new.sizes = parse_sizes(ov.sizes)
+    if ov.iters is not None:
+        new.iters = ov.iters
+    if ov.warmup_iters is not None:
+        new.warmup_iters = ov.warmup_iters
+    if ov.check is not None:
+        new.check = ov.check
+    if ov.backend is not None:
+        new.backend = ov.backend
+    if ov.partition is not None:
+        new.partition = ov.partition
+    if ov.timeout_s is not None:
+        new.step_timeout_s = ov.timeout_s
+    return new
+
+
+def resolve_plan(ref: str | Path | None = None, overrides: PlanOverrides | None = None) -> Plan:
+    """load_plan(ref) with overrides applied; raises ConfigError."""
+    plan = load_plan(ref)
+    return apply_overrides(plan, overrides) if overrides is not None else plan
+
+
+def step_id(nnodes: int, ranks_per_node: int) -> str:
+    """The id of a ladder point, e.g. `n2xg1`."""
+    return f"n{nnodes}xg{ranks_per_node}"
+
+
+def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> list[Step]:
+    """Expand the plan's ladder on the cluster: one Step per (node count, ranks per node).
+
+    Steps are ordered by node count, then ranks per node; a step runs on the first nnodes nodes
+    of `group` (default: every inventory node) in inventory order. In count specs N is the number
+    of those nodes and G the smallest gpus_per_node among them. Raises ConfigError naming the
+    step when the cluster cannot hold it (too few nodes, more ranks per node than a node's
+    gpus_per_node), and InventoryError when the group is unknown.
+    """
+    nodes: list[Node] = cluster.select(group) if group else list(cluster.nodes)
+    where = f"group {group!r}" if group else "the inventory"
+    if not nodes:
+        raise ConfigError(f"plan {plan.name}: {where} has no nodes")
+    gpus = min(n.gpus_per_node for n in nodes)
+    try:
+        counts = resolve_counts(plan.ladder.nodes, len(nodes), gpus)
+        per_node = resolve_counts(plan.ladder.ranks_per_node, len(nodes), gpus)
+    except ValueError as e:
+        ladder = f"{plan.ladder.nodes!r} x {plan.ladder.ranks_per_node!r}"
+        raise ConfigError(f"plan {plan.name}: ladder {ladder}: {e}") from e
+    sizes = plan.sizes.values()
+    steps: list[Step] = []
+    for nnodes in counts:
+        for rpn in per_node:
+            sid = step_id(nnodes, rpn)
+            if nnodes > len(nodes):
+                raise ConfigError(
+                    f"plan {plan.name}: step {sid} needs {nnodes} nodes but {where} has {len(nodes)}",
+                    hint="lower --nodes (1..N uses every node) or use a larger inventory",
+                )
+            chosen = nodes[:nnodes]
+            short = [n for n in chosen if n.gpus_per_node < rpn]
+            if short:
+                detail = ", ".join(f"{n.name} has {n.gpus_per_node}" for n in short)
+                raise ConfigError(
+                    f"plan {plan.name}: step {sid} needs {rpn} ranks per node but gpus_per_node: {detail}",
+                    hint="lower --gpus-per-node or set gpus_per_node in the inventory",
+                )
+            steps.append(
+                Step(
+                    id=sid,
+                    index=len(steps),
+                    nnodes=nnodes,
+                    ranks_per_node=rpn,
+                    nodes=[n.name for n in chosen],
+                    world_size=nnodes * rpn,
+                    collectives=list(plan.collectives),
+                    sizes=sizes,
+                )
+            )
+    return steps
+
+
+def plan_to_yaml(plan: Plan) -> str:
+    """The resolved plan as YAML (what a run directory keeps); loads back with load_plan."""
+    data: dict[str, Any] = plan.model_dump(mode="json")
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _is_builtin(ref: str | Path) -> bool:
+    return isinstance(ref, str) and ref in builtin_plans()
+
+
+def _read_plan_text(ref: str | Path) -> tuple[str, str]:
+    if _is_builtin(ref):
+        name = str(ref)
+        return (resources.files("orchestrator") / "plans" / f"{name}.yaml").read_text("utf-8"), name
+    path = Path(ref)
+    looks_like_name = isinstance(ref, str) and "/" not in ref and not ref.endswith((".yaml", ".yml"))
+    if looks_like_name and not path.exists():
+        raise ConfigError(
+            f"no built-in plan named {ref!r}",
+            hint=f"built-in plans: {', '.join(builtin_plans())}; or give a YAML file path",
+        )
+    try:
+        return path.read_text("utf-8"), str(path)
+    except OSError as e:
+        raise ConfigError(f"plan {path}: cannot read: {e.strerror or e}") from e
+
+
+def _first_error(e: Exception) -> str:
+    if isinstance(e, ValidationError):
+        errs = e.errors()
+        parts = []
+        for err in errs[:3]:
+            loc = ".".join(str(x) for x in err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg}" if loc else msg)
+        return "; ".join(parts)
+    return str(e)
