@@ -1,0 +1,464 @@
+"""Load the user's Ansible inventory through Ansible's own parser and validate it into a Cluster.
+
+Ansible does the parsing (INI, YAML, ranges like ``node[01:16]``, ``[group:children]``,
+``group_vars/`` and ``host_vars/`` beside the file), in process, so that a 4,096-node inventory
+loads in about a second. orch then reads only its own host variables and the connection variables
+it needs; every other variable belongs to the user's Ansible and is ignored. Every problem found
+is collected and reported at once, one per line, naming the file, the host and the variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import ipaddress
+import logging
+import re
+import shlex
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import InventoryError
+from orchestrator.models.cluster import (
+    CONTAINER_RUNTIMES,
+    GPU_VENDORS,
+    Cluster,
+    ClusterVars,
+    Node,
+    host_name_problem,
+    interface_name_problem,
+)
+
+log = logging.getLogger(__name__)
+
+# The embedded default: this machine alone, CPU ranks, no Slurm.
+DEFAULT_INVENTORY = Path(__file__).resolve().parent.parent / "inventories" / "local.ini"
+
+# The variables orch reads from each host (after Ansible merged group_vars and host_vars).
+# Legacy Ansible spellings come second and are used only when the modern one is unset.
+_READ = (
+    "ansible_host",
+    "ansible_ssh_host",
+    "ansible_port",
+    "ansible_ssh_port",
+    "ansible_user",
+    "ansible_ssh_user",
+    "ansible_connection",
+    "ansible_ssh_private_key_file",
+    "ansible_private_key_file",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_python_interpreter",
+    "gpu_vendor",
+    "gpus_per_node",
+    "rdma_ifaces",
+    "mgmt_iface",
+    "fabric_address",
+    "container_runtime",
+    "orch_slurm_conf",
+    "orch_lab_state",
+    "orch_partition",
+)
+_CLUSTER_VARS = ("orch_slurm_conf", "orch_lab_state", "orch_partition")
+# Kept as written: Ansible resolves interpreter templates itself, on the node.
+_NOT_TEMPLATED = frozenset({"ansible_python_interpreter"})
+
+_SSH = frozenset(
+    {"ssh", "smart", "paramiko", "paramiko_ssh", "ansible.builtin.ssh", "ansible.builtin.paramiko_ssh"}
+)
+_LOCAL = frozenset({"local", "ansible.builtin.local"})
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PLUGIN_FAILED = re.compile(r"Failed to parse inventory with '([^']+)' plugin: (.+)")
+
+
+@dataclass
+class RawHost:
+    """One host as Ansible saw it: name, groups (without 'all') and the variables orch reads."""
+
+    name: str
+    groups: list[str]
+    vars: dict[str, Any] = field(default_factory=dict)
+
+
+def load_inventory(path: Path) -> Cluster:
+    """Load an INI or YAML inventory (or a directory Ansible accepts) into a validated Cluster.
+
+    Raises InventoryError (exit 2) when the file is missing or empty, when Ansible cannot parse
+    it, when it has no hosts, or when any host variable orch reads is invalid; the message lists
+    every problem, one per line, with the file, host and variable named.
+    """
+    source = path.expanduser().absolute()
+    _check_source(source)
+    hosts, groups = _parse_with_ansible(source)
+    if not hosts:
+        raise InventoryError(
+            f"{source}: the inventory has no hosts",
+            hint="add at least one host, e.g. 'localhost ansible_connection=local'",
+        )
+    return build_cluster(source, hosts, groups)
+
+
+def build_cluster(source: Path, hosts: list[RawHost], groups: Mapping[str, list[str]]) -> Cluster:
+    """Validate hosts already parsed by Ansible into a Cluster (pure: no Ansible, no files).
+
+    Raises InventoryError listing every problem, one per line.
+    """
+    problems: list[str] = []
+    nodes = [n for h in hosts if (n := build_node(h, problems)) is not None]
+    problems += _cross_checks(nodes)
+    cluster_vars = _cluster_vars(source, hosts, problems)
+    if problems:
+        raise InventoryError(
+            f"{source}: {len(problems)} problem{'s' if len(problems) > 1 else ''} in the inventory:\n  "
+            + "\n  ".join(problems),
+            hint="fix the host variables named above (see docs/inventory.md)",
+        )
+    return Cluster(source=source, nodes=nodes, groups=dict(groups), vars=cluster_vars)
+
+
+def build_node(host: RawHost, problems: list[str]) -> Node | None:
+    """Turn one host's variables into a Node, appending a line to `problems` for each bad value.
+
+    Returns None when any value was bad. Raises nothing.
+    """
+    v = host.vars
+    before = len(problems)
+
+    def bad(var: str, why: str) -> None:
+        shown = f"{var}={v[var]!r}" if var in v else var
+        problems.append(f"host {host.name}: {shown} {why}")
+
+    if (why := host_name_problem(host.name)) is not None:
+        problems.append(f"host {host.name!r}: the host name {why}")
+
+    host_var = _first(v, "ansible_host", "ansible_ssh_host")
+    address = host.name
+    if host_var is not None:
+        if isinstance(v[host_var], str) and (why := host_name_problem(v[host_var])) is None:
+            address = v[host_var]
+        else:
+            bad(host_var, why or "is not a host name or address")
+
+    port = 22
+    if (port_var := _first(v, "ansible_port", "ansible_ssh_port")) is not None:
+        parsed = _as_int(v[port_var])
+        if parsed is None or not 1 <= parsed <= 65535:
+            bad(port_var, "is not a port number (1-65535)")
+        else:
+            port = parsed
+
+    user = _opt_str(v, _first(v, "ansible_user", "ansible_ssh_user"), bad)
+    if user is not None and (why := host_name_problem(user)) is not None:
+        bad(_first(v, "ansible_user", "ansible_ssh_user") or "ansible_user", f"(user) {why}")
+
+    connection = "ssh"
+    if "ansible_connection" in v:
+        conn = str(v["ansible_connection"]).strip().lower()
+        if conn in _LOCAL:
+            connection = "local"
+        elif conn not in _SSH:
+            bad("ansible_connection", "is not one orch can use (ssh, local)")
+
+    key_var = _first(v, "ansible_ssh_private_key_file", "ansible_private_key_file")
+    key_file = _opt_str(v, key_var, bad)
+    known_hosts = _known_hosts_file(v, bad)
+    python = _opt_str(v, "ansible_python_interpreter", bad)
+
+    vendor = "none"
+    if "gpu_vendor" in v:
+        vendor = str(v["gpu_vendor"]).strip().lower()
+        if vendor not in GPU_VENDORS:
+            bad("gpu_vendor", f"is not one of {', '.join(GPU_VENDORS)}")
+
+    gpus = 1
+    if "gpus_per_node" in v:
+        parsed = _as_int(v["gpus_per_node"])
+        if parsed is None:
+            bad("gpus_per_node", "is not a whole number")
+        elif parsed < 1:
+            bad("gpus_per_node", "is below 1")
+        else:
+            gpus = parsed
+
+    rdma = _iface_list(v, bad)
+    mgmt = _opt_str(v, "mgmt_iface", bad)
+    if mgmt is not None and (why := interface_name_problem(mgmt)) is not None:
+        bad("mgmt_iface", f"is not a valid Linux interface name: it {why}")
+    elif mgmt is not None and mgmt in rdma:
+        bad("mgmt_iface", "is also listed in rdma_ifaces (the management interface is never a fault target)")
+
+    fabric = _opt_str(v, "fabric_address", bad)
+    if fabric is not None:
+        try:
+            ipaddress.ip_address(fabric)
+        except ValueError:
+            bad("fabric_address", "is not an IP address")
+
+    runtime = "none"
+    if "container_runtime" in v:
+        runtime = str(v["container_runtime"]).strip().lower()
+        if runtime not in CONTAINER_RUNTIMES:
+            bad("container_runtime", f"is not one of {', '.join(CONTAINER_RUNTIMES)}")
+
+    if len(problems) > before:
+        return None
+    return Node.model_validate(
+        {
+            "name": host.name,
+            "address": address,
+            "port": port,
+            "user": user,
+            "connection": connection,
+            "ssh_private_key_file": key_file,
+            "known_hosts_file": known_hosts,
+            "python_interpreter": python,
+            "gpu_vendor": vendor,
+            "gpus_per_node": gpus,
+            "rdma_ifaces": rdma,
+            "mgmt_iface": mgmt,
+            "fabric_address": fabric,
+            "container_runtime": runtime,
+            "groups": [g for g in host.groups if g != "all"],
+        }
+    )
+
+
+# --- reading values -------------------------------------------------------------------------------
+
+
+def _first(v: Mapping[str, Any], *names: str) -> str | None:
+    return next((n for n in names if v.get(n) is not None), None)
+
+
+def _as_int(value: Any) -> int | None:
+    """An int from an int or a decimal string; None for bools, floats and anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    return None
+
+
+def _opt_str(v: Mapping[str, Any], var: str | None, bad: Any) -> str | None:
+    if var is None or v.get(var) is None:
+        return None
+    value = v[var]
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    bad(var, "must be a non-empty string")
+    return None
+
+
+def _iface_list(v: Mapping[str, Any], bad: Any) -> list[str]:
+    """rdma_ifaces as a YAML list or a comma-separated string, each a valid Linux interface name."""
+    raw = v.get("rdma_ifaces")
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        names = [p.strip() for p in raw.split(",")] if raw.strip() else []
+    elif isinstance(raw, list) and all(isinstance(p, str) for p in raw):
+        names = [p.strip() for p in raw]
+    else:
+        bad("rdma_ifaces", "must be a list of interface names or a comma-separated string")
+        return []
+    for name in names:
+        if (why := interface_name_problem(name)) is not None:
+            bad("rdma_ifaces", f"has {name!r}, not a valid Linux interface name: it {why}")
+    seen = [n for i, n in enumerate(names) if n in names[:i]]
+    if seen:
+        bad("rdma_ifaces", f"lists {seen[0]!r} twice")
+    return names
+
+
+def _known_hosts_file(v: Mapping[str, Any], bad: Any) -> str | None:
+    """The file of `-o UserKnownHostsFile=...` in the ssh args (extra args win, as in ssh)."""
+    found: str | None = None
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        raw = v.get(var)
+        if raw is None:
+            continue
+        try:
+            args = shlex.split(str(raw))
+        except ValueError as e:
+            bad(var, f"cannot be split like a shell would: {e}")
+            continue
+        options = [a[2:] for a in args if a.startswith("-o") and len(a) > 2]
+        options += [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-o"]
+        for opt in options:
+            key, sep, value = opt.replace("=", " ", 1).partition(" ")
+            if key.strip().lower() == "userknownhostsfile" and sep and value.strip():
+                found = value.split()[0]
+    return found
+
+
+# --- checks across hosts --------------------------------------------------------------------------
+
+
+def _cross_checks(nodes: list[Node]) -> list[str]:
+    problems: list[str] = []
+    by_address: dict[tuple[str, int], list[str]] = {}
+    by_fabric: dict[str, list[str]] = {}
+    for n in nodes:
+        by_address.setdefault((n.address, n.port), []).append(n.name)
+        if n.fabric_address is not None:
+            by_fabric.setdefault(str(n.fabric_address), []).append(n.name)
+    for (address, port), names in by_address.items():
+        if len(names) > 1:
+            problems.append(
+                f"hosts {', '.join(names)}: the same address {address} port {port}"
+                " (ansible_host, ansible_port)"
+            )
+    for address, names in by_fabric.items():
+        if len(names) > 1:
+            problems.append(f"hosts {', '.join(names)}: the same fabric_address {address}")
+    return problems
+
+
+def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> ClusterVars:
+    """orch_* cluster settings: the same on every host that has them, else a problem."""
+    base = source if source.is_dir() else source.parent
+    values: dict[str, Any] = {}
+    for var in _CLUSTER_VARS:
+        seen: dict[str, str] = {}  # value -> first host
+        for h in hosts:
+            value = h.vars.get(var)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not value.strip():
+                problems.append(f"host {h.name}: {var}={value!r} must be a non-empty string")
+                continue
+            seen.setdefault(value.strip(), h.name)
+        if len(seen) > 1:
+            pairs = ", ".join(f"{host} has {value!r}" for value, host in seen.items())
+            problems.append(f"{var} differs between hosts ({pairs}); set it once in [all:vars]")
+        elif seen:
+            values[var] = next(iter(seen))
+    if (part := values.get("orch_partition")) is not None and (why := host_name_problem(part)):
+        problems.append(f"orch_partition={part!r} {why}")
+        values.pop("orch_partition")
+    for var in ("orch_slurm_conf", "orch_lab_state"):
+        if var in values:
+            p = Path(values[var]).expanduser()
+            values[var] = p if p.is_absolute() else base / p
+    return ClusterVars.model_validate(values)
+
+
+# --- Ansible ---------------------------------------------------------------------------------------
+
+
+def _check_source(source: Path) -> None:
+    if not source.exists():
+        raise InventoryError(
+            f"{source}: inventory file not found", hint="give an existing file with --inventory"
+        )
+    if source.is_file():
+        try:
+            text = source.read_bytes()
+        except OSError as e:
+            raise InventoryError(f"{source}: cannot read the inventory: {e.strerror}") from e
+        if not text.strip():
+            raise InventoryError(f"{source}: the inventory file is empty", hint="add at least one host")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[io.StringIO]:
+    """Catch what Ansible's Display writes, so that none of it reaches the user's terminal."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        yield buf
+
+
+def _parse_with_ansible(source: Path) -> tuple[list[RawHost], dict[str, list[str]]]:
+    """Parse `source` with Ansible's InventoryManager; merged vars come from VariableManager."""
+    # Imported here, not at module level, to keep `orch --help` fast. Not under _quiet(): on
+    # import Ansible's Display wraps the real sys.stdout/sys.stderr for fork safety.
+    try:
+        import ansible.constants as C
+        from ansible.errors import AnsibleError
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.template import Templar
+        from ansible.vars.manager import VariableManager
+    except ImportError as e:  # pragma: no cover - ansible-core is a dependency
+        raise InventoryError(f"cannot import Ansible: {e}", hint="install ansible-core") from e
+    with _quiet() as noise:
+        # Without these Ansible only warns and carries on with no hosts.
+        C.INVENTORY_UNPARSED_IS_FAILED = True
+        C.INVENTORY_ANY_UNPARSED_IS_FAILED = True
+        try:
+            loader = DataLoader()
+            inventory = InventoryManager(loader=loader, sources=[str(source)])
+            manager = VariableManager(loader=loader, inventory=inventory)
+            hosts: list[RawHost] = []
+            for h in inventory.hosts.values():
+                merged = manager.get_vars(host=h, include_hostvars=False)
+                templar = Templar(loader=loader, variables=merged)
+                picked = {k: _plain(_render(templar, k, merged[k])) for k in _READ if k in merged}
+                groups = sorted({g.name for g in h.get_groups()})
+                hosts.append(RawHost(name=str(h.name), groups=groups, vars=picked))
+            group_map = {
+                str(name): [str(h.name) for h in g.get_hosts()]
+                for name, g in inventory.groups.items()
+                if g.get_hosts()
+            }
+        except AnsibleError as e:
+            raise InventoryError(
+                f"{source}: Ansible cannot read the inventory: {_first_line(str(e))}"
+                + _reasons(noise.getvalue()),
+                hint="check it with: ansible-inventory -i FILE --list",
+            ) from e
+    if leftover := noise.getvalue().strip():
+        log.debug("ansible said while loading %s:\n%s", source, _ANSI.sub("", leftover))
+    # Keep inventory order for each group's members.
+    order = {h.name: i for i, h in enumerate(hosts)}
+    for members in group_map.values():
+        members.sort(key=lambda n: order.get(n, len(order)))
+    return hosts, group_map
+
+
+def _render(templar: Any, name: str, value: Any) -> Any:
+    if name in _NOT_TEMPLATED or not isinstance(value, str) or ("{{" not in value and "{%" not in value):
+        return value
+    try:
+        return templar.template(value)
+    except Exception as e:  # Ansible raises many kinds here; the value stays as written
+        log.debug("cannot template %s=%r: %s", name, value, e)
+        return value
+
+
+def _plain(value: Any) -> Any:
+    """Ansible's tagged str/int/list/dict as plain Python values."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(x) for x in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(x) for k, x in value.items()}
+    return value
+
+
+def _first_line(text: str) -> str:
+    return _ANSI.sub("", text).strip().splitlines()[0] if text.strip() else "unknown error"
+
+
+def _reasons(noise: str) -> str:
+    """The parse failures Ansible printed as warnings: which plugin said what, and where."""
+    found: list[str] = []
+    for raw in noise.splitlines():
+        line = _ANSI.sub("", raw).strip()
+        if m := _PLUGIN_FAILED.search(line):
+            found.append(f"{m.group(1)} plugin: {m.group(2)}")
+        elif line.startswith("Origin:") and re.search(r":\d+", line):
+            found.append(line.replace("Origin:", "at", 1))
+    unique = list(dict.fromkeys(found))
+    return "".join(f"\n  {ln}" for ln in unique[:6])

@@ -1,0 +1,196 @@
+"""The cluster as orch sees it: nodes and groups from the user's Ansible inventory.
+
+These models hold values that were already checked by `orchestrator.inventory`, which names the
+file, host and variable when something is wrong. The field validators here repeat the checks that
+matter for safety (names that reach a command line, interface names), so that a Node built by hand
+in code or in a test cannot carry a value the loader would have refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from ipaddress import IPv4Address, IPv6Address
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from orchestrator.errors import InventoryError
+from orchestrator.models.base import StrictModel
+
+GpuVendor = Literal["amd", "nvidia", "none"]
+ContainerRuntime = Literal["podman", "docker", "none"]
+Connection = Literal["ssh", "local"]
+
+GPU_VENDORS: tuple[str, ...] = ("amd", "nvidia", "none")
+CONTAINER_RUNTIMES: tuple[str, ...] = ("podman", "docker", "none")
+
+# Linux IFNAMSIZ is 16 bytes including the terminating NUL.
+IFNAME_MAX = 15
+# Letters, digits and the few punctuation marks that host names, IPv4 and IPv6 addresses use.
+# Everything else (space, ; | & $ ` ' " < > ( ) * ? [ ] { } ~ ! # \ @ …) could mean something to a
+# shell or to ssh, and a leading '-' would be read as an option.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._:%-]+")
+
+
+def interface_name_problem(name: str) -> str | None:
+    """Say why Linux would refuse `name` as a network interface name, or None if it is valid.
+
+    Follows the kernel's dev_valid_name(): not empty, at most 15 bytes, not '.' or '..', and no
+    '/', ':' or whitespace. Raises nothing.
+    """
+    if not name:
+        return "is empty"
+    if len(name.encode("utf-8", "surrogatepass")) > IFNAME_MAX:
+        return f"is longer than {IFNAME_MAX} bytes"
+    if name in (".", ".."):
+        return "is '.' or '..'"
+    for ch in name:
+        if ch in "/:" or ch.isspace() or ch == "\0":
+            return f"contains {ch!r}"
+    return None
+
+
+def host_name_problem(name: str) -> str | None:
+    """Say why `name` is unsafe as a host name or address, or None if it is fine.
+
+    Allowed: ASCII letters, digits, '.', '_', '-', ':' and '%' (IPv6 and its zone), not starting
+    with '-'. Anything else could be read by a shell or by ssh. Raises nothing.
+    """
+    if not name:
+        return "is empty"
+    if name.startswith("-"):
+        return "starts with '-' (it would be read as an option)"
+    if not _SAFE_NAME.fullmatch(name):
+        bad = sorted({ch for ch in name if not _SAFE_NAME.fullmatch(ch)})
+        return "contains " + " ".join(repr(ch) for ch in bad) + " (shell metacharacters are refused)"
+    return None
+
+
+def _check_ifname(value: str) -> str:
+    if (why := interface_name_problem(value)) is not None:
+        raise ValueError(f"interface name {value!r} {why}")
+    return value
+
+
+def _check_hostname(value: str) -> str:
+    if (why := host_name_problem(value)) is not None:
+        raise ValueError(f"{value!r} {why}")
+    return value
+
+
+class Node(StrictModel):
+    """One host of the inventory with the variables orch reads."""
+
+    name: str
+    address: str = Field(description="ansible_host, or the inventory name when unset")
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str | None = None
+    connection: Connection = "ssh"
+    ssh_private_key_file: Path | None = None
+    known_hosts_file: Path | None = Field(
+        default=None, description="from -o UserKnownHostsFile=... in ansible_ssh_common/extra_args"
+    )
+    python_interpreter: str | None = None
+    gpu_vendor: GpuVendor = "none"
+    gpus_per_node: int = Field(default=1, ge=1, description="on gpu_vendor none: CPU ranks per node")
+    rdma_ifaces: list[str] = Field(default_factory=list)
+    mgmt_iface: str | None = None
+    fabric_address: IPv4Address | IPv6Address | None = Field(
+        default=None, description="the address collective traffic uses"
+    )
+    container_runtime: ContainerRuntime = "none"
+    groups: list[str] = Field(default_factory=list, description="sorted; without 'all'")
+
+    @field_validator("name", "address")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        return _check_hostname(value)
+
+    @field_validator("rdma_ifaces")
+    @classmethod
+    def _rdma(cls, value: list[str]) -> list[str]:
+        for name in value:
+            _check_ifname(name)
+        return value
+
+    @field_validator("mgmt_iface")
+    @classmethod
+    def _mgmt(cls, value: str | None) -> str | None:
+        return None if value is None else _check_ifname(value)
+
+    @field_validator("groups")
+    @classmethod
+    def _sorted(cls, value: list[str]) -> list[str]:
+        return sorted(value)
+
+    @property
+    def is_local(self) -> bool:
+        """True when Ansible runs this node's tasks on the controller itself."""
+        return self.connection == "local"
+
+
+class ClusterVars(StrictModel):
+    """Cluster-wide settings, set once in [all:vars] (or group_vars/all)."""
+
+    orch_slurm_conf: Path | None = None
+    orch_lab_state: Path | None = None
+    orch_partition: str | None = None
+
+
+class Cluster(StrictModel):
+    """Nodes (in inventory order) and groups of one inventory source."""
+
+    source: Path
+    nodes: list[Node]
+    groups: dict[str, list[str]] = Field(
+        default_factory=dict, description="group name -> node names in inventory order; includes 'all'"
+    )
+    vars: ClusterVars = Field(default_factory=ClusterVars)
+
+    @property
+    def names(self) -> list[str]:
+        """Node names in inventory order."""
+        return [n.name for n in self.nodes]
+
+    def node(self, name: str) -> Node:
+        """Return the node called `name`; raises InventoryError when there is none."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise InventoryError(
+            f"{self.source}: no host named {name!r}", hint=f"hosts are: {_preview(self.names)}"
+        )
+
+    def select(self, names_or_groups: str | Iterable[str]) -> list[Node]:
+        """Return the nodes named, or in the groups named, in inventory order and without repeats.
+
+        Accepts one name, a comma-separated string, or an iterable of names; each name is a group
+        (checked first, as in Ansible) or a host. Raises InventoryError naming every unknown name.
+        """
+        items = names_or_groups.split(",") if isinstance(names_or_groups, str) else list(names_or_groups)
+        wanted: set[str] = set()
+        unknown: list[str] = []
+        hosts = set(self.names)
+        for raw in items:
+            item = raw.strip()
+            if not item:
+                continue
+            if item in self.groups:
+                wanted.update(self.groups[item])
+            elif item in hosts:
+                wanted.add(item)
+            else:
+                unknown.append(item)
+        if unknown:
+            raise InventoryError(
+                f"{self.source}: no host or group named {', '.join(map(repr, unknown))}",
+                hint=f"groups are: {_preview(sorted(self.groups))}",
+            )
+        return [n for n in self.nodes if n.name in wanted]
+
+
+def _preview(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", … ({len(names)} in all)" if len(names) > limit else "")
