@@ -182,7 +182,7 @@ def _parse_wrong(token: str, kind: str) -> tuple[int | None, float | None]:
     value = _number(token)
     if kind == "error":
         return None, value
-    return int(round(value)), None
+    return round(value), None
 
 
 class _TextState:
@@ -422,7 +422,7 @@ def _parse_json(body: str, raw: str, collective: Collective | None) -> ParsedRun
                     time_us=_number(str(p.get("time", p.get("cpu_time")))),
                     algbw_gbs=_number(str(p["alg_bw"])),
                     busbw_gbs=_number(str(p["bus_bw"])),
-                    wrong=None if nwrong is None else int(round(float(nwrong))),
+                    wrong=None if nwrong is None else round(float(nwrong)),
                 )
             )
         oop = places[0] or places[1]

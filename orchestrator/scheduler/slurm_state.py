@@ -1,0 +1,243 @@
+"""Parsers for Slurm's own words about jobs: sacct, squeue and `scontrol show job`.
+
+The Slurm backend must call the tools with the formats exported here, so that the parse and the
+call never drift apart. JobName is the last sacct field: with --parsable2 a '|' inside a name
+would otherwise shift every field after it; counting the fixed fields from the left and joining the
+rest keeps the name whole.
+"""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator.errors import ParseError
+from orchestrator.scheduler.base import JobState, JobStatus
+
+SACCT_FIELDS: tuple[str, ...] = (
+    "JobID",
+    "State",
+    "ExitCode",
+    "Elapsed",
+    "NodeList",
+    "Reason",
+    "Submit",
+    "Start",
+    "End",
+    "JobName",
+)
+SACCT_FORMAT = ",".join(SACCT_FIELDS)
+SACCT_ARGS: tuple[str, ...] = ("--parsable2", "--noheader", "-o", SACCT_FORMAT)
+
+# %N is last for the same reason JobName is last in sacct: node lists never hold '|', but
+# keeping one free-text field last is the rule. %r (reason) can hold spaces, never '|'.
+SQUEUE_FORMAT = "%i|%T|%r|%M|%N"
+SQUEUE_FIELDS: tuple[str, ...] = ("JobID", "State", "Reason", "Elapsed", "NodeList")
+SQUEUE_ARGS: tuple[str, ...] = ("--noheader", "-o", SQUEUE_FORMAT)
+
+_STATUS: dict[str, JobStatus] = {
+    "COMPLETED": JobStatus.COMPLETED,
+    "FAILED": JobStatus.FAILED,
+    "TIMEOUT": JobStatus.FAILED,
+    "OUT_OF_MEMORY": JobStatus.FAILED,
+    "DEADLINE": JobStatus.FAILED,
+    "CANCELLED": JobStatus.CANCELLED,
+    "NODE_FAIL": JobStatus.INFRA,
+    "BOOT_FAIL": JobStatus.INFRA,
+    "PREEMPTED": JobStatus.INFRA,
+    "PENDING": JobStatus.PENDING,
+    "REQUEUED": JobStatus.PENDING,
+    "REQUEUE_HOLD": JobStatus.PENDING,
+    "REQUEUE_FED": JobStatus.PENDING,
+    "RESIZING": JobStatus.PENDING,
+    "CONFIGURING": JobStatus.PENDING,
+    "RUNNING": JobStatus.RUNNING,
+    "COMPLETING": JobStatus.RUNNING,
+    "SUSPENDED": JobStatus.RUNNING,
+    "STAGE_OUT": JobStatus.RUNNING,
+    "SIGNALING": JobStatus.RUNNING,
+    "STOPPED": JobStatus.RUNNING,
+    "SPECIAL_EXIT": JobStatus.FAILED,
+    "REVOKED": JobStatus.CANCELLED,
+}
+# squeue --long and sacct abbreviate in places; map the short forms too.
+_SHORT = {
+    "CD": "COMPLETED", "F": "FAILED", "TO": "TIMEOUT", "OOM": "OUT_OF_MEMORY", "DL": "DEADLINE",
+    "CA": "CANCELLED", "NF": "NODE_FAIL", "BF": "BOOT_FAIL", "PR": "PREEMPTED", "PD": "PENDING",
+    "RQ": "REQUEUED", "RH": "REQUEUE_HOLD", "RS": "RESIZING", "CF": "CONFIGURING", "R": "RUNNING",
+    "CG": "COMPLETING", "S": "SUSPENDED", "SO": "STAGE_OUT", "SI": "SIGNALING", "ST": "STOPPED",
+    "SE": "SPECIAL_EXIT", "RV": "REVOKED",
+}  # fmt: skip
+_ELAPSED_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
+_STEP_RE = re.compile(r"^(\d+(?:_\d+|_\[[^\]]*\])?(?:\+\d+)?)\.(\S+)$")
+
+
+def classify(raw_state: str) -> JobStatus:
+    """orch's status for a Slurm state word ("CANCELLED by 0", "PD", "NODE_FAIL" ...)."""
+    words = raw_state.strip().upper().split()
+    if not words:
+        return JobStatus.UNKNOWN
+    word = words[0].rstrip("+")
+    word = _SHORT.get(word, word)
+    return _STATUS.get(word, JobStatus.UNKNOWN)
+
+
+def parse_elapsed(text: str) -> float | None:
+    """Seconds from Slurm's `[D-][HH:]MM:SS`; None for empty, INVALID, UNLIMITED and the like."""
+    m = _ELAPSED_RE.match(text.strip())
+    if not m:
+        return None
+    days, hours, minutes, seconds = m.groups()
+    return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """(exit code, signal) from sacct's `a:b`; (None, None) when absent."""
+    code, _, sig = text.strip().partition(":")
+    exit_code = int(code) if code.isdigit() else None
+    signal = int(sig) if sig.isdigit() else None
+    return exit_code, signal
+
+
+def _none(value: str) -> str | None:
+    value = value.strip()
+    return None if value in ("", "None", "(null)", "None assigned", "Unknown") else value
+
+
+def _state(job_id: str, raw_state: str, **extra: str | None) -> JobState:
+    exit_code, signal = parse_exit_code(extra.pop("exit", None) or "")
+    elapsed = parse_elapsed(extra.pop("elapsed", None) or "")
+    return JobState(
+        job_id=job_id,
+        status=classify(raw_state),
+        raw_state=raw_state.strip(),
+        exit_code=exit_code,
+        signal=signal,
+        elapsed_s=elapsed,
+        reason=_none(extra.get("reason") or ""),
+        nodelist=_none(extra.get("nodelist") or ""),
+    )
+
+
+def _lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("# source:")]
+
+
+def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS) -> dict[str, JobState]:
+    """Job states from `sacct --parsable2` output in `fields` order (a header line is allowed).
+
+    Job steps (123.batch, 123.0, 123.extern) are folded into their job: the job's own line wins,
+    a step only fills in for a job whose own line is missing. The header, if present, decides the
+    field order. Raises ParseError when a line has too few fields or no JobID/State column exists.
+    """
+    lines = _lines(text)
+    if lines and lines[0].split("|", 1)[0].strip() == "JobID":
+        fields = tuple(f.strip() for f in lines[0].split("|"))
+        lines = lines[1:]
+    if "JobID" not in fields or "State" not in fields:
+        raise ParseError("sacct output without JobID and State fields", raw=text)
+    states: dict[str, JobState] = {}
+    from_step: set[str] = set()
+    for line in lines:
+        parts = line.split("|")
+        if len(parts) < len(fields):
+            raise ParseError(
+                f"sacct line has {len(parts)} fields, expected {len(fields)}: {line!r}", raw=text
+            )
+        if len(parts) > len(fields):
+            if "JobName" not in fields:
+                raise ParseError(f"sacct line has too many fields: {line!r}", raw=text)
+            # a '|' inside the job name: the fields before and after it are fixed
+            k = fields.index("JobName")
+            tail = len(fields) - k - 1
+            name = "|".join(parts[k : len(parts) - tail])
+            parts = [*parts[:k], name, *parts[len(parts) - tail :]]
+        row = dict(zip(fields, parts, strict=True))
+        job_id = row["JobID"].strip()
+        m = _STEP_RE.match(job_id)
+        step = m is not None
+        if m:
+            job_id = m.group(1)
+        if not job_id or not row["State"].strip():
+            raise ParseError(f"sacct line without JobID or State: {line!r}", raw=text)
+        if step and job_id in states and job_id not in from_step:
+            continue
+        states[job_id] = _state(
+            job_id,
+            row["State"],
+            exit=row.get("ExitCode"),
+            elapsed=row.get("Elapsed"),
+            reason=row.get("Reason"),
+            nodelist=row.get("NodeList"),
+        )
+        if step:
+            from_step.add(job_id)
+        else:
+            from_step.discard(job_id)
+    return states
+
+
+def parse_squeue(text: str, fields: tuple[str, ...] = SQUEUE_FIELDS) -> dict[str, JobState]:
+    """Job states from `squeue --noheader -o SQUEUE_FORMAT` output (a header line is allowed).
+
+    Raises ParseError on a line with the wrong number of fields.
+    """
+    lines = _lines(text)
+    if lines and lines[0].split("|", 1)[0].strip() in ("JOBID", "JobID"):
+        lines = lines[1:]
+    states: dict[str, JobState] = {}
+    for line in lines:
+        parts = line.split("|")
+        if len(parts) != len(fields):
+            raise ParseError(
+                f"squeue line has {len(parts)} fields, expected {len(fields)}: {line!r}", raw=text
+            )
+        row = dict(zip(fields, parts, strict=True))
+        job_id = row["JobID"].strip()
+        if not job_id:
+            raise ParseError(f"squeue line without a job id: {line!r}", raw=text)
+        states[job_id] = _state(
+            job_id, row["State"], elapsed=row.get("Elapsed"), reason=row.get("Reason"),
+            nodelist=row.get("NodeList"),
+        )  # fmt: skip
+    return states
+
+
+_KV_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+
+
+def parse_scontrol_pairs(text: str) -> dict[str, str]:
+    """The key=value pairs of one `scontrol show job` record (values may hold spaces)."""
+    pairs: dict[str, str] = {}
+    for line in _lines(text):
+        matches = list(_KV_RE.finditer(line))
+        for k, m in enumerate(matches):
+            end = matches[k + 1].start() if k + 1 < len(matches) else len(line)
+            pairs.setdefault(m.group(1), line[m.end() : end].strip())
+    return pairs
+
+
+def parse_scontrol(text: str) -> dict[str, JobState]:
+    """Job states from `scontrol show job [ID]` output (one or more records, blank-line separated).
+
+    Raises ParseError when a record has no JobId or JobState.
+    """
+    states: dict[str, JobState] = {}
+    body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("# source:"))
+    for record in re.split(r"\n\s*\n", body):
+        if not record.strip():
+            continue
+        pairs = parse_scontrol_pairs(record)
+        if "JobId" not in pairs or "JobState" not in pairs:
+            raise ParseError("scontrol record without JobId and JobState", raw=text)
+        job_id = pairs["JobId"].split()[0]
+        states[job_id] = _state(
+            job_id,
+            pairs["JobState"].split()[0],
+            exit=pairs.get("ExitCode"),
+            elapsed=pairs.get("RunTime"),
+            reason=pairs.get("Reason"),
+            nodelist=pairs.get("NodeList"),
+        )
+    if not states:
+        raise ParseError("no job record in scontrol output", raw=text)
+    return states
