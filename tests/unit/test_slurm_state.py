@@ -1,0 +1,134 @@
+"""Slurm state parsing and classification.
+
+Recorded outputs live in tests/fixtures/slurm/, one case per file, named
+`<sacct|squeue|scontrol>-<EXPECTED STATUS>-<what>.txt` and starting with a `# source:` line; each
+file is one test case. The mechanics tests below use single constructed lines only to pin the
+field splitting; they are not stand-ins for recorded outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ParseError
+from orchestrator.scheduler.base import JobStatus
+from orchestrator.scheduler.slurm_state import (
+    SACCT_FIELDS,
+    SACCT_FORMAT,
+    SQUEUE_FORMAT,
+    classify,
+    parse_elapsed,
+    parse_exit_code,
+    parse_sacct,
+    parse_scontrol,
+    parse_squeue,
+)
+
+SLURM = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+RECORDED = sorted(SLURM.glob("*.txt")) if SLURM.is_dir() else []
+PARSE = {"sacct": parse_sacct, "squeue": parse_squeue, "scontrol": parse_scontrol}
+
+
+@pytest.mark.parametrize(
+    ("word", "status"),
+    [
+        ("COMPLETED", JobStatus.COMPLETED),
+        ("FAILED", JobStatus.FAILED),
+        ("TIMEOUT", JobStatus.FAILED),
+        ("OUT_OF_MEMORY", JobStatus.FAILED),
+        ("DEADLINE", JobStatus.FAILED),
+        ("CANCELLED", JobStatus.CANCELLED),
+        ("CANCELLED by 0", JobStatus.CANCELLED),
+        ("NODE_FAIL", JobStatus.INFRA),
+        ("BOOT_FAIL", JobStatus.INFRA),
+        ("PREEMPTED", JobStatus.INFRA),
+        ("PENDING", JobStatus.PENDING),
+        ("REQUEUED", JobStatus.PENDING),
+        ("REQUEUE_HOLD", JobStatus.PENDING),
+        ("RESIZING", JobStatus.PENDING),
+        ("CONFIGURING", JobStatus.PENDING),
+        ("RUNNING", JobStatus.RUNNING),
+        ("COMPLETING", JobStatus.RUNNING),
+        ("SUSPENDED", JobStatus.RUNNING),
+        ("STAGE_OUT", JobStatus.RUNNING),
+        ("SIGNALING", JobStatus.RUNNING),
+        ("PD", JobStatus.PENDING),
+        ("", JobStatus.UNKNOWN),
+        ("SOMETHING_NEW", JobStatus.UNKNOWN),
+    ],
+)
+def test_classify(word: str, status: JobStatus) -> None:
+    assert classify(word) == status
+    assert (status.terminal) == (
+        status in {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.INFRA}
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("00:00:05", 5),
+        ("01:02:03", 3723),
+        ("2-00:00:01", 172801),
+        ("05:07", 307),
+        ("INVALID", None),
+        ("", None),
+    ],
+)
+def test_elapsed(text: str, seconds: float | None) -> None:
+    assert parse_elapsed(text) == seconds
+
+
+def test_exit_code() -> None:
+    assert parse_exit_code("0:15") == (0, 15)
+    assert parse_exit_code("1:0") == (1, 0)
+    assert parse_exit_code("") == (None, None)
+
+
+def test_formats_are_explicit() -> None:
+    assert SACCT_FORMAT.endswith("JobName") and "State" in SACCT_FORMAT
+    assert SQUEUE_FORMAT.count("|") == 4
+
+
+def test_sacct_steps_fold_and_pipe_in_name() -> None:
+    # constructed lines in SACCT_FIELDS order, to pin the splitting rules
+    line = "42|CANCELLED by 0|0:15|00:01:02|node1|None|t|t|t|name|with|pipes"
+    text = "\n".join(
+        [
+            line,
+            "42.batch|CANCELLED|0:15|00:01:02|node1||t|t|t|batch",
+            "42.0|FAILED|1:0|00:01:00|node1||t|t|t|x",
+        ]
+    )
+    states = parse_sacct(text)
+    assert list(states) == ["42"]
+    st = states["42"]
+    assert st.status == JobStatus.CANCELLED and st.raw_state == "CANCELLED by 0"
+    assert (st.exit_code, st.signal, st.elapsed_s, st.nodelist) == (0, 15, 62.0, "node1")
+    assert len(SACCT_FIELDS) == 10
+
+
+def test_sacct_header_decides_order() -> None:
+    states = parse_sacct("JobID|JobName|State|ExitCode\n7|a|COMPLETED|0:0\n")
+    assert states["7"].status == JobStatus.COMPLETED
+
+
+def test_short_lines_raise() -> None:
+    with pytest.raises(ParseError):
+        parse_sacct("42|COMPLETED\n")
+    with pytest.raises(ParseError):
+        parse_squeue("1|RUNNING\n")
+    with pytest.raises(ParseError):
+        parse_scontrol("nothing here\n")
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.name)
+def test_recorded_output(path: Path) -> None:
+    kind, expected, _ = path.name.split("-", 2)
+    text = path.read_text()
+    assert text.startswith("# source:")
+    states = PARSE[kind](text)
+    assert states
+    assert all(s.status == JobStatus(expected) for s in states.values())
