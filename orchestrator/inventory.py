@@ -183,7 +183,7 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
             gpus = parsed
 
     rdma = _iface_list(v, bad)
-    mgmt = _opt_str(v, "mgmt_iface", bad)
+    mgmt = _opt_str(v, "mgmt_iface", bad, strip=False)
     if mgmt is not None and (why := interface_name_problem(mgmt)) is not None:
         bad("mgmt_iface", f"is not a valid Linux interface name: it {why}")
     elif mgmt is not None and mgmt in rdma:
@@ -243,12 +243,12 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def _opt_str(v: Mapping[str, Any], var: str | None, bad: Any) -> str | None:
+def _opt_str(v: Mapping[str, Any], var: str | None, bad: Any, *, strip: bool = True) -> str | None:
     if var is None or v.get(var) is None:
         return None
     value = v[var]
     if isinstance(value, str) and value.strip():
-        return value.strip()
+        return value.strip() if strip else value
     bad(var, "must be a non-empty string")
     return None
 
@@ -261,7 +261,7 @@ def _iface_list(v: Mapping[str, Any], bad: Any) -> list[str]:
     if isinstance(raw, str):
         names = [p.strip() for p in raw.split(",")] if raw.strip() else []
     elif isinstance(raw, list) and all(isinstance(p, str) for p in raw):
-        names = [p.strip() for p in raw]
+        names = list(raw)  # as written: only the comma-separated form is trimmed
     else:
         bad("rdma_ifaces", "must be a list of interface names or a comma-separated string")
         return []

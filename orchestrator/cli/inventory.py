@@ -54,7 +54,7 @@ def cluster_table(cluster: Cluster) -> Table:
             address,
             n.gpu_vendor,
             str(n.gpus_per_node),
-            ", ".join(n.rdma_ifaces) or "-",
+            ",".join(n.rdma_ifaces) or "-",
             n.mgmt_iface or "-",
             ", ".join(n.groups) or "-",
         )
