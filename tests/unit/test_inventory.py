@@ -129,7 +129,8 @@ def test_ssh_args_forms(tmp_path: Path) -> None:
         "[g]\n"
         "a ansible_ssh_common_args='-oUserKnownHostsFile=/k/a'\n"
         "b ansible_ssh_extra_args='-o \"UserKnownHostsFile /k/b\"'\n"
-        "c ansible_ssh_common_args='-o UserKnownHostsFile=/k/x' ansible_ssh_extra_args='-o userknownhostsfile=/k/c'\n",
+        "c ansible_ssh_common_args='-o UserKnownHostsFile=/k/x'"
+        " ansible_ssh_extra_args='-o userknownhostsfile=/k/c'\n",
     )
     cluster = load_inventory(path)
     assert [str(n.known_hosts_file) for n in cluster.nodes] == ["/k/a", "/k/b", "/k/c"]
