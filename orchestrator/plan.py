@@ -16,8 +16,8 @@ from orchestrator.models.plan import (
     Plan,
     PlanOverrides,
     SizeRange,
-    check_counts_spec,
     Step,
+    check_counts_spec,
     parse_size,
     resolve_counts,
 )
