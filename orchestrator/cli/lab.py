@@ -1,9 +1,113 @@
-"""CLI commands: lab."""
+"""CLI commands: lab (up, status, down) — the virtual multi-node lab on this machine."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import typer
+from rich.table import Table
+
+from orchestrator.cli.common import err, out
+from orchestrator.lab import LabConfig, LabStatus, down, make_config, status, up
+from orchestrator.lab.config import DEFAULT_INVENTORY, DEFAULT_STATE_DIR
+
+lab_app = typer.Typer(name="lab", help="The virtual lab: N nodes in network namespaces with SSH and Slurm.")
+
+INVENTORY_OPT = typer.Option(DEFAULT_INVENTORY, "--inventory-out", help="Where to write the inventory.")
+NO_ACCT_OPT = typer.Option(False, "--no-accounting", help="No slurmdbd/MariaDB (sacct then fails).")
+KEEP_OPT = typer.Option(False, "--keep-on-failure", help="Leave a failed lab as it is, for debugging.")
+STATE_DIR_OPT = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="Folder for the lab's state, keys, logs.")
+
+
+def _progress(line: str) -> None:
+    err.print(f"[dim]lab:[/] {line}", highlight=False)
+
+
+def _config(
+    state_dir: Path, *, nodes: int = 3, inventory_out: Path = DEFAULT_INVENTORY, accounting: bool = True
+) -> LabConfig:
+    return make_config(
+        nodes=nodes,
+        state_dir=state_dir.absolute(),
+        inventory_out=inventory_out.absolute(),
+        accounting=accounting,
+        hostname=os.uname().nodename.split(".")[0],
+        cpus=max(os.cpu_count() or 1, 2),
+    )
+
+
+def _show(st: LabStatus) -> None:
+    if st.running is False and not st.daemons:
+        out.print(f"no lab recorded in {st.state_dir}")
+        if st.leftovers:
+            out.print(f"leftovers of a dead lab: {' '.join(st.leftovers)} (`orch lab down` clears them)")
+        return
+    verdict = "[green]healthy[/]" if st.healthy else "[red]not healthy[/]"
+    out.print(f"lab in {st.state_dir}: {verdict}; accounting {'on' if st.accounting else 'off'}")
+    out.print(f"SLURM_CONF={st.slurm_conf}  inventory: {st.inventory}")
+    nodes = Table("node", "namespace", "mgmt", "fabric", "netns", "slurm")
+    for n in st.nodes:
+        nodes.add_row(
+            n.name,
+            n.netns,
+            n.mgmt_address,
+            n.fabric_address,
+            "yes" if n.netns_present else "[red]gone[/]",
+            n.slurm_state or "-",
+        )
+    out.print(nodes)
+    procs = Table("daemon", "pid", "alive")
+    for d in st.daemons:
+        procs.add_row(d.name, str(d.pid), "yes" if d.alive else "[red]dead[/]")
+    out.print(procs)
+
+
+@lab_app.command("up")
+def up_cmd(
+    nodes: int = typer.Option(3, "--nodes", "-n", min=1, max=200, help="Number of nodes."),
+    state_dir: Path = STATE_DIR_OPT,
+    inventory_out: Path = INVENTORY_OPT,
+    no_accounting: bool = NO_ACCT_OPT,
+    keep_on_failure: bool = KEEP_OPT,
+) -> None:
+    """Bring the lab up (or report the one running) and wait until every node is idle in Slurm."""
+    cfg = _config(state_dir, nodes=nodes, inventory_out=inventory_out, accounting=not no_accounting)
+    result = up(cfg, _progress, keep_on_failure=keep_on_failure)
+    if result.already_running:
+        out.print(
+            f"lab already running ({len(result.status.nodes)} nodes) in {cfg.state_dir}; nothing changed"
+        )
+    else:
+        out.print(f"lab up: {nodes} nodes in {result.seconds:.1f} s; inventory {cfg.inventory_out}")
+        out.print(f"export SLURM_CONF={cfg.slurm_conf}")
+
+
+@lab_app.command("status")
+def status_cmd(
+    state_dir: Path = STATE_DIR_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
+) -> None:
+    """Show the lab's nodes, its daemons (alive or dead) and Slurm's view of each node."""
+    st = status(_config(state_dir))
+    if as_json:
+        out.print_json(st.model_dump_json())
+    else:
+        _show(st)
+    if not st.healthy:
+        raise typer.Exit(3)
+
+
+@lab_app.command("down")
+def down_cmd(state_dir: Path = STATE_DIR_OPT) -> None:
+    """Stop every lab process and remove its namespaces, links and runtime files (safe to repeat)."""
+    result = down(_config(state_dir), _progress)
+    out.print(
+        f"lab down in {result.seconds:.1f} s: {len(result.stopped_pids)} processes stopped, "
+        f"{len(result.namespaces)} namespaces and {len(result.links)} links removed"
+    )
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+    app.add_typer(lab_app, name="lab")

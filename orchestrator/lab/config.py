@@ -1,0 +1,176 @@
+"""What a lab is made of: node names, addresses, interface names, ports and paths.
+
+Everything here is pure (no I/O) so that rendering can be unit-tested. Names of namespaces and
+links carry the ``orch`` prefix so that nothing else on the machine is touched, and addresses come
+from 198.18.0.0/15, the range set aside for network benchmarking.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from orchestrator.errors import ConfigError
+from orchestrator.models.base import StrictModel
+
+DEFAULT_STATE_DIR = Path("/var/lib/orch-lab")
+DEFAULT_INVENTORY = Path("inventories/lab.ini")
+MAX_NODES = 200
+
+NETNS_PREFIX = "orch-"
+LINK_PREFIX = "orch-"
+MGMT_BRIDGE = "orch-mgmt"
+FABRIC_BRIDGE = "orch-fab"
+MGMT_IFACE = "mgmt0"
+FABRIC_IFACE = "fab0"
+MGMT_NET = ipaddress.IPv4Network("198.18.0.0/24")
+FABRIC_NET = ipaddress.IPv4Network("198.18.1.0/24")
+FIRST_HOST = 11
+CLUSTER_NAME = "orchlab"
+PARTITION = "lab"
+
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
+
+
+def bridge_address(net: ipaddress.IPv4Network) -> ipaddress.IPv4Address:
+    """The bridge (root namespace) end of a lab network: the first host address."""
+    return net.network_address + 1
+
+
+class Ports(StrictModel):
+    """TCP ports private to the lab, away from the Slurm and MariaDB defaults of the system."""
+
+    slurmctld: int = 6917
+    slurmd: int = 6918
+    slurmdbd: int = 6919
+    mariadb: int = 3316
+
+
+class NodeSpec(StrictModel):
+    """One lab node: its Slurm/inventory name, namespace, links and addresses."""
+
+    index: int = Field(ge=1)
+    name: str
+    netns: str
+    mgmt_veth: str
+    fabric_veth: str
+    mgmt_address: str
+    fabric_address: str
+
+    @classmethod
+    def build(cls, index: int) -> NodeSpec:
+        """The node numbered ``index`` (1-based)."""
+        name = f"node{index}"
+        return cls(
+            index=index,
+            name=name,
+            netns=f"{NETNS_PREFIX}{name}",
+            mgmt_veth=f"{LINK_PREFIX}m{index}",
+            fabric_veth=f"{LINK_PREFIX}f{index}",
+            mgmt_address=str(MGMT_NET.network_address + FIRST_HOST + index - 1),
+            fabric_address=str(FABRIC_NET.network_address + FIRST_HOST + index - 1),
+        )
+
+
+class LabConfig(StrictModel):
+    """Everything `orch lab up` needs to know, fixed before anything is created."""
+
+    nodes: int = Field(default=3, ge=1, le=MAX_NODES)
+    state_dir: Path = DEFAULT_STATE_DIR
+    inventory_out: Path = DEFAULT_INVENTORY
+    accounting: bool = True
+    hostname: str = "localhost"
+    cpus: int = Field(default=2, ge=1)
+    ports: Ports = Field(default_factory=Ports)
+
+    @field_validator("state_dir")
+    @classmethod
+    def _state_dir_plain(cls, v: Path) -> Path:
+        # The path ends up in slurm.conf, sshd_config and an INI inventory: keep it plain.
+        if not v.is_absolute() or not _SAFE_PATH.match(str(v)):
+            raise ValueError(f"state dir must be an absolute path of [A-Za-z0-9_./+-], got {str(v)!r}")
+        return v
+
+    @property
+    def node_specs(self) -> list[NodeSpec]:
+        """The lab's nodes, node1..nodeN."""
+        return [NodeSpec.build(i) for i in range(1, self.nodes + 1)]
+
+    # Paths inside the state dir; one place so that up, down and the templates agree.
+    @property
+    def run_dir(self) -> Path:
+        """Runtime files (sockets, pid files, mount points); removed by `down`."""
+        return self.state_dir / "run"
+
+    @property
+    def log_dir(self) -> Path:
+        """Daemon logs; kept after `down` for post-mortems."""
+        return self.state_dir / "log"
+
+    @property
+    def slurm_conf(self) -> Path:
+        """The lab's slurm.conf; pass it to Slurm commands as SLURM_CONF."""
+        return self.state_dir / "slurm.conf"
+
+    @property
+    def munge_socket(self) -> Path:
+        """munged's socket, named in slurm.conf AuthInfo."""
+        return self.run_dir / "munge" / "munge.socket"
+
+    @property
+    def mariadb_socket(self) -> Path:
+        """MariaDB's socket (in a folder the mysql user can write)."""
+        return self.run_dir / "mysql" / "mysqld.sock"
+
+    @property
+    def known_hosts(self) -> Path:
+        """known_hosts with every node's host key, for ssh and Ansible."""
+        return self.state_dir / "known_hosts"
+
+    @property
+    def client_key(self) -> Path:
+        """The generated client private key (root on every node accepts it)."""
+        return self.state_dir / "ssh" / "id_ed25519"
+
+    @property
+    def state_file(self) -> Path:
+        """The JSON record of what `up` made (LabState)."""
+        return self.state_dir / "state.json"
+
+    def node_dir(self, node: NodeSpec) -> Path:
+        """Per-node folder: host key, sshd_config, private /opt."""
+        return self.state_dir / "nodes" / node.name
+
+
+def make_config(
+    *,
+    nodes: int,
+    state_dir: Path,
+    inventory_out: Path,
+    accounting: bool,
+    hostname: str,
+    cpus: int,
+) -> LabConfig:
+    """Validate the user's choices into a LabConfig.
+
+    Raises:
+        ConfigError: a value is out of range or a path is unusable.
+    """
+    from pydantic import ValidationError
+
+    try:
+        return LabConfig(
+            nodes=nodes,
+            state_dir=state_dir,
+            inventory_out=inventory_out,
+            accounting=accounting,
+            hostname=hostname,
+            cpus=cpus,
+        )
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"lab option {where}: {first['msg']}", hint="see `orch lab up --help`") from e

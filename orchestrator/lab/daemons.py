@@ -1,0 +1,183 @@
+"""Start the lab's daemons detached (they outlive `orch lab up`) and stop them by PID.
+
+A node daemon runs in the node's network namespace with its own sysfs (so /sys/class/net shows
+the node's NICs), the host's cgroup tree put back under it, and a private /opt — the recipe of
+LAB-NOTES.md. Each wrapper ends in ``exec``, so the PID that Popen returns is the daemon's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import psutil
+
+from orchestrator.errors import LabError
+from orchestrator.lab.netns import netns_path
+from orchestrator.lab.shell import BASE_PATH
+from orchestrator.lab.state import DaemonRecord
+
+# Executables that may belong to a lab; strays are matched on these names plus the state dir.
+LAB_EXECUTABLES = frozenset(
+    {"slurmctld", "slurmd", "slurmstepd", "slurmdbd", "munged", "mariadbd", "mysqld", "sshd"}
+)
+
+
+def daemon_env(slurm_conf: Path) -> dict[str, str]:
+    """A plain environment for daemons (and the jobs they start): no venv, no orch variables."""
+    return {
+        "PATH": BASE_PATH,
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "SLURM_CONF": str(slurm_conf),
+    }
+
+
+def in_node(netns: str, cgroup_mount: Path, private_opt: Path, argv: list[str]) -> list[str]:
+    """Wrap ``argv`` to run in a node: its netns, its own sysfs, host cgroups, private /opt."""
+    cg = shlex.quote(str(cgroup_mount))
+    script = " && ".join(
+        [
+            f"mkdir -p {cg}",
+            f"mount --rbind /sys/fs/cgroup {cg}",
+            "mount -t sysfs none /sys",
+            f"mount --rbind {cg} /sys/fs/cgroup",
+            f"mount --bind {shlex.quote(str(private_opt))} /opt",
+            f"exec {shlex.join(argv)}",
+        ]
+    )
+    return [
+        "nsenter",
+        f"--net={netns_path(netns)}",
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+    ]
+
+
+def spawn(
+    name: str,
+    argv: list[str],
+    *,
+    log: Path,
+    env: Mapping[str, str],
+    node: str | None = None,
+    user: str | None = None,
+) -> DaemonRecord:
+    """Start ``argv`` in its own session, output appended to ``log``; return its record.
+
+    Raises:
+        LabError: the program cannot be started or exits at once.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as fh:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                start_new_session=True,
+                close_fds=True,
+                user=user,
+                group=user,
+                extra_groups=[] if user else None,
+            )
+        except OSError as e:
+            raise LabError(f"cannot start {name}: {e}") from e
+    try:
+        create_time = psutil.Process(proc.pid).create_time()
+    except psutil.Error:
+        create_time = time.time()
+    record = DaemonRecord(
+        name=name, pid=proc.pid, create_time=create_time, node=node, argv=argv, log=str(log)
+    )
+    time.sleep(0.05)
+    if proc.poll() is not None:
+        raise LabError(f"{name} exited at once (exit {proc.returncode})", hint=f"see {log}")
+    return record
+
+
+def stop_processes(procs: list[psutil.Process], *, grace: float = 8.0) -> list[int]:
+    """SIGTERM ``procs``, wait up to ``grace`` seconds, SIGKILL what is left; return PIDs killed."""
+    me = _self_and_ancestors()
+    procs = [p for p in procs if p.pid not in me]
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=5)
+    return [p.pid for p in procs]
+
+
+def pids_to_processes(pids: list[int]) -> list[psutil.Process]:
+    """Live processes for ``pids`` (vanished ones are skipped)."""
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return out
+
+
+def stray_processes(state_dir: Path) -> list[psutil.Process]:
+    """Lab daemons not (or no longer) recorded: a lab executable whose command line names the state dir."""
+    marker = str(state_dir)
+    found = []
+    for p in psutil.process_iter(["name", "cmdline"]):
+        try:
+            name = p.info["name"] or ""
+            cmdline = p.info["cmdline"] or []
+        except psutil.Error:
+            continue
+        if name not in LAB_EXECUTABLES:
+            continue
+        if any(marker in arg for arg in cmdline) or _env_names(p, marker):
+            found.append(p)
+    return found
+
+
+def _env_names(proc: psutil.Process, marker: str) -> bool:
+    # slurmdbd takes no config flag: it finds the lab through SLURM_CONF in its environment.
+    try:
+        return marker in proc.environ().get("SLURM_CONF", "")
+    except psutil.Error:
+        return False
+
+
+def _self_and_ancestors() -> set[int]:
+    pids = {os.getpid()}
+    try:
+        for parent in psutil.Process().parents():
+            pids.add(parent.pid)
+    except psutil.Error:
+        pass
+    return pids
+
+
+def wait_for(what: str, probe: Callable[[], bool], *, timeout: float, log: Path | None = None) -> None:
+    """Poll ``probe()`` (a callable returning bool) every 0.2 s until true.
+
+    Raises:
+        LabError: not true within ``timeout`` seconds (names the log to read).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe():
+            return
+        time.sleep(0.2)
+    raise LabError(f"{what} not ready within {timeout:.0f} s", hint=f"see {log}" if log else None)

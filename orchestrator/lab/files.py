@@ -1,0 +1,106 @@
+"""The lab's files: folders with the owners each daemon wants, keys, and rendered configs.
+
+Keys (munge key, SSH client key, host keys) are kept across `down`/`up` so that known_hosts and
+the inventory stay valid; configs are rewritten on every `up`.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+from pathlib import Path
+
+from orchestrator.lab import render, shell
+from orchestrator.lab.config import LabConfig, NodeSpec
+
+
+def _mkdir(path: Path, mode: int = 0o755, owner: str | None = None) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, mode)
+    if owner:
+        pw = pwd.getpwnam(owner)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def host_key(cfg: LabConfig, node: NodeSpec) -> Path:
+    """The node's private ed25519 host key."""
+    return cfg.node_dir(node) / "ssh_host_ed25519_key"
+
+
+def _keygen(path: Path, comment: str) -> None:
+    if not path.exists():
+        shell.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+
+
+def mysql_datadir(cfg: LabConfig) -> Path:
+    """MariaDB's data folder (kept across labs, so sacct history survives `down`)."""
+    return cfg.state_dir / "mysql"
+
+
+def munge_key(cfg: LabConfig) -> Path:
+    """The lab's own munge key (never /etc/munge/munge.key)."""
+    return cfg.state_dir / "munge" / "munge.key"
+
+
+def prepare(cfg: LabConfig, db_password: str) -> None:
+    """Create every folder, key and config file the lab needs under the state dir.
+
+    Raises:
+        LabError: ssh-keygen fails.
+    """
+    sd = cfg.state_dir
+    _mkdir(sd)
+    for sub in ("log", "run", "slurmctld", "slurmd", "run/cg"):
+        _mkdir(sd / sub)
+    _mkdir(sd / "ssh", 0o700)
+    _mkdir(sd / "munge", 0o700, owner="munge")
+    _mkdir(cfg.munge_socket.parent, 0o755, owner="munge")
+    if cfg.accounting:
+        _mkdir(mysql_datadir(cfg), 0o750, owner="mysql")
+        _mkdir(cfg.mariadb_socket.parent, 0o755, owner="mysql")
+    _mkdir(Path("/run/sshd"), 0o755)
+
+    key = munge_key(cfg)
+    if not key.exists():
+        key.write_bytes(os.urandom(1024))
+    pw = pwd.getpwnam("munge")
+    os.chown(key, pw.pw_uid, pw.pw_gid)
+    os.chmod(key, 0o400)
+
+    _keygen(cfg.client_key, "orch-lab-client")
+    _write(sd / "ssh" / "authorized_keys", cfg.client_key.with_suffix(".pub").read_text(), 0o600)
+
+    host_pubs: dict[str, str] = {}
+    for node in cfg.node_specs:
+        ndir = cfg.node_dir(node)
+        _mkdir(ndir, 0o700)
+        _mkdir(ndir / "opt")
+        _keygen(host_key(cfg, node), f"orch-lab-{node.name}")
+        host_pubs[node.name] = host_key(cfg, node).with_suffix(".pub").read_text()
+        _write(ndir / "sshd_config", render.sshd_config(cfg, node), 0o600)
+
+    _write(cfg.known_hosts, render.known_hosts(cfg.node_specs, host_pubs))
+    _write(cfg.slurm_conf, render.slurm_conf(cfg))
+    _write(sd / "cgroup.conf", render.cgroup_conf())
+    dbd = sd / "slurmdbd.conf"
+    if cfg.accounting:
+        _write(dbd, render.slurmdbd_conf(cfg, db_password), 0o600)
+    elif dbd.exists():
+        dbd.unlink()
+    inv = cfg.inventory_out
+    inv.parent.mkdir(parents=True, exist_ok=True)
+    _write(inv, render.inventory(cfg))
+
+
+def remove_runtime(cfg: LabConfig) -> None:
+    """Delete the runtime files (sockets, pid files, mount points, the state record)."""
+    shutil.rmtree(cfg.run_dir, ignore_errors=True)
+    cfg.state_file.unlink(missing_ok=True)
