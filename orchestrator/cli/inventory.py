@@ -33,7 +33,7 @@ def show(
     """Show the nodes, their GPUs, NICs and groups, after orch's checks."""
     cluster = load_inventory(inventory)
     if as_json:
-        out.print_json(cluster.model_dump_json())
+        out.out(cluster.model_dump_json(indent=2), highlight=False)
     else:
         out.print(cluster_table(cluster))
 
