@@ -185,3 +185,27 @@ def test_refuses_too_many_ranks_naming_the_step() -> None:
     plan = resolve_plan("smoke", PlanOverrides(nodes="2", gpus_per_node="1,4"))
     with pytest.raises(ConfigError, match=r"step n2xg4 needs 4 ranks per node.*node1 has 2"):
         expand_steps(plan, cluster(2, gpus=2))
+
+
+def test_cli_plan_show(tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import plan as plan_cli
+
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    plan_cli.register(app)
+    inv = tmp_path / "lab.ini"
+    inv.write_text("[all]\nnode1 ansible_host=198.18.0.11\nnode2 ansible_host=198.18.0.12\n")
+    r = CliRunner().invoke(app, ["plan", "show", "-i", str(inv), "--gpus-per-node", "1", "--sizes", "8:64"])
+    assert r.exit_code == 0, r.output
+    assert "n2xg1" in r.output and "node1,node2" in r.output and "from 8 to 64 B" in r.output
+    r = CliRunner().invoke(app, ["plan", "show", "-i", str(inv), "--nodes", "1,3"])
+    assert isinstance(r.exception, ConfigError) and "n3xg1" in str(r.exception)
+    r = CliRunner().invoke(app, ["plan", "show", "--yaml", "--iters", "7"])
+    assert r.exit_code == 0 and "iters: 7" in r.output

@@ -1,0 +1,156 @@
+"""CLI commands: plan (`orch plan show`).
+
+The option types below (PlanOpt, NodesOpt, ...) are meant to be reused by `orch scale-test`, so
+the two commands take the same flags with the same help.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.table import Table
+
+from orchestrator.cli.common import out
+from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
+from orchestrator.models.plan import Plan, PlanOverrides, Step
+from orchestrator.plan import builtin_plans, expand_steps, plan_to_yaml, resolve_plan
+
+plan_app = typer.Typer(name="plan", help="Test plans: what a scale test runs.", no_args_is_help=True)
+
+PlanOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--plan",
+        "-p",
+        help="Built-in plan (smoke, acceptance, nightly) or a YAML file.",
+        show_default="smoke",
+    ),
+]
+InventoryOpt = Annotated[
+    Path,
+    typer.Option("--inventory", "-i", help="Ansible inventory.", show_default="inventories/local.ini"),
+]
+GroupOpt = Annotated[
+    str | None, typer.Option("--group", help="Inventory group to run on (default: all nodes).")
+]
+NodesOpt = Annotated[str | None, typer.Option("--nodes", help="Node counts: 1,2,4 or 1..N or 1..N:x2.")]
+GpusOpt = Annotated[
+    str | None, typer.Option("--gpus-per-node", help="Ranks (GPUs) per node: 1,2,8 or 1..G:x2 or G.")
+]
+CollectivesOpt = Annotated[
+    str | None, typer.Option("--collectives", help="Comma list, e.g. all_reduce,alltoall.")
+]
+SizesOpt = Annotated[str | None, typer.Option("--sizes", help="MIN:MAX:xF (8:128M:x2) or one size (1M).")]
+ItersOpt = Annotated[int | None, typer.Option("--iters", min=1, help="Timed iterations per size.")]
+WarmupOpt = Annotated[int | None, typer.Option("--warmup", min=0, help="Warm-up iterations per size.")]
+BackendOpt = Annotated[
+    Literal["slurm", "local", "auto"] | None, typer.Option("--backend", help="slurm, local or auto.")
+]
+PartitionOpt = Annotated[str | None, typer.Option("--partition", help="Slurm partition.")]
+TimeoutOpt = Annotated[int | None, typer.Option("--timeout", min=1, help="Time limit of one step, seconds.")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Root of the run directories.")]
+
+
+def make_overrides(
+    nodes: str | None = None,
+    gpus_per_node: str | None = None,
+    collectives: str | None = None,
+    sizes: str | None = None,
+    iters: int | None = None,
+    warmup: int | None = None,
+    backend: Literal["slurm", "local", "auto"] | None = None,
+    partition: str | None = None,
+    timeout: int | None = None,
+    out_dir: Path | None = None,
+) -> PlanOverrides:
+    """PlanOverrides from the CLI flags (None = not given)."""
+    return PlanOverrides(
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        collectives=collectives,
+        sizes=sizes,
+        iters=iters,
+        warmup_iters=warmup,
+        backend=backend,
+        partition=partition,
+        timeout_s=timeout,
+        out_dir=out_dir,
+    )
+
+
+@plan_app.command("show")
+def show(
+    plan: PlanOpt = None,
+    inventory: InventoryOpt = DEFAULT_INVENTORY,
+    group: GroupOpt = None,
+    nodes: NodesOpt = None,
+    gpus_per_node: GpusOpt = None,
+    collectives: CollectivesOpt = None,
+    sizes: SizesOpt = None,
+    iters: ItersOpt = None,
+    warmup: WarmupOpt = None,
+    backend: BackendOpt = None,
+    partition: PartitionOpt = None,
+    timeout: TimeoutOpt = None,
+    as_yaml: Annotated[bool, typer.Option("--yaml", help="Print the resolved plan as YAML.")] = False,
+) -> None:
+    """Print the resolved plan's steps on the inventory, before anything runs."""
+    ov = make_overrides(nodes, gpus_per_node, collectives, sizes, iters, warmup, backend, partition, timeout)
+    resolved = resolve_plan(plan, ov)
+    if as_yaml:
+        out.out(plan_to_yaml(resolved), highlight=False)
+        return
+    steps = expand_steps(resolved, load_inventory(inventory), group=group)
+    out.print(steps_table(resolved, steps))
+    out.print(plan_summary(resolved), highlight=False)
+
+
+@plan_app.command("list")
+def list_plans() -> None:
+    """List the built-in plans."""
+    for name in builtin_plans():
+        out.print(f"{name:12s} {resolve_plan(name).description}", highlight=False, markup=False)
+
+
+def steps_table(plan: Plan, steps: list[Step]) -> Table:
+    """One row per step: id, nodes x ranks, world size, node names. Raises nothing."""
+    table = Table(title=f"plan {plan.name} — {len(steps)} step{'s' if len(steps) != 1 else ''}")
+    for col in ("#", "step", "nodes", "ranks/node", "world", "runs on"):
+        table.add_column(col, justify="right" if col in ("#", "nodes", "ranks/node", "world") else "left")
+    for s in steps:
+        table.add_row(
+            str(s.index + 1), s.id, str(s.nnodes), str(s.ranks_per_node), str(s.world_size), ",".join(s.nodes)
+        )
+    return table
+
+
+def plan_summary(plan: Plan) -> str:
+    """Collectives, sizes, iterations, timeouts and thresholds in a few lines."""
+    sizes = plan.sizes.values()
+    th = plan.thresholds
+    parts = [f"busbw>={b.min_gbs} GB/s {b.collective}" + (f"@{b.size}B" if b.size else "") for b in th.busbw]
+    if th.baseline:
+        parts.append(f">={th.baseline.min_fraction:g} x baseline {th.baseline.name}")
+    if th.min_scaling_efficiency:
+        parts.append(f"scaling efficiency>={th.min_scaling_efficiency:g}")
+    return "\n".join(
+        [
+            f"collectives: {', '.join(plan.collectives)}",
+            f"sizes: {len(sizes)} from {sizes[0]} to {sizes[-1]} B (x{plan.sizes.factor}), "
+            f"dtype {plan.dtype}",
+            f"iterations: {plan.warmup_iters} warm-up + {plan.iters} timed, "
+            f"check {'on' if plan.check else 'off'}",
+            f"backend: {plan.backend}" + (f", partition {plan.partition}" if plan.partition else ""),
+            f"step timeout: {plan.step_timeout_s}s"
+            + (f", run timeout {plan.run_timeout_s}s" if plan.run_timeout_s else ""),
+            f"steps run {'concurrently on disjoint nodes' if plan.concurrent_steps else 'one at a time'}",
+            f"thresholds: {'; '.join(parts) if parts else 'none (correctness only)'}",
+        ]
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the root app."""
+    app.add_typer(plan_app)
