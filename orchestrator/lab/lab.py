@@ -162,7 +162,6 @@ def up(cfg: LabConfig, progress: Progress = _quiet, *, keep_on_failure: bool = F
     preflight.check(cfg.accounting)
     old = _load(cfg)
     if old is not None and _healthy(old):
-        progress(f"lab already running in {cfg.state_dir} ({old.config.nodes} nodes); nothing changed")
         return UpResult(already_running=True, seconds=time.monotonic() - t0, status=status(cfg))
     if _has_remains(cfg):
         progress("clearing remains of an earlier lab")

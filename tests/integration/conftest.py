@@ -1,0 +1,114 @@
+"""The running virtual lab as a session fixture for integration tests.
+
+Reads the lab recorded in the state dir (ORCH_LAB_STATE_DIR, default /var/lib/orch-lab). If none is
+running and healthy, brings a 3-node lab up and takes it down at the end of the session.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab import down, slurm_env, status, up
+from orchestrator.lab.config import DEFAULT_STATE_DIR, LabConfig, NodeSpec
+from orchestrator.lab.state import LabState, load_state
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in item.nodeid:
+            item.add_marker(pytest.mark.lab)
+
+
+@dataclass(frozen=True)
+class Lab:
+    """Facts of the running lab that tests use."""
+
+    config: LabConfig
+    nodes: list[NodeSpec]
+    env: dict[str, str]
+
+    @property
+    def state_dir(self) -> Path:
+        return self.config.state_dir
+
+    @property
+    def inventory(self) -> Path:
+        return self.config.inventory_out
+
+    def node(self, name: str) -> NodeSpec:
+        return next(n for n in self.nodes if n.name == name)
+
+    def state(self) -> LabState:
+        state = load_state(self.config.state_file)
+        assert state is not None, "lab state vanished"
+        return state
+
+    def ssh_argv(self, node: NodeSpec, *cmd: str, known_hosts: Path | None = None) -> list[str]:
+        return [
+            "ssh",
+            "-i",
+            str(self.config.client_key),
+            "-o",
+            f"UserKnownHostsFile={known_hosts or self.config.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            f"root@{node.mgmt_address}",
+            *cmd,
+        ]
+
+    def ssh(self, node: NodeSpec, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run(self.ssh_argv(node, *cmd), check=check)
+
+    def slurm(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return run(list(argv), env=self.env, check=check, timeout=timeout)
+
+
+def run(
+    argv: list[str], *, env: dict[str, str] | None = None, check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run argv and capture text; with check, fail the test showing stdout and stderr."""
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{argv} exited {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
+    return proc
+
+
+def lab_config(state_dir: Path) -> LabConfig:
+    """The config of a default 3-node lab in ``state_dir`` (used when none is running)."""
+    return LabConfig(
+        nodes=3,
+        state_dir=state_dir,
+        inventory_out=REPO / "inventories" / "lab.ini",
+        hostname=os.uname().nodename.split(".")[0],
+        cpus=max(os.cpu_count() or 1, 2),
+    )
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    """The running lab's facts; brings one up (and down at the end) when none runs."""
+    if os.geteuid() != 0:
+        pytest.skip("the virtual lab needs root (network namespaces, daemons)")
+    state_dir = Path(os.environ.get("ORCH_LAB_STATE_DIR", str(DEFAULT_STATE_DIR)))
+    started_here = False
+    if not status(lab_config(state_dir)).healthy:
+        up(lab_config(state_dir))
+        started_here = True
+    state = load_state(state_dir / "state.json")
+    assert state is not None
+    cfg = state.config
+    yield Lab(config=cfg, nodes=cfg.node_specs, env=slurm_env(cfg))
+    if started_here:
+        down(cfg)
