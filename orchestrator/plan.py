@@ -127,6 +127,8 @@ def apply_overrides(plan: Plan, ov: PlanOverrides) -> Plan:
         new.partition = ov.partition
     if ov.timeout_s is not None:
         new.step_timeout_s = ov.timeout_s
+    if ov.concurrent_steps is not None:
+        new.concurrent_steps = ov.concurrent_steps
     return new
 
 

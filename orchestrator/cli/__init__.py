@@ -11,10 +11,11 @@ import traceback
 
 import click
 import typer
+from pydantic import ValidationError
 
 from orchestrator import __version__
 from orchestrator.cli.common import err, state
-from orchestrator.errors import EXIT_INTERRUPTED, OrchError
+from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, OrchError
 
 app = typer.Typer(
     name="orch",
@@ -42,9 +43,9 @@ def _root(
 
 
 def _register() -> None:
-    from orchestrator.cli import inventory, lab, parse, run
+    from orchestrator.cli import inventory, lab, parse, plan, run
 
-    for module in (inventory, lab, parse, run):
+    for module in (inventory, lab, parse, plan, run):
         module.register(app)
 
 
@@ -63,6 +64,13 @@ def main(argv: list[str] | None = None) -> None:
     except (click.exceptions.Abort, KeyboardInterrupt):
         err.print("[yellow]interrupted[/]")
         sys.exit(EXIT_INTERRUPTED)
+    except ValidationError as e:
+        if state.verbose:
+            err.print(traceback.format_exc(), markup=False)
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or e.title
+        err.print(f"error: {where}: {first['msg']}", markup=False, style="red")
+        sys.exit(EXIT_USAGE)
     except OrchError as e:
         if state.verbose:
             err.print(traceback.format_exc(), markup=False)

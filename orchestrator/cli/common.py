@@ -15,4 +15,7 @@ class CliState:
 state = CliState()
 # Results go to stdout (so they can be piped); progress and errors go to stderr.
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+if not out.is_terminal:
+    # Piped or in a cron log: rich would fall back to 80 columns and cut table cells.
+    out.width = 160

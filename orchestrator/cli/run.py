@@ -1,9 +1,130 @@
-"""CLI commands: run."""
+"""CLI commands: scale-test (the main job)."""
 
 from __future__ import annotations
 
+import time
+from typing import Annotated, Any
+
 import typer
+from rich.table import Table
+
+from orchestrator.cli.common import err, out
+from orchestrator.cli.plan import (
+    BackendOpt,
+    CollectivesOpt,
+    GpusOpt,
+    GroupOpt,
+    InventoryOpt,
+    ItersOpt,
+    NodesOpt,
+    OutOpt,
+    PartitionOpt,
+    PlanOpt,
+    SizesOpt,
+    TimeoutOpt,
+    WarmupOpt,
+    make_overrides,
+)
+from orchestrator.inventory import DEFAULT_INVENTORY
+from orchestrator.models.plan import format_size
+from orchestrator.pipeline import RunResult, ScaleTestRequest, scale_test
+
+
+class ProgressPrinter:
+    """Listener: one line per state change on stderr (readable live and in a cron log)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.order: list[str] = []
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        elapsed = f"{time.monotonic() - self.t0:6.1f}s"
+        if kind == "run_started":
+            self.order = list(data["steps"])
+            err.print(f"{elapsed} run {data['run_id']}: plan {data['plan']}, {len(self.order)} steps "
+                      f"via {data['backend']} -> {data['run_dir']}")  # fmt: skip
+            return
+        step = data.get("step")
+        pos = f"[{self.order.index(step) + 1}/{len(self.order)}] {step}" if step in self.order else ""
+        if kind == "step_submitted":
+            err.print(f"{elapsed} {pos} submitted as job {data['job_id']}")
+        elif kind == "step_state":
+            reason = f" ({data['reason']})" if data.get("reason") else ""
+            err.print(f"{elapsed} {pos} job {data['job_id']} {data['state']}{reason}")
+        elif kind == "step_done":
+            colour = {"pass": "green", "fail": "red", "infra": "magenta"}.get(data["verdict"], "yellow")
+            err.print(f"{elapsed} {pos} [{colour}]{data['verdict']}[/]")
+            for reason in data.get("reasons", []):
+                err.print(f"         {reason}", markup=False)
+        elif kind == "interrupted":
+            err.print(f"{elapsed} interrupted; cancelled jobs: {data.get('cancelled')}")
+
+
+def render_result(result: RunResult) -> None:
+    """The final table: per step and collective, busbw at the largest size, efficiency, verdict."""
+    table = Table(title=f"orch scale-test {result.run_id} ({result.plan}, {result.backend})")
+    for col in ("step", "ranks", "job", "collective", "size", "busbw GB/s", "eff.", "#wrong", "verdict"):
+        table.add_column(
+            col, justify="right" if col in {"ranks", "size", "busbw GB/s", "eff.", "#wrong"} else "left"
+        )
+    for res in result.steps:
+        colls = res.summary.values() or [None]
+        for i, s in enumerate(colls):
+            first = i == 0
+            table.add_row(
+                res.step.id if first else "",
+                str(res.step.world_size) if first else "",
+                (res.job_id or "-") if first else "",
+                s.collective if s else "-",
+                format_size(s.size_bytes) if s else "-",
+                f"{s.busbw_gbs:.3f}" if s else "-",
+                f"{s.efficiency:.2f}" if s and s.efficiency is not None else "-",
+                str(s.wrong) if s else "-",
+                res.verdict if first else "",
+            )
+    out.print(table)
+    for res in result.steps:
+        for reason in res.reasons:
+            out.print(f"{res.step.id}: {reason}", markup=False)
+    nodes = ", ".join(f"{n}={v}" for n, v in result.nodes.items())
+    out.print(f"nodes: {nodes}", markup=False)
+    colour = {"accepted": "green", "failed": "red"}.get(result.status, "magenta")
+    out.print(f"verdict: [{colour}]{result.status}[/] (exit {result.exit_code}) — {result.run_dir}")
+
+
+def scale_test_cmd(
+    inventory: InventoryOpt = DEFAULT_INVENTORY,
+    plan: PlanOpt = None,
+    group: GroupOpt = None,
+    nodes: NodesOpt = None,
+    gpus_per_node: GpusOpt = None,
+    collectives: CollectivesOpt = None,
+    sizes: SizesOpt = None,
+    iters: ItersOpt = None,
+    warmup: WarmupOpt = None,
+    backend: BackendOpt = None,
+    partition: PartitionOpt = None,
+    timeout: TimeoutOpt = None,
+    out_dir: OutOpt = None,
+    concurrent_steps: Annotated[
+        bool,
+        typer.Option(
+            "--concurrent-steps", help="Let steps run together (they distort each other's numbers)."
+        ),
+    ] = False,
+) -> int:
+    """Run the collective benchmark ladder and give a verdict (exit 0 accepted, 1 thresholds, 3 infra)."""
+    overrides = make_overrides(
+        nodes, gpus_per_node, collectives, sizes, iters, warmup, backend, partition, timeout, out_dir
+    )
+    if concurrent_steps:
+        overrides.concurrent_steps = True
+    req = ScaleTestRequest(inventory=inventory, plan=plan, overrides=overrides, group=group)
+    result = scale_test(req, [ProgressPrinter()])
+    render_result(result)
+    return result.exit_code
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+    app.command("scale-test")(scale_test_cmd)

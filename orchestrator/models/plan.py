@@ -39,6 +39,14 @@ def parse_size(text: str | int) -> int:
     return int(m.group(1)) * _SUFFIX[m.group(2).lower()]
 
 
+def format_size(n: int) -> str:
+    """Bytes in the same binary units parse_size takes: 1048576 -> '1M', 1536 -> '1536'."""
+    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= unit and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)
+
+
 def check_counts_spec(spec: str) -> None:
     """Validate the syntax of a count list: `1,2,4`, `1..N`, `2..8`, `1..G:x2`; raises ValueError."""
     parts = [p.strip() for p in spec.split(",")]
@@ -228,6 +236,7 @@ class PlanOverrides(StrictModel):
     backend: Backend | None = None
     partition: str | None = None
     timeout_s: int | None = Field(default=None, ge=1, description="--timeout: per-step time limit")
+    concurrent_steps: bool | None = Field(default=None, description="--concurrent-steps")
     out_dir: Path | None = Field(default=None, description="--out: run directory root (not part of Plan)")
 
 

@@ -1,0 +1,102 @@
+"""Verdicts: each step against the plan's thresholds, each node from the steps it took part in.
+
+Only the run decides what is fatal: a step's failure is data (verdict + reasons), never an exception.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from orchestrator.metrics.busbw import scaling_efficiency
+from orchestrator.models.base import StrictModel
+from orchestrator.models.plan import Plan
+from orchestrator.models.results import Collective, CollRow
+
+Verdict = Literal["pass", "fail", "infra", "skipped"]
+# Worst first: a node or run takes the worst verdict of its parts.
+_SEVERITY: dict[str, int] = {"infra": 3, "fail": 2, "skipped": 1, "pass": 0}
+
+
+def worst(verdicts: list[Verdict]) -> Verdict:
+    """The most severe verdict of the list (pass for an empty list)."""
+    return max(verdicts, key=lambda v: _SEVERITY[v], default="pass")
+
+
+class CollSummary(StrictModel):
+    """One collective of one step, at the largest size measured."""
+
+    collective: Collective
+    size_bytes: int
+    busbw_gbs: float
+    algbw_gbs: float
+    wrong: int = 0
+    efficiency: float | None = Field(default=None, description="busbw / busbw of the reference step")
+
+
+def summarize(rows: list[CollRow]) -> dict[Collective, CollSummary]:
+    """Per collective: the row of the largest size (out-of-place), and #wrong over all its rows."""
+    out: dict[Collective, CollSummary] = {}
+    for row in rows:
+        wrong = (row.out_of_place.wrong or 0) + ((row.in_place.wrong or 0) if row.in_place else 0)
+        prev = out.get(row.collective)
+        if prev is None or row.size_bytes >= prev.size_bytes:
+            out[row.collective] = CollSummary(
+                collective=row.collective,
+                size_bytes=row.size_bytes,
+                busbw_gbs=row.out_of_place.busbw_gbs,
+                algbw_gbs=row.out_of_place.algbw_gbs,
+                wrong=wrong + (prev.wrong if prev else 0),
+            )
+        else:
+            prev.wrong += wrong
+    return out
+
+
+def missing_rows(rows: list[CollRow], collectives: list[Collective], sizes: list[int]) -> list[str]:
+    """'collective@size' for every expected row that the output lacks."""
+    have = {(r.collective, r.size_bytes) for r in rows}
+    return [f"{c}@{s}" for c in collectives for s in sizes if (c, s) not in have]
+
+
+def threshold_failures(plan: Plan, rows: list[CollRow], summary: dict[Collective, CollSummary]) -> list[str]:
+    """Reasons this step misses the plan's absolute busbw thresholds (empty when it meets them)."""
+    reasons: list[str] = []
+    for th in plan.thresholds.busbw:
+        if th.size is None:
+            got = summary.get(th.collective)
+            value = got.busbw_gbs if got else None
+            where = f"{th.collective} at the largest size"
+        else:
+            match = [r for r in rows if r.collective == th.collective and r.size_bytes == th.size]
+            value = match[0].out_of_place.busbw_gbs if match else None
+            where = f"{th.collective} at {th.size} B"
+        if value is None:
+            reasons.append(f"{where}: no measurement for the busbw threshold {th.min_gbs:g} GB/s")
+        elif value < th.min_gbs:
+            reasons.append(f"{where}: busbw {value:.3f} GB/s < threshold {th.min_gbs:g} GB/s")
+    return reasons
+
+
+def apply_efficiency(steps: list[dict[Collective, CollSummary]]) -> None:
+    """Fill efficiency in place: per collective, against the first step with busbw > 0."""
+    reference: dict[Collective, float] = {}
+    for summary in steps:
+        for coll, s in summary.items():
+            if coll not in reference and s.busbw_gbs > 0:
+                reference[coll] = s.busbw_gbs
+            if coll in reference:
+                s.efficiency = scaling_efficiency(s.busbw_gbs, reference[coll])
+
+
+def efficiency_failures(plan: Plan, summary: dict[Collective, CollSummary]) -> list[str]:
+    """Reasons this step misses the plan's minimum scaling efficiency."""
+    limit = plan.thresholds.min_scaling_efficiency
+    if limit is None:
+        return []
+    return [
+        f"{c}: scaling efficiency {s.efficiency:.2f} < {limit:g}"
+        for c, s in summary.items()
+        if s.efficiency is not None and s.efficiency < limit
+    ]

@@ -1,0 +1,352 @@
+"""`orch scale-test`: resolve → plan → submit the ladder → poll → collect → verdict.
+
+The stages report progress to listeners (the CLI's rich renderer is one); nothing here prints or
+exits. Every wait is bounded; on Ctrl-C every job still queued or running is cancelled.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import Field
+
+from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_THRESHOLDS, ConfigError, Interrupted, OrchError
+from orchestrator.inventory import load_inventory
+from orchestrator.metrics import verdict as V
+from orchestrator.models.base import StrictModel
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.plan import Plan, PlanOverrides, Step
+from orchestrator.models.results import Collective, CollRow
+from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus
+from orchestrator.scheduler.local import LocalScheduler
+from orchestrator.scheduler.slurm import SlurmScheduler
+from orchestrator.store.rundir import RunDir, atomic_write, new_run_id
+from orchestrator.workloads.nccltests import parse_nccl_tests
+
+POLL_INTERVAL_S = 0.5
+# A job that waits for a node Slurm will not give it (drained, down) is an infrastructure failure
+# once it has waited this long; Slurm does not end such a job by itself.
+UNAVAILABLE_GRACE_S = 10.0
+_UNAVAILABLE_REASONS = ("ReqNodeNotAvail", "NodeDown", "PartitionDown", "PartitionInactive", "BadConstraints")
+
+
+class Listener(Protocol):
+    """Receives progress events; must not raise."""
+
+    def event(self, kind: str, data: dict[str, Any]) -> None: ...
+
+
+class ScaleTestRequest(StrictModel):
+    """Everything `orch scale-test` needs, as the CLI parsed it."""
+
+    inventory: Path
+    plan: str | None = Field(default=None, description="built-in plan name or YAML file; None = smoke")
+    overrides: PlanOverrides = Field(default_factory=PlanOverrides)
+    out_dir: Path = Path("runs")
+    python: str = Field(default=sys.executable, description="the Python that runs collbench on the nodes")
+    group: str | None = Field(default=None, description="inventory group or hosts to run on")
+
+
+class StepResult(StrictModel):
+    step: Step
+    job_id: str | None = None
+    job: JobState | None = None
+    rows: list[CollRow] = Field(default_factory=list)
+    summary: dict[Collective, V.CollSummary] = Field(default_factory=dict)
+    verdict: V.Verdict = "skipped"
+    reasons: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    concurrent: bool = False
+    started_mono: float | None = None
+    ended_mono: float | None = None
+
+
+class RunResult(StrictModel):
+    run_id: str
+    run_dir: Path
+    plan: str
+    backend: Literal["slurm", "local"]
+    status: Literal["accepted", "failed", "infra", "interrupted"]
+    exit_code: int
+    steps: list[StepResult]
+    nodes: dict[str, V.Verdict]
+    wall_s: float
+
+
+def choose_backend(plan: Plan, cluster: Cluster) -> Literal["slurm", "local"]:
+    """auto → local for an inventory of local hosts only, Slurm otherwise."""
+    if plan.backend != "auto":
+        return plan.backend
+    return "local" if all(n.is_local for n in cluster.nodes) else "slurm"
+
+
+def make_scheduler(backend: Literal["slurm", "local"], cluster: Cluster) -> JobScheduler:
+    if backend == "local":
+        return LocalScheduler()
+    return SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
+
+
+def job_spec(
+    step: Step, plan: Plan, cluster: Cluster, backend: str, workdir: Path, python: str, port: int
+) -> JobSpec:
+    """The job of one step: collbench on step.nodes, rendezvous on the first node's fabric address."""
+    nodes = [cluster.node(n) for n in step.nodes]
+    if backend == "local" and step.nnodes > 1:
+        raise ConfigError(f"step {step.id}: the local backend runs on one node only (asks {step.nnodes})")
+    first = nodes[0]
+    master = "127.0.0.1" if backend == "local" else str(first.fabric_address or first.address)
+    vendors = {n.gpu_vendor for n in nodes}
+    dist_backend = "gloo" if vendors == {"none"} else "nccl"
+    sizes = plan.sizes
+    argv = [
+        python, "-m", "orchestrator.workloads.collbench",
+        "--collectives", ",".join(step.collectives),
+        "--sizes", f"{sizes.min}:{sizes.max}:x{sizes.factor}",
+        "--warmup", str(plan.warmup_iters),
+        "--iters", str(plan.iters),
+        "--backend", dist_backend,
+        "--timeout", str(max(10, plan.step_timeout_s - 5)),
+    ]  # fmt: skip
+    if plan.check:
+        argv.append("--check")
+    ifaces = {n.rdma_ifaces[0] for n in nodes if n.rdma_ifaces}
+    if backend != "local" and len(ifaces) == 1:
+        argv += ["--socket-ifname", ifaces.pop()]
+    gpus = step.ranks_per_node if dist_backend == "nccl" else 0
+    return JobSpec(
+        name=f"{plan.name}-{step.id}",
+        step_id=step.id,
+        nodes=[] if backend == "local" else step.nodes,
+        nnodes=step.nnodes,
+        ranks_per_node=step.ranks_per_node,
+        gpus_per_node=gpus,
+        argv=argv,
+        master_addr=master,
+        master_port=port,
+        time_limit_s=plan.step_timeout_s,
+        workdir=workdir,
+        partition=plan.partition or cluster.vars.orch_partition,
+    )
+
+
+def _emit(listeners: list[Listener], kind: str, **data: Any) -> None:
+    for listener in listeners:
+        listener.event(kind, data)
+
+
+class _Runner:
+    """The execution stage of one run: submit, poll, collect, judge."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        cluster: Cluster,
+        steps: list[Step],
+        sched: JobScheduler,
+        backend: Literal["slurm", "local"],
+        rundir: RunDir,
+        python: str,
+        listeners: list[Listener],
+    ) -> None:
+        self.plan, self.cluster, self.steps, self.sched = plan, cluster, steps, sched
+        self.backend, self.rundir, self.python, self.listeners = backend, rundir, python, listeners
+        self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
+        base_port = 20000 + secrets.randbelow(20000)
+        self.specs = [
+            job_spec(s, plan, cluster, backend, rundir.step_dir(s.id), python, base_port + i)
+            for i, s in enumerate(steps)
+        ]
+        self.pending_since: dict[str, float] = {}
+
+    def _log(self, kind: str, **data: Any) -> None:
+        self.rundir.event(kind, **data)
+        _emit(self.listeners, kind, **data)
+
+    def run(self) -> None:
+        try:
+            if self.backend == "slurm":
+                self._submit_all()
+            self._loop()
+        except KeyboardInterrupt as e:
+            live = [r.job_id for r in self.results if r.job_id and not (r.job and r.job.status.terminal)]
+            self.sched.cancel([j for j in live if j])
+            self._log("interrupted", cancelled=live)
+            raise Interrupted(
+                "interrupted; jobs cancelled: " + (", ".join(j for j in live if j) or "none")
+            ) from e
+
+    def _submit(self, i: int, after: str | None) -> None:
+        res, spec = self.results[i], self.specs[i]
+        res.job_id = self.sched.submit(spec, after=after)
+        self._log("step_submitted", step=spec.step_id, job_id=res.job_id, after=after)
+
+    def _submit_all(self) -> None:
+        # Submitting the whole ladder ahead, chained with afterany, leaves no polling gap between
+        # steps; concurrent mode drops the chain and lets Slurm place steps on free nodes.
+        prev: str | None = None
+        for i in range(len(self.steps)):
+            self._submit(i, None if self.plan.concurrent_steps else prev)
+            prev = self.results[i].job_id
+
+    def _loop(self) -> None:
+        deadline = time.monotonic() + (
+            self.plan.run_timeout_s or self.plan.step_timeout_s * (len(self.steps) + 1)
+        )
+        while True:
+            open_ = [r for r in self.results if r.verdict == "skipped" and r.ended_mono is None]
+            if not open_:
+                return
+            if self.backend == "local" and not any(r.job_id for r in open_):
+                self._submit(self.results.index(open_[0]), None)
+            ids = [r.job_id for r in open_ if r.job_id]
+            states = self.sched.poll(ids)
+            now = time.monotonic()
+            for res in open_:
+                if res.job_id and res.job_id in states:
+                    self._update(res, states[res.job_id], now)
+            if now > deadline:
+                self._abandon(
+                    [r for r in self.results if r.ended_mono is None], "the run's time limit passed"
+                )
+                return
+            time.sleep(POLL_INTERVAL_S)
+
+    def _update(self, res: StepResult, state: JobState, now: float) -> None:
+        old = res.job.status if res.job else None
+        res.job = state
+        if state.status != old:
+            self._log(
+                "step_state", step=res.step.id, job_id=res.job_id, state=state.raw_state, reason=state.reason
+            )
+        if state.status == JobStatus.RUNNING and res.started_mono is None:
+            res.started_mono = now
+        if state.status == JobStatus.PENDING:
+            reason = state.reason or ""
+            if any(reason.startswith(r) for r in _UNAVAILABLE_REASONS):
+                since = self.pending_since.setdefault(res.step.id, now)
+                if now - since > UNAVAILABLE_GRACE_S:
+                    self._abandon([res], f"Slurm cannot give it its nodes ({reason})")
+            else:
+                self.pending_since.pop(res.step.id, None)
+        if state.status.terminal:
+            res.ended_mono = now
+            self._judge(res)
+
+    def _abandon(self, results: list[StepResult], why: str) -> None:
+        ids = [r.job_id for r in results if r.job_id]
+        self.sched.cancel([j for j in ids if j])
+        for res in results:
+            res.ended_mono = time.monotonic()
+            res.verdict = "infra"
+            res.reasons.append(why)
+            self._log("step_done", step=res.step.id, verdict=res.verdict, reasons=res.reasons)
+
+    def _judge(self, res: StepResult) -> None:
+        spec = self.specs[self.results.index(res)]
+        assert res.job is not None and res.job_id is not None
+        out = self.sched.collect(res.job_id, spec)
+        rank0 = next((r.log for r in out.ranks if r.rank == 0), None)
+        text = rank0.read_text(errors="replace") if rank0 and rank0.exists() else ""
+        parsed = None
+        if text.strip():
+            try:
+                parsed = parse_nccl_tests(text)
+            except OrchError as e:
+                res.warnings.append(f"rank 0 output could not be parsed: {e}")
+        if parsed is not None:
+            res.rows = parsed.rows
+            res.warnings += parsed.warnings
+            res.summary = V.summarize(parsed.rows)
+        verdict: V.Verdict = "pass"
+        if res.job.status != JobStatus.COMPLETED:
+            wrong = parsed is not None and parsed.wrong_total > 0
+            verdict = "fail" if wrong else "infra"
+            res.reasons.append(
+                f"job {res.job_id} ended {res.job.raw_state}"
+                + (f" ({res.job.reason})" if res.job.reason else "")
+            )
+        missing = V.missing_rows(res.rows, res.step.collectives, res.step.sizes)
+        if missing and verdict == "pass":
+            verdict = "infra"
+        if missing:
+            res.reasons.append(f"{len(missing)} expected rows missing, e.g. {', '.join(missing[:3])}")
+        if parsed is not None and parsed.wrong_total:
+            verdict = V.worst([verdict, "fail"])
+            res.reasons.append(f"#wrong = {parsed.wrong_total}")
+        fails = V.threshold_failures(self.plan, res.rows, res.summary)
+        if fails:
+            verdict = V.worst([verdict, "fail"])
+            res.reasons += fails
+        res.verdict = verdict
+        self._log("step_done", step=res.step.id, job_id=res.job_id, verdict=verdict, reasons=res.reasons)
+
+
+def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -> RunResult:
+    """Run the plan's ladder on the inventory's cluster; raises OrchError for usage/infra errors
+    found before anything runs and Interrupted on Ctrl-C (after cancelling jobs)."""
+    listeners = listeners or []
+    t0 = time.monotonic()
+    cluster = load_inventory(req.inventory)
+    plan = resolve_plan(req.plan, req.overrides)
+    steps = expand_steps(plan, cluster, group=req.group)
+    backend = choose_backend(plan, cluster)
+    sched = make_scheduler(backend, cluster)
+    rundir = RunDir.create(req.overrides.out_dir or req.out_dir, new_run_id(plan.name))
+    rundir.write_model("plan.json", plan)
+    rundir.write_model("inventory.json", cluster)
+    rundir.event(
+        "run_started", run_id=rundir.run_id, plan=plan.name, backend=backend, steps=[s.id for s in steps]
+    )
+    _emit(listeners, "run_started", run_id=rundir.run_id, run_dir=str(rundir.root), plan=plan.name,
+          backend=backend, steps=[s.id for s in steps])  # fmt: skip
+    runner = _Runner(plan, cluster, steps, sched, backend, rundir, req.python, listeners)
+    try:
+        runner.run()
+    except Interrupted:
+        _finish(runner, t0, interrupted=True)
+        raise
+    return _finish(runner, t0, interrupted=False)
+
+
+def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
+    results = runner.results
+    summaries = [r.summary for r in results]
+    V.apply_efficiency(summaries)
+    for res in results:
+        fails = V.efficiency_failures(runner.plan, res.summary)
+        if fails and res.verdict == "pass":
+            res.verdict = "fail"
+        res.reasons += fails
+    nodes: dict[str, V.Verdict] = {
+        n.name: V.worst([r.verdict for r in results if n.name in r.step.nodes]) for n in runner.cluster.nodes
+    }
+    overall = V.worst([r.verdict for r in results])
+    if interrupted:
+        status: Literal["accepted", "failed", "infra", "interrupted"] = "interrupted"
+        code = 130
+    elif overall == "infra" or overall == "skipped":
+        status, code = "infra", EXIT_INFRA
+    elif overall == "fail":
+        status, code = "failed", EXIT_THRESHOLDS
+    else:
+        status, code = "accepted", EXIT_OK
+    result = RunResult(
+        run_id=runner.rundir.run_id,
+        run_dir=runner.rundir.root,
+        plan=runner.plan.name,
+        backend=runner.backend,
+        status=status,
+        exit_code=code,
+        steps=results,
+        nodes=nodes,
+        wall_s=time.monotonic() - t0,
+    )
+    atomic_write(runner.rundir.root / "result.json", result.model_dump_json(indent=2) + "\n")
+    runner.rundir.event("run_finished", status=status, exit_code=code, wall_s=result.wall_s)
+    _emit(runner.listeners, "run_finished", status=status, exit_code=code)
+    return result
