@@ -69,7 +69,10 @@ def test_reachable_threshold_accepts(tmp_path: Path, inventory: Path) -> None:
 
 def test_plan_larger_than_cluster_refused_before_running(tmp_path: Path, inventory: Path) -> None:
     req = ScaleTestRequest(
-        inventory=inventory, plan="smoke", overrides=PlanOverrides(gpus_per_node="4"), out_dir=tmp_path / "runs"
+        inventory=inventory,
+        plan="smoke",
+        overrides=PlanOverrides(gpus_per_node="4"),
+        out_dir=tmp_path / "runs",
     )
     with pytest.raises(ConfigError, match="n1xg4"):
         scale_test(req)
