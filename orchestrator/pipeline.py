@@ -6,7 +6,11 @@ exits. Every wait is bounded; on Ctrl-C every job still queued or running is can
 
 from __future__ import annotations
 
+import getpass
+import json
+import os
 import secrets
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -167,6 +171,10 @@ class _Runner:
         self.rundir.event(kind, **data)
         _emit(self.listeners, kind, **data)
 
+    def _save(self, res: StepResult) -> None:
+        # Durable before step_done is journaled: a run killed later keeps this step (orch runs resume).
+        atomic_write(self.rundir.step_dir(res.step.id) / "result.json", res.model_dump_json(indent=2) + "\n")
+
     def run(self) -> None:
         try:
             if self.backend == "slurm":
@@ -190,6 +198,8 @@ class _Runner:
         # steps; concurrent mode drops the chain and lets Slurm place steps on free nodes.
         prev: str | None = None
         for i in range(len(self.steps)):
+            if self.results[i].ended_mono is not None:
+                continue  # finished in an earlier attempt (resume)
             self._submit(i, None if self.plan.concurrent_steps else prev)
             prev = self.results[i].job_id
 
@@ -244,6 +254,7 @@ class _Runner:
             res.ended_mono = time.monotonic()
             res.verdict = "infra"
             res.reasons.append(why)
+            self._save(res)
             self._log("step_done", step=res.step.id, verdict=res.verdict, reasons=res.reasons)
 
     def _judge(self, res: StepResult) -> None:
@@ -270,7 +281,7 @@ class _Runner:
                 f"job {res.job_id} ended {res.job.raw_state}"
                 + (f" ({res.job.reason})" if res.job.reason else "")
             )
-        missing = V.missing_rows(res.rows, res.step.collectives, res.step.sizes)
+        missing = V.missing_rows(res.rows, res.step.collectives, res.step.sizes, res.step.world_size)
         if missing and verdict == "pass":
             verdict = "infra"
         if missing:
@@ -283,6 +294,7 @@ class _Runner:
             verdict = V.worst([verdict, "fail"])
             res.reasons += fails
         res.verdict = verdict
+        self._save(res)
         self._log("step_done", step=res.step.id, job_id=res.job_id, verdict=verdict, reasons=res.reasons)
 
 
@@ -299,12 +311,82 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     rundir = RunDir.create(req.overrides.out_dir or req.out_dir, new_run_id(plan.name))
     rundir.write_model("plan.json", plan)
     rundir.write_model("inventory.json", cluster)
+    atomic_write(rundir.root / "steps.json", _steps_json(steps))
+    listeners = [*listeners, _store_listener(rundir.root.parent)]
     rundir.event(
-        "run_started", run_id=rundir.run_id, plan=plan.name, backend=backend, steps=[s.id for s in steps]
-    )
+        "run_started", run_id=rundir.run_id, plan=plan.name, backend=backend, steps=[s.id for s in steps],
+        **_who(),
+    )  # fmt: skip
     _emit(listeners, "run_started", run_id=rundir.run_id, run_dir=str(rundir.root), plan=plan.name,
           backend=backend, steps=[s.id for s in steps])  # fmt: skip
     runner = _Runner(plan, cluster, steps, sched, backend, rundir, req.python, listeners)
+    try:
+        runner.run()
+    except Interrupted:
+        _finish(runner, t0, interrupted=True)
+        raise
+    return _finish(runner, t0, interrupted=False)
+
+
+def _steps_json(steps: list[Step]) -> str:
+    return json.dumps({"steps": [s.model_dump(mode="json") for s in steps]}, indent=2) + "\n"
+
+
+def _who() -> dict[str, Any]:
+    """Who/what/where for the journal: the report's header and the running-or-interrupted test."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return {"pid": os.getpid(), "host": os.uname().nodename, "user": user, "command": shlex.join(sys.argv)}
+
+
+def _store_listener(runs_root: Path) -> Listener:
+    from orchestrator.store.db import StoreListener, default_store_path
+
+    return StoreListener(default_store_path(runs_root))
+
+
+def resume_run(
+    run_dir: Path, python: str = sys.executable, listeners: list[Listener] | None = None
+) -> RunResult:
+    """Run, in run_dir, the steps of an earlier run that have no finished result; the finished
+    ones are kept as they are. Raises ConfigError when nothing is left to run or the directory is
+    not a run, and Interrupted on Ctrl-C."""
+    from orchestrator.store.load import finished_steps, ladder_steps, load_run
+
+    listeners = listeners or []
+    t0 = time.monotonic()
+    record = load_run(run_dir)
+    if record.status == "running":
+        raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
+    if record.plan is None or record.cluster is None:
+        raise ConfigError(f"{run_dir}: plan.json or inventory.json is missing; cannot resume")
+    plan, cluster = record.plan, record.cluster
+    steps = ladder_steps(run_dir) or expand_steps(plan, cluster)
+    done = finished_steps(run_dir, [s.id for s in steps])
+    if all(s.id in done for s in steps):
+        raise ConfigError(f"run {record.run_id} has no unfinished steps", hint="see orch runs show")
+    rundir = RunDir(run_dir)
+    attempts = rundir.root / "attempts"
+    for s in steps:
+        old = rundir.root / "steps" / s.id
+        if s.id not in done and old.exists() and any(old.iterdir()):
+            # Keep the killed attempt's logs, away from where the new attempt writes its own.
+            attempts.mkdir(exist_ok=True)
+            old.rename(attempts / f"{s.id}.{len(list(attempts.glob(f'{s.id}.*'))) + 1}")
+    backend = choose_backend(plan, cluster)
+    sched = make_scheduler(backend, cluster)
+    listeners = [*listeners, _store_listener(rundir.root.parent)]
+    todo = [s.id for s in steps if s.id not in done]
+    rundir.event("run_resumed", run_id=rundir.run_id, steps=todo, **_who())
+    _emit(listeners, "run_started", run_id=rundir.run_id, run_dir=str(rundir.root), plan=plan.name,
+          backend=backend, steps=[s.id for s in steps])  # fmt: skip
+    runner = _Runner(plan, cluster, steps, sched, backend, rundir, python, listeners)
+    for i, s in enumerate(steps):
+        if s.id in done:
+            runner.results[i] = done[s.id]
+            runner.results[i].ended_mono = runner.results[i].ended_mono or 0.0
     try:
         runner.run()
     except Interrupted:
@@ -322,6 +404,7 @@ def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
         if fails and res.verdict == "pass":
             res.verdict = "fail"
         res.reasons += fails
+    _apply_baseline(runner)
     nodes: dict[str, V.Verdict] = {
         n.name: V.worst([r.verdict for r in results if n.name in r.step.nodes]) for n in runner.cluster.nodes
     }
@@ -350,3 +433,29 @@ def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
     runner.rundir.event("run_finished", status=status, exit_code=code, wall_s=result.wall_s)
     _emit(runner.listeners, "run_finished", status=status, exit_code=code)
     return result
+
+
+def _apply_baseline(runner: _Runner) -> None:
+    """Resolve thresholds.baseline against the results store (fail each step below the fraction)."""
+    th = runner.plan.thresholds.baseline
+    if th is None:
+        return
+    from orchestrator.store.db import ResultsStore, default_store_path
+
+    try:
+        with ResultsStore.open(default_store_path(runner.rundir.root.parent)) as store:
+            ref = store.baseline_busbw(th.name)
+    except OrchError as e:
+        ref = None
+        why = e.message
+    for res in runner.results:
+        if res.verdict == "skipped":
+            continue
+        fails = (
+            V.baseline_failures(th, res.step.id, res.rows, ref)
+            if ref is not None
+            else [f"baseline {th.name!r}: {why}"]
+        )
+        if fails and res.verdict == "pass":
+            res.verdict = "fail"
+        res.reasons += fails

@@ -11,8 +11,9 @@ from pydantic import Field
 
 from orchestrator.metrics.busbw import scaling_efficiency
 from orchestrator.models.base import StrictModel
-from orchestrator.models.plan import Plan
+from orchestrator.models.plan import BaselineThreshold, Plan
 from orchestrator.models.results import Collective, CollRow
+from orchestrator.workloads.collbench import layout
 
 Verdict = Literal["pass", "fail", "infra", "skipped"]
 # Worst first: a node or run takes the worst verdict of its parts.
@@ -54,10 +55,21 @@ def summarize(rows: list[CollRow]) -> dict[Collective, CollSummary]:
     return out
 
 
-def missing_rows(rows: list[CollRow], collectives: list[Collective], sizes: list[int]) -> list[str]:
-    """'collective@size' for every expected row that the output lacks."""
+def missing_rows(
+    rows: list[CollRow], collectives: list[Collective], sizes: list[int], nranks: int, elt: int = 4
+) -> list[str]:
+    """'collective@size' for every expected row that the output lacks.
+
+    Sizes are compared as nccl-tests prints them: all_gather, reduce_scatter and alltoall round
+    the requested size down to whole 16-byte blocks per rank.
+    """
     have = {(r.collective, r.size_bytes) for r in rows}
-    return [f"{c}@{s}" for c in collectives for s in sizes if (c, s) not in have]
+    return [
+        f"{c}@{s}"
+        for c in collectives
+        for s in sizes
+        if (c, layout(c, s, elt, nranks).size_bytes) not in have
+    ]
 
 
 def threshold_failures(plan: Plan, rows: list[CollRow], summary: dict[Collective, CollSummary]) -> list[str]:
@@ -100,3 +112,30 @@ def efficiency_failures(plan: Plan, summary: dict[Collective, CollSummary]) -> l
         for c, s in summary.items()
         if s.efficiency is not None and s.efficiency < limit
     ]
+
+
+BaselineBusbw = dict[tuple[str, str, int], float]
+"""busbw (out-of-place, GB/s) of a baseline run by (step id, collective, size in bytes)."""
+
+
+def baseline_failures(
+    th: BaselineThreshold, step_id: str, rows: list[CollRow], baseline: BaselineBusbw
+) -> list[str]:
+    """Reasons this step's rows fall below th.min_fraction of the same rows of the baseline.
+
+    Rows the baseline lacks are not judged; a step the baseline does not have at all is one reason.
+    """
+    if not any(k[0] == step_id for k in baseline):
+        return [f"baseline {th.name!r} has no step {step_id}"]
+    reasons: list[str] = []
+    for row in rows:
+        ref = baseline.get((step_id, row.collective, row.size_bytes))
+        if ref is None or ref <= 0:
+            continue
+        got = row.out_of_place.busbw_gbs
+        if got < th.min_fraction * ref:
+            reasons.append(
+                f"{row.collective} at {row.size_bytes} B: busbw {got:.3f} GB/s < {th.min_fraction:g} x "
+                f"baseline {th.name!r} ({ref:.3f} GB/s)"
+            )
+    return reasons

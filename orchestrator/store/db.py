@@ -1,0 +1,399 @@
+"""The SQLite results store: runs, steps, collective rows, fingerprints, faults, verdicts, baselines.
+
+The run directory stays the source of truth; the store is an index over many runs for history,
+baselines and comparisons. `ingest(run_dir)` rebuilds a run's rows from its directory alone, in
+one transaction, so it can be repeated at any time (after each step, after a crash, on a copied
+run directory). WAL mode: readers (orch runs list) never block the writer (a running scale-test).
+
+Location: $ORCH_STORE, else `orch.db` beside the run directories (runs/orch.db).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pydantic import Field
+
+from orchestrator.errors import ConfigError, InfraError, OrchError
+from orchestrator.metrics.verdict import BaselineBusbw
+from orchestrator.models.base import StrictModel
+from orchestrator.store.load import RunRecord, load_run
+
+STORE_ENV = "ORCH_STORE"
+STORE_NAME = "orch.db"
+
+# Forward-only migrations: MIGRATIONS[i] takes the schema from version i to i + 1. Never edit a
+# released entry; append a new one. PRAGMA user_version holds the version.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY, run_dir TEXT NOT NULL, plan TEXT NOT NULL, backend TEXT NOT NULL,
+        status TEXT NOT NULL, exit_code INTEGER, started_at TEXT, finished_at TEXT, wall_s REAL,
+        user TEXT, host TEXT, nodes TEXT, steps_planned INTEGER NOT NULL, steps_done INTEGER NOT NULL,
+        ingested_at TEXT NOT NULL
+    );
+    CREATE INDEX runs_plan_started ON runs (plan, started_at);
+    CREATE TABLE steps (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, step_id TEXT NOT NULL,
+        idx INTEGER NOT NULL, nnodes INTEGER NOT NULL, ranks_per_node INTEGER NOT NULL,
+        world_size INTEGER NOT NULL, nodes TEXT NOT NULL, job_id TEXT, job_state TEXT,
+        verdict TEXT NOT NULL, reasons TEXT NOT NULL, PRIMARY KEY (run_id, step_id)
+    );
+    CREATE TABLE coll_rows (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, step_id TEXT NOT NULL,
+        collective TEXT NOT NULL, size_bytes INTEGER NOT NULL, nranks INTEGER NOT NULL, dtype TEXT,
+        oop_time_us REAL, oop_algbw_gbs REAL, oop_busbw_gbs REAL, oop_wrong INTEGER,
+        ip_time_us REAL, ip_algbw_gbs REAL, ip_busbw_gbs REAL, ip_wrong INTEGER,
+        PRIMARY KEY (run_id, step_id, collective, size_bytes)
+    );
+    CREATE TABLE summaries (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, step_id TEXT NOT NULL,
+        collective TEXT NOT NULL, size_bytes INTEGER NOT NULL, busbw_gbs REAL NOT NULL,
+        algbw_gbs REAL NOT NULL, efficiency REAL, wrong INTEGER NOT NULL,
+        PRIMARY KEY (run_id, step_id, collective)
+    );
+    CREATE TABLE node_verdicts (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, node TEXT NOT NULL,
+        verdict TEXT NOT NULL, PRIMARY KEY (run_id, node)
+    );
+    CREATE TABLE fingerprints (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, node TEXT NOT NULL,
+        key TEXT NOT NULL, value TEXT, PRIMARY KEY (run_id, node, key)
+    );
+    CREATE TABLE recoveries (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, fault_id TEXT NOT NULL,
+        fault TEXT NOT NULL, target TEXT NOT NULL, step_id TEXT, repeat INTEGER NOT NULL,
+        injected_at TEXT NOT NULL, detect_s REAL, recover_s REAL, restore_s REAL, steps_lost INTEGER,
+        outcome TEXT NOT NULL, PRIMARY KEY (run_id, fault_id)
+    );
+    """,
+    """
+    CREATE TABLE baselines (
+        name TEXT PRIMARY KEY, run_id TEXT NOT NULL, set_at TEXT NOT NULL, note TEXT
+    );
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def default_store_path(runs_root: Path | None = None) -> Path:
+    """$ORCH_STORE when set, else <runs_root>/orch.db (runs_root defaults to ./runs)."""
+    env = os.environ.get(STORE_ENV)
+    if env:
+        return Path(env)
+    return (runs_root or Path("runs")) / STORE_NAME
+
+
+class RunRow(StrictModel):
+    """One run as `orch runs list` shows it."""
+
+    run_id: str
+    run_dir: Path
+    plan: str
+    backend: str
+    status: str
+    exit_code: int | None
+    started_at: datetime | None
+    wall_s: float | None
+    user: str | None
+    host: str | None
+    nodes: list[str] = Field(default_factory=list)
+    steps_planned: int
+    steps_done: int
+
+
+class Baseline(StrictModel):
+    name: str
+    run_id: str
+    set_at: datetime
+    note: str | None = None
+
+
+def _dt(text: object) -> datetime | None:
+    return datetime.fromisoformat(text) if isinstance(text, str) and text else None
+
+
+class ResultsStore:
+    """An open results store; use as a context manager (ResultsStore.open(path))."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn, self.path = conn, path
+
+    @classmethod
+    def open(cls, path: Path) -> ResultsStore:
+        """Open (create, migrate) the store at path; raises InfraError or ConfigError (too new)."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            store = cls(conn, path)
+            store.migrate()
+        except sqlite3.Error as e:
+            raise InfraError(f"results store {path}: {e}", hint="check the file, or move it away") from e
+        except OSError as e:
+            raise InfraError(f"results store {path}: {e.strerror}") from e
+        return store
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    @property
+    def version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def migrate(self) -> None:
+        """Bring the schema to SCHEMA_VERSION, one transaction per step; refuses a newer store."""
+        if self.version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"results store {self.path} has schema {self.version}; "
+                f"this orch knows up to {SCHEMA_VERSION}",
+                hint="upgrade orch",
+            )
+        while self.version < SCHEMA_VERSION:
+            target = self.version + 1
+            with self._tx() as c:
+                for stmt in MIGRATIONS[target - 1].split(";"):
+                    if stmt.strip():
+                        c.execute(stmt)
+                c.execute(f"PRAGMA user_version = {target}")
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def ingest(self, run_dir: Path) -> RunRecord:
+        """(Re)load one run from its directory; idempotent. Raises ConfigError for a non-run dir."""
+        rec = load_run(run_dir)
+        now = datetime.now(UTC).isoformat()
+        rid = rec.run_id
+        with self._tx() as c:
+            c.execute("DELETE FROM runs WHERE run_id = ?", (rid,))
+            c.execute(
+                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    rid, str(run_dir.resolve()), rec.plan_name, rec.backend, rec.status, rec.exit_code,
+                    rec.started_at.isoformat() if rec.started_at else None,
+                    rec.finished_at.isoformat() if rec.finished_at else None,
+                    rec.wall_s, rec.user, rec.host,
+                    json.dumps(rec.cluster.names if rec.cluster else sorted(rec.nodes)),
+                    len(rec.step_ids), len([s for s in rec.steps if s.verdict != "skipped"]), now,
+                ),
+            )  # fmt: skip
+            for s in rec.steps:
+                st = s.step
+                c.execute(
+                    "INSERT INTO steps VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (rid, st.id, st.index, st.nnodes, st.ranks_per_node, st.world_size,
+                     json.dumps(st.nodes), s.job_id, s.job.raw_state if s.job else None, s.verdict,
+                     json.dumps(s.reasons)),
+                )  # fmt: skip
+                c.executemany(
+                    "INSERT OR REPLACE INTO coll_rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        (rid, st.id, r.collective, r.size_bytes, r.nranks, r.dtype,
+                         r.out_of_place.time_us, r.out_of_place.algbw_gbs, r.out_of_place.busbw_gbs,
+                         r.out_of_place.wrong,
+                         r.in_place.time_us if r.in_place else None,
+                         r.in_place.algbw_gbs if r.in_place else None,
+                         r.in_place.busbw_gbs if r.in_place else None,
+                         r.in_place.wrong if r.in_place else None)
+                        for r in s.rows
+                    ],
+                )  # fmt: skip
+                c.executemany(
+                    "INSERT INTO summaries VALUES (?,?,?,?,?,?,?,?)",
+                    [
+                        (rid, st.id, cs.collective, cs.size_bytes, cs.busbw_gbs, cs.algbw_gbs,
+                         cs.efficiency, cs.wrong)
+                        for cs in s.summary.values()
+                    ],
+                )  # fmt: skip
+            c.executemany(
+                "INSERT INTO node_verdicts VALUES (?,?,?)", [(rid, n, v) for n, v in rec.nodes.items()]
+            )
+            c.executemany("INSERT OR REPLACE INTO fingerprints VALUES (?,?,?,?)", _fingerprint_rows(rid, rec))
+            c.executemany(
+                "INSERT OR REPLACE INTO recoveries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (rid, f.fault_id, f.fault, f.target, f.step, f.repeat, f.injected_at.isoformat(),
+                     f.timings.detect_s, f.timings.recover_s, f.timings.restore_s, f.timings.steps_lost,
+                     f.outcome)
+                    for f in rec.recovery
+                ],
+            )  # fmt: skip
+        return rec
+
+    def set_baseline(self, name: str, run_id: str, note: str | None = None) -> Baseline:
+        """Name a stored run as a baseline (replacing an earlier one of that name)."""
+        if self.conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+            raise ConfigError(f"run {run_id} is not in the results store {self.path}")
+        b = Baseline(name=name, run_id=run_id, set_at=datetime.now(UTC), note=note)
+        with self._tx() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO baselines VALUES (?,?,?,?)",
+                (b.name, b.run_id, b.set_at.isoformat(), b.note),
+            )
+        return b
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def _run_row(self, r: sqlite3.Row) -> RunRow:
+        return RunRow(
+            run_id=r["run_id"], run_dir=Path(r["run_dir"]), plan=r["plan"], backend=r["backend"],
+            status=r["status"], exit_code=r["exit_code"], started_at=_dt(r["started_at"]),
+            wall_s=r["wall_s"], user=r["user"], host=r["host"], nodes=json.loads(r["nodes"] or "[]"),
+            steps_planned=r["steps_planned"], steps_done=r["steps_done"],
+        )  # fmt: skip
+
+    def runs(
+        self, *, plan: str | None = None, since: datetime | None = None, limit: int | None = None
+    ) -> list[RunRow]:
+        """Stored runs, newest first."""
+        sql, args = "SELECT * FROM runs WHERE 1=1", []
+        if plan:
+            sql += " AND plan = ?"
+            args.append(plan)
+        if since:
+            sql += " AND started_at >= ?"
+            args.append(since.isoformat())
+        sql += " ORDER BY started_at DESC, run_id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [self._run_row(r) for r in self.conn.execute(sql, args)]
+
+    def run(self, ref: str) -> RunRow | None:
+        """A run by id or unique id prefix, or a baseline's run by the baseline's name."""
+        row = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (ref,)).fetchone()
+        if row is None:
+            b = self.conn.execute("SELECT run_id FROM baselines WHERE name = ?", (ref,)).fetchone()
+            if b is not None:
+                row = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (b[0],)).fetchone()
+        if row is None:
+            hits = self.conn.execute(
+                "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\'", (_like_prefix(ref),)
+            ).fetchall()
+            if len(hits) > 1:
+                raise ConfigError(f"{ref!r} matches {len(hits)} runs", hint="give more of the run id")
+            row = hits[0] if hits else None
+        return self._run_row(row) if row is not None else None
+
+    def baselines(self) -> list[Baseline]:
+        return [
+            Baseline(name=r["name"], run_id=r["run_id"], set_at=datetime.fromisoformat(r["set_at"]),
+                     note=r["note"])
+            for r in self.conn.execute("SELECT * FROM baselines ORDER BY name")
+        ]  # fmt: skip
+
+    def baseline(self, name: str) -> Baseline | None:
+        return next((b for b in self.baselines() if b.name == name), None)
+
+    def baseline_busbw(self, name: str) -> BaselineBusbw:
+        """busbw by (step, collective, size) of the baseline's run; raises ConfigError if unknown."""
+        b = self.baseline(name)
+        if b is None:
+            raise ConfigError(f"no baseline named {name!r}", hint="orch baseline set RUN --name " + name)
+        return self.busbw(b.run_id)
+
+    def busbw(self, run_id: str) -> BaselineBusbw:
+        rows = self.conn.execute(
+            "SELECT step_id, collective, size_bytes, oop_busbw_gbs FROM coll_rows WHERE run_id = ?", (run_id,)
+        )
+        return {(r[0], r[1], int(r[2])): float(r[3]) for r in rows}
+
+    def summaries(self, run_ids: list[str]) -> list[dict[str, Any]]:
+        """Largest-size summary rows (run_id, step_id, collective, busbw_gbs, efficiency) of runs."""
+        if not run_ids:
+            return []
+        wanted = set(run_ids)
+        rows = self.conn.execute(
+            "SELECT s.run_id, s.step_id, s.collective, s.size_bytes, s.busbw_gbs, s.efficiency, t.idx "
+            "FROM summaries s JOIN steps t USING (run_id, step_id)"
+        )
+        return [dict(r) for r in rows if r["run_id"] in wanted]
+
+    def integrity_ok(self) -> bool:
+        return bool(self.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok")
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _fingerprint_rows(run_id: str, rec: RunRecord) -> list[tuple[str, str, str, str]]:
+    """Flatten fingerprint.json ({"nodes": {node: {key: value}}} or {node: {...}}) into rows."""
+    fp = rec.fingerprint or {}
+    nodes = fp.get("nodes", fp)
+    rows: list[tuple[str, str, str, str]] = []
+    if isinstance(nodes, dict):
+        for node, facts in nodes.items():
+            if isinstance(facts, dict):
+                rows += [(run_id, str(node), str(k), json.dumps(v, default=str)) for k, v in facts.items()]
+    return rows
+
+
+def resolve_run_dir(ref: str, store_path: Path | None = None) -> Path:
+    """A run directory from a path, a run id (or prefix) or a baseline name; raises ConfigError."""
+    path = Path(ref)
+    if (path / "journal.jsonl").exists() or (path / "plan.json").exists():
+        return path
+    sp = store_path or default_store_path()
+    if sp.exists():
+        with ResultsStore.open(sp) as store:
+            row = store.run(ref)
+        if row is not None:
+            return row.run_dir
+    guess = sp.parent / ref
+    if (guess / "journal.jsonl").exists():
+        return guess
+    raise ConfigError(f"no run {ref!r}: not a run directory, nor a run or baseline in {sp}",
+                      hint="orch runs list")  # fmt: skip
+
+
+class StoreListener:
+    """Pipeline listener: ingests the run after its start, each finished step and its end.
+
+    A store failure never stops the run (the run directory is the source of truth; `orch runs
+    ingest` rebuilds the store); it is journaled as store_error.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.run_dir: Path | None = None
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "run_started":
+            self.run_dir = Path(data["run_dir"])
+        if self.run_dir is None or kind not in ("run_started", "step_done", "run_finished"):
+            return
+        try:
+            with ResultsStore.open(self.path) as store:
+                store.ingest(self.run_dir)
+        except (OrchError, sqlite3.Error, OSError) as e:
+            from orchestrator.store.rundir import RunDir
+
+            with suppress(OrchError):
+                RunDir(self.run_dir).event("store_error", store=str(self.path), error=str(e))
