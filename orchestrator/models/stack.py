@@ -1,0 +1,189 @@
+"""A stack: one tested, pinned combination of driver, runtime, collective library and benchmark.
+
+Stacks are YAML files in playbooks/stacks/. There are three kinds: ``rocm`` (ROCm + RCCL +
+rccl-tests), ``cuda`` (driver branch + CUDA + NCCL + nccl-tests) and ``cpu`` (the virtual lab and the
+local default: a Python environment in /opt with torch and orch's collbench, backend gloo). Every
+value that reaches a node (a package version, a git commit, an image digest) is checked here, so
+that a manifest cannot pass a shell word or a floating reference ("latest", a branch) to Ansible.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from orchestrator.models.base import StrictModel
+
+StackKind = Literal["rocm", "cuda", "cpu"]
+ContainerRuntimeChoice = Literal["podman", "docker"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9.-]{0,62}$")
+_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+~_-]{0,63}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_IMAGE_REPO = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+_ENV_NAME = re.compile(r"^(NCCL|RCCL|GLOO|TORCH|HSA|HIP|CUDA|UCX|OMP)_[A-Z0-9_]+$")
+_PIP_REQ = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][0-9A-Za-z.+!_-]*$")
+_ABS_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
+
+
+def _version(v: str) -> str:
+    if not _VERSION.match(v):
+        raise ValueError(f"{v!r} is not a pinned version (digits, letters and . + ~ _ - only)")
+    return v
+
+
+def _commit(v: str) -> str:
+    if not _COMMIT.match(v):
+        raise ValueError(f"{v!r} is not a full 40-hex git commit (a tag or branch can move)")
+    return v
+
+
+Version = Annotated[str, AfterValidator(_version)]
+Commit = Annotated[str, AfterValidator(_commit)]
+
+
+class GitPin(StrictModel):
+    """A benchmark source tree at one commit."""
+
+    repo: str = Field(description="https URL of the git repository")
+    commit: Commit = Field(description="full 40-hex commit hash")
+    tag: str | None = Field(default=None, description="the release tag at that commit, for people")
+
+    @field_validator("repo")
+    @classmethod
+    def _https(cls, v: str) -> str:
+        if not re.match(r"^https://[A-Za-z0-9.-]+/[A-Za-z0-9._/-]+$", v):
+            raise ValueError(f"{v!r} is not an https git URL")
+        return v
+
+
+class Image(StrictModel):
+    """A container image pinned by digest (a tag alone can be re-pushed)."""
+
+    repository: str = Field(description="e.g. docker.io/rocm/pytorch")
+    digest: str = Field(description="sha256:<64 hex>")
+    tag: str | None = Field(default=None, description="the tag the digest was taken from, for people")
+
+    @field_validator("repository")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not _IMAGE_REPO.match(v):
+            raise ValueError(f"{v!r} is not an image repository name")
+        return v
+
+    @field_validator("digest")
+    @classmethod
+    def _digest(cls, v: str) -> str:
+        if not _DIGEST.match(v):
+            raise ValueError(f"{v!r} is not a sha256 digest (sha256:<64 hex>)")
+        return v
+
+    @property
+    def reference(self) -> str:
+        """repository@digest, what `podman pull` takes."""
+        return f"{self.repository}@{self.digest}"
+
+
+class Rocm(StrictModel):
+    """ROCm release, its amdgpu kernel driver and RCCL."""
+
+    version: Version = Field(description="ROCm release, e.g. 6.2.0")
+    amdgpu_driver: Version = Field(description="amdgpu kernel driver version shipped with it")
+    rccl: Version = Field(description="RCCL version, e.g. 2.20.5")
+    rccl_tests: GitPin
+
+
+class Cuda(StrictModel):
+    """NVIDIA driver branch, CUDA toolkit and NCCL."""
+
+    driver_branch: Version = Field(description="driver branch, e.g. 550")
+    driver: Version | None = Field(default=None, description="exact driver version, when pinned")
+    toolkit: Version = Field(description="CUDA toolkit, e.g. 12.4.1")
+    nccl: Version = Field(description="NCCL package version, e.g. 2.21.5-1+cuda12.4")
+    nccl_tests: GitPin
+
+
+class PythonEnv(StrictModel):
+    """A Python virtual environment on each node, with pinned packages and orch's workload."""
+
+    prefix: str = Field(default="/opt/orch/venv", description="where the venv lives on the node")
+    python: str = Field(default="/usr/bin/python3", description="the interpreter that creates it")
+    python_version: Version = Field(description="major.minor the venv must run, e.g. 3.11")
+    torch: Version = Field(description="torch version, e.g. 2.13.0")
+    packages: list[str] = Field(default_factory=list, description="more pinned requirements: name==version")
+    workload: Literal["collbench"] = "collbench"
+
+    @field_validator("prefix", "python")
+    @classmethod
+    def _abs(cls, v: str) -> str:
+        if not _ABS_PATH.match(v) or ".." in v.split("/"):
+            raise ValueError(f"{v!r} is not a plain absolute path")
+        return v
+
+    @field_validator("packages")
+    @classmethod
+    def _pinned(cls, v: list[str]) -> list[str]:
+        for req in v:
+            if not _PIP_REQ.match(req):
+                raise ValueError(f"{req!r} is not a pinned requirement (name==version)")
+        return v
+
+
+class Stack(StrictModel):
+    """One stack manifest (playbooks/stacks/NAME.yaml)."""
+
+    name: str = Field(description="the file's name without .yaml, e.g. rocm-6.2")
+    kind: StackKind
+    description: str = ""
+    os: list[str] = Field(
+        default_factory=list,
+        description="supported distributions as ID-VERSION_ID from /etc/os-release, e.g. ubuntu-22.04;"
+        " empty = any",
+    )
+    rocm: Rocm | None = None
+    cuda: Cuda | None = None
+    python: PythonEnv | None = None
+    container_runtime: ContainerRuntimeChoice | None = None
+    image: Image | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="environment set for the workloads")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"{v!r} is not a stack name (lower-case letters, digits, '.', '-')")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not a workload variable (NCCL_*, RCCL_*, GLOO_*, ...)")
+            if "\n" in value or "\0" in value:
+                raise ValueError(f"{key}: the value has a newline or NUL")
+        return v
+
+    @model_validator(mode="after")
+    def _sections(self) -> Stack:
+        need = {"rocm": "rocm", "cuda": "cuda", "cpu": "python"}[self.kind]
+        if getattr(self, need) is None:
+            raise ValueError(f"a {self.kind} stack needs a '{need}' section")
+        for other in ("rocm", "cuda"):
+            if other != need and getattr(self, other) is not None:
+                raise ValueError(f"a {self.kind} stack must not have a '{other}' section")
+        if self.image is not None and self.container_runtime is None:
+            raise ValueError("an image needs container_runtime (podman or docker)")
+        return self
+
+    @property
+    def benchmark(self) -> GitPin | None:
+        """The pinned rccl-tests/nccl-tests tree, or None for the cpu stack."""
+        if self.rocm is not None:
+            return self.rocm.rccl_tests
+        if self.cuda is not None:
+            return self.cuda.nccl_tests
+        return None

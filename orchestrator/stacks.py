@@ -1,0 +1,74 @@
+"""Find, load and validate stack manifests (playbooks/stacks/*.yaml)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from orchestrator.errors import ConfigError
+from orchestrator.models.plan import Plan
+from orchestrator.models.stack import Stack
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PLAYBOOKS_DIR = REPO_ROOT / "playbooks"
+STACKS_DIR = PLAYBOOKS_DIR / "stacks"
+
+
+def list_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
+    """Names of the stack manifests in `stacks_dir`, sorted."""
+    if not stacks_dir.is_dir():
+        return []
+    return sorted(p.stem for p in stacks_dir.glob("*.yaml"))
+
+
+def stack_path(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Path:
+    """The manifest file of a stack name or a path; raises ConfigError when there is none."""
+    p = Path(ref)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    candidate = stacks_dir / f"{ref}.yaml"
+    if candidate.exists():
+        return candidate
+    raise ConfigError(
+        f"no stack named {str(ref)!r}",
+        hint=f"stacks are: {', '.join(list_stacks(stacks_dir)) or '(none)'} (see `orch stack list`)",
+    )
+
+
+def load_stack(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Stack:
+    """Load and validate one stack; raises ConfigError naming the file and the first bad field."""
+    path = stack_path(ref, stacks_dir)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read the stack: {e}") from e
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: a stack file must be a mapping")
+    try:
+        stack = Stack.model_validate(doc)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top)"
+        raise ConfigError(f"{path}: {where}: {first['msg']}", hint="see docs/stacks.md") from e
+    if stack.name != path.stem:
+        raise ConfigError(f"{path}: name {stack.name!r} differs from the file name {path.stem!r}")
+    return stack
+
+
+def json_schema(kind: str) -> dict[str, Any]:
+    """The JSON Schema of a stack or plan file; raises ConfigError for another kind."""
+    models: dict[str, type[Stack] | type[Plan]] = {"stack": Stack, "plan": Plan}
+    if kind not in models:
+        raise ConfigError(f"no schema for {kind!r}", hint="one of: stack, plan")
+    schema = models[kind].model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
+
+
+def schema_text(kind: str) -> str:
+    """json_schema(kind) as indented JSON text."""
+    return json.dumps(json_schema(kind), indent=2) + "\n"

@@ -1,0 +1,103 @@
+"""Collect what this host runs, as raw tool outputs, and print one JSON object.
+
+Run on each node by playbooks/fingerprint.yml with the node's own Python (standard library only).
+It only reads: versions from files and tools that exist, nothing installed or changed. orch
+parses the raw outputs on the controller with its tested parsers (orchestrator.provision.smi).
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+TIMEOUT_S = 20
+
+
+def run(argv):
+    """stdout of argv, or None when the tool is missing, fails or hangs."""
+    if shutil.which(argv[0]) is None and not os.path.exists(argv[0]):
+        return None
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def os_release():
+    out = {}
+    for line in (read("/etc/os-release") or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key] = value.strip().strip('"')
+    return out
+
+
+def venv_python(venv):
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(py):
+        return None
+    code = (
+        "import json, sys, importlib.metadata as m\n"
+        "def v(n):\n"
+        "    try:\n"
+        "        return m.version(n)\n"
+        "    except m.PackageNotFoundError:\n"
+        "        return None\n"
+        "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'torch': v('torch'), 'orch': v('orch')}))"
+    )
+    out = run([py, "-c", code])
+    return json.loads(out) if out else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--venv", default="/opt/orch/venv")
+    ap.add_argument("--bench-dir", default="/opt/orch")
+    args = ap.parse_args()
+    rel = os_release()
+    facts = {
+        "probe_version": 1,
+        "hostname": platform.node(),
+        "kernel": platform.release(),
+        "os": f"{rel.get('ID', '?')}-{rel.get('VERSION_ID', '?')}",
+        "system_python": "%d.%d.%d" % sys.version_info[:3],
+        "venv": venv_python(args.venv),
+        "amdgpu_version": (read("/sys/module/amdgpu/version") or "").strip() or None,
+        "nvidia_driver_proc": read("/proc/driver/nvidia/version"),
+        "rocm_version": (read("/opt/rocm/.info/version") or "").strip() or None,
+        "cuda_version_json": read("/usr/local/cuda/version.json"),
+        "rccl_tests_revision": (read(os.path.join(args.bench_dir, "rccl-tests", "ORCH_REVISION")) or "").strip()
+        or None,
+        "nccl_tests_revision": (read(os.path.join(args.bench_dir, "nccl-tests", "ORCH_REVISION")) or "").strip()
+        or None,
+        "dpkg": run(["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\n", "rccl", "libnccl2", "rocm-core"]),
+        "amd_smi_static": run(["amd-smi", "static", "--asic", "--driver"]),
+        "rocm_smi_product": run(["rocm-smi", "--showproductname", "--json"]),
+        "nvidia_smi_csv": run(
+            ["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total,pci.bus_id", "--format=csv"]
+        ),
+        "ibv_devinfo": run(["ibv_devinfo"]),
+        "rdma_link": run(["rdma", "-j", "link", "show"]),
+        "images": {},
+    }
+    for runtime in ("podman", "docker"):
+        out = run([runtime, "images", "--digests", "--format", "{{.Repository}}@{{.Digest}}"])
+        if out is not None:
+            facts["images"][runtime] = sorted({ln.strip() for ln in out.splitlines() if "@sha256:" in ln})
+    print(json.dumps(facts))
+
+
+if __name__ == "__main__":
+    main()
