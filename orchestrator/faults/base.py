@@ -1,0 +1,81 @@
+"""What every fault family shares: the node shell protocol and the Action a family builds.
+
+A family turns a FaultSpec (plus what was resolved on the node: PIDs, container ids) into an
+Action: one shell line that injects, one idempotent shell line that reverts, and whether a
+node-side timer must guard it. Lines are built from argv lists with shlex.join only, so that
+nothing from the inventory or the command line is ever read as shell syntax.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from orchestrator.errors import RemoteError
+from orchestrator.remote.base import CmdResult
+
+# Everything orch leaves on a node lives under this folder, one sub-folder per node name (the
+# lab's nodes share one filesystem; a real node has its own /run, emptied at boot).
+RECORD_ROOT = "/run/orch-fault"
+IPT_CHAIN = "ORCH-FAULT"
+# tc handle of orch's root qdiscs: 0x4f52 is "OR". tc keeps no comments; the handle is the tag.
+TC_HANDLE = "4f52:"
+
+
+class NodeShell(Protocol):
+    """A shell on one node (kept-open SSH, or this machine for local nodes)."""
+
+    def run_script(self, script: str, *, timeout: float) -> CmdResult:
+        """Run one shell line built from quoted parts; raises RemoteError when it cannot run."""
+        ...
+
+
+class LocalShell:
+    """NodeShell on this machine (connection=local nodes): ``sh -c`` per call."""
+
+    def run_script(self, script: str, *, timeout: float) -> CmdResult:
+        """Run the line with /bin/sh; raises RemoteError on timeout."""
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(
+                ["/bin/sh", "-c", script], capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as e:
+            raise RemoteError(f"local shell: no answer within {timeout:g} s") from e
+        return CmdResult(
+            argv=["sh", "-c", script],
+            rc=proc.returncode,
+            stdout=proc.stdout,
+            stderr=proc.stderr,
+            elapsed_s=time.monotonic() - start,
+        )
+
+
+def sh(*argv: str) -> str:
+    """One command as a shell-safe string."""
+    return shlex.join(argv)
+
+
+def quiet(cmd: str) -> str:
+    """``cmd`` with its errors ignored (for idempotent reverts)."""
+    return f"{{ {cmd}; }} >/dev/null 2>&1 || :"
+
+
+def record_dir(node: str) -> str:
+    """The node-side folder of orch's fault records for ``node``."""
+    return f"{RECORD_ROOT}/{node}"
+
+
+@dataclass(frozen=True)
+class Action:
+    """What a family wants done on the node for one fault."""
+
+    inject: str
+    revert: str = ""
+    timer: bool = True
+    instant: Literal["ack", "call"] = "ack"
+    unsupported: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    """(text in stderr, outcome message) pairs that mean "this node cannot do it", not an error."""

@@ -1,0 +1,17 @@
+"""restart-container: restart the podman/docker container that holds a rank."""
+
+from __future__ import annotations
+
+from orchestrator.faults.base import Action, sh
+from orchestrator.models.cluster import ContainerRuntime
+from orchestrator.models.fault import FaultSpec
+
+# Flags the virtual lab's podman needs (LAB-NOTES: crun fails on hybrid cgroups).
+LAB_PODMAN_FLAGS = ["--runtime", "runc"]
+
+
+def restart_container(spec: FaultSpec, runtime: ContainerRuntime, container: str) -> Action:
+    """``RUNTIME restart -t T ID``; the instant is the call (the container dies at once)."""
+    argv = [runtime, *(LAB_PODMAN_FLAGS if runtime == "podman" else []), "restart", "-t",
+            str(spec.params.restart_timeout_s), container]
+    return Action(inject=sh(*argv), timer=False, instant="call")

@@ -1,0 +1,254 @@
+"""Prepare, inject and revert faults on nodes through their shells; every step is recorded.
+
+    engine = FaultEngine(cluster, shells, record_dir=run.root / "faults")
+    with engine.applied(spec) as active:      # sweep done, guards passed, timer armed
+        ...                                    # observe
+    # reverted here, even on an exception or Ctrl-C; the node's timer covers a SIGKILL of orch
+
+Per-node failures are data (FaultRecord.outcome), except guards, which raise before anything runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.errors import FaultError, OrchError
+from orchestrator.faults import container, link, netfilter, nodeloss, process, tc, timer
+from orchestrator.faults.base import Action, LocalShell, NodeShell
+from orchestrator.faults.catalog import CATALOG
+from orchestrator.faults.resolve import find_processes
+from orchestrator.faults.safety import DEFAULT_MAX_SHARE, check_iface, check_share, check_words
+from orchestrator.faults.sweep import SweepResult, sweep_node
+from orchestrator.models.cluster import Cluster, ContainerRuntime, Node
+from orchestrator.models.fault import CommandTrace, FaultRecord, FaultSpec
+from orchestrator.remote.base import CmdResult
+from orchestrator.store.rundir import atomic_write
+
+INJECT_TIMEOUT_S = 30.0
+
+
+def new_fault_id(kind: str) -> str:
+    """Short, unique, shell-plain: ``<kind>-<hex>``."""
+    return f"{kind}-{secrets.token_hex(4)}"
+
+
+@dataclass
+class ActiveFault:
+    """A fault that was injected (or tried); revert() is safe to call more than once."""
+
+    record: FaultRecord
+    action: Action
+    shell: NodeShell
+    reverted: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class FaultEngine:
+    """Faults on one cluster. ``shells`` maps node name to its NodeShell (kept-open SSH)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        shells: Mapping[str, NodeShell],
+        *,
+        record_dir: Path | None = None,
+        max_share: float = DEFAULT_MAX_SHARE,
+        ssh_ifaces: Mapping[str, str | None] | None = None,
+        controller: NodeShell | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cluster = cluster
+        self.shells = shells
+        self.record_dir = record_dir
+        self.max_share = max_share
+        self.ssh_ifaces = dict(ssh_ifaces or {})
+        self.controller = controller or LocalShell()
+        self.clock = clock
+
+    # --- sweep ------------------------------------------------------------------------------
+    def sweep(self, nodes: list[str] | None = None) -> list[SweepResult]:
+        """Remove everything tagged as orch's from the nodes; raises FaultError on a failed sweep."""
+        names = nodes or list(self.shells)
+        return [sweep_node(self.shells[n], n) for n in names]
+
+    # --- prepare ----------------------------------------------------------------------------
+    def prepare(self, spec: FaultSpec) -> ActiveFault:
+        """Check guards, resolve PIDs/containers, build the action; nothing is changed on the node.
+
+        Raises:
+            SafetyError: a guard refused the fault (nothing ran).
+            FaultError: the target cannot be resolved.
+        """
+        check_words(spec)
+        node = self.cluster.node(spec.target.node)
+        check_share([node.name], len(self.cluster.nodes), force=spec.force, max_share=self.max_share)
+        shell = self._shell(node)
+        check_iface(spec, node, self._ssh_iface(node, shell))
+        fid = new_fault_id(spec.kind)
+        resolved: list[str] = []
+        action = self._build(spec, node, shell, fid, resolved)
+        record = FaultRecord(
+            id=fid,
+            kind=spec.kind,
+            node=node.name,
+            target=str(spec.target),
+            spec=spec,
+            transports=list(CATALOG[spec.kind].transports),
+            outcome="failed",
+            message="prepared, not injected",
+            resolved=resolved,
+        )
+        if spec.kind == "node-loss" and spec.params.node_loss_mode == "scontrol-down":
+            shell = self.controller
+        return ActiveFault(record=record, action=action, shell=shell)
+
+    def _shell(self, node: Node) -> NodeShell:
+        try:
+            return self.shells[node.name]
+        except KeyError as e:
+            raise FaultError(f"no connection to {node.name}") from e
+
+    def _ssh_iface(self, node: Node, shell: NodeShell) -> str | None:
+        if node.name not in self.ssh_ifaces:
+            probe = getattr(shell, "ssh_iface", None)
+            self.ssh_ifaces[node.name] = probe() if callable(probe) else None
+        return self.ssh_ifaces[node.name]
+
+    def _build(self, spec: FaultSpec, node: Node, shell: NodeShell, fid: str, resolved: list[str]) -> Action:
+        t, p = spec.target, spec.params
+        iface = t.iface or ""
+        if spec.kind in ("kill-worker", "pause-worker", "restart-container") and t.container is None:
+            found = find_processes(shell, node.name, rank=t.rank, match_env=p.match_env)
+            resolved.extend(str(pid) for pid, _ in found)
+            pids = [pid for pid, _ in found]
+            if spec.kind == "kill-worker":
+                return process.kill_worker(spec, pids)
+            if spec.kind == "pause-worker":
+                return process.pause_worker(spec, pids)
+            ids = sorted({c for _, c in found if c})
+            if not ids:
+                raise FaultError(f"{node.name}: rank {t.rank} does not run in a container")
+            resolved[:] = ids
+            return container.restart_container(spec, self._runtime(node), ids[0])
+        if spec.kind == "restart-container":
+            assert t.container is not None
+            resolved.append(t.container)
+            return container.restart_container(spec, self._runtime(node), t.container)
+        builders: dict[str, Callable[[], Action]] = {
+            "link-down": lambda: link.link_down(iface),
+            "link-flap": lambda: link.link_flap(iface, flaps=p.flaps, duration_s=spec.duration_s,
+                                                node=node.name, fid=fid),
+            "roce-drop": lambda: netfilter.roce_drop(iface, fid),
+            "packet-loss": lambda: netfilter.packet_loss(iface, fid, p.probability),
+            "throttle": lambda: tc.throttle(iface, p),
+            "delay": lambda: tc.delay(iface, p),
+        }
+        if spec.kind in builders:
+            return builders[spec.kind]()
+        if p.node_loss_mode == "scontrol-down":
+            return nodeloss.scontrol_down(node.name, fid)
+        found = find_processes(shell, node.name, rank=None, comm="slurmd")
+        resolved.extend(str(pid) for pid, _ in found)
+        return nodeloss.stop_slurmd([pid for pid, _ in found])
+
+    def _runtime(self, node: Node) -> ContainerRuntime:
+        if node.container_runtime == "none":
+            raise FaultError(
+                f"{node.name}: container_runtime is none", hint="set container_runtime in the inventory"
+            )
+        return node.container_runtime
+
+    # --- inject / revert ---------------------------------------------------------------------
+    def inject(self, active: ActiveFault) -> ActiveFault:
+        """Arm the node-side timer and inject, in one round trip; the record says how it went.
+
+        Never raises for node-side failures (outcome "failed"/"unsupported"); raises FaultError
+        only when the node cannot be reached at all.
+        """
+        rec, act = active.record, active.action
+        spec = rec.spec
+        fires = spec.duration_s + spec.margin_s
+        script = (timer.arm_and_inject(rec.node, rec.id, act.revert, fires, act.inject)
+                  if act.timer else act.inject)
+        rec.t_call_mono = self.clock()
+        try:
+            res = active.shell.run_script(script, timeout=INJECT_TIMEOUT_S)
+        except OrchError as e:
+            rec.message = f"inject did not complete: {e}"
+            self._save(rec)
+            raise FaultError(f"{rec.node}: {rec.kind} inject did not complete: {e}") from e
+        rec.t_active_mono = self.clock()
+        rec.inject_latency_s = rec.t_active_mono - rec.t_call_mono
+        rec.injected_at_mono = rec.t_call_mono if act.instant == "call" else rec.t_active_mono
+        rec.commands.append(_trace("inject", script, res))
+        if act.timer:
+            rec.timer_pid = timer.parse_timer_pid(res.stdout)
+            rec.timer_fires_after_s = fires
+        if res.ok:
+            rec.outcome, rec.message = "active", "injected"
+        else:
+            rec.outcome = "failed"
+            rec.message = res.brief()
+            for text, outcome in act.unsupported:
+                if text in res.stderr:
+                    rec.outcome, rec.message = "unsupported", outcome
+            # Nothing is active: cancel the timer and remove the record now.
+            if act.timer:
+                self._run_revert(active, "cancel")
+                active.reverted = True
+        self._save(rec)
+        return active
+
+    def revert(self, active: ActiveFault) -> FaultRecord:
+        """Revert (idempotent): cancel the timer, undo, remove the node-side record.
+
+        Raises FaultError when the node cannot be reached (its timer will still revert it).
+        """
+        rec = active.record
+        if active.reverted:
+            return rec
+        if active.action.revert or active.action.timer:
+            self._run_revert(active, "revert")
+        rec.t_revert_mono = self.clock()
+        active.reverted = True
+        if rec.outcome == "active":
+            rec.outcome = "reverted" if active.action.revert else "active"
+            rec.message = "reverted" if active.action.revert else "done (nothing to revert)"
+        self._save(rec)
+        return rec
+
+    def _run_revert(self, active: ActiveFault, what: str) -> None:
+        rec = active.record
+        script = timer.cancel_and_revert(rec.node, rec.id, active.action.revert or ":")
+        try:
+            res = active.shell.run_script(script, timeout=INJECT_TIMEOUT_S)
+        except OrchError as e:
+            self._save(rec)
+            raise FaultError(f"{rec.node}: {rec.kind} {what} failed: {e}",
+                             hint="the node-side timer reverts it; `orch fault sweep` cleans up") from e
+        rec.commands.append(_trace(what, script, res))
+
+    @contextlib.contextmanager
+    def applied(self, spec: FaultSpec) -> Iterator[ActiveFault]:
+        """Prepare and inject; revert on exit, whatever happens inside."""
+        active = self.prepare(spec)
+        try:
+            self.inject(active)
+            yield active
+        finally:
+            self.revert(active)
+
+    def _save(self, rec: FaultRecord) -> None:
+        if self.record_dir is not None:
+            atomic_write(self.record_dir / f"{rec.id}.json", rec.model_dump_json(indent=2) + "\n")
+
+
+def _trace(what: str, script: str, res: CmdResult) -> CommandTrace:
+    return CommandTrace(
+        what=what, script=script, rc=res.rc, stderr=res.stderr[-2000:], elapsed_s=res.elapsed_s
+    )

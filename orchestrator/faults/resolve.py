@@ -1,0 +1,73 @@
+"""Find a rank's process (and its container) on a node, in the node's own network namespace.
+
+Workers are found by their environment (RANK=r, as torchrun and srun set it, plus an optional
+NAME=VALUE such as a run id), not by a command-line pattern. Processes of other network
+namespaces are skipped: on the virtual lab every node shares one PID space, and a rank of node1
+must not be found from node2. The finder is a short Python program run with the node's python3.
+"""
+
+from __future__ import annotations
+
+import json
+
+from orchestrator.errors import FaultError
+from orchestrator.faults.base import NodeShell, sh
+
+FINDER = r"""
+import json, os, re, sys
+rank, extra, name = sys.argv[1], sys.argv[2], sys.argv[3]
+me = os.readlink('/proc/self/ns/net')
+out = []
+for d in os.listdir('/proc'):
+    if not d.isdigit() or int(d) == os.getpid():
+        continue
+    try:
+        if os.readlink(f'/proc/{d}/ns/net') != me:
+            continue
+        if name:
+            with open(f'/proc/{d}/comm') as f:
+                if f.read().strip() != name:
+                    continue
+        else:
+            with open(f'/proc/{d}/environ', 'rb') as f:
+                env = set(f.read().split(b'\0'))
+            if b'LOCAL_RANK' not in {e.split(b'=')[0] for e in env}:
+                continue
+            if rank != '*' and f'RANK={rank}'.encode() not in env:
+                continue
+            if extra and extra.encode() not in env:
+                continue
+        with open(f'/proc/{d}/cgroup') as f:
+            m = re.search(r'(?:libpod-|docker-|docker/)([0-9a-f]{64})', f.read())
+        out.append({'pid': int(d), 'container': m.group(1) if m else None})
+    except OSError:
+        continue
+print(json.dumps(out))
+"""
+
+
+def finder_script(rank: int | None, match_env: str = "", comm: str = "") -> str:
+    """The shell line that lists matching processes as JSON."""
+    return sh("python3", "-c", FINDER, "*" if rank is None else str(rank), match_env, comm)
+
+
+def find_processes(
+    shell: NodeShell, node: str, *, rank: int | None, match_env: str = "", comm: str = ""
+) -> list[tuple[int, str | None]]:
+    """(pid, container id) of the workers (or of processes named ``comm``) on the node.
+
+    Raises:
+        FaultError: the finder cannot run, or nothing matches.
+    """
+    res = shell.run_script(finder_script(rank, match_env, comm), timeout=20)
+    if not res.ok:
+        raise FaultError(f"{node}: cannot list processes: {res.brief()}")
+    try:
+        found = [(int(e["pid"]), e["container"]) for e in json.loads(res.stdout or "[]")]
+    except (ValueError, KeyError, TypeError) as e:
+        raise FaultError(f"{node}: unreadable process list: {res.stdout[:200]!r}") from e
+    if not found:
+        what = f"process {comm!r}" if comm else ("rank " + str(rank) if rank is not None else "worker")
+        raise FaultError(f"{node}: no {what} found in the node's network namespace",
+                         hint="is the workload running there (RANK/LOCAL_RANK in its environment)?")
+    return found
