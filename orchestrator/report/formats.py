@@ -1,0 +1,194 @@
+"""The text report formats: JSON, Markdown (tickets), JUnit XML (CI), OpenMetrics (Prometheus)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.models.plan import format_size
+from orchestrator.report.common import Case, rel_link, scaling_points, step_logs, threshold_cases
+from orchestrator.store.load import RunRecord
+
+Format = Literal["html", "md", "json", "junit", "openmetrics"]
+FORMATS: tuple[Format, ...] = ("html", "md", "json", "junit", "openmetrics")
+EXTENSIONS: dict[Format, str] = {"html": "html", "md": "md", "json": "json", "junit": "junit.xml",
+                                 "openmetrics": "prom"}  # fmt: skip
+
+
+def render(rec: RunRecord, fmt: Format, report_dir: Path | None = None) -> str:
+    """The report of rec in fmt; report_dir is where the file will live (for relative log links)."""
+    if fmt == "html":
+        from orchestrator.report.html import render_html
+
+        return render_html(rec, report_dir)
+    if fmt == "md":
+        return render_markdown(rec, report_dir)
+    if fmt == "junit":
+        return render_junit(rec)
+    if fmt == "openmetrics":
+        return render_openmetrics(rec)
+    return rec.model_dump_json(indent=2) + "\n"
+
+
+def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
+    lines = [
+        f"# orch scale-test {rec.run_id}: **{rec.status}**",
+        "",
+        f"- plan `{rec.plan_name}`, backend {rec.backend}, "
+        f"exit {rec.exit_code if rec.exit_code is not None else '-'}",
+        f"- started {rec.started_at or '-'} by {rec.user or '-'} on {rec.host or '-'}; "
+        f"finished {rec.finished_at or 'not finished'}",
+        f"- steps: {len([s for s in rec.steps if s.verdict != 'skipped'])} of {len(rec.step_ids)} finished",
+        "- nodes: " + (", ".join(f"{n}={v}" for n, v in rec.nodes.items()) or "-"),
+        "",
+        "| step | ranks | collective | size | busbw GB/s | eff. | #wrong | verdict |",
+        "|---|--:|---|--:|--:|--:|--:|---|",
+    ]
+    finished = {s.step.id: s for s in rec.steps}
+    for sid in rec.step_ids:
+        s = finished.get(sid)
+        if s is None or not s.summary:
+            lines.append(f"| {sid} | {s.step.world_size if s else '-'} | - | - | - | - | - | "
+                         f"{s.verdict if s else 'not run'} |")  # fmt: skip
+            continue
+        for i, c in enumerate(s.summary.values()):
+            eff = f"{c.efficiency:.2f}" if c.efficiency is not None else "-"
+            lines.append(
+                f"| {sid if i == 0 else ''} | {s.step.world_size if i == 0 else ''} | {c.collective} | "
+                f"{format_size(c.size_bytes)} | {c.busbw_gbs:.3f} | {eff} | {c.wrong} | "
+                f"{s.verdict if i == 0 else ''} |"
+            )
+    reasons = [(s.step.id, r) for s in rec.steps for r in s.reasons]
+    if reasons:
+        lines += ["", "## Reasons", ""] + [f"- {sid}: {r}" for sid, r in reasons]
+    if rec.recovery:
+        lines += ["", "## Recovery", ""]
+        lines += ["| fault | target | repeat | detect s | recover s | restore s | outcome |"]
+        lines += ["|---|---|--:|--:|--:|--:|---|"]
+        for f in rec.recovery:
+            t = f.timings
+            vals = [f"{v:.3f}" if v is not None else "-" for v in (t.detect_s, t.recover_s, t.restore_s)]
+            lines.append(f"| {f.fault} | {f.target} | {f.repeat} | {' | '.join(vals)} | {f.outcome} |")
+    logs = [(sid, p) for sid in rec.step_ids for p in step_logs(rec, sid)]
+    if logs:
+        lines += ["", "## Raw logs", ""]
+        lines += [f"- [{p.relative_to(rec.run_dir).as_posix()}]({rel_link(p, report_dir)})" for _, p in logs]
+    return "\n".join(lines) + "\n"
+
+
+def _cdata_safe(text: str) -> str:
+    # XML 1.0 forbids most control characters; logs and reasons may carry them.
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "?", text)
+
+
+def render_junit(rec: RunRecord) -> str:
+    """JUnit XML: one testsuite per run, one testcase per step and per threshold of each step."""
+    cases: list[Case] = threshold_cases(rec)
+    failures = sum(c.outcome == "fail" for c in cases)
+    errors = sum(c.outcome == "infra" for c in cases)
+    skipped = sum(c.outcome == "skipped" for c in cases)
+    root = ET.Element("testsuites", name=f"orch {rec.plan_name}", tests=str(len(cases)),
+                      failures=str(failures), errors=str(errors), time=f"{rec.wall_s or 0:.3f}")  # fmt: skip
+    suite = ET.SubElement(root, "testsuite", name=f"orch.{rec.plan_name}.{rec.run_id}", tests=str(len(cases)),
+                          failures=str(failures), errors=str(errors), skipped=str(skipped),
+                          time=f"{rec.wall_s or 0:.3f}",
+                          timestamp=rec.started_at.strftime("%Y-%m-%dT%H:%M:%S") if rec.started_at else "",
+                          hostname=rec.host or "")  # fmt: skip
+    props = ET.SubElement(suite, "properties")
+    for k, v in (("run_id", rec.run_id), ("run_dir", str(rec.run_dir)), ("status", rec.status),
+                 ("backend", rec.backend), ("user", rec.user or "")):  # fmt: skip
+        ET.SubElement(props, "property", name=k, value=_cdata_safe(v))
+    for c in cases:
+        attrs = {"classname": c.classname, "name": c.name}
+        if c.time_s is not None:
+            attrs["time"] = f"{c.time_s:.3f}"
+        tc = ET.SubElement(suite, "testcase", attrs)
+        msg = _cdata_safe(c.message)
+        if c.outcome == "fail":
+            ET.SubElement(tc, "failure", message=msg[:500], type="threshold").text = msg
+        elif c.outcome == "infra":
+            ET.SubElement(tc, "error", message=msg[:500], type="infra").text = msg
+        elif c.outcome == "skipped":
+            ET.SubElement(tc, "skipped", message=msg[:500])
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _label(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _num(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    return repr(float(v))
+
+
+def render_openmetrics(rec: RunRecord) -> str:
+    """OpenMetrics text (also valid Prometheus text format; node_exporter textfile, pushgateway)."""
+    base = {"run_id": rec.run_id, "plan": rec.plan_name, "backend": rec.backend}
+    fams: dict[str, tuple[str, str, list[tuple[dict[str, str], float]]]] = {
+        "orch_run_accepted": ("gauge", "1 when the run was accepted, else 0", []),
+        "orch_run_exit_code": ("gauge", "exit code of the run (-1 while unfinished)", []),
+        "orch_run_duration_seconds": ("gauge", "wall time of the run", []),
+        "orch_step_passed": ("gauge", "1 when the step passed, else 0", []),
+        "orch_busbw_gigabytes_per_second": (
+            "gauge",
+            "out-of-place bus bandwidth per step, collective, size",
+            [],
+        ),
+        "orch_algbw_gigabytes_per_second": ("gauge", "out-of-place algorithm bandwidth", []),
+        "orch_scaling_efficiency_ratio": ("gauge", "busbw at the largest size over the reference step", []),
+        "orch_node_passed": ("gauge", "1 when every step of the node passed", []),
+        "orch_recovery_seconds": ("gauge", "seconds from fault injection to each milestone", []),
+    }
+    fams["orch_run_accepted"][2].append((base, 1.0 if rec.status == "accepted" else 0.0))
+    fams["orch_run_exit_code"][2].append((base, float(rec.exit_code if rec.exit_code is not None else -1)))
+    if rec.wall_s is not None:
+        fams["orch_run_duration_seconds"][2].append((base, rec.wall_s))
+    for s in rec.steps:
+        sl = {**base, "step": s.step.id, "nodes": str(s.step.nnodes), "ranks": str(s.step.world_size)}
+        fams["orch_step_passed"][2].append(
+            ({**sl, "verdict": s.verdict}, 1.0 if s.verdict == "pass" else 0.0)
+        )
+        for r in s.rows:
+            rl = {**sl, "collective": r.collective, "size_bytes": str(r.size_bytes)}
+            fams["orch_busbw_gigabytes_per_second"][2].append((rl, r.out_of_place.busbw_gbs))
+            fams["orch_algbw_gigabytes_per_second"][2].append((rl, r.out_of_place.algbw_gbs))
+    for p in scaling_points(rec)[1]:
+        if p.efficiency is not None:
+            fams["orch_scaling_efficiency_ratio"][2].append(({**base, "step": p.step, "series": p.series},
+                                                             p.efficiency))  # fmt: skip
+    for node, nv in rec.nodes.items():
+        fams["orch_node_passed"][2].append(
+            ({**base, "node": node, "verdict": nv}, 1.0 if nv == "pass" else 0.0)
+        )
+    for f in rec.recovery:
+        for phase, v in (("detect", f.timings.detect_s), ("recover", f.timings.recover_s),
+                         ("restore", f.timings.restore_s)):  # fmt: skip
+            if v is not None:
+                fams["orch_recovery_seconds"][2].append(
+                    ({**base, "fault": f.fault, "fault_id": f.fault_id, "target": f.target,
+                      "repeat": str(f.repeat), "phase": phase}, v))  # fmt: skip
+    out: list[str] = []
+    for name, (kind, help_, samples) in fams.items():
+        if not samples:
+            continue
+        out.append(f"# TYPE {name} {kind}")
+        out.append(f"# HELP {name} {help_}")
+        unit = {"seconds": "seconds", "ratio": "ratio"}.get(name.rsplit("_", 1)[-1])
+        if unit:
+            out.append(f"# UNIT {name} {unit}")
+        for labels, value in samples:
+            lab = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            out.append(f"{name}{{{lab}}} {_num(value)}")
+    out.append("# EOF")
+    return "\n".join(out) + "\n"
+
+
+def to_json(obj: object) -> str:
+    return json.dumps(obj, indent=2, default=str) + "\n"
