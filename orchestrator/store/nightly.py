@@ -1,0 +1,279 @@
+"""Nightly runs under Slurm: `orch cron install/list/remove`.
+
+The entry runs `orch scale-test` with the given inventory and plan, into a run directory root and
+results store, so every night lands in `orch history`. Two ways to have Slurm run it:
+
+- scrontab (Slurm's cron; slurm.conf ScronParameters=enable): a block between
+  `# BEGIN orch-cron NAME` and `# END orch-cron NAME` in the user's scrontab, edited through
+  `scrontab -l` / `scrontab FILE` so other entries are kept.
+- sbatch-begin, where no scrontab binary exists (Debian 12's slurm-client 22.05 does not ship
+  one): a batch job held with `--begin` to the next HH:MM which, when it starts, first submits
+  itself again for the next day and then runs the plan. `orch cron list` reads squeue, and
+  `orch cron remove` cancels it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from orchestrator.errors import ConfigError, SchedulerError
+from orchestrator.models.base import StrictModel
+from orchestrator.remote.base import CommandRunner
+from orchestrator.store.rundir import atomic_write
+
+CronMode = Literal["scrontab", "sbatch-begin"]
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_TIMEOUT = 30.0
+
+
+class CronEntry(StrictModel):
+    """One nightly schedule."""
+
+    name: str
+    at: str = Field(description="HH:MM, local time of the Slurm controller")
+    inventory: Path
+    plan: str
+    out_dir: Path
+    store: Path
+    orch: str = Field(description="absolute path of the orch executable")
+    workdir: Path
+    slurm_conf: Path | None = None
+    extra_args: list[str] = Field(default_factory=list, description="more scale-test flags")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(f"cron name {v!r}: letters, digits, '_', '.', '-' only")
+        return v
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, v: str) -> str:
+        m = re.match(r"^(\d{1,2}):(\d{2})$", v)
+        if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
+            raise ValueError(f"--at {v!r}: expected HH:MM (00:00..23:59)")
+        return f"{int(m.group(1)):02d}:{m.group(2)}"
+
+    @property
+    def job_name(self) -> str:
+        return f"orch-cron-{self.name}"
+
+    def command(self) -> list[str]:
+        return [
+            self.orch,
+            "scale-test",
+            "--inventory",
+            str(self.inventory),
+            "--plan",
+            self.plan,
+            "--out",
+            str(self.out_dir),
+            *self.extra_args,
+        ]
+
+    def env(self) -> dict[str, str]:
+        env = {"ORCH_STORE": str(self.store)}
+        if self.slurm_conf:
+            env["SLURM_CONF"] = str(self.slurm_conf)
+        return env
+
+    def log_path(self) -> Path:
+        return self.out_dir / "cron" / f"{self.name}.log"
+
+
+def _exports(entry: CronEntry) -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(entry.env().items()))
+
+
+def render_scrontab_block(entry: CronEntry) -> str:
+    """The entry's lines in a scrontab file (a crontab line plus #SCRON options)."""
+    hh, mm = entry.at.split(":")
+    line = (
+        f"cd {shlex.quote(str(entry.workdir))} && {_exports(entry)} {shlex.join(entry.command())} "
+        f">> {shlex.quote(str(entry.log_path()))} 2>&1"
+    )
+    return (
+        "\n".join(
+            [
+                f"# BEGIN orch-cron {entry.name}",
+                f"# orch-cron-entry {entry.model_dump_json()}",
+                f"#SCRON --job-name={entry.job_name}",
+                "#SCRON --ntasks=1",
+                "#SCRON --cpus-per-task=1",
+                f"#SCRON --output={entry.out_dir / 'cron' / (entry.name + '-%j.out')}",
+                f"{int(mm)} {int(hh)} * * * {line}",
+                f"# END orch-cron {entry.name}",
+            ]
+        )
+        + "\n"
+    )
+
+
+def strip_block(text: str, name: str) -> str:
+    """text without the orch-cron block called name."""
+    out, skip = [], False
+    for line in text.splitlines():
+        if line.strip() == f"# BEGIN orch-cron {name}":
+            skip = True
+            continue
+        if skip and line.strip() == f"# END orch-cron {name}":
+            skip = False
+            continue
+        if not skip:
+            out.append(line)
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def entries_in(text: str) -> list[CronEntry]:
+    """The orch entries of a scrontab (or of sbatch scripts) text."""
+    found = []
+    for line in text.splitlines():
+        if line.startswith("# orch-cron-entry "):
+            found.append(CronEntry.model_validate_json(line.removeprefix("# orch-cron-entry ")))
+    return found
+
+
+def next_occurrence(at: str, now: datetime) -> datetime:
+    hh, mm = (int(x) for x in at.split(":"))
+    t = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    return t if t > now else t + timedelta(days=1)
+
+
+def render_sbatch_script(entry: CronEntry, script: Path) -> str:
+    """The self-resubmitting batch script of sbatch-begin mode."""
+    hh, mm = entry.at.split(":")
+    resubmit = shlex.join(
+        [
+            "sbatch",
+            "--parsable",
+            "--job-name",
+            entry.job_name,
+            "--ntasks=1",
+            "--cpus-per-task=1",
+            "--output",
+            str(entry.out_dir / "cron" / f"{entry.name}-%j.out"),
+        ]
+    )
+    return (
+        "\n".join(
+            [
+                "#!/bin/bash",
+                f"# orch-cron-entry {entry.model_dump_json()}",
+                "# Slurm starts this at the --begin time; it schedules tomorrow first, then runs the plan.",
+                "set -u",
+                f"export {_exports(entry)}",
+                f"cd {shlex.quote(str(entry.workdir))}",
+                f'{resubmit} --begin="$(date -d "tomorrow {int(hh):02d}:{int(mm):02d}" +%Y-%m-%dT%H:%M:%S)" '
+                f"{shlex.quote(str(script))}",
+                f"exec {shlex.join(entry.command())} >> {shlex.quote(str(entry.log_path()))} 2>&1",
+            ]
+        )
+        + "\n"
+    )
+
+
+class CronManager:
+    """Install, list and remove nightly entries through a CommandRunner (swappable in tests)."""
+
+    def __init__(self, runner: CommandRunner, slurm_conf: Path | None, mode: CronMode | None = None) -> None:
+        self.runner = runner
+        self.env = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
+        self.mode: CronMode = mode or ("scrontab" if shutil.which("scrontab") else "sbatch-begin")
+
+    def _run(self, argv: list[str], *, check: bool = True) -> str:
+        res = self.runner.run(argv, timeout=_TIMEOUT, env=self.env)
+        if check and not res.ok:
+            raise SchedulerError(f"{shlex.join(argv)} failed: {res.brief()}")
+        return res.stdout
+
+    def _crontab(self) -> str:
+        res = self.runner.run(["scrontab", "-l"], timeout=_TIMEOUT, env=self.env)
+        return res.stdout if res.ok else ""  # "no crontab for USER" is an empty one
+
+    def install(self, entry: CronEntry, now: datetime | None = None) -> str:
+        """Install (or replace) entry; returns a one-line description. Raises SchedulerError."""
+        (entry.out_dir / "cron").mkdir(parents=True, exist_ok=True)
+        if self.mode == "scrontab":
+            text = strip_block(self._crontab(), entry.name) + render_scrontab_block(entry)
+            tmp = entry.out_dir / "cron" / f".{entry.name}.scrontab"
+            atomic_write(tmp, text)
+            self._run(["scrontab", str(tmp)])
+            return f"scrontab entry {entry.name}: {entry.at} daily"
+        self.remove(entry.name, entry.out_dir, missing_ok=True)
+        script = (entry.out_dir / "cron" / f"{entry.name}.sbatch").resolve()
+        atomic_write(script, render_sbatch_script(entry, script))
+        script.chmod(0o755)
+        begin = next_occurrence(entry.at, now or datetime.now()).strftime("%Y-%m-%dT%H:%M:%S")
+        job = (
+            self._run(
+                [
+                    "sbatch",
+                    "--parsable",
+                    "--job-name",
+                    entry.job_name,
+                    "--ntasks=1",
+                    "--cpus-per-task=1",
+                    "--output",
+                    str(entry.out_dir / "cron" / f"{entry.name}-%j.out"),
+                    f"--begin={begin}",
+                    str(script),
+                ]
+            )
+            .strip()
+            .split(";")[0]
+        )
+        return f"Slurm job {job} ({entry.job_name}) begins {begin}, then resubmits itself daily"
+
+    def list(self, out_dir: Path) -> list[tuple[CronEntry, str]]:
+        """(entry, Slurm state) of every orch entry."""
+        if self.mode == "scrontab":
+            text = self._crontab()
+            queued = self._squeue()
+            return [(e, queued.get(e.job_name, "not queued")) for e in entries_in(text)]
+        queued = self._squeue()
+        out = []
+        for script in sorted((out_dir / "cron").glob("*.sbatch")):
+            for e in entries_in(script.read_text(encoding="utf-8")):
+                out.append((e, queued.get(e.job_name, "not queued")))
+        return out
+
+    def _squeue(self) -> dict[str, str]:
+        text = self._run(["squeue", "-h", "-o", "%j|%i|%T|%S"], check=False)
+        out: dict[str, str] = {}
+        for line in text.splitlines():
+            parts = line.split("|")
+            if len(parts) == 4 and parts[0].startswith("orch-cron-"):
+                out[parts[0]] = f"job {parts[1]} {parts[2]} (begins {parts[3]})"
+        return out
+
+    def remove(self, name: str, out_dir: Path, *, missing_ok: bool = False) -> bool:
+        """Remove the entry; returns whether there was one. Raises ConfigError if none (unless missing_ok)."""
+        found = False
+        if self.mode == "scrontab":
+            text = self._crontab()
+            if f"# BEGIN orch-cron {name}" in text:
+                found = True
+                rest = strip_block(text, name)
+                tmp = out_dir / "cron" / f".{name}.scrontab"
+                atomic_write(tmp, rest)
+                self._run(["scrontab", str(tmp)] if rest.strip() else ["scrontab", "-r"])
+        else:
+            script = out_dir / "cron" / f"{name}.sbatch"
+            queued = self._squeue()
+            if f"orch-cron-{name}" in queued:
+                found = True
+                self._run(["scancel", "--name", f"orch-cron-{name}"])
+            if script.exists():
+                found = True
+                script.unlink()
+        if not found and not missing_ok:
+            raise ConfigError(f"no orch cron entry named {name!r}", hint="orch cron list")
+        return found
