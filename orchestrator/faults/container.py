@@ -12,6 +12,12 @@ LAB_PODMAN_FLAGS = ["--runtime", "runc"]
 
 def restart_container(spec: FaultSpec, runtime: ContainerRuntime, container: str) -> Action:
     """``RUNTIME restart -t T ID``; the instant is the call (the container dies at once)."""
-    argv = [runtime, *(LAB_PODMAN_FLAGS if runtime == "podman" else []), "restart", "-t",
-            str(spec.params.restart_timeout_s), container]
+    argv = [
+        runtime,
+        *(LAB_PODMAN_FLAGS if runtime == "podman" else []),
+        "restart",
+        "-t",
+        str(spec.params.restart_timeout_s),
+        container,
+    ]
     return Action(inject=sh(*argv), timer=False, instant="call")

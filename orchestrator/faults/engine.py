@@ -141,8 +141,9 @@ class FaultEngine:
             return container.restart_container(spec, self._runtime(node), t.container)
         builders: dict[str, Callable[[], Action]] = {
             "link-down": lambda: link.link_down(iface),
-            "link-flap": lambda: link.link_flap(iface, flaps=p.flaps, duration_s=spec.duration_s,
-                                                node=node.name, fid=fid),
+            "link-flap": lambda: link.link_flap(
+                iface, flaps=p.flaps, duration_s=spec.duration_s, node=node.name, fid=fid
+            ),
             "roce-drop": lambda: netfilter.roce_drop(iface, fid),
             "packet-loss": lambda: netfilter.packet_loss(iface, fid, p.probability),
             "throttle": lambda: tc.throttle(iface, p),
@@ -173,8 +174,9 @@ class FaultEngine:
         rec, act = active.record, active.action
         spec = rec.spec
         fires = spec.duration_s + spec.margin_s
-        script = (timer.arm_and_inject(rec.node, rec.id, act.revert, fires, act.inject)
-                  if act.timer else act.inject)
+        script = (
+            timer.arm_and_inject(rec.node, rec.id, act.revert, fires, act.inject) if act.timer else act.inject
+        )
         rec.t_call_mono = self.clock()
         try:
             res = active.shell.run_script(script, timeout=INJECT_TIMEOUT_S)
@@ -229,8 +231,10 @@ class FaultEngine:
             res = active.shell.run_script(script, timeout=INJECT_TIMEOUT_S)
         except OrchError as e:
             self._save(rec)
-            raise FaultError(f"{rec.node}: {rec.kind} {what} failed: {e}",
-                             hint="the node-side timer reverts it; `orch fault sweep` cleans up") from e
+            raise FaultError(
+                f"{rec.node}: {rec.kind} {what} failed: {e}",
+                hint="the node-side timer reverts it; `orch fault sweep` cleans up",
+            ) from e
         rec.commands.append(_trace(what, script, res))
 
     @contextlib.contextmanager

@@ -7,8 +7,10 @@ from orchestrator.faults.base import Action, quiet, record_dir, sh
 
 def link_down(iface: str) -> Action:
     """Admin-down now, up on revert."""
-    return Action(inject=sh("ip", "link", "set", "dev", iface, "down"),
-                  revert=quiet(sh("ip", "link", "set", "dev", iface, "up")))
+    return Action(
+        inject=sh("ip", "link", "set", "dev", iface, "down"),
+        revert=quiet(sh("ip", "link", "set", "dev", iface, "up")),
+    )
 
 
 def link_flap(iface: str, *, flaps: int, duration_s: float, node: str, fid: str) -> Action:
@@ -19,6 +21,6 @@ def link_flap(iface: str, *, flaps: int, duration_s: float, node: str, fid: str)
     cycle = f"{down}; sleep {half:.3f}; {up}; sleep {half:.3f}"
     body = "; ".join([cycle] * flaps)
     pidfile = f"{record_dir(node)}/{fid}.flap"
-    start = (f"setsid sh -c {sh(body)} </dev/null >/dev/null 2>&1 & echo $! > {sh(pidfile)}")
+    start = f"setsid sh -c {sh(body)} </dev/null >/dev/null 2>&1 & echo $! > {sh(pidfile)}"
     stop = quiet(f"kill -TERM -- -$(cat {sh(pidfile)})")
     return Action(inject=start, revert=f"{stop}; {quiet(up)}; rm -f {sh(pidfile)}")

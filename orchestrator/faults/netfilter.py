@@ -33,8 +33,10 @@ def drop_chain_if_empty() -> str:
     """Remove jumps and chain when no rule is left in it (idempotent, errors ignored)."""
     listing = sh(*IPT, "-S", IPT_CHAIN)
     remove = "; ".join(
-        [quiet(f"while {sh(*IPT, '-D', hook, '-j', IPT_CHAIN)} 2>/dev/null; do :; done")
-         for hook in ("INPUT", "OUTPUT", "FORWARD")]
+        [
+            quiet(f"while {sh(*IPT, '-D', hook, '-j', IPT_CHAIN)} 2>/dev/null; do :; done")
+            for hook in ("INPUT", "OUTPUT", "FORWARD")
+        ]
         + [quiet(sh(*IPT, "-X", IPT_CHAIN))]
     )
     return f"if [ \"$({listing} 2>/dev/null | grep -c -- '^-A')\" = 0 ]; then {remove}; fi"

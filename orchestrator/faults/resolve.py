@@ -68,6 +68,8 @@ def find_processes(
         raise FaultError(f"{node}: unreadable process list: {res.stdout[:200]!r}") from e
     if not found:
         what = f"process {comm!r}" if comm else ("rank " + str(rank) if rank is not None else "worker")
-        raise FaultError(f"{node}: no {what} found in the node's network namespace",
-                         hint="is the workload running there (RANK/LOCAL_RANK in its environment)?")
+        raise FaultError(
+            f"{node}: no {what} found in the node's network namespace",
+            hint="is the workload running there (RANK/LOCAL_RANK in its environment)?",
+        )
     return found

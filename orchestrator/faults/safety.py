@@ -25,8 +25,11 @@ class SafetyError(ConfigError):
 
 def check_words(spec: FaultSpec) -> None:
     """Refuse any target word a shell could read as syntax; raises SafetyError."""
-    for label, value in (("node", spec.target.node), ("interface", spec.target.iface),
-                         ("container", spec.target.container)):
+    for label, value in (
+        ("node", spec.target.node),
+        ("interface", spec.target.iface),
+        ("container", spec.target.container),
+    ):
         if value is not None and (why := plain_word_problem(value)) is not None:
             raise SafetyError(f"refused: target {label} {value!r} {why}")
 
@@ -52,8 +55,9 @@ def check_iface(spec: FaultSpec, node: Node, ssh_iface: str | None) -> None:
         )
 
 
-def check_share(targets: Iterable[str], cluster_size: int, *, force: bool,
-                max_share: float = DEFAULT_MAX_SHARE) -> None:
+def check_share(
+    targets: Iterable[str], cluster_size: int, *, force: bool, max_share: float = DEFAULT_MAX_SHARE
+) -> None:
     """Refuse hitting more than ``max_share`` of the nodes without --force; raises SafetyError."""
     hit = len(set(targets))
     if cluster_size > 0 and hit / cluster_size > max_share and not force:

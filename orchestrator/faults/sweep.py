@@ -22,13 +22,13 @@ def sweep_script(node: str) -> str:
     """The node-side line of the sweep."""
     d = sh(record_dir(node))
     records = (
-        f"for f in {d}/*.revert {d}/*.timer; do [ -e \"$f\" ] || continue; "
-        'id=${f##*/}; id=${id%.*}; '
-        f"P=$(cat {d}/\"$id\".timer 2>/dev/null); "
+        f'for f in {d}/*.revert {d}/*.timer; do [ -e "$f" ] || continue; '
+        "id=${f##*/}; id=${id%.*}; "
+        f'P=$(cat {d}/"$id".timer 2>/dev/null); '
         'if [ -n "$P" ] && grep -qF "$id" /proc/"$P"/cmdline 2>/dev/null; then '
-        "kill -TERM -- -\"$P\" 2>/dev/null; fi; "
-        f"if [ -f {d}/\"$id\".revert ]; then sh {d}/\"$id\".revert; fi; "
-        f"rm -f {d}/\"$id\".revert {d}/\"$id\".timer; echo \"found record $id\"; done"
+        'kill -TERM -- -"$P" 2>/dev/null; fi; '
+        f'if [ -f {d}/"$id".revert ]; then sh {d}/"$id".revert; fi; '
+        f'rm -f {d}/"$id".revert {d}/"$id".timer; echo "found record $id"; done'
     )
     jumps = "; ".join(
         quiet(f"while {sh(*IPT, '-D', hook, '-j', IPT_CHAIN)} 2>/dev/null; do :; done")
@@ -44,8 +44,8 @@ def sweep_script(node: str) -> str:
     qdiscs = (
         "for i in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1); do "
         f"if tc qdisc show dev \"$i\" 2>/dev/null | grep -q 'qdisc [a-z_]* {TC_HANDLE} root'; then "
-        f"echo \"found tc qdisc {TC_HANDLE} on $i\"; "
-        f"tc qdisc del dev \"$i\" root handle {TC_HANDLE} >/dev/null 2>&1; fi; done"
+        f'echo "found tc qdisc {TC_HANDLE} on $i"; '
+        f'tc qdisc del dev "$i" root handle {TC_HANDLE} >/dev/null 2>&1; fi; done'
     )
     return f"{records}; {chain}; {qdiscs}; :"
 
@@ -59,5 +59,5 @@ def sweep_node(shell: NodeShell, node: str) -> SweepResult:
     res = shell.run_script(sweep_script(node), timeout=60)
     if not res.ok:
         raise FaultError(f"{node}: sweep failed: {res.brief()}")
-    found = [line[len("found "):] for line in res.stdout.splitlines() if line.startswith("found ")]
+    found = [line[len("found ") :] for line in res.stdout.splitlines() if line.startswith("found ")]
     return SweepResult(node=node, found=found)

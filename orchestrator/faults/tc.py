@@ -14,20 +14,45 @@ def _revert(iface: str) -> str:
 
 def throttle(iface: str, p: FaultParams) -> Action:
     """tbf at ``rate`` on the interface's egress."""
-    inject = sh("tc", "qdisc", "add", "dev", iface, "root", "handle", TC_HANDLE, "tbf",
-                "rate", p.rate, "burst", p.burst, "latency", f"{p.latency_ms}ms")
+    inject = sh(
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        iface,
+        "root",
+        "handle",
+        TC_HANDLE,
+        "tbf",
+        "rate",
+        p.rate,
+        "burst",
+        p.burst,
+        "latency",
+        f"{p.latency_ms}ms",
+    )
     return Action(inject=inject, revert=_revert(iface))
 
 
 def delay(iface: str, p: FaultParams) -> Action:
     """netem delay (+ jitter); 'unknown qdisc' means the kernel has no sch_netem."""
-    argv = ["tc", "qdisc", "add", "dev", iface, "root", "handle", TC_HANDLE, "netem",
-            "delay", f"{p.delay_ms:g}ms"]
+    argv = [
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        iface,
+        "root",
+        "handle",
+        TC_HANDLE,
+        "netem",
+        "delay",
+        f"{p.delay_ms:g}ms",
+    ]
     if p.jitter_ms:
         argv.append(f"{p.jitter_ms:g}ms")
     return Action(
         inject=sh(*argv),
         revert=_revert(iface),
-        unsupported=(("Specified qdisc kind is unknown", NETEM_MISSING),
-                     ("Unknown qdisc", NETEM_MISSING)),
+        unsupported=(("Specified qdisc kind is unknown", NETEM_MISSING), ("Unknown qdisc", NETEM_MISSING)),
     )

@@ -31,7 +31,7 @@ def arm_and_inject(node: str, fid: str, revert: str, fires_after_s: float, injec
     return (
         f"if mkdir -p {sh(record_dir(node))} && printf '%s\\n' {sh(revert)} > {sh(rev)}; then "
         f"setsid sh -c {sh(timer_body)} </dev/null >/dev/null 2>&1 & "
-        f"echo $! > {sh(pid)}; echo \"orch-timer $!\"; {inject}; "
+        f'echo $! > {sh(pid)}; echo "orch-timer $!"; {inject}; '
         "else false; fi"
     )
 
@@ -41,7 +41,7 @@ def cancel_and_revert(node: str, fid: str, revert: str) -> str:
     rev, pid = paths(node, fid)
     return (
         f"P=$(cat {sh(pid)} 2>/dev/null); "
-        f"if [ -n \"$P\" ] && grep -qF {sh(fid)} /proc/\"$P\"/cmdline 2>/dev/null; then "
+        f'if [ -n "$P" ] && grep -qF {sh(fid)} /proc/"$P"/cmdline 2>/dev/null; then '
         f"{_KILL_TIMER}; fi; "
         f"{revert}; rm -f {sh(rev)} {sh(pid)}"
     )

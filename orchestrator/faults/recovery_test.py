@@ -1,0 +1,348 @@
+"""`orch recovery-test`: run the probe on every node, inject one fault kind K times, time recovery.
+
+Steady state first (enough steps at a stable rate), then per repeat: inject, hold for the
+duration, revert in ``finally``, wait (bounded) for recovery and restore, analyse the heartbeats.
+A repeat that does not recover within the window is a "not-recovered" result, not a hang. The
+probe is stopped (stop file, then SIGTERM/SIGKILL of what orch started, by PID) whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pydantic import Field
+
+from orchestrator.errors import FaultError
+from orchestrator.faults.base import NodeShell, sh
+from orchestrator.faults.catalog import unreachable_warning
+from orchestrator.faults.engine import FaultEngine
+from orchestrator.metrics import recovery as rmetrics
+from orchestrator.models.base import StrictModel
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.fault import (
+    FaultKind,
+    FaultParams,
+    FaultSpec,
+    FaultTarget,
+    RecoveryResult,
+    RecoverySummary,
+    Transport,
+)
+from orchestrator.models.recovery import Heartbeat, RecoveryRecord, RecoveryTimings
+from orchestrator.store.rundir import atomic_write
+from orchestrator.workloads.probe import ProbeSettings, torchrun_argv
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class ContainerMode(StrictModel):
+    """Run each node's probe agent in a podman container (for restart-container)."""
+
+    rootfs: Path = Field(description="a root filesystem folder (symlinks into the bind-mounted /usr)")
+    storage: Path = Field(description="podman --root / --runroot parent, cleaned by the caller")
+    binds: list[str] = Field(default_factory=list, description="SRC:DST[:ro] bind mounts")
+
+
+class RecoveryTestRequest(StrictModel):
+    kind: FaultKind
+    target: str
+    duration_s: float = 5.0
+    margin_s: float = 2.0
+    repeat: int = Field(default=1, ge=1, le=100)
+    params: FaultParams = Field(default_factory=FaultParams)
+    force: bool = False
+    probe: ProbeSettings = Field(default_factory=ProbeSettings)
+    transport: Transport = "socket"
+    python: str = Field(default_factory=lambda: str(REPO / ".venv" / "bin" / "python"))
+    warmup_steps: int = 30
+    settle_steps: int = 30
+    window_s: float = 60.0
+    gap_s: float = 1.0
+    container: ContainerMode | None = None
+
+
+class ProbeJob:
+    """The probe's torchrun agents on the nodes, started detached over the kept-open shells."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        shells: Mapping[str, NodeShell],
+        req: RecoveryTestRequest,
+        out_dir: Path,
+        run_id: str,
+    ) -> None:
+        self.cluster, self.shells, self.req, self.out_dir, self.run_id = cluster, shells, req, out_dir, run_id
+        self.pids: dict[str, int] = {}
+        self.containers: dict[str, str] = {}
+
+    def master_addr(self) -> str:
+        n = self.cluster.nodes[0]
+        return str(n.fabric_address or n.address)
+
+    def podman(self) -> list[str]:
+        c = self.req.container
+        assert c is not None
+        return [
+            "podman",
+            "--runtime",
+            "runc",
+            "--root",
+            str(c.storage / "root"),
+            "--runroot",
+            str(c.storage / "run"),
+        ]
+
+    def start(self) -> None:
+        """Start one agent per node; raises FaultError when a node refuses."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "stop").unlink(missing_ok=True)
+        s = self.req.probe
+        for k, node in enumerate(self.cluster.nodes):
+            argv = torchrun_argv(
+                s,
+                python=self.req.python,
+                out_dir=self.out_dir,
+                node_rank=k,
+                nnodes=len(self.cluster.nodes),
+                master_addr=self.master_addr(),
+                run_id=self.run_id,
+            )
+            env = {**s.env(), "ORCH_NODE": node.name, "ORCH_PROBE_RUN": self.run_id, "PYTHONPATH": str(REPO)}
+            log = self.out_dir / f"agent-{node.name}.log"
+            if self.req.container is None:
+                line = (
+                    f"cd {sh(str(REPO))} && setsid {sh('env', *(f'{k}={v}' for k, v in env.items()), *argv)}"
+                    f" </dev/null >{sh(str(log))} 2>&1 & echo $!"
+                )
+            else:
+                name = f"orch-probe-{self.run_id}-{node.name}"
+                c = self.req.container
+                run = [
+                    *self.podman(),
+                    "run",
+                    "-d",
+                    "--name",
+                    name,
+                    "--network",
+                    "host",
+                    "--ulimit",
+                    "nofile=1024:1024",
+                    "--ulimit",
+                    "nproc=1024:1024",
+                    "--log-driver",
+                    "k8s-file",
+                    "--log-opt",
+                    f"path={log}",
+                    "-w",
+                    str(REPO),
+                    *(a for b in c.binds for a in ("-v", b)),
+                    "-v",
+                    f"{self.out_dir}:{self.out_dir}",
+                    *(a for k2, v in env.items() for a in ("-e", f"{k2}={v}")),
+                    "--rootfs",
+                    str(c.rootfs),
+                    *argv,
+                ]
+                line = sh(*run)
+                self.containers[node.name] = name
+            res = self.shells[node.name].run_script(line, timeout=60)
+            if not res.ok:
+                raise FaultError(f"{node.name}: cannot start the probe: {res.brief()}")
+            if self.req.container is None:
+                self.pids[node.name] = int(res.stdout.strip().splitlines()[-1])
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Stop file, wait, then SIGTERM/SIGKILL the agents orch started (by PID) or rm containers."""
+        with contextlib.suppress(OSError):
+            (self.out_dir / "stop").touch()
+        deadline = time.monotonic() + grace_s
+        for name, pid in self.pids.items():
+            shell = self.shells[name]
+            alive = f"kill -0 {pid} 2>/dev/null"
+            while time.monotonic() < deadline and shell.run_script(alive, timeout=10).ok:
+                time.sleep(0.3)
+            shell.run_script(
+                f"kill -TERM -- -{pid} 2>/dev/null; sleep 1; kill -KILL -- -{pid} 2>/dev/null; :", timeout=20
+            )
+        for name, cname in self.containers.items():
+            self.shells[name].run_script(
+                f"{sh(*self.podman(), 'rm', '-f', '-t', '5', cname)} >/dev/null 2>&1; :", timeout=120
+            )
+
+
+def _completed(out_dir: Path, offsets: dict[str, float]) -> list[rmetrics.Completed]:
+    return rmetrics.completed_steps(rmetrics.load_heartbeats(out_dir), offsets)
+
+
+def wait_steps(
+    out_dir: Path,
+    offsets: dict[str, float],
+    n: int,
+    *,
+    after: float,
+    timeout: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Wait until ``n`` steps completed by all ranks after ``after``; raises FaultError on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len([c for c in _completed(out_dir, offsets) if c.end_last > after]) >= n:
+            return
+        sleep(0.3)
+    raise FaultError(
+        f"the probe did not complete {n} steps within {timeout:g} s", hint=f"see the agent logs in {out_dir}"
+    )
+
+
+def run_recovery_test(
+    cluster: Cluster,
+    shells: Mapping[str, NodeShell],
+    req: RecoveryTestRequest,
+    run_root: Path,
+    *,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> RecoverySummary:
+    """Run the probe, inject ``req.kind`` ``req.repeat`` times, return (and write) the summary.
+
+    Raises:
+        SafetyError: the fault was refused before anything ran.
+        FaultError / RemoteError: the probe or a node failed outside the fault itself.
+    """
+    fault_dir = run_root / "faults"
+    engine = FaultEngine(cluster, shells, record_dir=fault_dir)
+    # Guards first: nothing starts if the fault would be refused.
+    spec = FaultSpec(
+        kind=req.kind,
+        target=FaultTarget.parse(req.target, req.kind),
+        duration_s=req.duration_s,
+        margin_s=req.margin_s,
+        params=req.params.model_copy(
+            update={"match_env": req.params.match_env or f"ORCH_PROBE_RUN={run_root.name}"}
+        ),
+        force=req.force,
+    )
+    if spec.kind not in ("kill-worker", "pause-worker", "restart-container", "node-loss"):
+        engine.prepare(spec)
+    warnings = [w for w in [unreachable_warning(req.kind, req.transport)] if w]
+    engine.sweep()
+    offsets = {
+        n.name: rmetrics.measure_offset(rmetrics.node_wall_asker(shells[n.name])) for n in cluster.nodes
+    }
+    out_dir = run_root / "probe"
+    job = ProbeJob(cluster, shells, req, out_dir, run_root.name)
+    results: list[RecoveryResult] = []
+    try:
+        progress("starting the probe")
+        job.start()
+        wait_steps(out_dir, offsets, req.warmup_steps, after=0.0, timeout=180)
+        for k in range(req.repeat):
+            wait_steps(out_dir, offsets, req.settle_steps, after=time.monotonic(), timeout=120)
+            progress(f"repeat {k + 1}/{req.repeat}: {req.kind} on {req.target}")
+            result = _one(engine, spec, req, out_dir, offsets, k)
+            results.append(result)
+            _write_records(run_root, result, req, engine_record_dir=fault_dir)
+    finally:
+        job.stop()
+    summary = RecoverySummary(
+        kind=req.kind,
+        repeats=req.repeat,
+        verdicts={v: sum(r.verdict == v for r in results) for v in {r.verdict for r in results}},
+        detect=rmetrics.stat(r.detect_s for r in results),
+        recover=rmetrics.stat(r.recover_s for r in results),
+        restore=rmetrics.stat(r.restore_s for r in results),
+        results=results,
+        probe_settings=req.probe.record(),
+        warnings=warnings,
+    )
+    atomic_write(fault_dir / f"recovery-{req.kind}.json", summary.model_dump_json(indent=2) + "\n")
+    return summary
+
+
+def _one(
+    engine: FaultEngine,
+    spec: FaultSpec,
+    req: RecoveryTestRequest,
+    out_dir: Path,
+    offsets: dict[str, float],
+    k: int,
+) -> RecoveryResult:
+    active = engine.prepare(spec)
+    try:
+        engine.inject(active)
+        rec = active.record
+        if rec.outcome != "active" or rec.injected_at_mono is None:
+            return RecoveryResult(
+                fault_id=rec.id,
+                kind=spec.kind,
+                repeat=k,
+                verdict="no-data",
+                notes=[f"{rec.outcome}: {rec.message}"],
+            )
+        if active.action.revert:
+            until = (rec.t_active_mono or 0.0) + spec.duration_s
+            time.sleep(max(until - time.monotonic(), 0.0))
+    finally:
+        engine.revert(active)
+    t0 = rec.injected_at_mono
+    fault_end = rec.t_revert_mono or t0
+    deadline = t0 + req.window_s
+    result = None
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        result = rmetrics.analyse(
+            rmetrics.load_heartbeats(out_dir),
+            t0=t0,
+            offsets=offsets,
+            fault_id=rec.id,
+            kind=spec.kind,
+            repeat=k,
+            window_s=req.window_s,
+            gap_s=req.gap_s,
+            fault_end=fault_end,
+        )
+        if result.restore_s is not None and time.monotonic() > t0 + result.restore_s + 2.0:
+            break
+    assert result is not None
+    result.notes.append(
+        f"fault held {fault_end - t0:.3f} s; inject latency {rec.inject_latency_s or 0:.4f} s"
+    )
+    return result
+
+
+def _write_records(
+    run_root: Path, r: RecoveryResult, req: RecoveryTestRequest, engine_record_dir: Path
+) -> None:
+    atomic_write(engine_record_dir / f"recovery-{r.kind}-{r.repeat}.json", r.model_dump_json(indent=2) + "\n")
+    outcome = {
+        "recovered": "recovered",
+        "no-interruption": "recovered",
+        "not-recovered": "not_recovered",
+        "no-data": "aborted",
+    }[r.verdict]
+    now = datetime.now(UTC)
+    record = RecoveryRecord(
+        fault_id=r.fault_id,
+        fault=r.kind.replace("-", "_"),
+        target=req.target,
+        repeat=r.repeat,
+        injected_at=now - timedelta(seconds=(r.restore_s or r.recover_s or 0.0)),
+        duration_s=req.duration_s,
+        timings=RecoveryTimings(
+            detect_s=r.detect_s, recover_s=r.recover_s, restore_s=r.restore_s, steps_lost=r.steps_lost
+        ),
+        outcome=outcome,
+        heartbeats=[Heartbeat(rank=0, step=0, t_s=0.0)][:0],
+        notes=[f"verdict {r.verdict}", *r.notes],
+    )
+    atomic_write(run_root / "recovery" / f"{r.fault_id}.json", record.model_dump_json(indent=2) + "\n")
+
+
+def quote_argv(argv: list[str]) -> str:
+    """For messages: the argv as a shell would read it."""
+    return shlex.join(argv)

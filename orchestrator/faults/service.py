@@ -1,0 +1,60 @@
+"""Service functions behind `orch fault …` and `orch recovery-test` (the CLI stays thin)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from orchestrator.faults.base import LocalShell, NodeShell
+from orchestrator.faults.engine import FaultEngine
+from orchestrator.faults.sweep import SweepResult
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.fault import FaultRecord, FaultSpec
+from orchestrator.remote.ssh import SshShell
+
+
+@contextlib.contextmanager
+def node_shells(cluster: Cluster, connect_timeout: float = 10.0) -> Iterator[dict[str, NodeShell]]:
+    """Kept-open shells to every node (local nodes: this machine); closed on exit."""
+    shells: dict[str, NodeShell] = {}
+    ssh: list[SshShell] = []
+    try:
+        for n in cluster.nodes:
+            if n.is_local:
+                shells[n.name] = LocalShell()
+            else:
+                s = SshShell(n, connect_timeout=connect_timeout)
+                ssh.append(s)
+                shells[n.name] = s
+        yield shells
+    finally:
+        for s in ssh:
+            s.close()
+
+
+def sweep(cluster: Cluster) -> list[SweepResult]:
+    """Sweep every node; raises RemoteError/FaultError when a node cannot be swept."""
+    with node_shells(cluster) as shells:
+        return FaultEngine(cluster, shells).sweep()
+
+
+def inject_for(cluster: Cluster, spec: FaultSpec, record_dir: Path | None) -> FaultRecord:
+    """Start-up sweep of the target node, inject, hold for the duration, revert (in finally).
+
+    Raises SafetyError before anything runs when a guard refuses; FaultError/RemoteError when the
+    node cannot be reached (its timer reverts the fault anyway).
+    """
+    with node_shells(cluster) as shells:
+        engine = FaultEngine(cluster, shells, record_dir=record_dir)
+        active = engine.prepare(spec)
+        engine.sweep([spec.target.node])
+        try:
+            engine.inject(active)
+            if active.record.outcome == "active" and active.action.revert:
+                until = (active.record.t_active_mono or time.monotonic()) + spec.duration_s
+                time.sleep(max(until - time.monotonic(), 0.0))
+        finally:
+            engine.revert(active)
+        return active.record

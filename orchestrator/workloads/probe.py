@@ -1,0 +1,260 @@
+"""The recovery probe: a long loop of small collectives, one heartbeat JSON line per step.
+
+    torchrun --nnodes 3 --nproc-per-node 2 --node-rank K --master-addr A --master-port P \
+        --max-restarts 3 -m orchestrator.workloads.probe --out DIR [--size 64K] [--pg-timeout 30]
+
+Each rank appends to ``DIR/hb-rank<R>.jsonl``: a ``start`` line (its settings), a ``step`` line per
+completed collective (step, wall start/end, monotonic end, seconds, busbw, generation, restart
+counts, PID, node), and an ``error`` line when a collective fails (then it exits 1 so that torchrun
+or Slurm restarts it). A file ``DIR/stop`` ends every rank cleanly.
+
+Restarts. Under torchrun every worker of the job restarts once per failure, and a restarted
+container or a requeued job starts fresh agents, so torchrun's own restart count cannot key the
+process group. Each starting worker adds 1 to a counter in the job's store; ``generation =
+(count - 1) // world``, and the process group rendezvous lives under that generation's prefix.
+On start the ranks agree (all_reduce MIN) on the last step every rank completed, from their own
+heartbeat files, and resume after it.
+
+Timeouts decide what "recovery" means (PyTorch's watchdog defaults to 10 minutes): the process
+group timeout is a flag, and every setting is written in the start line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import Field
+
+from orchestrator.metrics.busbw import busbw_factor
+from orchestrator.models.base import StrictModel
+from orchestrator.models.plan import parse_size
+
+STORE_PREFIX = "orch-probe"
+
+
+class ProbeSettings(StrictModel):
+    """How the probe runs; recorded in every start line and in the recovery summary."""
+
+    size_bytes: int = Field(default=64 * 1024, ge=4)
+    backend: str = "gloo"
+    pg_timeout_s: float = Field(default=30.0, gt=0)
+    socket_ifname: str | None = Field(default="fab0", description="GLOO/NCCL_SOCKET_IFNAME")
+    max_restarts: int = Field(default=10, ge=0)
+    monitor_interval_s: float = Field(default=0.1, gt=0)
+    nproc_per_node: int = Field(default=2, ge=1)
+    master_port: int = Field(default=29611, ge=1024, le=65535)
+    step_sleep_s: float = Field(default=0.0, ge=0)
+    extra_env: dict[str, str] = Field(default_factory=dict, description="NCCL_*/GLOO_* from the plan")
+
+    def env(self) -> dict[str, str]:
+        """Environment of the workers (transport settings recorded with the run)."""
+        env = {"OMP_NUM_THREADS": "1", **self.extra_env}
+        if self.socket_ifname:
+            env.setdefault("GLOO_SOCKET_IFNAME", self.socket_ifname)
+            env.setdefault("NCCL_SOCKET_IFNAME", self.socket_ifname)
+        return env
+
+    def record(self) -> dict[str, str]:
+        """Flat strings for records and reports."""
+        flat = {k: str(v) for k, v in self.model_dump(exclude={"extra_env"}).items()}
+        flat.update({f"env.{k}": v for k, v in self.env().items()})
+        return flat
+
+
+def torchrun_argv(
+    s: ProbeSettings,
+    *,
+    python: str,
+    out_dir: Path,
+    node_rank: int,
+    nnodes: int,
+    master_addr: str,
+    run_id: str,
+) -> list[str]:
+    """argv of one node's torchrun agent (static rendezvous: c10d hangs on the lab)."""
+    return [
+        python,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={s.nproc_per_node}",
+        f"--node-rank={node_rank}",
+        f"--master-addr={master_addr}",
+        f"--master-port={s.master_port}",
+        f"--max-restarts={s.max_restarts}",
+        f"--monitor-interval={s.monitor_interval_s:g}",
+        f"--rdzv-id={run_id}",
+        "-m",
+        "orchestrator.workloads.probe",
+        "--out",
+        str(out_dir),
+        "--size",
+        str(s.size_bytes),
+        "--backend",
+        s.backend,
+        "--pg-timeout",
+        f"{s.pg_timeout_s:g}",
+        "--step-sleep",
+        f"{s.step_sleep_s:g}",
+    ]
+
+
+def sbatch_script(
+    s: ProbeSettings, *, python: str, out_dir: Path, nnodes: int, run_id: str, workdir: Path
+) -> str:
+    """A batch script that runs the probe under Slurm with --requeue (recovery via the scheduler)."""
+    env_lines = "".join(f"export {k}={_q(v)}\n" for k, v in s.env().items())
+    argv = torchrun_argv(
+        s, python=python, out_dir=out_dir, node_rank=0, nnodes=nnodes, master_addr="MASTER", run_id=run_id
+    )
+    argv = [
+        a.replace("--node-rank=0", "--node-rank=$SLURM_NODEID").replace(
+            "--master-addr=MASTER", "--master-addr=$MASTER_ADDR"
+        )
+        for a in argv
+    ]
+    line = " ".join(a if "$" in a else _q(a) for a in argv)
+    return (
+        "#!/bin/bash\n"
+        f"#SBATCH --job-name=orch-probe\n#SBATCH --nodes={nnodes}\n#SBATCH --ntasks-per-node=1\n"
+        "#SBATCH --requeue\n"
+        f"#SBATCH --chdir={workdir}\n#SBATCH --output={out_dir}/slurm-%j.out\n"
+        f"{env_lines}"
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)\n'
+        "export MASTER_ADDR\n"
+        f"srun --kill-on-bad-exit=0 bash -c '{line}'\n"
+    )
+
+
+def _q(v: str) -> str:
+    import shlex
+
+    return shlex.quote(v)
+
+
+# --- the worker --------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="orch-probe", description="recovery probe (one heartbeat per step)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--size", type=parse_size, default=64 * 1024)
+    p.add_argument("--backend", default="gloo")
+    p.add_argument("--pg-timeout", type=float, default=30.0)
+    p.add_argument("--step-sleep", type=float, default=0.0)
+    p.add_argument("--max-steps", type=int, default=0, help="0: until DIR/stop exists")
+    return p.parse_args(argv)
+
+
+def last_completed_step(path: Path) -> int:
+    """The highest step in a heartbeat file, -1 when none."""
+    last = -1
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("ev") == "step":
+                    last = max(last, int(rec["step"]))
+    except FileNotFoundError:
+        pass
+    return last
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+    world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
+    args.out.mkdir(parents=True, exist_ok=True)
+    hb_path = args.out / f"hb-rank{rank}.jsonl"
+    with open(hb_path, "a", encoding="utf-8") as hb:
+        try:
+            return _run(args, rank, world, hb, hb_path)
+        except Exception as e:
+            _write(hb, {"ev": "error", "rank": rank, "error": f"{type(e).__name__}: {e}"[:500]})
+            return 1
+
+
+def _write(hb: IO[str], rec: dict[str, Any]) -> None:
+    rec.setdefault("wall", time.time())
+    rec.setdefault("mono", time.monotonic())
+    hb.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    hb.flush()
+
+
+def _run(args: argparse.Namespace, rank: int, world: int, hb: IO[str], hb_path: Path) -> int:
+    import torch
+    import torch.distributed as dist
+
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(os.environ.get("MASTER_PORT", "29500"))
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    timeout = timedelta(seconds=args.pg_timeout)
+    store = dist.TCPStore(  # type: ignore[attr-defined]
+        addr, port, world, is_master=(rank == 0 and not agent_store), timeout=timeout
+    )
+    gen = (int(store.add(f"{STORE_PREFIX}/starts", 1)) - 1) // world
+    pg_store = dist.PrefixStore(  # type: ignore[attr-defined]
+        f"{STORE_PREFIX}/gen{gen}", store
+    )
+    common = {
+        "rank": rank,
+        "world": world,
+        "gen": gen,
+        "pid": os.getpid(),
+        "node": os.environ.get("ORCH_NODE", os.environ.get("SLURMD_NODENAME", "")),
+        "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        "slurm_restarts": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+    }
+    settings = {
+        "size": args.size,
+        "backend": args.backend,
+        "pg_timeout_s": args.pg_timeout,
+        **{k: v for k, v in os.environ.items() if k.startswith(("GLOO_", "NCCL_", "TORCH_"))},
+    }
+    _write(hb, {"ev": "start", **common, "settings": settings})
+    dist.init_process_group(args.backend, store=pg_store, rank=rank, world_size=world, timeout=timeout)
+    mine = torch.tensor([last_completed_step(hb_path)], dtype=torch.int64)
+    dist.all_reduce(mine, op=dist.ReduceOp.MIN)
+    step = int(mine.item()) + 1
+    buf = torch.ones(max(args.size // 4, 1), dtype=torch.float32)
+    factor = busbw_factor("all_reduce", world)
+    stop = args.out / "stop"
+    while not stop.exists() and (args.max_steps <= 0 or step < args.max_steps):
+        w0, m0 = time.time(), time.monotonic()
+        dist.all_reduce(buf)
+        m1 = time.monotonic()
+        dt = m1 - m0
+        _write(
+            hb,
+            {
+                "ev": "step",
+                **common,
+                "step": step,
+                "t_start": w0,
+                "wall": w0 + dt,
+                "mono": m1,
+                "dt": dt,
+                "busbw_gbs": args.size * factor / dt / 1e9 if dt > 0 else 0.0,
+            },
+        )
+        buf.fill_(1.0)
+        step += 1
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+    _write(hb, {"ev": "stop", **common, "step": step})
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
