@@ -43,9 +43,9 @@ def _root(
 
 
 def _register() -> None:
-    from orchestrator.cli import inventory, lab, parse, plan, run
+    from orchestrator.cli import fault, inventory, lab, parse, plan, run
 
-    for module in (inventory, lab, parse, plan, run):
+    for module in (fault, inventory, lab, parse, plan, run):
         module.register(app)
 
 
