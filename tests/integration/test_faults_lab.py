@@ -1,0 +1,206 @@
+"""Faults against the running 3-node lab: real processes, iptables, tc, ip, podman, torchrun.
+
+Never brings the lab up or down (others share it): skipped when it is not healthy. Every fault is
+reverted in finally by the engine; each test compares the nodes' iptables/tc/link listings before
+and after.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.faults.base import NodeShell
+from orchestrator.faults.engine import FaultEngine
+from orchestrator.faults.recovery_test import ContainerMode, RecoveryTestRequest, run_recovery_test
+from orchestrator.faults.safety import SafetyError
+from orchestrator.faults.service import node_shells
+from orchestrator.faults.tc import NETEM_MISSING
+from orchestrator.inventory import load_inventory
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.fault import FaultSpec, FaultTarget
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORY = REPO / "inventories" / "lab.ini"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Cluster:
+    if os.geteuid() != 0 or not INVENTORY.exists():
+        pytest.skip("needs root and the running lab (inventories/lab.ini)")
+    proc = subprocess.run([str(REPO / ".venv/bin/orch"), "lab", "status"], capture_output=True, text=True)
+    if "healthy" not in proc.stdout or "not healthy" in proc.stdout:
+        pytest.skip("the lab is not up and healthy (not brought up here: it is shared)")
+    return load_inventory(INVENTORY)
+
+
+@pytest.fixture(scope="module")
+def shells(cluster: Cluster) -> Iterator[dict[str, NodeShell]]:
+    with node_shells(cluster) as s:
+        yield s
+
+
+def listing(shell: NodeShell) -> str:
+    """iptables rules (no counters), qdiscs and link states of a node."""
+    script = (
+        "iptables -w 5 -S; echo ---; tc qdisc show; echo ---; ip -br link show | awk '{print $1, $2}'"
+    )
+    return shell.run_script(script, timeout=20).stdout
+
+
+def listings(shells: dict[str, NodeShell]) -> dict[str, str]:
+    return {n: listing(s) for n, s in shells.items()}
+
+
+@pytest.fixture
+def unchanged(shells: dict[str, NodeShell]) -> Iterator[None]:
+    before = listings(shells)
+    yield
+    assert listings(shells) == before
+
+
+def test_mgmt_ssh_and_metachar_targets_are_refused(cluster: Cluster, shells: dict[str, NodeShell],
+                                                    unchanged: None, tmp_path: Path) -> None:
+    engine = FaultEngine(cluster, shells, record_dir=tmp_path)
+    with pytest.raises(SafetyError, match="management interface"):
+        engine.prepare(FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface="mgmt0")))
+    node2 = cluster.node("node2").model_copy(update={"mgmt_iface": None})
+    other = cluster.model_copy(update={"nodes": [node2 if n.name == "node2" else n for n in cluster.nodes]})
+    with pytest.raises(SafetyError, match="SSH"):
+        FaultEngine(other, shells).prepare(
+            FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface="mgmt0"), force=True))
+    for bad in ("node2:fab0;reboot", "node2:$(id)", "node2;x:fab0", "node2:fab0 lo"):
+        with pytest.raises((ValidationError, ValueError)):
+            FaultSpec(kind="link-down", target=FaultTarget.parse(bad, "link-down"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_delay_reports_missing_netem(cluster: Cluster, shells: dict[str, NodeShell], unchanged: None,
+                                     tmp_path: Path) -> None:
+    engine = FaultEngine(cluster, shells, record_dir=tmp_path)
+    with engine.applied(FaultSpec(kind="delay", target=FaultTarget(node="node2", iface="fab0"))) as a:
+        assert a.record.outcome == "unsupported"
+        assert a.record.message == NETEM_MISSING
+    assert engine.sweep() == [r.model_copy(update={"found": []}) for r in engine.sweep()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "target", "duration"),
+    [
+        ("kill-worker", "node2:3", 0.0),
+        ("link-down", "node2:fab0", 3.0),
+        ("roce-drop", "node2:fab0", 3.0),
+        ("packet-loss", "node2:fab0", 3.0),
+        ("throttle", "node2:fab0", 3.0),
+    ],
+)
+def test_fault_against_live_probe(cluster: Cluster, shells: dict[str, NodeShell], unchanged: None,
+                                  tmp_path: Path, kind: str, target: str, duration: float) -> None:
+    req = RecoveryTestRequest.model_validate({"kind": kind, "target": target, "duration_s": duration})
+    summary = run_recovery_test(cluster, shells, req, tmp_path / f"run-{kind}")
+    (r,) = summary.results
+    assert r.verdict in ("recovered", "no-interruption"), r
+    assert r.recover_s is not None and r.restore_s is not None
+    if r.verdict == "recovered":
+        assert r.detect_s is not None
+    else:
+        assert r.busbw_min_ratio is not None  # the dip is recorded
+    if kind == "kill-worker":
+        assert r.verdict == "recovered" and r.restarts >= 1
+    assert (tmp_path / f"run-{kind}" / "faults" / f"recovery-{kind}.json").exists()
+    assert (tmp_path / f"run-{kind}" / "recovery" / f"{r.fault_id}.json").exists()
+
+
+@pytest.fixture
+def container_mode(tmp_path: Path) -> Iterator[ContainerMode]:
+    """A rootfs of symlinks into a read-only /usr; python comes from the bind-mounted pyenv."""
+    base = Path(f"/tmp/orch-fault-ct-{os.getpid()}")
+    rootfs = base / "rootfs"
+    for d in ("usr", "etc", "tmp", "proc", "sys", "dev", "root", "work", "run", "var/tmp"):
+        (rootfs / d).mkdir(parents=True, exist_ok=True)
+    for link in ("bin", "lib", "lib64", "sbin"):
+        (rootfs / link).symlink_to(f"usr/{link}")
+    pyenv = Path(os.path.realpath(sys.executable)).parents[3]
+    binds = ["/usr:/usr:ro", f"{pyenv}:{pyenv}:ro", f"{REPO}:{REPO}:ro"]
+    try:
+        yield ContainerMode(rootfs=rootfs, storage=base / "storage", binds=binds)
+    finally:
+        subprocess.run(["podman", "--root", str(base / "storage/root"), "--runroot", str(base / "storage/run"),
+                        "system", "reset", "-f"], capture_output=True, timeout=120)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_restart_container_against_live_probe(cluster: Cluster, shells: dict[str, NodeShell],
+                                              unchanged: None, tmp_path: Path,
+                                              container_mode: ContainerMode) -> None:
+    req = RecoveryTestRequest(kind="restart-container", target="node2:3", container=container_mode,
+                              params={"restart_timeout_s": 1})  # type: ignore[arg-type]
+    summary = run_recovery_test(cluster, shells, req, tmp_path / "run")
+    (r,) = summary.results
+    assert r.verdict == "recovered", r
+    assert r.detect_s is not None and r.recover_s is not None and r.restore_s is not None
+
+
+KILLED_ORCH = """
+import sys, time
+from pathlib import Path
+from orchestrator.faults.engine import FaultEngine
+from orchestrator.faults.service import node_shells
+from orchestrator.inventory import load_inventory
+from orchestrator.models.fault import FaultSpec, FaultTarget
+c = load_inventory(Path(sys.argv[1]))
+with node_shells(c) as shells:
+    e = FaultEngine(c, shells)
+    a = e.prepare(FaultSpec(kind=sys.argv[2], target=FaultTarget(node="node2", iface="fab0"),
+                            duration_s=3.0, margin_s=1.0))
+    e.inject(a)
+    print("ACTIVE", a.record.outcome, flush=True)
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["link-down", "roce-drop"])
+def test_node_timer_reverts_after_orch_is_sigkilled(cluster: Cluster, shells: dict[str, NodeShell],
+                                                    kind: str) -> None:
+    before = listings(shells)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_ORCH, str(INVENTORY), kind],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().split() == ["ACTIVE", "active"]
+        during = listing(shells["node2"])
+        assert during != before["node2"]
+        proc.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+    finally:
+        proc.kill()
+        proc.wait()
+    # duration 3 s + margin 1 s; poll until restored, bounded by duration + margin + 3 s.
+    while listing(shells["node2"]) != before["node2"] and time.monotonic() < killed_at + 7.0:
+        time.sleep(0.2)
+    assert listings(shells) == before
+    assert all(r.found == [] for r in FaultEngine(cluster, shells).sweep())
+
+
+@pytest.mark.slow
+def test_pause_of_known_length_is_measured_within_100ms(cluster: Cluster, shells: dict[str, NodeShell],
+                                                        unchanged: None, tmp_path: Path) -> None:
+    req = RecoveryTestRequest(kind="pause-worker", target="node2:3", duration_s=5.0, repeat=5, window_s=30)
+    summary = run_recovery_test(cluster, shells, req, tmp_path / "run")
+    assert len(summary.results) == 5
+    for r in summary.results:
+        assert r.recover_s is not None and r.step_median_s is not None, r
+        expected = 5.0 + r.step_median_s
+        assert abs(r.recover_s - expected) <= 0.100, (r.recover_s, expected)
