@@ -43,9 +43,9 @@ def _root(
 
 
 def _register() -> None:
-    from orchestrator.cli import fault, inventory, lab, parse, plan, run
+    from orchestrator.cli import compare, cron, fault, history, inventory, lab, parse, plan, report, run, runs
 
-    for module in (fault, inventory, lab, parse, plan, run):
+    for module in (fault, inventory, lab, parse, plan, run, runs, report, compare, cron, history):
         module.register(app)
 
 

@@ -1,0 +1,91 @@
+"""CLI commands: cron (`orch cron install/list/remove`): nightly runs scheduled by Slurm."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli.common import out
+from orchestrator.cli.plan import InventoryOpt
+from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
+from orchestrator.remote.local import LocalRunner
+from orchestrator.store.db import default_store_path
+from orchestrator.store.nightly import CronEntry, CronManager, CronMode
+
+cron_app = typer.Typer(name="cron", help="Nightly runs through Slurm (scrontab).", no_args_is_help=True)
+OutDirOpt = Annotated[Path, typer.Option("--out", help="Root of the run directories.")]
+ModeOpt = Annotated[
+    str | None, typer.Option("--mode", help="scrontab or sbatch-begin (default: scrontab when installed).")
+]
+
+
+def _manager(inventory: Path, mode: str | None) -> CronManager:
+    conf = load_inventory(inventory).vars.orch_slurm_conf
+    m: CronMode | None = next((x for x in ("scrontab", "sbatch-begin") if x == mode), None)
+    if mode and m is None:
+        raise typer.BadParameter("--mode must be scrontab or sbatch-begin")
+    return CronManager(LocalRunner(), Path(conf) if conf else None, m)
+
+
+@cron_app.command("install")
+def install_cmd(
+    at: Annotated[str, typer.Option("--at", help="HH:MM every day (the controller's local time).")],
+    inventory: InventoryOpt = DEFAULT_INVENTORY,
+    plan: Annotated[str, typer.Option("--plan", "-p", help="Plan to run.")] = "nightly",
+    name: Annotated[str | None, typer.Option("--name", help="Entry name (default: the plan).")] = None,
+    out_dir: OutDirOpt = Path("runs"),
+    mode: ModeOpt = None,
+    extra: Annotated[list[str] | None, typer.Argument(help="More scale-test flags, after --.")] = None,
+) -> int:
+    """Install a daily Slurm entry that runs the plan and records it in the results store."""
+    orch = shutil.which("orch") or str(Path(sys.executable).with_name("orch"))
+    entry = CronEntry(
+        name=name or plan,
+        at=at,
+        inventory=inventory.resolve(),
+        plan=plan,
+        out_dir=out_dir.resolve(),
+        store=default_store_path(out_dir.resolve()).resolve(),
+        orch=str(Path(orch).resolve()),
+        workdir=Path.cwd(),
+        slurm_conf=None,
+        extra_args=list(extra or []),
+    )
+    mgr = _manager(inventory, mode)
+    if mgr.env.get("SLURM_CONF"):
+        entry.slurm_conf = Path(mgr.env["SLURM_CONF"])
+    out.print(mgr.install(entry) + f" ({mgr.mode}); log {entry.log_path()}", markup=False)
+    return 0
+
+
+@cron_app.command("list")
+def list_cmd(
+    inventory: InventoryOpt = DEFAULT_INVENTORY, out_dir: OutDirOpt = Path("runs"), mode: ModeOpt = None
+) -> int:
+    """orch's entries and their Slurm state."""
+    mgr = _manager(inventory, mode)
+    for e, state in mgr.list(out_dir.resolve()):
+        out.print(f"{e.name}\t{e.at}\t{e.plan}\t{e.inventory}\t{state}", markup=False)
+    return 0
+
+
+@cron_app.command("remove")
+def remove_cmd(
+    name: Annotated[str, typer.Argument(help="Entry name.")],
+    inventory: InventoryOpt = DEFAULT_INVENTORY,
+    out_dir: OutDirOpt = Path("runs"),
+    mode: ModeOpt = None,
+) -> int:
+    """Remove an entry (and cancel its waiting job)."""
+    _manager(inventory, mode).remove(name, out_dir.resolve())
+    out.print(f"removed {name}", markup=False)
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the root app."""
+    app.add_typer(cron_app)

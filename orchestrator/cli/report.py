@@ -1,0 +1,48 @@
+"""CLI command: report (`orch report RUN --format ...`), rebuilt from the run directory alone."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli.common import err
+from orchestrator.cli.runs import RunArg, StoreOpt, store_path
+from orchestrator.report.formats import EXTENSIONS, FORMATS, Format, render
+from orchestrator.store.db import resolve_run_dir
+from orchestrator.store.load import load_run
+from orchestrator.store.rundir import atomic_write
+
+
+def report_cmd(
+    run: RunArg,
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="html, md, json, junit or openmetrics.")
+    ] = "html",
+    out_file: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="File to write; '-' = stdout. Default: html into the run dir."),
+    ] = None,
+    store: StoreOpt = None,
+) -> int:
+    """Write the report of one run (any state: finished, interrupted, running)."""
+    if fmt not in FORMATS:
+        raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
+    f: Format = next(x for x in FORMATS if x == fmt)
+    run_dir = resolve_run_dir(run, store_path(store))
+    rec = load_run(run_dir)
+    if out_file is None and f == "html":
+        out_file = run_dir / f"report.{EXTENSIONS[f]}"
+    if out_file is None or str(out_file) == "-":
+        sys.stdout.write(render(rec, f, Path.cwd()))
+        return 0
+    atomic_write(out_file, render(rec, f, out_file.parent))
+    err.print(f"{f} report of {rec.run_id} ({rec.status}) -> {out_file}", markup=False)
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the root app."""
+    app.command("report")(report_cmd)

@@ -1,0 +1,180 @@
+"""CLI commands: runs (`orch runs list/show/resume/ingest`) and baseline (`orch baseline set/list`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from orchestrator.cli.common import err, out
+from orchestrator.errors import ConfigError
+from orchestrator.models.plan import format_size
+from orchestrator.store.db import ResultsStore, default_store_path, resolve_run_dir
+from orchestrator.store.load import load_run
+
+runs_app = typer.Typer(name="runs", help="Recorded runs: list, show, resume.", no_args_is_help=True)
+baseline_app = typer.Typer(
+    name="baseline", help="Named reference runs for thresholds and compare.", no_args_is_help=True
+)
+
+StoreOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--store", envvar="ORCH_STORE", help="Results store (default: runs/orch.db).", show_default=False
+    ),
+]
+RunArg = Annotated[str, typer.Argument(help="Run directory, run id (or prefix), or baseline name.")]
+_COLOUR = {"accepted": "green", "pass": "green", "failed": "red", "fail": "red", "running": "cyan"}
+
+
+def store_path(store: Path | None) -> Path:
+    return store or default_store_path()
+
+
+@runs_app.command("list")
+def list_cmd(
+    store: StoreOpt = None,
+    plan: Annotated[str | None, typer.Option("--plan", help="Only runs of this plan.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1)] = 50,
+    scan: Annotated[
+        Path | None, typer.Option("--scan", help="Ingest every run directory under this folder first.")
+    ] = None,
+) -> int:
+    """Runs in the results store, newest first (an unfinished, dead run shows as interrupted)."""
+    path = store_path(store)
+    with ResultsStore.open(path) as db:
+        if scan is not None:
+            for d in sorted(p.parent for p in scan.glob("*/journal.jsonl")):
+                db.ingest(d)
+        rows = db.runs(plan=plan, limit=limit)
+        # A run that was running when last ingested may have died since: look again.
+        for i, r in enumerate(rows):
+            if r.status == "running" and r.run_dir.exists():
+                db.ingest(r.run_dir)
+                rows[i] = db.run(r.run_id) or r
+    table = Table(title=f"runs in {path}")
+    for c in ("run", "plan", "backend", "status", "exit", "steps", "started", "wall s", "user@host"):
+        table.add_column(c)
+    for r in rows:
+        colour = _COLOUR.get(r.status, "magenta")
+        table.add_row(
+            r.run_id,
+            r.plan,
+            r.backend,
+            f"[{colour}]{r.status}[/]",
+            "-" if r.exit_code is None else str(r.exit_code),
+            f"{r.steps_done}/{r.steps_planned}",
+            r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-",
+            f"{r.wall_s:.1f}" if r.wall_s is not None else "-",
+            f"{r.user}@{r.host}",
+        )
+    out.print(table)
+    return 0
+
+
+@runs_app.command("show")
+def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
+    """One run: status, steps with their verdicts, busbw at the largest size, what is left to run."""
+    rec = load_run(resolve_run_dir(run, store_path(store)))
+    colour = _COLOUR.get(rec.status, "magenta")
+    out.print(
+        f"run {rec.run_id}: [{colour}]{rec.status}[/] (plan {rec.plan_name}, {rec.backend}) — {rec.run_dir}"
+    )
+    out.print(
+        f"started {rec.started_at or '-'} by {rec.user or '-'}@{rec.host or '-'}; "
+        f"finished {rec.finished_at or 'no'}; resumed {rec.resumes}x",
+        markup=False,
+    )
+    table = Table()
+    for col in ("step", "ranks", "job", "verdict", "collective", "size", "busbw GB/s", "eff."):
+        table.add_column(col)
+    for sid in rec.step_ids:
+        s = rec.step(sid)
+        if s is None:
+            table.add_row(sid, "-", "-", "[yellow]not run[/]", "", "", "", "")
+            continue
+        for i, c in enumerate(s.summary.values() or [None]):
+            first = i == 0
+            table.add_row(
+                sid if first else "",
+                str(s.step.world_size) if first else "",
+                (s.job_id or "-") if first else "",
+                f"[{_COLOUR.get(s.verdict, 'magenta')}]{s.verdict}[/]" if first else "",
+                c.collective if c else "-",
+                format_size(c.size_bytes) if c else "-",
+                f"{c.busbw_gbs:.3f}" if c else "-",
+                f"{c.efficiency:.2f}" if c and c.efficiency is not None else "-",
+            )
+    out.print(table)
+    for s in rec.steps:
+        for reason in s.reasons:
+            out.print(f"{s.step.id}: {reason}", markup=False)
+    for w in rec.warnings:
+        err.print(f"warning: {w}", markup=False)
+    if rec.pending and rec.status != "running":
+        out.print(f"not finished: {', '.join(rec.pending)} — orch runs resume {rec.run_id}", markup=False)
+    return 0
+
+
+@runs_app.command("resume")
+def resume_cmd(run: RunArg, store: StoreOpt = None) -> int:
+    """Run the steps of an interrupted run that did not finish, in the same run directory."""
+    from orchestrator.cli.run import ProgressPrinter, render_result
+    from orchestrator.pipeline import resume_run
+
+    run_dir = resolve_run_dir(run, store_path(store))
+    result = resume_run(run_dir, listeners=[ProgressPrinter()])
+    render_result(result)
+    return result.exit_code
+
+
+@runs_app.command("ingest")
+def ingest_cmd(
+    dirs: Annotated[list[Path], typer.Argument(help="Run directories.")], store: StoreOpt = None
+) -> int:
+    """(Re)load run directories into the results store (idempotent)."""
+    with ResultsStore.open(store_path(store)) as db:
+        for d in dirs:
+            rec = db.ingest(d)
+            out.print(f"{rec.run_id}: {rec.status}, {len(rec.steps)}/{len(rec.step_ids)} steps", markup=False)
+    return 0
+
+
+@baseline_app.command("set")
+def baseline_set(
+    run: RunArg,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Baseline name (default: the run's plan).")
+    ] = None,
+    note: Annotated[str | None, typer.Option("--note")] = None,
+    store: StoreOpt = None,
+) -> int:
+    """Name a run as a baseline (plans refer to it in thresholds.baseline; compare accepts the name)."""
+    path = store_path(store)
+    run_dir = resolve_run_dir(run, path)
+    with ResultsStore.open(path) as db:
+        rec = db.ingest(run_dir)
+        if rec.status != "accepted":
+            err.print(f"warning: run {rec.run_id} is {rec.status}", markup=False)
+        if not rec.steps:
+            raise ConfigError(f"run {rec.run_id} has no finished steps to serve as a baseline")
+        b = db.set_baseline(name or rec.plan_name, rec.run_id, note)
+    out.print(f"baseline {b.name} = run {b.run_id}", markup=False)
+    return 0
+
+
+@baseline_app.command("list")
+def baseline_list(store: StoreOpt = None) -> int:
+    """Named baselines."""
+    with ResultsStore.open(store_path(store)) as db:
+        for b in db.baselines():
+            out.print(f"{b.name}\t{b.run_id}\t{b.set_at:%Y-%m-%d %H:%M}\t{b.note or ''}", markup=False)
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the root app."""
+    app.add_typer(runs_app)
+    app.add_typer(baseline_app)
