@@ -9,10 +9,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import ParseError
 from orchestrator.metrics.busbw import busbw_gbs
 from orchestrator.models.results import Collective
+from orchestrator.provision import smi
 from orchestrator.scheduler.base import JobState
 from orchestrator.scheduler.slurm_state import parse_sacct, parse_scontrol, parse_squeue
 from orchestrator.workloads.nccltests import ParsedRun, parse_nccl_tests, program_collective
@@ -26,6 +28,7 @@ class ParsedFile:
     kind: str
     run: ParsedRun | None = None
     jobs: dict[str, JobState] | None = None
+    data: Any = None  # GPU/RDMA tool reports (orchestrator.provision.smi models)
 
 
 Parser = Callable[[str, Path], ParsedFile]
@@ -53,6 +56,13 @@ def _jobs(kind: str, fn: Callable[[str], dict[str, JobState]]) -> Parser:
     return parse
 
 
+def _smi(kind: str, fn: Callable[[str], Any]) -> Parser:
+    def parse(text: str, path: Path) -> ParsedFile:
+        return ParsedFile(path, kind, data=fn(text))
+
+    return parse
+
+
 PARSERS: dict[str, Parser] = {
     "nccl-tests": _bench("nccl-tests"),
     "rccl-tests": _bench("rccl-tests"),
@@ -60,6 +70,11 @@ PARSERS: dict[str, Parser] = {
     "sacct": _jobs("sacct", parse_sacct),
     "squeue": _jobs("squeue", parse_squeue),
     "scontrol": _jobs("scontrol", parse_scontrol),
+    "nvidia-smi-csv": _smi("nvidia-smi-csv", smi.parse_nvidia_smi_csv),
+    "nvidia-smi-q": _smi("nvidia-smi-q", smi.parse_nvidia_smi_q),
+    "amd-smi": _smi("amd-smi", smi.parse_amd_smi_static),
+    "rocm-smi": _smi("rocm-smi", smi.parse_rocm_smi),
+    "ibv_devinfo": _smi("ibv_devinfo", smi.parse_ibv_devinfo),
 }
 
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
+import pydantic_core
 import typer
 from rich.table import Table
 
@@ -20,10 +21,14 @@ def _as_json(parsed: ParsedFile) -> dict[str, Any]:
         doc["recomputed_busbw"] = [list(pair) for pair in recomputed_busbw(parsed.run)]
     if parsed.jobs is not None:
         doc["jobs"] = {k: v.model_dump(mode="json") for k, v in parsed.jobs.items()}
+    if parsed.data is not None:
+        doc["data"] = pydantic_core.to_jsonable_python(parsed.data)
     return doc
 
 
 def _show(parsed: ParsedFile) -> None:
+    if parsed.data is not None:
+        out.print_json(json.dumps(_as_json(parsed)["data"]))
     if parsed.run is not None:
         run = parsed.run
         flags = [f for f, on in (("TRUNCATED", run.truncated), ("ABORTED", run.aborted)) if on]

@@ -55,7 +55,8 @@ def venv_python(venv):
         "        return m.version(n)\n"
         "    except m.PackageNotFoundError:\n"
         "        return None\n"
-        "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'torch': v('torch'), 'orch': v('orch')}))"
+        "print(json.dumps({'python': '.'.join(map(str, sys.version_info[:3])),"
+        " 'torch': v('torch'), 'orch': v('orch')}))"
     )
     out = run([py, "-c", code])
     return json.loads(out) if out else None
@@ -72,17 +73,23 @@ def main():
         "hostname": platform.node(),
         "kernel": platform.release(),
         "os": f"{rel.get('ID', '?')}-{rel.get('VERSION_ID', '?')}",
-        "system_python": "%d.%d.%d" % sys.version_info[:3],
+        "system_python": ".".join(map(str, sys.version_info[:3])),
         "venv": venv_python(args.venv),
         "amdgpu_version": (read("/sys/module/amdgpu/version") or "").strip() or None,
         "nvidia_driver_proc": read("/proc/driver/nvidia/version"),
         "rocm_version": (read("/opt/rocm/.info/version") or "").strip() or None,
         "cuda_version_json": read("/usr/local/cuda/version.json"),
-        "rccl_tests_revision": (read(os.path.join(args.bench_dir, "rccl-tests", "ORCH_REVISION")) or "").strip()
+        "rccl_tests_revision": (
+            read(os.path.join(args.bench_dir, "rccl-tests", "ORCH_REVISION")) or ""
+        ).strip()
         or None,
-        "nccl_tests_revision": (read(os.path.join(args.bench_dir, "nccl-tests", "ORCH_REVISION")) or "").strip()
+        "nccl_tests_revision": (
+            read(os.path.join(args.bench_dir, "nccl-tests", "ORCH_REVISION")) or ""
+        ).strip()
         or None,
-        "dpkg": run(["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\n", "rccl", "libnccl2", "rocm-core"]),
+        "dpkg": run(
+            ["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\n", "rccl", "libnccl2", "rocm-core"]
+        ),
         "amd_smi_static": run(["amd-smi", "static", "--asic", "--driver"]),
         "rocm_smi_product": run(["rocm-smi", "--showproductname", "--json"]),
         "nvidia_smi_csv": run(

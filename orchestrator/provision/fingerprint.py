@@ -1,0 +1,447 @@
+"""What each node really has, compared with what its stack pins: verdicts, matrix, drift, diff.
+
+A Fingerprint is built from the raw JSON that playbooks/files/fingerprint_probe.py prints on a
+node (parsed here with orchestrator.provision.smi). compare() gives each pinned field one of four
+verdicts (docs/stacks.md defines them):
+
+- unchanged: the node has exactly what the stack pins (a local build label such as +cpu aside).
+- needs config change: the same release line is there but not the pinned point (same
+  major.minor, another patch; another commit or image digest; a different GPU count); running
+  `orch provision` again, or a configuration fix, brings it back.
+- needs porting: another release line (major or minor differs, an OS the stack does not list):
+  results are not comparable and the stack, the workload or the node must be ported.
+- unavailable: the stack pins it and the node does not have it at all (not installed, tool
+  absent, no GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from orchestrator.errors import ConfigError, ParseError
+from orchestrator.models.base import StrictModel
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.stack import Stack
+from orchestrator.provision import smi
+
+Verdict = Literal["unchanged", "needs config change", "needs porting", "unavailable"]
+VERDICTS: tuple[Verdict, ...] = ("unchanged", "needs config change", "needs porting", "unavailable")
+_RANK = {v: i for i, v in enumerate(VERDICTS)}
+
+
+class Fingerprint(StrictModel):
+    """One node's software and hardware, as found."""
+
+    node: str
+    os: str | None = None
+    kernel: str | None = None
+    system_python: str | None = None
+    venv_python: str | None = None
+    torch: str | None = None
+    orch: str | None = None
+    amdgpu_driver: str | None = None
+    rocm: str | None = None
+    rccl: str | None = None
+    rccl_tests: str | None = None
+    nvidia_driver: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    nccl_tests: str | None = None
+    images: list[str] = Field(default_factory=list)
+    gpus: list[smi.Gpu] = Field(default_factory=list)
+    rdma: list[smi.RdmaDevice] = Field(default_factory=list)
+    rdma_links: list[dict[str, Any]] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list, description="tool outputs that could not be parsed")
+
+
+class FingerprintSet(StrictModel):
+    """Fingerprints of a cluster's nodes taken together (what --save writes, what diff reads)."""
+
+    stack: str
+    taken_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    nodes: dict[str, Fingerprint]
+
+
+class FieldCheck(StrictModel):
+    """One pinned field on one node: expected, found, verdict."""
+
+    field: str
+    expected: str
+    found: str | None
+    verdict: Verdict
+
+
+class NodeReport(StrictModel):
+    node: str
+    checks: list[FieldCheck]
+
+    @property
+    def verdict(self) -> Verdict:
+        """The worst verdict of the node's fields."""
+        return worst(c.verdict for c in self.checks)
+
+
+class Compatibility(StrictModel):
+    """The cluster-level matrix: field -> node -> verdict, and the per-node reports behind it."""
+
+    stack: str
+    nodes: list[NodeReport]
+
+    @property
+    def fields(self) -> list[str]:
+        out: list[str] = []
+        for n in self.nodes:
+            out += [c.field for c in n.checks if c.field not in out]
+        return out
+
+    def matrix(self) -> dict[str, dict[str, Verdict]]:
+        """field -> node -> verdict."""
+        return {
+            f: {n.node: c.verdict for n in self.nodes for c in n.checks if c.field == f} for f in self.fields
+        }
+
+    @property
+    def compatible(self) -> bool:
+        """True when every field of every node is unchanged."""
+        return all(n.verdict == "unchanged" for n in self.nodes)
+
+
+class FieldDrift(StrictModel):
+    field: str
+    expected: str
+    found: str | None
+    verdict: Verdict
+
+
+class DriftReport(StrictModel):
+    """Which nodes differ from the stack (and from each other), and in which fields."""
+
+    stack: str
+    nodes: dict[str, list[FieldDrift]] = Field(default_factory=dict, description="drifted nodes only")
+    missing: list[str] = Field(default_factory=list, description="nodes without a fingerprint")
+
+    @property
+    def drifted(self) -> list[str]:
+        return list(self.nodes) + [m for m in self.missing if m not in self.nodes]
+
+    @property
+    def ok(self) -> bool:
+        return not self.nodes and not self.missing
+
+    def lines(self) -> list[str]:
+        """One line per drifted node: `node2: torch 2.13.0 -> 2.12.0 (needs porting)`."""
+        out = [f"{m}: no fingerprint" for m in self.missing]
+        for node, drifts in self.nodes.items():
+            parts = [f"{d.field} {d.expected} -> {d.found or 'missing'} ({d.verdict})" for d in drifts]
+            out.append(f"{node}: " + "; ".join(parts))
+        return out
+
+
+class Change(StrictModel):
+    node: str
+    field: str
+    before: str | None
+    after: str | None
+
+
+def worst(verdicts: Any) -> Verdict:
+    """The worst of some verdicts (unchanged when there are none)."""
+    vs = list(verdicts)
+    return max(vs, key=lambda v: _RANK[v]) if vs else "unchanged"
+
+
+# --- from the probe's raw JSON ---------------------------------------------------------------------
+
+
+def _first_line(text: str | None) -> str | None:
+    if not text:
+        return None
+    return text.strip().splitlines()[0].strip() or None
+
+
+def from_probe(node: str, raw: Mapping[str, Any]) -> Fingerprint:
+    """Build a node's Fingerprint from fingerprint_probe.py's JSON; unparsable parts go to problems."""
+    problems: list[str] = []
+    fp: dict[str, Any] = {"node": node, "os": raw.get("os"), "kernel": raw.get("kernel")}
+    fp["system_python"] = raw.get("system_python")
+    venv = raw.get("venv") or {}
+    if isinstance(venv, Mapping):
+        fp["venv_python"], fp["torch"], fp["orch"] = venv.get("python"), venv.get("torch"), venv.get("orch")
+    fp["amdgpu_driver"] = raw.get("amdgpu_version")
+    fp["rocm"] = raw.get("rocm_version")
+    m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d[\w.]*)", raw.get("nvidia_driver_proc") or "")
+    fp["nvidia_driver"] = m.group(1) if m else None
+    if raw.get("cuda_version_json"):
+        try:
+            fp["cuda"] = json.loads(raw["cuda_version_json"])["cuda"]["version"]
+        except (ValueError, KeyError, TypeError):
+            problems.append("cuda version.json: not the expected JSON")
+    for line in (raw.get("dpkg") or "").splitlines():
+        name, _, version = line.partition("\t")
+        if name == "rccl" and version:
+            fp["rccl"] = ".".join(re.findall(r"\d+", version)[:3])
+        elif name == "libnccl2" and version:
+            fp["nccl"] = version.strip()
+    fp["rccl_tests"] = raw.get("rccl_tests_revision")
+    fp["nccl_tests"] = raw.get("nccl_tests_revision")
+    images = raw.get("images") or {}
+    fp["images"] = (
+        sorted({i for refs in images.values() for i in refs}) if isinstance(images, Mapping) else []
+    )
+    gpus: list[smi.Gpu] = []
+    for key, parser in (
+        ("amd_smi_static", smi.parse_amd_smi_static),
+        ("rocm_smi_product", smi.parse_rocm_smi),
+        ("nvidia_smi_csv", smi.parse_nvidia_smi_csv),
+    ):
+        if raw.get(key) and not gpus:
+            try:
+                gpus = parser(raw[key]).gpus
+            except ParseError as e:
+                problems.append(f"{key}: {e.message}")
+    fp["gpus"] = gpus
+    if raw.get("ibv_devinfo"):
+        try:
+            fp["rdma"] = smi.parse_ibv_devinfo(raw["ibv_devinfo"])
+        except ParseError as e:
+            problems.append(f"ibv_devinfo: {e.message}")
+    if raw.get("rdma_link"):
+        try:
+            links = json.loads(raw["rdma_link"])
+            fp["rdma_links"] = [ln for ln in links if isinstance(ln, dict)] if isinstance(links, list) else []
+        except ValueError:
+            problems.append("rdma link: not JSON")
+    fp["problems"] = problems
+    return Fingerprint.model_validate(fp)
+
+
+def read_probe_dir(directory: Path, nodes: list[str]) -> dict[str, Fingerprint]:
+    """Fingerprints from <directory>/<node>.json for the nodes that have one."""
+    out: dict[str, Fingerprint] = {}
+    for node in nodes:
+        path = directory / f"{node}.json"
+        if not path.exists():
+            continue
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ParseError(f"{path}: the probe's output is not JSON: {e}") from e
+        out[node] = from_probe(node, raw)
+    return out
+
+
+# --- comparison ------------------------------------------------------------------------------------
+
+
+def _release(v: str) -> tuple[int, ...]:
+    head = re.split(r"[+~-]", v.strip(), maxsplit=1)[0]
+    return tuple(int(x) for x in re.findall(r"\d+", head))
+
+
+def version_verdict(expected: str, found: str | None) -> Verdict:
+    """unchanged (equal release), needs config change (same major.minor), needs porting, unavailable."""
+    if not found:
+        return "unavailable"
+    if found.strip() == expected.strip():
+        return "unchanged"
+    e, f = _release(expected), _release(found)
+    if e == f:
+        return "unchanged"  # a local label such as 2.13.0+cpu is the same release
+    if e[:2] == f[:2]:
+        return "needs config change"
+    return "needs porting"
+
+
+def pin_verdict(expected: str, found: str | None) -> Verdict:
+    """For commits and digests: unchanged, needs config change (another pin), unavailable."""
+    if not found:
+        return "unavailable"
+    return "unchanged" if found.strip() == expected.strip() else "needs config change"
+
+
+def _check(field: str, expected: str, found: str | None, verdict: Verdict) -> FieldCheck:
+    return FieldCheck(field=field, expected=expected, found=found, verdict=verdict)
+
+
+def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) -> NodeReport:
+    """Every pinned field of `stack` against what node `fp` has."""
+    checks: list[FieldCheck] = []
+    if stack.os:
+        osv: Verdict = "unavailable" if not fp.os else "unchanged" if fp.os in stack.os else "needs porting"
+        checks.append(_check("os", ", ".join(stack.os), fp.os, osv))
+    if stack.python is not None:
+        py = stack.python
+        minor = ".".join((fp.venv_python or "").split(".")[:2]) or None
+        checks.append(
+            _check("python", py.python_version, fp.venv_python, version_verdict(py.python_version, minor))
+        )
+        checks.append(_check("torch", py.torch, fp.torch, version_verdict(py.torch, fp.torch)))
+        from orchestrator import __version__
+
+        checks.append(_check(py.workload, __version__, fp.orch, version_verdict(__version__, fp.orch)))
+    if stack.rocm is not None:
+        r = stack.rocm
+        checks.append(
+            _check(
+                "amdgpu driver",
+                r.amdgpu_driver,
+                fp.amdgpu_driver,
+                version_verdict(r.amdgpu_driver, fp.amdgpu_driver),
+            )
+        )
+        checks.append(_check("rocm", r.version, fp.rocm, version_verdict(r.version, fp.rocm)))
+        checks.append(_check("rccl", r.rccl, fp.rccl, version_verdict(r.rccl, fp.rccl)))
+        checks.append(
+            _check(
+                "rccl-tests",
+                r.rccl_tests.commit,
+                fp.rccl_tests,
+                pin_verdict(r.rccl_tests.commit, fp.rccl_tests),
+            )
+        )
+    if stack.cuda is not None:
+        c = stack.cuda
+        drv = fp.nvidia_driver
+        if not drv:
+            dv: Verdict = "unavailable"
+        elif c.driver is not None:
+            dv = (
+                "unchanged"
+                if drv == c.driver
+                else "needs config change"
+                if drv.split(".")[0] == c.driver_branch
+                else "needs porting"
+            )
+        else:
+            dv = "unchanged" if drv.split(".")[0] == c.driver_branch else "needs porting"
+        checks.append(_check("nvidia driver", c.driver or f"R{c.driver_branch}", drv, dv))
+        checks.append(_check("cuda", c.toolkit, fp.cuda, version_verdict(c.toolkit, fp.cuda)))
+        checks.append(_check("nccl", c.nccl, fp.nccl, version_verdict(c.nccl, fp.nccl)))
+        checks.append(
+            _check(
+                "nccl-tests",
+                c.nccl_tests.commit,
+                fp.nccl_tests,
+                pin_verdict(c.nccl_tests.commit, fp.nccl_tests),
+            )
+        )
+    if stack.kind in ("rocm", "cuda") and gpus_expected is not None:
+        n = len(fp.gpus)
+        gv: Verdict = (
+            "unavailable" if n == 0 else "unchanged" if n == gpus_expected else "needs config change"
+        )
+        checks.append(_check("gpus", str(gpus_expected), str(n) if n else None, gv))
+    if stack.image is not None:
+        ref = stack.image.reference
+        found = (
+            ref
+            if ref in fp.images
+            else next((i for i in fp.images if i.startswith(stack.image.repository + "@")), None)
+        )
+        checks.append(_check("image", ref, found, pin_verdict(ref, found)))
+    return NodeReport(node=fp.node, checks=checks)
+
+
+def compatibility(stack: Stack, cluster: Cluster, fingerprints: Mapping[str, Fingerprint]) -> Compatibility:
+    """Per-node reports for every node of the cluster; a node without a fingerprint is unavailable."""
+    reports = []
+    for node in cluster.nodes:
+        fp = fingerprints.get(node.name)
+        if fp is None:
+            reports.append(
+                NodeReport(node=node.name, checks=[_check("fingerprint", "present", None, "unavailable")])
+            )
+            continue
+        expected = node.gpus_per_node if node.gpu_vendor != "none" else None
+        reports.append(compare(stack, fp, gpus_expected=expected))
+    return Compatibility(stack=stack.name, nodes=reports)
+
+
+def check_drift(cluster: Cluster, stack_name: str, fingerprints: Mapping[str, Fingerprint]) -> DriftReport:
+    """Which nodes of `cluster` differ from stack `stack_name`, and in which fields.
+
+    Nodes whose fields are all unchanged are left out; nodes without a fingerprint are listed in
+    `missing`. Raises ConfigError when the stack cannot be loaded.
+    """
+    from orchestrator.stacks import load_stack
+
+    stack = load_stack(stack_name)
+    report = DriftReport(stack=stack.name)
+    comp = compatibility(stack, cluster, fingerprints)
+    for nr in comp.nodes:
+        if nr.node not in fingerprints:
+            report.missing.append(nr.node)
+            continue
+        drifts = [
+            FieldDrift(field=c.field, expected=c.expected, found=c.found, verdict=c.verdict)
+            for c in nr.checks
+            if c.verdict != "unchanged"
+        ]
+        if drifts:
+            report.nodes[nr.node] = drifts
+    return report
+
+
+# --- saved fingerprints ------------------------------------------------------------------------------
+
+_DIFF_FIELDS = (
+    "os", "kernel", "system_python", "venv_python", "torch", "orch", "amdgpu_driver", "rocm", "rccl",
+    "rccl_tests", "nvidia_driver", "cuda", "nccl", "nccl_tests",
+)  # fmt: skip
+
+
+def _gpu_summary(fp: Fingerprint) -> str:
+    return ", ".join(f"{g.index}:{g.name or '?'}" for g in fp.gpus)
+
+
+def _rdma_summary(fp: Fingerprint) -> str:
+    return ", ".join(f"{d.name}({'/'.join(p.state for p in d.ports)})" for d in fp.rdma)
+
+
+def diff(a: FingerprintSet, b: FingerprintSet) -> list[Change]:
+    """Every field that differs between two saved fingerprints, node by node (nodes in either)."""
+    changes: list[Change] = []
+    for node in list(a.nodes) + [n for n in b.nodes if n not in a.nodes]:
+        fa, fb = a.nodes.get(node), b.nodes.get(node)
+        if fa is None or fb is None:
+            changes.append(Change(node=node, field="node", before="present" if fa else None,
+                                  after="present" if fb else None))  # fmt: skip
+            continue
+        for f in _DIFF_FIELDS:
+            va, vb = getattr(fa, f), getattr(fb, f)
+            if va != vb:
+                changes.append(Change(node=node, field=f, before=va, after=vb))
+        for name, fn in (
+            ("images", lambda x: ", ".join(x.images)),
+            ("gpus", _gpu_summary),
+            ("rdma", _rdma_summary),
+        ):
+            va, vb = fn(fa), fn(fb)
+            if va != vb:
+                changes.append(Change(node=node, field=name, before=va or None, after=vb or None))
+    return changes
+
+
+def save(fps: FingerprintSet, path: Path) -> None:
+    """Write a FingerprintSet as JSON (atomically)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(fps.model_dump_json(indent=2) + "\n")
+    tmp.replace(path)
+
+
+def load(path: Path) -> FingerprintSet:
+    """Read a saved FingerprintSet; raises ConfigError naming the file."""
+    try:
+        return FingerprintSet.model_validate_json(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the fingerprint: {e.strerror}") from e
+    except ValidationError as e:
+        raise ConfigError(f"{path}: not a saved orch fingerprint: {e.errors()[0]['msg']}") from e

@@ -1,0 +1,217 @@
+"""The provision and fingerprint services the CLI (and scale-test) call.
+
+provision(): build the wheelhouse a cpu stack needs (on the controller), then run provision.yml
+through ansible-runner. fingerprint(): run fingerprint.yml, read each host's probe JSON back and
+compare it with the stack. Artifacts go to <out>/<id>/ansible/. Nothing here prints or exits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import Field
+
+from orchestrator import __version__
+from orchestrator.errors import ProvisionError
+from orchestrator.inventory import load_inventory
+from orchestrator.models.base import StrictModel
+from orchestrator.models.stack import Stack
+from orchestrator.provision import fingerprint as fpmod
+from orchestrator.provision.runner import Listener, PlaybookRequest, PlaybookResult, execute
+from orchestrator.remote.base import CommandRunner
+from orchestrator.remote.local import LocalRunner
+from orchestrator.stacks import PLAYBOOKS_DIR, REPO_ROOT, load_stack
+
+WHEELHOUSE_TIMEOUT_S = 1800
+
+
+class ProvisionRequest(StrictModel):
+    inventory: Path
+    stack: str
+    check: bool = False
+    limit: str | None = None
+    out_dir: Path = Path("runs")
+    vault_password_file: Path | None = None
+    become: bool = False
+    become_password: str | None = Field(default=None, repr=False)
+    wheelhouse: Path | None = Field(default=None, description="default: ~/.cache/orch/wheelhouse/<stack>")
+
+
+class ProvisionReport(StrictModel):
+    stack: str
+    run_dir: Path
+    result: PlaybookResult
+    wheelhouse: Path | None = None
+    wheelhouse_s: float = 0.0
+
+
+class FingerprintReport(StrictModel):
+    stack: str
+    run_dir: Path
+    result: PlaybookResult
+    fingerprints: fpmod.FingerprintSet
+    compatibility: fpmod.Compatibility
+
+
+def _run_dir(out_dir: Path, kind: str) -> Path:
+    ident = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + kind + "-" + secrets.token_hex(3)
+    path = out_dir / ident
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def requirements(stack: Stack) -> list[str]:
+    """What the venv of a cpu stack holds: torch, orch (the workload) and the stack's packages."""
+    assert stack.python is not None
+    return [f"torch=={stack.python.torch}", f"orch=={__version__}", *stack.python.packages]
+
+
+def wheelhouse_argv(stack: Stack, dest: Path, python: str = sys.executable) -> list[str]:
+    """`pip wheel` for the stack's requirements, orch built from this source tree when it has one."""
+    reqs = requirements(stack)
+    source = str(REPO_ROOT) if (REPO_ROOT / "pyproject.toml").exists() else f"orch=={__version__}"
+    return [
+        python,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--wheel-dir",
+        str(dest),
+        *[r for r in reqs if not r.startswith("orch==")],
+        source,
+    ]
+
+
+def sha256sums(dest: Path) -> str:
+    """SHA256SUMS of the wheels in dest, sorted by name (what the hosts compare with)."""
+    lines = []
+    for whl in sorted(dest.glob("*.whl")):
+        h = hashlib.sha256()
+        with whl.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        lines.append(f"{h.hexdigest()}  {whl.name}")
+    return "\n".join(lines) + "\n"
+
+
+def prepare_wheelhouse(stack: Stack, dest: Path, runner: CommandRunner) -> Path:
+    """Build (once) the wheelhouse of a cpu stack: every wheel the venv needs, for offline installs.
+
+    Rebuilt only when the requirements change (a stamp file records them). Raises ProvisionError
+    when pip cannot build it.
+    """
+    stamp = dest / "REQUIREMENTS"
+    wanted = "\n".join(requirements(stack)) + "\n"
+    if stamp.exists() and stamp.read_text() == wanted and (dest / "SHA256SUMS").exists():
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    res = runner.run(wheelhouse_argv(stack, dest), timeout=WHEELHOUSE_TIMEOUT_S)
+    if not res.ok:
+        raise ProvisionError(
+            f"cannot build the wheelhouse for {stack.name}: {res.brief()}",
+            hint="check that pip reaches an index or a local wheel for each requirement",
+        )
+    (dest / "SHA256SUMS").write_text(sha256sums(dest))
+    stamp.write_text(wanted)
+    return dest
+
+
+def default_wheelhouse(stack: Stack) -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "orch" / "wheelhouse" / stack.name
+
+
+def _extravars(stack: Stack, **more: object) -> dict[str, object]:
+    return {"orch_stack": stack.model_dump(mode="json"), **more}
+
+
+def provision(
+    req: ProvisionRequest, listener: Listener | None = None, runner: CommandRunner | None = None
+) -> ProvisionReport:
+    """Install `req.stack` on the inventory's hosts; a failing host is reported, the others go on.
+
+    Raises ConfigError/InventoryError for bad input, ProvisionError when ansible-runner cannot run.
+    """
+    stack = load_stack(req.stack)
+    cluster = load_inventory(req.inventory)
+    if req.limit:
+        cluster.select(req.limit)  # refuse unknown names before Ansible silently matches nothing
+    run_dir = _run_dir(req.out_dir, "provision")
+    extra: dict[str, object] = {"orch_become": req.become}
+    wheelhouse, wh_s = None, 0.0
+    if stack.python is not None:
+        t0 = time.monotonic()
+        wheelhouse = prepare_wheelhouse(
+            stack, req.wheelhouse or default_wheelhouse(stack), runner or LocalRunner()
+        )
+        wh_s = time.monotonic() - t0
+        extra |= {"orch_wheelhouse": str(wheelhouse.absolute()), "orch_requirements": requirements(stack)}
+    result = execute(
+        PlaybookRequest(
+            playbook="provision.yml",
+            playbooks_dir=PLAYBOOKS_DIR,
+            inventory=req.inventory,
+            work_dir=run_dir / "ansible",
+            extravars=_extravars(stack, **extra),
+            check=req.check,
+            limit=req.limit,
+            vault_password_file=req.vault_password_file,
+            become_password=req.become_password,
+            ident="provision",
+        ),
+        listener,
+    )
+    return ProvisionReport(
+        stack=stack.name, run_dir=run_dir, result=result, wheelhouse=wheelhouse, wheelhouse_s=wh_s
+    )
+
+
+def fingerprint(
+    inventory: Path,
+    stack_name: str,
+    *,
+    out_dir: Path = Path("runs"),
+    limit: str | None = None,
+    listener: Listener | None = None,
+    become: bool = False,
+) -> FingerprintReport:
+    """Read every host's fingerprint and compare it with the stack.
+
+    Raises ConfigError/InventoryError for bad input, ProvisionError when ansible-runner cannot run.
+    """
+    stack = load_stack(stack_name)
+    cluster = load_inventory(inventory)
+    nodes = cluster.select(limit) if limit else cluster.nodes
+    run_dir = _run_dir(out_dir, "fingerprint")
+    facts = run_dir / "facts"
+    facts.mkdir()
+    result = execute(
+        PlaybookRequest(
+            playbook="fingerprint.yml",
+            playbooks_dir=PLAYBOOKS_DIR,
+            inventory=inventory,
+            work_dir=run_dir / "ansible",
+            limit=limit,
+            ident="fingerprint",
+            extravars=_extravars(stack, orch_fingerprint_dir=str(facts.absolute()), orch_become=become),
+        ),
+        listener,
+    )
+    fps = fpmod.read_probe_dir(facts, [n.name for n in nodes])
+    fset = fpmod.FingerprintSet(stack=stack.name, nodes=fps)
+    fpmod.save(fset, run_dir / "fingerprint.json")
+    sub = cluster.model_copy(update={"nodes": list(nodes)})
+    return FingerprintReport(
+        stack=stack.name,
+        run_dir=run_dir,
+        result=result,
+        fingerprints=fset,
+        compatibility=fpmod.compatibility(stack, sub, fps),
+    )
