@@ -43,9 +43,23 @@ def _root(
 
 
 def _register() -> None:
-    from orchestrator.cli import compare, cron, fault, history, inventory, lab, parse, plan, report, run, runs
+    from orchestrator.cli import (
+        compare,
+        cron,
+        fault,
+        history,
+        inventory,
+        lab,
+        parse,
+        plan,
+        provision,
+        report,
+        run,
+        runs,
+        stack,
+    )
 
-    for module in (fault, inventory, lab, parse, plan, run, runs, report, compare, cron, history):
+    for module in (fault, inventory, lab, parse, plan, run, runs, report, compare, cron, history, provision, stack):
         module.register(app)
 
 
