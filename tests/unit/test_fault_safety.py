@@ -1,0 +1,127 @@
+"""Fault guards, target parsing and the node-side lines, with a recording shell (no network)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.faults import netfilter, tc, timer
+from orchestrator.faults.engine import FaultEngine
+from orchestrator.faults.safety import SafetyError, check_share
+from orchestrator.faults.sweep import sweep_node
+from orchestrator.models.cluster import Cluster, Node
+from orchestrator.models.fault import FaultParams, FaultSpec, FaultTarget, PlanFault, parse_duration
+from orchestrator.remote.base import CmdResult
+
+
+class Recorder:
+    def __init__(self, rc: int = 0, stdout: str = "", stderr: str = "") -> None:
+        self.scripts: list[str] = []
+        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+
+    def run_script(self, script: str, *, timeout: float) -> CmdResult:
+        self.scripts.append(script)
+        return CmdResult(argv=["sh"], rc=self.rc, stdout=self.stdout, stderr=self.stderr, elapsed_s=0.001)
+
+    def ssh_iface(self) -> str:
+        return "eth9"
+
+
+def cluster(n: int = 3) -> Cluster:
+    nodes = [Node(name=f"node{i}", address=f"10.0.0.{i}", mgmt_iface="mgmt0", rdma_ifaces=["fab0"])
+             for i in range(1, n + 1)]
+    return Cluster(source=Path("x.ini"), nodes=nodes)
+
+
+@pytest.mark.parametrize("bad", ["node2:fab0;reboot", "node2:$(id)", "node2:`x`", "node2:a b", "-x:fab0",
+                                 "node2:fab0|cat", "node2:fab0&", "node2:'q'", "no;de:fab0"])
+def test_metacharacters_are_refused_at_parse(bad: str) -> None:
+    with pytest.raises((ValidationError, ValueError)):
+        FaultTarget.parse(bad, "link-down")
+
+
+def test_target_forms() -> None:
+    assert FaultTarget.parse("node2:fab0", "link-down").iface == "fab0"
+    assert FaultTarget.parse("node2:3", "kill-worker").rank == 3
+    assert FaultTarget.parse("node2:probe-1", "restart-container").container == "probe-1"
+    assert FaultTarget.parse("node2", "node-loss").node == "node2"
+    with pytest.raises(ValidationError):
+        FaultSpec(kind="link-down", target=FaultTarget(node="node2"))
+
+
+@pytest.mark.parametrize(("iface", "match"), [("mgmt0", "management"), ("eth9", "SSH")])
+def test_mgmt_and_ssh_ifaces_refused_even_with_force(iface: str, match: str) -> None:
+    rec = Recorder()
+    engine = FaultEngine(cluster(), {"node2": rec})
+    spec = FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface=iface), force=True)
+    with pytest.raises(SafetyError, match=match):
+        engine.prepare(spec)
+    assert rec.scripts == []
+
+
+def test_non_rdma_iface_needs_force() -> None:
+    engine = FaultEngine(cluster(), {"node2": Recorder()})
+    with pytest.raises(SafetyError, match="rdma_ifaces"):
+        engine.prepare(FaultSpec(kind="throttle", target=FaultTarget(node="node2", iface="eth1")))
+    engine.prepare(FaultSpec(kind="throttle", target=FaultTarget(node="node2", iface="eth1"), force=True))
+
+
+def test_share_of_nodes_needs_force() -> None:
+    check_share(["a"], 3, force=False)
+    with pytest.raises(SafetyError):
+        check_share(["a", "b"], 3, force=False)
+    check_share(["a", "b"], 3, force=True)
+
+
+def test_inject_arms_timer_and_injects_in_one_round_trip(tmp_path: Path) -> None:
+    rec = Recorder(stdout="orch-timer 4242\n")
+    engine = FaultEngine(cluster(), {"node2": rec}, record_dir=tmp_path)
+    with engine.applied(FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface="fab0"),
+                                  duration_s=0)) as a:
+        assert a.record.outcome == "active" and a.record.timer_pid == 4242
+    inject, revert = rec.scripts
+    assert "setsid sh -c" in inject and "ip link set dev fab0 down" in inject
+    assert inject.index("setsid") < inject.index("dev fab0 down")  # timer before the fault
+    assert "ip link set dev fab0 up" in revert and "kill -TERM" in revert
+    saved = list(tmp_path.glob("link-down-*.json"))
+    assert len(saved) == 1 and '"outcome": "reverted"' in saved[0].read_text()
+
+
+def test_netem_missing_is_an_outcome_not_an_error() -> None:
+    rec = Recorder(rc=2, stderr="Error: Specified qdisc kind is unknown.\n")
+    engine = FaultEngine(cluster(), {"node2": rec})
+    active = engine.prepare(FaultSpec(kind="delay", target=FaultTarget(node="node2", iface="fab0")))
+    engine.inject(active)
+    assert active.record.outcome == "unsupported"
+    assert active.record.message == tc.NETEM_MISSING
+    assert active.reverted  # timer cancelled at once
+
+
+def test_timer_line_is_valid_shell_and_quotes_values() -> None:
+    line = timer.arm_and_inject("node2", "link-down-ab", "ip link set dev 'x' up", 5.0, "true")
+    shlex.split(line)  # balanced quoting
+    assert "/run/orch-fault/node2/link-down-ab.revert" in line
+
+
+def test_iptables_rules_are_tagged_and_chain_removed_when_empty() -> None:
+    a = netfilter.roce_drop("fab0", "roce-drop-1")
+    assert "--dport 4791" in a.inject and "orch:roce-drop-1" in a.inject and "ORCH-FAULT" in a.inject
+    assert "-X ORCH-FAULT" in a.revert
+
+
+def test_sweep_reports_what_it_found() -> None:
+    rec = Recorder(stdout="found record link-down-1\nfound iptables chain ORCH-FAULT\n")
+    assert sweep_node(rec, "node2").found == ["record link-down-1", "iptables chain ORCH-FAULT"]
+
+
+def test_plan_fault_model() -> None:
+    pf = PlanFault(kind="link-down", step=1, at_s=10, target="node2:fab0", duration="3s",
+                   thresholds={"max_recover_s": 30})  # type: ignore[arg-type]
+    spec = pf.spec()
+    assert spec.duration_s == 3.0 and spec.target.iface == "fab0"
+    assert parse_duration("250ms") == 0.25
+    with pytest.raises(ValidationError):
+        FaultParams(match_env="A=$(x)")
