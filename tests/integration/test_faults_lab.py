@@ -135,8 +135,8 @@ def container_mode(tmp_path: Path) -> Iterator[ContainerMode]:
     try:
         yield ContainerMode(rootfs=rootfs, storage=base / "storage", binds=binds)
     finally:
-        subprocess.run(["podman", "--root", str(base / "storage/root"), "--runroot", str(base / "storage/run"),
-                        "system", "reset", "-f"], capture_output=True, timeout=120)
+        store = ["--root", str(base / "storage/root"), "--runroot", str(base / "storage/run")]
+        subprocess.run(["podman", *store, "system", "reset", "-f"], capture_output=True, timeout=120)
         shutil.rmtree(base, ignore_errors=True)
 
 
