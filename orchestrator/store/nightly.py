@@ -64,7 +64,7 @@ class CronEntry(StrictModel):
 
     @property
     def job_name(self) -> str:
-        return f"orch-cron-{self.name}"
+        return f"orchcron-{self.name}"
 
     def command(self) -> list[str]:
         return [
@@ -250,7 +250,7 @@ class CronManager:
         out: dict[str, str] = {}
         for line in text.splitlines():
             parts = line.split("|")
-            if len(parts) == 4 and parts[0].startswith("orch-cron-"):
+            if len(parts) == 4 and parts[0].startswith("orchcron-"):
                 out[parts[0]] = f"job {parts[1]} {parts[2]} (begins {parts[3]})"
         return out
 
@@ -268,9 +268,9 @@ class CronManager:
         else:
             script = out_dir / "cron" / f"{name}.sbatch"
             queued = self._squeue()
-            if f"orch-cron-{name}" in queued:
+            if f"orchcron-{name}" in queued:
                 found = True
-                self._run(["scancel", "--name", f"orch-cron-{name}"])
+                self._run(["scancel", "--name", f"orchcron-{name}"])
             if script.exists():
                 found = True
                 script.unlink()

@@ -1,0 +1,115 @@
+"""orch cron: scrontab blocks, the sbatch-begin script, and the commands run (through a fake runner)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ConfigError
+from orchestrator.remote.base import CmdResult
+from orchestrator.store.nightly import (
+    CronEntry,
+    CronManager,
+    entries_in,
+    next_occurrence,
+    render_scrontab_block,
+    strip_block,
+)
+
+
+def _entry(tmp_path: Path, **kw: object) -> CronEntry:
+    data: dict[str, object] = dict(
+        name="nightly",
+        at="2:05",
+        inventory=Path("/inv/lab.ini"),
+        plan="nightly",
+        out_dir=tmp_path / "runs",
+        store=tmp_path / "runs" / "orch.db",
+        orch="/venv/bin/orch",
+        workdir=Path("/repo"),
+        slurm_conf=Path("/var/lib/orch-lab/slurm.conf"),
+    )
+    data.update(kw)
+    return CronEntry.model_validate(data)
+
+
+class FakeRunner:
+    def __init__(self, crontab: str = "") -> None:
+        self.crontab = crontab
+        self.calls: list[list[str]] = []
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout: float,
+        env: dict[str, str] | None = None,
+        input_text: str | None = None,
+    ) -> CmdResult:
+        self.calls.append(argv)
+        assert env == {"SLURM_CONF": "/var/lib/orch-lab/slurm.conf"}
+        out, rc = "", 0
+        if argv[:2] == ["scrontab", "-l"]:
+            out, rc = (self.crontab, 0) if self.crontab else ("", 1)
+        elif argv[0] == "scrontab" and argv[1] != "-r":
+            self.crontab = Path(argv[1]).read_text()
+        elif argv[:2] == ["scrontab", "-r"]:
+            self.crontab = ""
+        return CmdResult(argv=argv, rc=rc, stdout=out, stderr="", elapsed_s=0.0)
+
+
+def test_block_is_a_cron_line_with_scron_options(tmp_path: Path) -> None:
+    block = render_scrontab_block(_entry(tmp_path))
+    lines = block.splitlines()
+    assert lines[0] == "# BEGIN orch-cron nightly" and lines[-1] == "# END orch-cron nightly"
+    assert "#SCRON --job-name=orchcron-nightly" in lines
+    cron = next(line for line in lines if not line.startswith("#"))
+    assert cron.startswith("5 2 * * * cd /repo && ")
+    assert "SLURM_CONF=/var/lib/orch-lab/slurm.conf" in cron
+    assert "/venv/bin/orch scale-test --inventory /inv/lab.ini --plan nightly" in cron
+    assert entries_in(block) == [_entry(tmp_path)]
+
+
+def test_invalid_time_and_name_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="HH:MM"):
+        _entry(tmp_path, at="25:00")
+    with pytest.raises(ValueError, match="cron name"):
+        _entry(tmp_path, name="a;rm -rf")
+
+
+def test_install_keeps_other_entries_and_replaces_its_own(tmp_path: Path) -> None:
+    runner = FakeRunner("0 1 * * * /usr/bin/true\n")
+    mgr = CronManager(runner, Path("/var/lib/orch-lab/slurm.conf"), "scrontab")
+    mgr.install(_entry(tmp_path))
+    mgr.install(_entry(tmp_path, at="03:30"))
+    assert runner.crontab.startswith("0 1 * * * /usr/bin/true\n")
+    assert runner.crontab.count("# BEGIN orch-cron nightly") == 1
+    assert "30 3 * * *" in runner.crontab
+    assert mgr.remove("nightly", tmp_path / "runs")
+    assert runner.crontab == "0 1 * * * /usr/bin/true\n"
+    with pytest.raises(ConfigError):
+        mgr.remove("nightly", tmp_path / "runs")
+
+
+def test_strip_block_leaves_unrelated_text() -> None:
+    text = "a\n# BEGIN orch-cron x\nb\n# END orch-cron x\nc\n"
+    assert strip_block(text, "x") == "a\nc\n"
+    assert strip_block(text, "y") == text
+
+
+def test_sbatch_begin_mode_submits_held_until_the_next_occurrence(tmp_path: Path) -> None:
+    runner = FakeRunner()
+    mgr = CronManager(runner, Path("/var/lib/orch-lab/slurm.conf"), "sbatch-begin")
+    mgr.install(_entry(tmp_path), now=datetime(2026, 11, 30, 3, 0))
+    sbatch = next(c for c in runner.calls if c[0] == "sbatch")
+    assert "--begin=2026-12-01T02:05:00" in sbatch
+    script = (tmp_path / "runs" / "cron" / "nightly.sbatch").read_text()
+    assert 'date -d "tomorrow 02:05"' in script
+    assert entries_in(script)[0].plan == "nightly"
+
+
+def test_next_occurrence() -> None:
+    assert next_occurrence("02:05", datetime(2026, 1, 1, 2, 4)) == datetime(2026, 1, 1, 2, 5)
+    assert next_occurrence("02:05", datetime(2026, 1, 1, 2, 5)) == datetime(2026, 1, 2, 2, 5)
