@@ -22,5 +22,5 @@ def link_flap(iface: str, *, flaps: int, duration_s: float, node: str, fid: str)
     body = "; ".join([cycle] * flaps)
     pidfile = f"{record_dir(node)}/{fid}.flap"
     start = f"setsid sh -c {sh(body)} </dev/null >/dev/null 2>&1 & echo $! > {sh(pidfile)}"
-    stop = quiet(f"kill -TERM -- -$(cat {sh(pidfile)})")
+    stop = quiet(f"kill -TERM -$(cat {sh(pidfile)})")
     return Action(inject=start, revert=f"{stop}; {quiet(up)}; rm -f {sh(pidfile)}")

@@ -9,6 +9,7 @@ probe is stopped (stop file, then SIGTERM/SIGKILL of what orch started, by PID) 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import shlex
 import time
 from collections.abc import Callable, Mapping
@@ -168,7 +169,7 @@ class ProbeJob:
             while time.monotonic() < deadline and shell.run_script(alive, timeout=10).ok:
                 time.sleep(0.3)
             shell.run_script(
-                f"kill -TERM -- -{pid} 2>/dev/null; sleep 1; kill -KILL -- -{pid} 2>/dev/null; :", timeout=20
+                f"kill -TERM -{pid} 2>/dev/null; sleep 1; kill -KILL -{pid} 2>/dev/null; :", timeout=20
             )
         for name, cname in self.containers.items():
             self.shells[name].run_script(
@@ -235,6 +236,10 @@ def run_recovery_test(
         n.name: rmetrics.measure_offset(rmetrics.node_wall_asker(shells[n.name])) for n in cluster.nodes
     }
     out_dir = run_root / "probe"
+    if "master_port" not in req.probe.model_fields_set:
+        # A fresh port per run: a previous run's store socket may still linger.
+        req = req.model_copy(update={"probe": req.probe.model_copy(
+            update={"master_port": 20000 + secrets.randbelow(20000)})})
     job = ProbeJob(cluster, shells, req, out_dir, run_root.name)
     results: list[RecoveryResult] = []
     try:

@@ -26,7 +26,7 @@ def sweep_script(node: str) -> str:
         "id=${f##*/}; id=${id%.*}; "
         f'P=$(cat {d}/"$id".timer 2>/dev/null); '
         'if [ -n "$P" ] && grep -qF "$id" /proc/"$P"/cmdline 2>/dev/null; then '
-        'kill -TERM -- -"$P" 2>/dev/null; fi; '
+        'kill -TERM -"$P" 2>/dev/null; fi; '
         f'if [ -f {d}/"$id".revert ]; then sh {d}/"$id".revert; fi; '
         f'rm -f {d}/"$id".revert {d}/"$id".timer; echo "found record $id"; done'
     )

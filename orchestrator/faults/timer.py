@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from orchestrator.faults.base import quiet, record_dir, sh
 
-_KILL_TIMER = quiet('kill -TERM -- -"$P"')
+_KILL_TIMER = quiet('kill -TERM -"$P"')
 
 
 def paths(node: str, fid: str) -> tuple[str, str]:

@@ -86,6 +86,7 @@ def test_inject_arms_timer_and_injects_in_one_round_trip(tmp_path: Path) -> None
     assert "setsid sh -c" in inject and "ip link set dev fab0 down" in inject
     assert inject.index("setsid") < inject.index("dev fab0 down")  # timer before the fault
     assert "ip link set dev fab0 up" in revert and "kill -TERM" in revert
+    assert " -- -" not in revert  # dash rejects `kill -- -PGID`
     saved = list(tmp_path.glob("link-down-*.json"))
     assert len(saved) == 1 and '"outcome": "reverted"' in saved[0].read_text()
 
