@@ -1,0 +1,172 @@
+"""orch provision / fingerprint against the running 3-node lab (never brought up or down here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab import status
+from orchestrator.lab.config import DEFAULT_STATE_DIR, LabConfig
+from orchestrator.lab.state import load_state
+
+REPO = Path(__file__).resolve().parents[2]
+ORCH = str(Path(sys.executable).parent / "orch")
+VENV = "/opt/orch/venv"
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def lab_cfg() -> LabConfig:
+    if os.geteuid() != 0:
+        pytest.skip("the virtual lab needs root")
+    state_dir = Path(os.environ.get("ORCH_LAB_STATE_DIR", str(DEFAULT_STATE_DIR)))
+    state = load_state(state_dir / "state.json") if (state_dir / "state.json").exists() else None
+    if state is None or not status(state.config).healthy:
+        pytest.skip("the lab is not up (`orch lab up`); this test never starts it")
+    return state.config
+
+
+def ssh(cfg: LabConfig, addr: str, *cmd: str) -> subprocess.CompletedProcess[str]:
+    argv = [
+        "ssh",
+        "-i",
+        str(cfg.client_key),
+        "-o",
+        f"UserKnownHostsFile={cfg.known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        f"root@{addr}",
+        *cmd,
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+def orch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ORCH, *args], capture_output=True, text=True, timeout=900, check=False, cwd=REPO)
+
+
+def test_cpu_gloo_provision_idempotent_and_fingerprint_drift(lab_cfg: LabConfig, tmp_path: Path) -> None:
+    inv = str(lab_cfg.inventory_out)
+    nodes = lab_cfg.node_specs
+    for n in nodes:  # from nothing: each node's private /opt without the venv
+        ssh(lab_cfg, n.mgmt_address, "rm", "-rf", VENV)
+
+    t0 = time.monotonic()
+    first = orch("provision", "--inventory", inv, "--stack", "cpu-gloo", "--out", str(tmp_path))
+    t1 = time.monotonic()
+    assert first.returncode == 0, first.stdout + first.stderr
+    for n in nodes:
+        r = ssh(
+            lab_cfg,
+            n.mgmt_address,
+            f"{VENV}/bin/python",
+            "-c",
+            "'import orchestrator.workloads.collbench, torch; print(torch.__version__)'",
+        )
+        assert r.returncode == 0 and r.stdout.startswith("2.13.0"), (n.name, r.stderr)
+
+    t2 = time.monotonic()
+    second = orch("provision", "--inventory", inv, "--stack", "cpu-gloo", "--out", str(tmp_path))
+    t3 = time.monotonic()
+    assert second.returncode == 0, second.stdout + second.stderr
+    print(f"\nprovision cpu-gloo: first {t1 - t0:.1f} s, second {t3 - t2:.1f} s")
+    events = sorted((tmp_path).glob("*-provision-*/ansible/artifacts/provision"))[-1]
+    stats = [json.loads(f.read_text()) for f in (events / "job_events").glob("*.json")]
+    final = next(e for e in stats if e.get("event") == "playbook_on_stats")["event_data"]
+    assert all(final["changed"].get(n.name, 0) == 0 for n in nodes), final["changed"]
+    assert all(final["ok"].get(n.name, 0) > 0 for n in nodes)
+
+    fp = orch(
+        "fingerprint",
+        "--inventory",
+        inv,
+        "--stack",
+        "cpu-gloo",
+        "--json",
+        "--out",
+        str(tmp_path),
+        "--save",
+        str(tmp_path / "before.json"),
+    )
+    assert fp.returncode == 0, fp.stdout + fp.stderr
+    doc = json.loads(fp.stdout)
+    assert doc["compatible"] and all(v == "unchanged" for row in doc["matrix"].values() for v in row.values())
+
+    victim = nodes[1]
+    meta = f"{VENV}/lib/python3.11/site-packages/torch-2.13.0+cpu.dist-info/METADATA"
+    assert ssh(lab_cfg, victim.mgmt_address, "cp", "-p", meta, meta + ".orch-test").returncode == 0
+    try:
+        r = ssh(
+            lab_cfg,
+            victim.mgmt_address,
+            "sed",
+            "-i",
+            shlex.quote("s/^Version: 2.13.0+cpu$/Version: 2.12.0/"),
+            meta,
+        )
+        assert r.returncode == 0
+        fp2 = orch(
+            "fingerprint",
+            "--inventory",
+            inv,
+            "--stack",
+            "cpu-gloo",
+            "--json",
+            "--out",
+            str(tmp_path),
+            "--save",
+            str(tmp_path / "after.json"),
+        )
+        assert fp2.returncode == 1, fp2.stdout + fp2.stderr
+        doc2 = json.loads(fp2.stdout)
+        assert doc2["matrix"]["torch"][victim.name] == "needs porting"
+        others = [n.name for n in nodes if n.name != victim.name]
+        assert all(doc2["matrix"]["torch"][o] == "unchanged" for o in others)
+        d = orch("fingerprint", "diff", str(tmp_path / "before.json"), str(tmp_path / "after.json"), "--json")
+        assert d.returncode == 1
+        assert [(c["node"], c["field"], c["after"]) for c in json.loads(d.stdout)] == [
+            (victim.name, "torch", "2.12.0")
+        ]
+    finally:
+        ssh(lab_cfg, victim.mgmt_address, "mv", meta + ".orch-test", meta)
+    assert (
+        "2.13.0"
+        in ssh(
+            lab_cfg,
+            victim.mgmt_address,
+            f"{VENV}/bin/python",
+            "-c",
+            "'import importlib.metadata as m; print(m.version(\"torch\"))'",
+        ).stdout
+    )
+
+
+@pytest.mark.parametrize("stack", ["rocm-6.2", "cuda-12.4"])
+def test_gpu_stack_check_stops_each_host_with_one_line(
+    lab_cfg: LabConfig, tmp_path: Path, stack: str
+) -> None:
+    r = orch(
+        "provision",
+        "--inventory",
+        str(lab_cfg.inventory_out),
+        "--stack",
+        stack,
+        "--check",
+        "--out",
+        str(tmp_path),
+    )
+    text = r.stdout + r.stderr
+    assert r.returncode == 3, text
+    assert "Traceback" not in text
+    for n in lab_cfg.node_specs:
+        assert any(n.name in ln and "failed" in ln for ln in r.stdout.splitlines()), text
+    assert text.count("no supported GPU") >= len(lab_cfg.node_specs)
