@@ -12,12 +12,11 @@ LAB_PODMAN_FLAGS = ["--runtime", "runc"]
 
 def restart_container(spec: FaultSpec, runtime: ContainerRuntime, container: str) -> Action:
     """``RUNTIME restart -t T ID``; the instant is the call (the container dies at once)."""
-    argv = [
-        runtime,
-        *(LAB_PODMAN_FLAGS if runtime == "podman" else []),
-        "restart",
-        "-t",
-        str(spec.params.restart_timeout_s),
-        container,
-    ]
+    p = spec.params
+    storage: list[str] = []
+    if runtime == "podman":
+        storage += LAB_PODMAN_FLAGS
+        storage += ["--root", p.podman_root] if p.podman_root else []
+        storage += ["--runroot", p.podman_runroot] if p.podman_runroot else []
+    argv = [runtime, *storage, "restart", "-t", str(p.restart_timeout_s), container]
     return Action(inject=sh(*argv), timer=False, instant="call")

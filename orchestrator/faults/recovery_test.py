@@ -216,6 +216,12 @@ def run_recovery_test(
         FaultError / RemoteError: the probe or a node failed outside the fault itself.
     """
     fault_dir = run_root / "faults"
+    if req.container is not None:
+        st = req.container.storage
+        params = req.params.model_copy(
+            update={"podman_root": str(st / "root"), "podman_runroot": str(st / "run")}
+        )
+        req = req.model_copy(update={"params": params})
     engine = FaultEngine(cluster, shells, record_dir=fault_dir)
     # Guards first: nothing starts if the fault would be refused.
     spec = FaultSpec(
@@ -238,8 +244,9 @@ def run_recovery_test(
     out_dir = run_root / "probe"
     if "master_port" not in req.probe.model_fields_set:
         # A fresh port per run: a previous run's store socket may still linger.
-        req = req.model_copy(update={"probe": req.probe.model_copy(
-            update={"master_port": 20000 + secrets.randbelow(20000)})})
+        req = req.model_copy(
+            update={"probe": req.probe.model_copy(update={"master_port": 20000 + secrets.randbelow(20000)})}
+        )
     job = ProbeJob(cluster, shells, req, out_dir, run_root.name)
     results: list[RecoveryResult] = []
     try:

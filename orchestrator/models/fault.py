@@ -159,6 +159,8 @@ class FaultParams(StrictModel):
     flaps: int = Field(default=3, ge=1, le=100)
     restart_timeout_s: int = Field(default=1, ge=0, le=600, description="podman/docker restart -t")
     node_loss_mode: Literal["stop-slurmd", "scontrol-down"] = "stop-slurmd"
+    podman_root: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9_./+-]*$", description="--root")
+    podman_runroot: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9_./+-]*$", description="--runroot")
     match_env: str = Field(
         default="", description="extra NAME=VALUE a worker's environment must hold (e.g. a run id)"
     )
