@@ -19,4 +19,7 @@ def restart_container(spec: FaultSpec, runtime: ContainerRuntime, container: str
         storage += ["--root", p.podman_root] if p.podman_root else []
         storage += ["--runroot", p.podman_runroot] if p.podman_runroot else []
     argv = [runtime, *storage, "restart", "-t", str(p.restart_timeout_s), container]
-    return Action(inject=sh(*argv), timer=False, instant="call")
+    # podman 4.3 can fail a restart whose container already exited on the stop signal
+    # ("container state improper: stopped"): then the restart is finished with a start.
+    start = [runtime, *storage, "start", container]
+    return Action(inject=f"{sh(*argv)} || {sh(*start)}", timer=False, instant="call")

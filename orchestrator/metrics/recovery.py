@@ -169,7 +169,11 @@ def analyse(
         base.detect_s = min([*errors, *starts]) - t0
     elif worst_gap[0] > gap_s:
         base.detect_s = max(worst_gap[1] + 3 * period - t0, 0.0)
-    rec_i = next((i for i, c in enumerate(post) if c.start_last >= t0), None)
+    # After a restart only the new generation's steps count (the old one may finish a step or two
+    # between the call and the moment the fault lands, e.g. podman restart's stop timeout).
+    rec_i = next(
+        (i for i, c in enumerate(post) if c.start_last >= t0 and (not restarts or c.gen > gen_before)), None
+    )
     base.restarts = restarts
     if rec_i is None:
         base.verdict = "not-recovered"

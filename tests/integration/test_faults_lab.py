@@ -150,6 +150,7 @@ def test_restart_container_against_live_probe(cluster: Cluster, shells: dict[str
     (r,) = summary.results
     assert r.verdict == "recovered", r
     assert r.detect_s is not None and r.recover_s is not None and r.restore_s is not None
+    assert r.restarts >= 1 and r.recover_s >= r.detect_s
 
 
 KILLED_ORCH = """
