@@ -65,6 +65,9 @@ class StepResult(StrictModel):
     verdict: V.Verdict = "skipped"
     reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    blamed_nodes: list[str] = Field(
+        default_factory=list, description="when set, the verdict is these nodes' fault, not the others'"
+    )
     concurrent: bool = False
     started_mono: float | None = None
     ended_mono: float | None = None
@@ -196,10 +199,17 @@ class _Runner:
     def _submit_all(self) -> None:
         # Submitting the whole ladder ahead, chained with afterany, leaves no polling gap between
         # steps; concurrent mode drops the chain and lets Slurm place steps on free nodes.
+        wanted = sorted({n for s in self.steps for n in s.nodes})
+        unavailable = self.sched.unavailable_nodes(wanted)
         prev: str | None = None
         for i in range(len(self.steps)):
             if self.results[i].ended_mono is not None:
                 continue  # finished in an earlier attempt (resume)
+            lost = [f"{n} is {unavailable[n]}" for n in self.steps[i].nodes if n in unavailable]
+            if lost:
+                self.results[i].blamed_nodes = [n for n in self.steps[i].nodes if n in unavailable]
+                self._abandon([self.results[i]], "Slurm cannot give it its nodes: " + ", ".join(lost))
+                continue
             self._submit(i, None if self.plan.concurrent_steps else prev)
             prev = self.results[i].job_id
 
@@ -231,21 +241,32 @@ class _Runner:
         res.job = state
         if state.status != old:
             self._log(
-                "step_state", step=res.step.id, job_id=res.job_id, state=state.raw_state, reason=state.reason
+                "step_state",
+                step=res.step.id,
+                job_id=res.job_id,
+                state=state.raw_state,
+                reason=state.reason if state.status == JobStatus.PENDING else None,
             )
         if state.status == JobStatus.RUNNING and res.started_mono is None:
             res.started_mono = now
         if state.status == JobStatus.PENDING:
-            reason = state.reason or ""
-            if any(reason.startswith(r) for r in _UNAVAILABLE_REASONS):
-                since = self.pending_since.setdefault(res.step.id, now)
-                if now - since > UNAVAILABLE_GRACE_S:
-                    self._abandon([res], f"Slurm cannot give it its nodes ({reason})")
-            else:
-                self.pending_since.pop(res.step.id, None)
+            self._check_pending(res, state.reason or "", now)
         if state.status.terminal:
             res.ended_mono = now
             self._judge(res)
+
+    def _check_pending(self, res: StepResult, reason: str, now: float) -> None:
+        """Bound the wait of a queued step: it either gets its nodes or becomes an infra failure."""
+        if reason.startswith("Dependency"):
+            self.pending_since.pop(res.step.id, None)  # waiting for the previous step is fine
+            return
+        if not any(reason.startswith(r) for r in _UNAVAILABLE_REASONS):
+            # Resources, Priority, BeginTime...: a busy cluster; the run's own deadline bounds it.
+            self.pending_since.pop(res.step.id, None)
+            return
+        since = self.pending_since.setdefault(res.step.id, now)
+        if now - since > UNAVAILABLE_GRACE_S:
+            self._abandon([res], f"Slurm cannot give it its nodes ({reason})")
 
     def _abandon(self, results: list[StepResult], why: str) -> None:
         ids = [r.job_id for r in results if r.job_id]
@@ -406,7 +427,8 @@ def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
         res.reasons += fails
     _apply_baseline(runner)
     nodes: dict[str, V.Verdict] = {
-        n.name: V.worst([r.verdict for r in results if n.name in r.step.nodes]) for n in runner.cluster.nodes
+        n.name: V.worst([r.verdict for r in results if n.name in (r.blamed_nodes or r.step.nodes)])
+        for n in runner.cluster.nodes
     }
     overall = V.worst([r.verdict for r in results])
     if interrupted:

@@ -96,3 +96,7 @@ class JobScheduler(Protocol):
     def collect(self, job_id: str, spec: JobSpec) -> JobOutput:
         """Where each rank's output lies once the job is done."""
         ...
+
+    def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
+        """The nodes the scheduler will not run jobs on now (drained, down), with its word for why."""
+        ...

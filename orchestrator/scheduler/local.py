@@ -153,6 +153,10 @@ class LocalScheduler:
                 job.cancelled = True
             self._kill(job)
 
+    def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
+        """This machine is always available to itself."""
+        return {}
+
     def collect(self, job_id: str, spec: JobSpec) -> JobOutput:
         """The rank logs of the job (whether or not each exists yet)."""
         return JobOutput(

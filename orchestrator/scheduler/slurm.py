@@ -21,6 +21,7 @@ from orchestrator.scheduler import slurm_state
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_UNAVAILABLE_STATE = re.compile(r"drain|down|fail|maint|inval|future|unknown|power", re.IGNORECASE)
 _TEMPLATES = Path(__file__).parent / "templates"
 # Slurm commands are quick; a slurmctld that does not answer within this is an infrastructure fault.
 CMD_TIMEOUT_S = 30.0
@@ -125,9 +126,11 @@ class SlurmScheduler:
         states: dict[str, JobState] = {}
         if self._use_sacct is not False:
             states = self._poll_sacct(job_ids)
-        missing = [j for j in job_ids if j not in states]
-        if missing:
-            states.update(self._poll_squeue(missing))
+        # sacct keeps the reason a job had when it was recorded ("Dependency" long after the
+        # dependency is met); squeue has the live one, e.g. ReqNodeNotAvail for a drained node.
+        ask_squeue = [j for j in job_ids if j not in states or states[j].status == JobStatus.PENDING]
+        if ask_squeue:
+            states.update(self._poll_squeue(ask_squeue))
         for job_id in [j for j in job_ids if j not in states]:
             states[job_id] = self._poll_scontrol(job_id)
         return states
@@ -165,6 +168,25 @@ class SlurmScheduler:
         """scancel the jobs; ids Slurm no longer knows are fine."""
         if job_ids:
             self._run(["scancel", *job_ids])
+
+    def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
+        """Nodes sinfo shows drained, down, failed, in maintenance or not responding (state ends in *)."""
+        if not nodes:
+            return {}
+        for node in nodes:
+            _check_word("node", node)
+        res = self._run(["sinfo", "--noheader", "--Node", "--format=%N|%T", f"--nodes={','.join(nodes)}"])
+        if not res.ok:
+            raise SchedulerError(f"sinfo failed: {res.brief()}")
+        bad: dict[str, str] = {}
+        for line in res.stdout.splitlines():
+            name, _, state = line.strip().partition("|")
+            if name in nodes and (state.endswith("*") or _UNAVAILABLE_STATE.search(state)):
+                bad[name] = state
+        missing = [n for n in nodes if n not in {ln.partition("|")[0] for ln in res.stdout.splitlines()}]
+        for name in missing:
+            bad[name] = "unknown to Slurm"
+        return bad
 
     def collect(self, job_id: str, spec: JobSpec) -> JobOutput:
         """Each rank's log, as srun wrote it (rank-<t>.log in the step's workdir)."""
