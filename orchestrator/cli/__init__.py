@@ -6,6 +6,7 @@ prints to the user or exits.
 
 from __future__ import annotations
 
+import signal
 import sys
 import traceback
 
@@ -59,15 +60,36 @@ def _register() -> None:
         stack,
     )
 
-    for module in (fault, inventory, lab, parse, plan, run, runs, report, compare, cron, history, provision, stack):
+    for module in (
+        fault,
+        inventory,
+        lab,
+        parse,
+        plan,
+        run,
+        runs,
+        report,
+        compare,
+        cron,
+        history,
+        provision,
+        stack,
+    ):
         module.register(app)
 
 
 _register()
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM (scancel of a cron job, a supervisor stopping orch) takes the Ctrl-C path:
+    # jobs are cancelled, faults reverted, the journal says interrupted.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script; never returns."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         rv = app(args=argv, standalone_mode=False)
     except click.exceptions.Exit as e:
