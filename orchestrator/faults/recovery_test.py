@@ -321,6 +321,7 @@ def _one(
         if result.restore_s is not None and time.monotonic() > t0 + result.restore_s + 2.0:
             break
     assert result is not None
+    result.injected_at_mono = t0
     result.notes.append(
         f"fault held {fault_end - t0:.3f} s; inject latency {rec.inject_latency_s or 0:.4f} s"
     )
@@ -343,7 +344,7 @@ def _write_records(
         fault=r.kind.replace("-", "_"),
         target=req.target,
         repeat=r.repeat,
-        injected_at=now - timedelta(seconds=(r.restore_s or r.recover_s or 0.0)),
+        injected_at=now - timedelta(seconds=time.monotonic() - (r.injected_at_mono or time.monotonic())),
         duration_s=req.duration_s,
         timings=RecoveryTimings(
             detect_s=r.detect_s, recover_s=r.recover_s, restore_s=r.restore_s, steps_lost=r.steps_lost

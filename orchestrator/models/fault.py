@@ -277,6 +277,7 @@ class RecoveryResult(StrictModel):
     fault_id: str
     kind: FaultKind
     repeat: int = 0
+    injected_at_mono: float | None = Field(default=None, description="the injection instant, orch monotonic")
     verdict: RecoveryVerdict
     detect_s: float | None = None
     recover_s: float | None = None
