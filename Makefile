@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 ORCH := $(BIN)/orch
 LAB_NODES ?= 3
 APT_PACKAGES := python3-venv slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client \
-	iproute2 iptables podman runc iperf3 procps psmisc
+	iproute2 iptables podman runc iperf3 procps psmisc chromium
 
 .PHONY: run test venv deps lint unit integration lab-up lab-down bench clean
 
@@ -33,6 +33,8 @@ deps:
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/ansible-playbook --syntax-check -i inventories/local.ini playbooks/provision.yml playbooks/fingerprint.yml
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --nocolor playbooks/
 
 unit: venv
 	$(BIN)/pytest -q tests/unit
