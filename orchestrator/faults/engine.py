@@ -151,11 +151,12 @@ class FaultEngine:
         }
         if spec.kind in builders:
             return builders[spec.kind]()
+        conf = self.cluster.vars.orch_slurm_conf
         if p.node_loss_mode == "scontrol-down":
-            return nodeloss.scontrol_down(node.name, fid)
+            return nodeloss.scontrol_down(node.name, fid, conf)
         found = find_processes(shell, node.name, rank=None, comm="slurmd")
         resolved.extend(str(pid) for pid, _ in found)
-        return nodeloss.stop_slurmd([pid for pid, _ in found])
+        return nodeloss.stop_slurmd([pid for pid, _ in found], node.name, conf)
 
     def _runtime(self, node: Node) -> ContainerRuntime:
         if node.container_runtime == "none":

@@ -126,3 +126,25 @@ def test_plan_fault_model() -> None:
     assert parse_duration("250ms") == 0.25
     with pytest.raises(ValidationError):
         FaultParams(match_env="A=$(x)")
+
+
+@pytest.mark.parametrize(("state", "resumed"), [("down*", True), ("down", True), ("idle", False),
+                                                ("drained", False), ("down*+drain", False)])
+def test_node_loss_revert_resumes_only_a_down_node(tmp_path: Path, state: str, resumed: bool) -> None:
+    import os
+    import subprocess
+
+    from orchestrator.faults import nodeloss
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    for tool, body in (("sinfo", f"echo '{state}'"), ("scontrol", f'echo "$SLURM_CONF $*" >> {log}')):
+        (bin_dir / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / tool).chmod(0o755)
+    act = nodeloss.stop_slurmd([999999999], "node3", Path("/lab/slurm.conf"))
+    assert act.inject == "kill -s STOP 999999999" and act.timer
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    subprocess.run(["sh", "-c", act.revert], env=env, check=True, timeout=10)  # quiet: never fails
+    calls = log.read_text() if log.exists() else ""
+    assert calls == ("/lab/slurm.conf update nodename=node3 state=resume\n" if resumed else "")

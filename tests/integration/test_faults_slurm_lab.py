@@ -1,0 +1,164 @@
+"""Faults through Slurm on the running 3-node lab: node-loss (NODE_FAIL, DOWN, back to service)
+and the probe under `sbatch --requeue`.
+
+Never brings the lab up or down (others share it). Every job is named ``flt-*`` (outside the
+``orch-*`` prefix that test_scale_test.py cancels) and cancelled in finally; node3's slurmd is
+SIGCONTed by its recorded PID in finally whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from orchestrator.faults.base import NodeShell
+from orchestrator.faults.engine import FaultEngine
+from orchestrator.faults.service import node_shells
+from orchestrator.inventory import load_inventory
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.fault import FaultSpec, FaultTarget
+
+if TYPE_CHECKING:
+    from conftest import Lab
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORY = REPO / "inventories" / "lab.ini"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(lab: Lab) -> Cluster:
+    return load_inventory(lab.inventory)
+
+
+@pytest.fixture(scope="module")
+def shells(cluster: Cluster) -> Iterator[dict[str, NodeShell]]:
+    with node_shells(cluster) as s:
+        yield s
+
+
+def node_state(lab: Lab, node: str) -> str:
+    return lab.slurm("sinfo", "-h", "-n", node, "-o", "%T").stdout.strip()
+
+
+def job_state(lab: Lab, job: str) -> str:
+    """The first (latest) allocation record's state in sacct, '' while unknown."""
+    out = lab.slurm("sacct", "-X", "-n", "-P", "-o", "State", "-j", job, check=False).stdout
+    return out.splitlines()[0].strip() if out.strip() else ""
+
+
+def wait_for(cond: object, timeout: float, what: str) -> float:
+    """Poll cond() every 0.25 s; the monotonic instant it held. Fails the test on timeout."""
+    assert callable(cond)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return time.monotonic()
+        time.sleep(0.25)
+    pytest.fail(f"{what}: not within {timeout:g} s")
+
+
+@pytest.fixture
+def node3_back(lab: Lab) -> Iterator[None]:
+    """Whatever happens: node3's slurmd continued (by the lab's recorded PID) and node3 resumed."""
+    assert node_state(lab, "node3") in ("idle", "mixed", "allocated"), "node3 must start in service"
+    try:
+        yield
+    finally:
+        d = lab.state().daemon("slurmd@node3")
+        if d is not None and d.alive():
+            os.kill(d.pid, signal.SIGCONT)
+        if node_state(lab, "node3").startswith("down"):
+            lab.slurm("scontrol", "update", "nodename=node3", "state=resume", check=False)
+        wait_for(lambda: not node_state(lab, "node3").startswith("down"), 60, "node3 back in service")
+
+
+def submit_on_node3(lab: Lab, name: str) -> str:
+    job = lab.slurm("sbatch", "--parsable", "--no-requeue", "-J", name, "-w", "node3", "-N1",
+                    "--time=10", "--wrap", "srun sleep 600").stdout.strip().split(";")[0]
+    wait_for(lambda: job_state(lab, job) == "RUNNING", 60, f"job {job} running")
+    return job
+
+
+def test_node_loss_ends_the_job_node_fail_and_revert_returns_the_node(
+    lab: Lab, cluster: Cluster, shells: dict[str, NodeShell], node3_back: None, tmp_path: Path
+) -> None:
+    job = submit_on_node3(lab, f"flt-nodeloss-{os.getpid()}")
+    engine = FaultEngine(cluster, shells, record_dir=tmp_path)
+    try:
+        with engine.applied(FaultSpec(kind="node-loss", target=FaultTarget(node="node3"),
+                                      duration_s=90, margin_s=5)) as active:
+            rec = active.record
+            assert rec.outcome == "active", rec.message
+            slurmd = lab.state().daemon("slurmd@node3")
+            assert slurmd is not None and rec.resolved == [str(slurmd.pid)]
+            t0 = rec.injected_at_mono
+            assert t0 is not None
+            t_fail = wait_for(lambda: job_state(lab, job) == "NODE_FAIL", 60, "job NODE_FAIL")
+            t_down = wait_for(lambda: node_state(lab, "node3").startswith("down"), 30, "node3 DOWN")
+        t_rev = rec.t_revert_mono
+        assert t_rev is not None and rec.model_dump()["outcome"] == "reverted"
+        t_back = wait_for(lambda: node_state(lab, "node3") in ("idle", "mixed", "allocated"), 60,
+                          "node3 back in service")
+        print(f"\nnode-loss: job NODE_FAIL after {t_fail - t0:.1f} s, node DOWN seen after "
+              f"{t_down - t0:.1f} s, back in service {t_back - t_rev:.1f} s after revert "
+              f"(SlurmdTimeout={slurmd_timeout(lab)})")
+        # The job is not requeued (--no-requeue): its one record ends NODE_FAIL.
+        assert job_state(lab, job) == "NODE_FAIL"
+        assert node_state(lab, "node3") == "idle" or node_state(lab, "node3") in ("mixed", "allocated")
+    finally:
+        lab.slurm("scancel", job, check=False)
+
+
+def slurmd_timeout(lab: Lab) -> str:
+    out = lab.slurm("scontrol", "show", "config").stdout
+    found = (ln.split("=", 1)[1].strip() for ln in out.splitlines() if ln.startswith("SlurmdTimeout"))
+    return next(found, "?")
+
+
+KILLED_ORCH = """
+import sys, time
+from pathlib import Path
+from orchestrator.faults.engine import FaultEngine
+from orchestrator.faults.service import node_shells
+from orchestrator.inventory import load_inventory
+from orchestrator.models.fault import FaultSpec, FaultTarget
+c = load_inventory(Path(sys.argv[1]))
+with node_shells(c) as shells:
+    e = FaultEngine(c, shells)
+    a = e.prepare(FaultSpec(kind="node-loss", target=FaultTarget(node="node3"),
+                            duration_s=20.0, margin_s=1.0))
+    e.inject(a)
+    print("ACTIVE", a.record.outcome, flush=True)
+    time.sleep(3600)
+"""
+
+
+def test_node_timer_returns_the_lost_node_after_orch_is_sigkilled(
+    lab: Lab, cluster: Cluster, shells: dict[str, NodeShell], node3_back: None
+) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_ORCH, str(lab.inventory)],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().split() == ["ACTIVE", "active"]
+        killed = time.monotonic()
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    # SlurmdTimeout (10 s) passes while orch is dead: the controller takes node3 DOWN ...
+    wait_for(lambda: node_state(lab, "node3").startswith("down"), 40, "node3 DOWN while orch is dead")
+    # ... and the timer (20 s + 1 s) SIGCONTs slurmd and resumes the node without orch.
+    t_back = wait_for(lambda: node_state(lab, "node3") == "idle", 60, "node3 idle again by the timer")
+    print(f"\nnode-loss timer: node3 idle {t_back - killed:.1f} s after orch was SIGKILLed (timer 21 s)")
+    assert t_back - killed >= 20.0  # it was the timer, not something earlier
+    assert all(r.found == [] for r in FaultEngine(cluster, shells).sweep())
