@@ -8,7 +8,7 @@ LAB_NODES ?= 3
 APT_PACKAGES := python3-venv slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client \
 	iproute2 iptables podman runc iperf3 procps psmisc chromium
 
-.PHONY: run test venv deps lint unit integration lab-up lab-down bench clean
+.PHONY: run test venv deps lint unit integration lab-up lab-down bench clean fuzz
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,10 @@ lint: venv
 
 unit: venv
 	$(BIN)/pytest -q tests/unit
+
+## make fuzz: the parser fuzz tests with the full budget (10,000 inputs each; `make test` runs 300).
+fuzz: venv
+	ORCH_FUZZ_EXAMPLES=10000 $(BIN)/pytest -q tests/unit/test_fuzz_parsers.py tests/unit/test_nccltests_parser.py
 
 ## make test: install what the tests need, bring the lab up, run every test, take the lab down.
 test: deps venv lint

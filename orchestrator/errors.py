@@ -75,3 +75,9 @@ class Interrupted(OrchError):
     """The user interrupted the run; faults were reverted and jobs cancelled."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+def one_line(e: BaseException, limit: int = 200) -> str:
+    """An exception's text on one line (pydantic and json errors span several), cut to `limit`."""
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

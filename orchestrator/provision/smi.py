@@ -8,13 +8,16 @@ tests/fixtures/smi/, each with its source.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from pydantic import Field
 
-from orchestrator.errors import ParseError
+from orchestrator.errors import ParseError, one_line
 from orchestrator.models.base import StrictModel
 
 
@@ -65,6 +68,25 @@ class RdmaDevice(StrictModel):
         return any(p.link_layer == "Ethernet" for p in self.ports)
 
 
+_T = TypeVar("_T")
+
+
+def _raw_on_error(parse: Callable[[str], _T]) -> Callable[[str], _T]:
+    """Turn any slip on malformed text (a bad number, a missing field, deep JSON) into ParseError."""
+
+    @functools.wraps(parse)
+    def wrapper(text: str) -> _T:
+        try:
+            return parse(text)
+        except ParseError:
+            raise
+        except (ValueError, IndexError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            what = parse.__name__.removeprefix("parse_")
+            raise ParseError(f"{what}: malformed output: {one_line(e)}", raw=text) from e
+
+    return wrapper
+
+
 def _strip_comments(text: str) -> str:
     return "\n".join(ln for ln in text.splitlines() if not ln.startswith("# source:"))
 
@@ -91,6 +113,7 @@ _CSV_KEYS = {
 }
 
 
+@_raw_on_error
 def parse_nvidia_smi_csv(text: str) -> SmiReport:
     """`nvidia-smi --query-gpu=... --format=csv` (with its header line; units in [..] are dropped).
 
@@ -124,6 +147,7 @@ def parse_nvidia_smi_csv(text: str) -> SmiReport:
                      gpus=[gpus[i] for i in sorted(gpus)])  # fmt: skip
 
 
+@_raw_on_error
 def parse_nvidia_smi_q(text: str) -> SmiReport:
     """`nvidia-smi -q`: the indented `key : value` report, one `GPU <bus id>` block per GPU."""
     body = _strip_comments(text)
@@ -182,6 +206,7 @@ def parse_nvidia_smi_q(text: str) -> SmiReport:
 # --- AMD -------------------------------------------------------------------------------------------
 
 
+@_raw_on_error
 def parse_amd_smi_static(text: str) -> SmiReport:
     """`amd-smi static` (the default text form): `GPU: N` blocks of indented `KEY: value` sections."""
     body = _strip_comments(text)
@@ -218,6 +243,7 @@ def parse_amd_smi_static(text: str) -> SmiReport:
     return SmiReport(tool="amd-smi", driver=driver, gpus=gpus)
 
 
+@_raw_on_error
 def parse_rocm_smi(text: str) -> SmiReport:
     """rocm-smi: `--json` output (cardN objects) or the default concise table."""
     body = _strip_comments(text).strip()
@@ -266,6 +292,7 @@ def parse_rocm_smi(text: str) -> SmiReport:
 # --- RDMA ------------------------------------------------------------------------------------------
 
 
+@_raw_on_error
 def parse_ibv_devinfo(text: str) -> list[RdmaDevice]:
     """`ibv_devinfo` (with or without -v): one device per `hca_id:` block, its ports below."""
     body = _strip_comments(text)

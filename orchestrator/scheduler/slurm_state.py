@@ -227,7 +227,7 @@ def parse_scontrol(text: str) -> dict[str, JobState]:
         if not record.strip():
             continue
         pairs = parse_scontrol_pairs(record)
-        if "JobId" not in pairs or "JobState" not in pairs:
+        if not pairs.get("JobId", "").split() or not pairs.get("JobState", "").split():
             raise ParseError("scontrol record without JobId and JobState", raw=text)
         job_id = pairs["JobId"].split()[0]
         states[job_id] = _state(

@@ -14,9 +14,9 @@ import math
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from orchestrator.errors import ParseError
+from orchestrator.errors import ParseError, one_line
 from orchestrator.models.base import StrictModel
 from orchestrator.models.results import Collective, CollRow, PlaceResult
 
@@ -129,8 +129,9 @@ def parse_nccl_tests(
         return _parse_text(body, text, collective, nranks)
     except ParseError:
         raise
-    except (ValueError, ValidationError, OverflowError, KeyError, TypeError, AttributeError) as e:
-        raise ParseError(f"not parseable as nccl-tests output: {e}", raw=text) from e
+    except (ValueError, ArithmeticError, LookupError, TypeError, AttributeError, RecursionError) as e:
+        # ValidationError is a ValueError; RecursionError comes from JSON nested too deeply
+        raise ParseError(f"not parseable as nccl-tests output: {one_line(e)}", raw=text) from e
 
 
 class _Layout:

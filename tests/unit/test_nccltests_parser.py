@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzzing import fuzz_settings, mutate
+from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.errors import ParseError
@@ -129,33 +129,11 @@ def test_missing_collective_is_an_error() -> None:
         parse_nccl_tests(text)
 
 
-def _mutate(text: str, seed: int, ops: int) -> str:
-    rnd = random.Random(seed)
-    lines = text.splitlines(keepends=True)
-    for _ in range(ops):
-        op = rnd.randrange(4)
-        if op == 0 and lines:
-            del lines[rnd.randrange(len(lines))]
-        elif op == 1 and lines:
-            i = rnd.randrange(len(lines))
-            lines.insert(i, lines[i])
-        elif op == 2 and lines:
-            i = rnd.randrange(len(lines))
-            s = lines[i]
-            if s:
-                j = rnd.randrange(len(s))
-                lines[i] = s[:j] + chr(rnd.randrange(32, 127)) + s[j + 1 :]
-        else:
-            joined = "".join(lines)
-            lines = joined[: rnd.randrange(len(joined) + 1)].splitlines(keepends=True)
-    return "".join(lines)
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(index=st.integers(min_value=0), seed=st.integers(), ops=st.integers(min_value=1, max_value=6))
+@fuzz_settings
+@given(index=st.integers(min_value=0), seed=st.integers(), ops=st.integers(min_value=1, max_value=8))
 def test_mutations_raise_only_parse_error(index: int, seed: int, ops: int) -> None:
     path = BENCH[index % len(BENCH)]
-    text = _mutate(path.read_text(), seed, ops)
+    text = mutate(path.read_text(), seed, ops)
     try:
         run = parse_nccl_tests(text, collective=program_collective(path.name.split("-")[0]))
     except ParseError as e:
