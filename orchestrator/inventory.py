@@ -397,6 +397,7 @@ def _parse_with_ansible(source: Path) -> tuple[list[RawHost], dict[str, list[str
             for h in inventory.hosts.values():
                 merged = manager.get_vars(host=h, include_hostvars=False)
                 templar = Templar(loader=loader, variables=merged)
+                _refuse_lookups(templar)
                 picked = {k: _plain(_render(templar, k, merged[k])) for k in _READ if k in merged}
                 groups = sorted({g.name for g in h.get_groups()})
                 hosts.append(RawHost(name=str(h.name), groups=groups, vars=picked))
@@ -418,6 +419,25 @@ def _parse_with_ansible(source: Path) -> tuple[list[RawHost], dict[str, list[str
     for members in group_map.values():
         members.sort(key=lambda n: order.get(n, len(order)))
     return hosts, group_map
+
+
+def _refuse_lookup(*_args: Any, **_kwargs: Any) -> Any:
+    raise RuntimeError("lookups are not run while orch reads an inventory")
+
+
+def _refuse_lookups(templar: Any) -> None:
+    """Make lookup()/query()/q() fail in this templar: reading an inventory must run nothing.
+
+    `{{ lookup('pipe', ...) }}` in a host variable would otherwise run a command on this machine
+    each time orch merely loads the inventory (`orch inventory show`, `orch plan show`). The value
+    then stays as written and is refused by validation. Plain expressions (`{{ inventory_hostname
+    }}.mgmt`) still render. The environment belongs to this templar alone (not shared).
+    """
+    env = getattr(getattr(templar, "_engine", None), "environment", None)
+    if env is None or not hasattr(env, "globals"):
+        raise InventoryError("this ansible-core has no template environment orch can restrict")
+    for name in ("lookup", "query", "q"):
+        env.globals[name] = _refuse_lookup
 
 
 def _render(templar: Any, name: str, value: Any) -> Any:

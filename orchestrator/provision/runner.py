@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -178,7 +179,7 @@ def runner_kwargs(request: PlaybookRequest) -> dict[str, Any]:
         "inventory": str(request.inventory.absolute()),
         "extravars": dict(request.extravars),
         "envvars": build_envvars(request),
-        "cmdline": " ".join(build_cmdline(request)) or None,
+        "cmdline": shlex.join(build_cmdline(request)) or None,  # runner shlex.splits it back
         "passwords": build_passwords(request) or None,
         "limit": request.limit,
         "forks": request.forks,
