@@ -13,6 +13,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.store.db import ResultsStore, default_store_path, resolve_run_dir
 from orchestrator.store.load import load_run
+from orchestrator.store.orphans import cleanup_orphans
 
 runs_app = typer.Typer(name="runs", help="Recorded runs: list, show, resume.", no_args_is_help=True)
 baseline_app = typer.Typer(
@@ -139,6 +140,19 @@ def ingest_cmd(
         for d in dirs:
             rec = db.ingest(d)
             out.print(f"{rec.run_id}: {rec.status}, {len(rec.steps)}/{len(rec.step_ids)} steps", markup=False)
+    return 0
+
+
+@runs_app.command("cleanup")
+def cleanup_cmd(
+    runs: Annotated[Path, typer.Option("--runs", help="Root of the run directories.")] = Path("runs"),
+) -> int:
+    """Cancel Slurm jobs left by runs whose orch process died (SIGKILL): the journal names them."""
+    reports = cleanup_orphans(runs)
+    for r in reports:
+        out.print(f"{r.run_id}: cancelled {', '.join(r.cancelled) or 'none (all ended)'}", markup=False)
+    if not reports:
+        out.print("no orphan jobs", markup=False)
     return 0
 
 

@@ -1,0 +1,74 @@
+"""`orch runs cleanup`: the Slurm jobs of a run whose orch died are found in its journal and cancelled."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from orchestrator.scheduler.base import JobState, JobStatus
+from orchestrator.store.orphans import cleanup_orphans, orphan_job_ids
+from orchestrator.store.rundir import RunDir
+
+
+class FakeSlurm:
+    name = "slurm"
+
+    def __init__(self, states: dict[str, JobStatus]) -> None:
+        self.states = states
+        self.cancelled: list[str] = []
+
+    def poll(self, job_ids: list[str]) -> dict[str, JobState]:
+        return {j: JobState(job_id=j, status=self.states[j], raw_state=self.states[j].value)
+                for j in job_ids if j in self.states}  # fmt: skip
+
+    def cancel(self, job_ids: list[str]) -> None:
+        self.cancelled += job_ids
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def make_run(root: Path, name: str, pid: int, *, finished: bool = False) -> Path:
+    rd = RunDir.create(root, name)
+    rd.event("run_started", run_id=name, steps=["n1xg1", "n2xg1", "n3xg1"], pid=pid, host=os.uname().nodename)
+    for k, job in enumerate(("11", "12", "13")):
+        rd.event("step_submitted", step=f"n{k + 1}xg1", job_id=job, after=None)
+    rd.event("step_done", step="n1xg1", job_id="11", verdict="pass", reasons=[])
+    if finished:
+        rd.event("run_finished", status="accepted", exit_code=0, wall_s=1.0)
+    return rd.root
+
+
+def test_dead_run_jobs_are_cancelled_once(tmp_path: Path) -> None:
+    make_run(tmp_path, "smoke-dead", dead_pid())
+    assert orphan_job_ids(tmp_path / "smoke-dead") == ["12", "13"]
+    slurm = FakeSlurm({"12": JobStatus.RUNNING, "13": JobStatus.PENDING})
+    (report,) = cleanup_orphans(tmp_path, lambda conf: slurm)
+    assert report.cancelled == ["12", "13"] and slurm.cancelled == ["12", "13"]
+    assert orphan_job_ids(tmp_path / "smoke-dead") == []
+    assert cleanup_orphans(tmp_path, lambda conf: slurm) == []
+
+
+def test_ended_jobs_are_not_cancelled(tmp_path: Path) -> None:
+    make_run(tmp_path, "smoke-dead", dead_pid())
+    slurm = FakeSlurm({"12": JobStatus.COMPLETED, "13": JobStatus.RUNNING})
+    (report,) = cleanup_orphans(tmp_path, lambda conf: slurm)
+    assert report.cancelled == ["13"]
+
+
+def test_live_and_finished_runs_are_left_alone(tmp_path: Path) -> None:
+    make_run(tmp_path, "smoke-live", os.getpid())
+    make_run(tmp_path, "smoke-done", dead_pid(), finished=True)
+    slurm = FakeSlurm({"12": JobStatus.RUNNING, "13": JobStatus.RUNNING})
+    assert cleanup_orphans(tmp_path, lambda conf: slurm) == []
+    assert slurm.cancelled == []
+
+
+def test_jobs_cancelled_on_ctrl_c_are_not_orphans(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "smoke-int", dead_pid())
+    RunDir(run).event("interrupted", cancelled=["12", "13"])
+    assert orphan_job_ids(run) == []
