@@ -60,8 +60,9 @@ _READ = (
     "orch_slurm_conf",
     "orch_lab_state",
     "orch_partition",
+    "orch_stack",
 )
-_CLUSTER_VARS = ("orch_slurm_conf", "orch_lab_state", "orch_partition")
+_CLUSTER_VARS = ("orch_slurm_conf", "orch_lab_state", "orch_partition", "orch_stack")
 # Kept as written: Ansible resolves interpreter templates itself, on the node.
 _NOT_TEMPLATED = frozenset({"ansible_python_interpreter"})
 
@@ -337,9 +338,10 @@ def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> Cl
             problems.append(f"{var} differs between hosts ({pairs}); set it once in [all:vars]")
         elif seen:
             values[var] = next(iter(seen))
-    if (part := values.get("orch_partition")) is not None and (why := host_name_problem(part)):
-        problems.append(f"orch_partition={part!r} {why}")
-        values.pop("orch_partition")
+    for var in ("orch_partition", "orch_stack"):
+        if (word := values.get(var)) is not None and (why := host_name_problem(word)):
+            problems.append(f"{var}={word!r} {why}")
+            values.pop(var)
     for var in ("orch_slurm_conf", "orch_lab_state"):
         if var in values:
             p = Path(values[var]).expanduser()

@@ -29,6 +29,8 @@ from orchestrator.plan import expand_steps, resolve_plan
 from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus
 from orchestrator.scheduler.local import LocalScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
+from orchestrator.stages.faults import StepFaults, check_plan_faults, fault_matches
+from orchestrator.stages.stack import StackOutcome, run_stack_stage, stack_name, stack_python
 from orchestrator.store.rundir import RunDir, atomic_write, new_run_id
 from orchestrator.workloads.nccltests import parse_nccl_tests
 
@@ -52,8 +54,15 @@ class ScaleTestRequest(StrictModel):
     plan: str | None = Field(default=None, description="built-in plan name or YAML file; None = smoke")
     overrides: PlanOverrides = Field(default_factory=PlanOverrides)
     out_dir: Path = Path("runs")
-    python: str = Field(default=sys.executable, description="the Python that runs collbench on the nodes")
+    python: str | None = Field(
+        default=None,
+        description="the Python that runs collbench on the nodes (default: the stack's, or this one)",
+    )
     group: str | None = Field(default=None, description="inventory group or hosts to run on")
+    allow_drift: bool = Field(default=False, description="run steps on nodes that differ from the stack")
+    force_faults: bool = Field(
+        default=False, description="let plan faults hit more than the safe share of nodes"
+    )
 
 
 class StepResult(StrictModel):
@@ -99,7 +108,14 @@ def make_scheduler(backend: Literal["slurm", "local"], cluster: Cluster) -> JobS
 
 
 def job_spec(
-    step: Step, plan: Plan, cluster: Cluster, backend: str, workdir: Path, python: str, port: int
+    step: Step,
+    plan: Plan,
+    cluster: Cluster,
+    backend: str,
+    workdir: Path,
+    python: str,
+    port: int,
+    env: dict[str, str] | None = None,
 ) -> JobSpec:
     """The job of one step: collbench on step.nodes, rendezvous on the first node's fabric address."""
     nodes = [cluster.node(n) for n in step.nodes]
@@ -133,6 +149,7 @@ def job_spec(
         ranks_per_node=step.ranks_per_node,
         gpus_per_node=gpus,
         argv=argv,
+        env=dict(env or {}),
         master_addr=master,
         master_port=port,
         time_limit_s=plan.step_timeout_s,
@@ -159,13 +176,16 @@ class _Runner:
         rundir: RunDir,
         python: str,
         listeners: list[Listener],
+        env: dict[str, str] | None = None,
+        faults: StepFaults | None = None,
     ) -> None:
         self.plan, self.cluster, self.steps, self.sched = plan, cluster, steps, sched
         self.backend, self.rundir, self.python, self.listeners = backend, rundir, python, listeners
+        self.faults = faults
         self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
         base_port = 20000 + secrets.randbelow(20000)
         self.specs = [
-            job_spec(s, plan, cluster, backend, rundir.step_dir(s.id), python, base_port + i)
+            job_spec(s, plan, cluster, backend, rundir.step_dir(s.id), python, base_port + i, env)
             for i, s in enumerate(steps)
         ]
         self.pending_since: dict[str, float] = {}
@@ -180,6 +200,8 @@ class _Runner:
 
     def run(self) -> None:
         try:
+            if self.faults is not None:
+                self.faults.start()
             if self.backend == "slurm":
                 self._submit_all()
             self._loop()
@@ -190,6 +212,9 @@ class _Runner:
             raise Interrupted(
                 "interrupted; jobs cancelled: " + (", ".join(j for j in live if j) or "none")
             ) from e
+        finally:
+            if self.faults is not None:
+                self.faults.close()  # reverts any fault still active, whatever ended the run
 
     def _submit(self, i: int, after: str | None) -> None:
         res, spec = self.results[i], self.specs[i]
@@ -249,6 +274,8 @@ class _Runner:
             )
         if state.status == JobStatus.RUNNING and res.started_mono is None:
             res.started_mono = now
+            if self.faults is not None:
+                self.faults.step_started(res.step, now)
         if state.status == JobStatus.PENDING:
             self._check_pending(res, state.reason or "", now)
         if state.status.terminal:
@@ -329,6 +356,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     steps = expand_steps(plan, cluster, group=req.group)
     backend = choose_backend(plan, cluster)
     sched = make_scheduler(backend, cluster)
+    fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
     rundir = RunDir.create(req.overrides.out_dir or req.out_dir, new_run_id(plan.name))
     rundir.write_model("plan.json", plan)
     rundir.write_model("inventory.json", cluster)
@@ -340,7 +368,27 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     )  # fmt: skip
     _emit(listeners, "run_started", run_id=rundir.run_id, run_dir=str(rundir.root), plan=plan.name,
           backend=backend, steps=[s.id for s in steps])  # fmt: skip
-    runner = _Runner(plan, cluster, steps, sched, backend, rundir, req.python, listeners)
+    stack = StackOutcome()
+    if (name := stack_name(None, plan, cluster)) is not None:
+        try:
+            stack = run_stack_stage(req.inventory, cluster, name, steps, rundir, allow_drift=req.allow_drift)
+        except OrchError as e:
+            rundir.event("run_finished", status="refused", exit_code=e.exit_code, error=str(e))
+            raise
+        _emit(listeners, "fingerprint", stack=name, drift=[line for v in stack.drift.values() for line in v])
+    for w in fault_warnings:
+        rundir.event("warning", message=w)
+        _emit(listeners, "warning", message=w)
+    python = req.python or stack.python or sys.executable
+    faults = (
+        StepFaults(plan, cluster, steps, rundir, rundir.event, force=req.force_faults)
+        if plan.faults
+        else None
+    )
+    runner = _Runner(plan, cluster, steps, sched, backend, rundir, python, listeners, stack.env, faults)
+    for res in runner.results:
+        res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
+        res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
     try:
         runner.run()
     except Interrupted:
@@ -369,7 +417,7 @@ def _store_listener(runs_root: Path) -> Listener:
 
 
 def resume_run(
-    run_dir: Path, python: str = sys.executable, listeners: list[Listener] | None = None
+    run_dir: Path, python: str | None = None, listeners: list[Listener] | None = None
 ) -> RunResult:
     """Run, in run_dir, the steps of an earlier run that have no finished result; the finished
     ones are kept as they are. Raises ConfigError when nothing is left to run or the directory is
@@ -403,7 +451,10 @@ def resume_run(
     rundir.event("run_resumed", run_id=rundir.run_id, steps=todo, **_who())
     _emit(listeners, "run_started", run_id=rundir.run_id, run_dir=str(rundir.root), plan=plan.name,
           backend=backend, steps=[s.id for s in steps])  # fmt: skip
-    runner = _Runner(plan, cluster, steps, sched, backend, rundir, python, listeners)
+    env: dict[str, str] = {}
+    if python is None:
+        python, env = stack_python(stack_name(None, plan, cluster))
+    runner = _Runner(plan, cluster, steps, sched, backend, rundir, python, listeners, env)
     for i, s in enumerate(steps):
         if s.id in done:
             runner.results[i] = done[s.id]

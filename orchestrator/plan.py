@@ -129,6 +129,8 @@ def apply_overrides(plan: Plan, ov: PlanOverrides) -> Plan:
         new.step_timeout_s = ov.timeout_s
     if ov.concurrent_steps is not None:
         new.concurrent_steps = ov.concurrent_steps
+    if ov.stack is not None:
+        new.stack = ov.stack
     return new
 
 

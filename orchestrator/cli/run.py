@@ -56,6 +56,12 @@ class ProgressPrinter:
             err.print(f"{elapsed} {pos} [{colour}]{data['verdict']}[/]")
             for reason in data.get("reasons", []):
                 err.print(f"         {reason}", markup=False)
+        elif kind == "fingerprint":
+            drift = data.get("drift") or []
+            err.print(f"{elapsed} fingerprint against stack {data['stack']}: "
+                      + ("; ".join(drift) if drift else "every node unchanged"), markup=False)  # fmt: skip
+        elif kind == "warning":
+            err.print(f"{elapsed} warning: {data['message']}", markup=False, style="yellow")
         elif kind == "interrupted":
             err.print(f"{elapsed} interrupted; cancelled jobs: {data.get('cancelled')}")
 
@@ -106,6 +112,18 @@ def scale_test_cmd(
     partition: PartitionOpt = None,
     timeout: TimeoutOpt = None,
     out_dir: OutOpt = None,
+    stack: Annotated[
+        str | None,
+        typer.Option(
+            "--stack", help="Stack to fingerprint the nodes against ('none': skip; default: orch_stack)."
+        ),
+    ] = None,
+    allow_drift: Annotated[
+        bool, typer.Option("--allow-drift", help="Run steps on nodes that differ from the stack.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Let plan faults hit more than the safe share of nodes.")
+    ] = False,
     concurrent_steps: Annotated[
         bool,
         typer.Option(
@@ -119,7 +137,15 @@ def scale_test_cmd(
     )
     if concurrent_steps:
         overrides.concurrent_steps = True
-    req = ScaleTestRequest(inventory=inventory, plan=plan, overrides=overrides, group=group)
+    overrides.stack = stack
+    req = ScaleTestRequest(
+        inventory=inventory,
+        plan=plan,
+        overrides=overrides,
+        group=group,
+        allow_drift=allow_drift,
+        force_faults=force,
+    )
     result = scale_test(req, [ProgressPrinter()])
     render_result(result)
     return result.exit_code

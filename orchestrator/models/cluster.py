@@ -137,6 +137,7 @@ class ClusterVars(StrictModel):
     orch_slurm_conf: Path | None = None
     orch_lab_state: Path | None = None
     orch_partition: str | None = None
+    orch_stack: str | None = Field(default=None, description="the stack (playbooks/stacks/) the nodes hold")
 
 
 class Cluster(StrictModel):

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.fault import PlanFault
 from orchestrator.models.results import COLLECTIVES, Collective
 
 Backend = Literal["slurm", "local", "auto"]
@@ -212,6 +213,12 @@ class Plan(StrictModel):
     concurrent_steps: bool = Field(default=False, description="let steps on disjoint nodes run together")
     backend: Backend = "auto"
     partition: str | None = None
+    stack: str | None = Field(
+        default=None, description="stack the nodes are checked against (default: the inventory's orch_stack)"
+    )
+    faults: list[PlanFault] = Field(
+        default_factory=list, description="faults injected while steps run (see docs/faults.md)"
+    )
 
     @field_validator("collectives")
     @classmethod
@@ -237,6 +244,7 @@ class PlanOverrides(StrictModel):
     partition: str | None = None
     timeout_s: int | None = Field(default=None, ge=1, description="--timeout: per-step time limit")
     concurrent_steps: bool | None = Field(default=None, description="--concurrent-steps")
+    stack: str | None = Field(default=None, description="--stack: NAME, or 'none' to skip the fingerprint")
     out_dir: Path | None = Field(default=None, description="--out: run directory root (not part of Plan)")
 
 

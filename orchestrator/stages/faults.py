@@ -1,0 +1,130 @@
+"""The plan's faults during scale-test: injected while a step runs, always reverted.
+
+When a step turns RUNNING, each fault of the plan that names the step (by id or index, or every
+step when it names none) waits `at_s`, is injected over the kept-open node shells (the node-side
+timer armed in the same round trip), held for its duration and reverted; `repeat` times. A sweep
+at start-up removes what an earlier, killed orch left. Records go to runs/<id>/faults/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.errors import ConfigError
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.fault import FaultSpec, PlanFault, Transport
+from orchestrator.models.plan import Plan, Step
+from orchestrator.store.rundir import RunDir
+
+Log = Callable[..., None]
+JOIN_TIMEOUT_S = 60.0
+
+
+def plan_transport(cluster: Cluster, steps: list[Step]) -> Transport:
+    """The transport the plan's collectives use: sockets on CPU nodes, RDMA NICs on GPU nodes."""
+    names = {n for s in steps for n in s.nodes}
+    vendors = {cluster.node(n).gpu_vendor for n in names}
+    return "socket" if vendors <= {"none"} else "rdma-hw"
+
+
+def fault_matches(pf: PlanFault, step: Step) -> bool:
+    """Whether plan fault pf belongs to step (by id, by index, or to every step)."""
+    return pf.step is None or pf.step == step.id or pf.step == step.index
+
+
+def check_plan_faults(plan: Plan, cluster: Cluster, steps: list[Step], force: bool) -> list[str]:
+    """Refuse faults that name no step or a bad target (ConfigError); return transport warnings."""
+    from orchestrator.faults.catalog import unreachable_warning
+
+    transport = plan_transport(cluster, steps) if steps else "socket"
+    warnings: list[str] = []
+    for i, pf in enumerate(plan.faults):
+        where = f"plan fault {i + 1} ({pf.kind} on {pf.target})"
+        if not any(fault_matches(pf, s) for s in steps):
+            raise ConfigError(
+                f"{where}: step {pf.step!r} is not in the ladder ({', '.join(s.id for s in steps)})"
+            )
+        try:
+            spec = pf.spec(force=force)
+        except ValidationError as e:
+            raise ConfigError(f"{where}: {e.errors()[0]['msg']}") from e
+        cluster.node(spec.target.node)
+        if (w := unreachable_warning(pf.kind, transport)) is not None:
+            warnings.append(f"{where}: {w}")
+    return warnings
+
+
+class StepFaults:
+    """Runs the plan's faults against the steps as they start; close() reverts whatever is active."""
+
+    def __init__(
+        self, plan: Plan, cluster: Cluster, steps: list[Step], rundir: RunDir, log: Log, *, force: bool
+    ) -> None:
+        self.plan, self.cluster, self.rundir, self.log, self.force = plan, cluster, rundir, log, force
+        # the start-up sweep covers the nodes this run uses: an unrelated dead node must not stop it
+        self.nodes = sorted({n for s in steps for n in s.nodes})
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._exit = contextlib.ExitStack()
+        self._engine: Any = None
+
+    def start(self) -> None:
+        """Connect to every node and sweep what an earlier run left; raises OrchError."""
+        if not self.plan.faults:
+            return
+        from orchestrator.faults.engine import FaultEngine
+        from orchestrator.faults.service import node_shells
+
+        shells = self._exit.enter_context(node_shells(self.cluster))
+        self._engine = FaultEngine(self.cluster, shells, record_dir=self.rundir.root / "faults")
+        swept = self._engine.sweep(self.nodes)
+        self.log("faults_swept", nodes=self.nodes, removed={r.node: r.found for r in swept if r.found})
+
+    def step_started(self, step: Step, started_mono: float) -> None:
+        """Schedule the faults that belong to this step."""
+        for pf in self.plan.faults:
+            if self._engine is not None and fault_matches(pf, step):
+                t = threading.Thread(target=self._run, args=(pf, step, started_mono), daemon=True)
+                self._threads.append(t)
+                t.start()
+
+    def _run(self, pf: PlanFault, step: Step, started_mono: float) -> None:
+        try:
+            self._run_repeats(pf, step, started_mono)
+        except Exception as e:  # a thread must not die silently: the journal says what happened
+            self.log("fault_error", step=step.id, fault_kind=pf.kind, target=pf.target, error=str(e))
+
+    def _run_repeats(self, pf: PlanFault, step: Step, started_mono: float) -> None:
+        if self._stop.wait(max(0.0, started_mono + pf.at_s - time.monotonic())):
+            return
+        spec: FaultSpec = pf.spec(force=self.force)
+        for n in range(pf.repeat):
+            if self._stop.is_set():
+                return
+            with self._lock:
+                active = self._engine.prepare(spec)
+            try:
+                with self._lock:
+                    self._engine.inject(active)
+                rec = active.record
+                self.log("fault_injected", step=step.id, fault=rec.id, fault_kind=pf.kind, target=pf.target,
+                         repeat=n + 1, outcome=rec.outcome, message=rec.message)  # fmt: skip
+                self._stop.wait(spec.duration_s)
+            finally:
+                with self._lock:
+                    rec = self._engine.revert(active)  # idempotent; the node-side timer backs it up
+            self.log("fault_reverted", step=step.id, fault=rec.id, outcome=rec.outcome)
+
+    def close(self) -> None:
+        """Stop waiting faults, revert active ones (their threads' finally), close the shells."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(JOIN_TIMEOUT_S)
+        self._exit.close()

@@ -1,0 +1,92 @@
+"""The stack stage of scale-test: fingerprint the nodes, refuse steps on drifted nodes.
+
+Every run whose inventory (orch_stack), plan (stack) or flag (--stack) names a stack records the
+fingerprint of its nodes (fingerprint.json, drift.json in the run directory). A step that includes
+a node that differs from the stack is refused before anything is submitted, unless --allow-drift;
+then the drift is carried into the step's warnings and the report.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pydantic import Field
+
+from orchestrator.errors import ConfigError
+from orchestrator.models.base import StrictModel
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.plan import Plan, Step
+from orchestrator.store.rundir import RunDir, atomic_write
+
+NO_STACK = "none"
+
+
+class StackOutcome(StrictModel):
+    """What the run takes from the stack: the workload's Python and environment, and the drift."""
+
+    stack: str | None = None
+    python: str | None = Field(default=None, description="the stack's Python on the nodes, if it has one")
+    env: dict[str, str] = Field(default_factory=dict)
+    drift: dict[str, list[str]] = Field(default_factory=dict, description="node -> drift lines")
+
+
+def stack_name(flag: str | None, plan: Plan, cluster: Cluster) -> str | None:
+    """--stack, else the plan's stack, else the inventory's orch_stack; 'none' means no stack."""
+    name = flag or plan.stack or cluster.vars.orch_stack
+    return None if name in (None, NO_STACK) else name
+
+
+def stack_python(name: str | None) -> tuple[str, dict[str, str]]:
+    """The workload's Python on the nodes and its environment, from stack `name` (this Python when
+    there is no stack, or the stack has no Python environment); raises ConfigError."""
+    if name is None:
+        return sys.executable, {}
+    from orchestrator.stacks import load_stack
+
+    stack = load_stack(name)
+    python = f"{stack.python.prefix}/bin/python" if stack.python else sys.executable
+    return python, dict(stack.env)
+
+
+def refused_steps(steps: list[Step], drifted: set[str]) -> list[str]:
+    """'n2xg1 (node2)' for each step that includes a drifted node."""
+    out = []
+    for s in steps:
+        bad = [n for n in s.nodes if n in drifted]
+        if bad:
+            out.append(f"{s.id} ({', '.join(bad)})")
+    return out
+
+
+def run_stack_stage(
+    inventory: Path, cluster: Cluster, name: str, steps: list[Step], rundir: RunDir, *, allow_drift: bool
+) -> StackOutcome:
+    """Fingerprint the nodes the steps use and check them against stack `name`.
+
+    Raises ConfigError (exit 2) naming the refused steps and the drift when a step includes a
+    drifted node and allow_drift is false; ProvisionError when Ansible cannot run at all.
+    """
+    from orchestrator.provision.fingerprint import check_drift
+    from orchestrator.provision.service import fingerprint
+
+    used = sorted({n for s in steps for n in s.nodes})
+    limit = ",".join(used) if len(used) < len(cluster.nodes) else None
+    report = fingerprint(inventory, name, out_dir=rundir.root / "fingerprint", limit=limit)
+    atomic_write(rundir.root / "fingerprint.json", report.fingerprints.model_dump_json(indent=2) + "\n")
+    drift = check_drift(cluster, name, report.fingerprints.nodes)
+    drift.missing = [m for m in drift.missing if m in used]
+    atomic_write(rundir.root / "drift.json", drift.model_dump_json(indent=2) + "\n")
+    lines = {line.split(":", 1)[0]: line for line in drift.lines()}
+    by_node = {node: [lines[node]] for node in drift.drifted if node in lines}
+    rundir.event("fingerprint", stack=name, drift=drift.lines())
+    refused = refused_steps(steps, set(drift.drifted))
+    if refused and not allow_drift:
+        rundir.event("refused", steps=refused, reason="drift")
+        raise ConfigError(
+            f"steps {', '.join(refused)} include nodes that differ from stack {name}: "
+            + "; ".join(drift.lines()),
+            hint="provision them (orch provision --stack " + name + ") or pass --allow-drift",
+        )
+    python, env = stack_python(name)
+    return StackOutcome(stack=name, python=python, env=env, drift=by_node)
