@@ -18,7 +18,9 @@ import contextlib
 import json
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -301,6 +303,13 @@ def outcomes(events: Iterable[Mapping[str, Any]]) -> dict[str, HostOutcome]:
 # --- the one impure function -----------------------------------------------------------------------
 
 
+def _signal_handlers() -> dict[int, Any]:
+    """The current SIGINT/SIGTERM handlers (only the main thread may change them)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
 def execute(request: PlaybookRequest, listener: Listener | None = None) -> PlaybookResult:
     """Run the playbook with ansible-runner; hosts that fail are reported, the others go on.
 
@@ -330,10 +339,19 @@ def execute(request: PlaybookRequest, listener: Listener | None = None) -> Playb
         return True
 
     start = time.monotonic()
+    # ansible-runner installs its own SIGINT/SIGTERM handlers (they cancel the playbook) and never
+    # puts the old ones back: without this, Ctrl-C after a provision or fingerprint stage would be
+    # swallowed and scale-test could no longer cancel its jobs.
+    saved = _signal_handlers()
     try:
         r = ansible_runner.run(**runner_kwargs(request), event_handler=on_event)
     except Exception as e:
         raise ProvisionError(f"ansible-runner could not run {request.playbook}: {e}") from e
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    if r.status == "canceled":
+        raise KeyboardInterrupt
     artifacts = request.work_dir / "artifacts" / request.ident
     strip_command_env(artifacts / "command")
     scrub_tree(request.work_dir, secrets)

@@ -89,6 +89,22 @@ def wheelhouse_argv(stack: Stack, dest: Path, python: str = sys.executable) -> l
     ]
 
 
+def source_digest() -> str:
+    """A line naming the hash of orch's own source tree, when building from one (else empty).
+
+    The orch wheel keeps its version while the code changes; without this the wheelhouse (and so
+    the nodes) would keep running the workload as it was when the wheelhouse was first built.
+    """
+    if not (REPO_ROOT / "pyproject.toml").exists():
+        return ""
+    h = hashlib.sha256()
+    files = [REPO_ROOT / "pyproject.toml", *sorted((REPO_ROOT / "orchestrator").rglob("*"))]
+    for f in files:
+        if f.is_file() and f.suffix in {".py", ".toml", ".yaml", ".j2", ".typed"}:
+            h.update(str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return f"# orch source {h.hexdigest()}\n"
+
+
 def sha256sums(dest: Path) -> str:
     """SHA256SUMS of the wheels in dest, sorted by name (what the hosts compare with)."""
     lines = []
@@ -108,7 +124,7 @@ def prepare_wheelhouse(stack: Stack, dest: Path, runner: CommandRunner) -> Path:
     when pip cannot build it.
     """
     stamp = dest / "REQUIREMENTS"
-    wanted = "\n".join(requirements(stack)) + "\n"
+    wanted = "\n".join(requirements(stack)) + "\n" + source_digest()
     if stamp.exists() and stamp.read_text() == wanted and (dest / "SHA256SUMS").exists():
         return dest
     dest.mkdir(parents=True, exist_ok=True)
