@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,15 @@ def lab() -> Iterator[Lab]:
     state = load_state(state_dir / "state.json")
     assert state is not None
     cfg = state.config
+    # The lab's inventory names its stack (orch_stack=cpu-gloo) and scale-test checks every node
+    # against it: a fresh lab is provisioned once (about 2 minutes; seconds when already done).
+    prov = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "provision", "-i", str(cfg.inventory_out),
+         "--stack", "cpu-gloo"],
+        capture_output=True, text=True, timeout=900, check=False, cwd=REPO,
+    )  # fmt: skip
+    if prov.returncode != 0:
+        pytest.fail(f"provisioning the lab failed:\n{prov.stdout}\n{prov.stderr}")
     yield Lab(config=cfg, nodes=cfg.node_specs, env=slurm_env(cfg))
     if started_here:
         down(cfg)
