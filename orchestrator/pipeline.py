@@ -389,12 +389,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     for res in runner.results:
         res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
         res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
-    try:
-        runner.run()
-    except Interrupted:
-        _finish(runner, t0, interrupted=True)
-        raise
-    return _finish(runner, t0, interrupted=False)
+    return _execute(runner, t0)
 
 
 def _steps_json(steps: list[Step]) -> str:
@@ -459,6 +454,11 @@ def resume_run(
         if s.id in done:
             runner.results[i] = done[s.id]
             runner.results[i].ended_mono = runner.results[i].ended_mono or 0.0
+    return _execute(runner, t0)
+
+
+def _execute(runner: _Runner, t0: float) -> RunResult:
+    """Run the ladder and write the result; on Ctrl-C the result is written, then Interrupted raised."""
     try:
         runner.run()
     except Interrupted:
