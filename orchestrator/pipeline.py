@@ -371,7 +371,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     stack = StackOutcome()
     if (name := stack_name(None, plan, cluster)) is not None:
         try:
-            stack = run_stack_stage(req.inventory, cluster, name, steps, rundir, allow_drift=req.allow_drift)
+            stack = run_stack_stage(cluster, name, steps, rundir, allow_drift=req.allow_drift)
         except OrchError as e:
             rundir.event("run_finished", status="refused", exit_code=e.exit_code, error=str(e))
             raise

@@ -9,11 +9,10 @@ then the drift is carried into the step's warnings and the report.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from pydantic import Field
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, InfraError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan, Step
@@ -60,21 +59,29 @@ def refused_steps(steps: list[Step], drifted: set[str]) -> list[str]:
 
 
 def run_stack_stage(
-    inventory: Path, cluster: Cluster, name: str, steps: list[Step], rundir: RunDir, *, allow_drift: bool
+    cluster: Cluster, name: str, steps: list[Step], rundir: RunDir, *, allow_drift: bool
 ) -> StackOutcome:
     """Fingerprint the nodes the steps use and check them against stack `name`.
 
-    Raises ConfigError (exit 2) naming the refused steps and the drift when a step includes a
-    drifted node and allow_drift is false; ProvisionError when Ansible cannot run at all.
+    The probe runs over kept-open SSH shells (orchestrator/provision/quickprint.py). Raises
+    ConfigError (exit 2) naming the refused steps and the drift when a step includes a drifted node
+    and allow_drift is false; InfraError (exit 3) when a node cannot be fingerprinted.
     """
-    from orchestrator.provision.fingerprint import check_drift
-    from orchestrator.provision.service import fingerprint
+    from orchestrator.provision.fingerprint import FingerprintSet, check_drift
+    from orchestrator.provision.quickprint import quick_fingerprint
+    from orchestrator.stacks import load_stack
 
     used = sorted({n for s in steps for n in s.nodes})
-    limit = ",".join(used) if len(used) < len(cluster.nodes) else None
-    report = fingerprint(inventory, name, out_dir=rundir.root / "fingerprint", limit=limit)
-    atomic_write(rundir.root / "fingerprint.json", report.fingerprints.model_dump_json(indent=2) + "\n")
-    drift = check_drift(cluster, name, report.fingerprints.nodes)
+    found, failed = quick_fingerprint(cluster, load_stack(name), used)
+    fps = FingerprintSet(stack=name, nodes=found)
+    atomic_write(rundir.root / "fingerprint.json", fps.model_dump_json(indent=2) + "\n")
+    if failed:
+        rundir.event("fingerprint_failed", nodes=failed)
+        raise InfraError(
+            "cannot fingerprint " + "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())),
+            hint="check that the nodes are reachable over SSH (orch inventory show, orch lab status)",
+        )
+    drift = check_drift(cluster, name, fps.nodes)
     drift.missing = [m for m in drift.missing if m in used]
     atomic_write(rundir.root / "drift.json", drift.model_dump_json(indent=2) + "\n")
     lines = {line.split(":", 1)[0]: line for line in drift.lines()}
