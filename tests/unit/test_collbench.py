@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -14,7 +15,7 @@ from orchestrator.metrics.busbw import busbw_factor
 from orchestrator.models.results import COLLECTIVES, CollRow
 from orchestrator.scheduler.base import JobSpec, JobStatus
 from orchestrator.scheduler.local import LocalScheduler, free_port
-from orchestrator.workloads.collbench import ORCH_JSON_PREFIX, fmt_float, layout
+from orchestrator.workloads.collbench import ORCH_JSON_PREFIX, channel_slices, fmt_float, layout
 
 SIZES = "1K:4K:x4"  # 1 KiB and 4 KiB
 
@@ -105,6 +106,32 @@ def test_reduce_scatter_fallback_is_correct(tmp_path: Path) -> None:
     assert status is JobStatus.COMPLETED, out
     assert "emulated by all_reduce" in out
     assert all(r.out_of_place.wrong == 0 for r in orch_rows(out))
+
+
+def test_channel_slices_cover_the_buffer_once() -> None:
+    mib = 1 << 20
+    assert channel_slices(0, 4, 4) == [slice(0, 0)]
+    assert channel_slices(256, 4, 4) == [slice(0, 256)]  # 1 KiB: one call
+    assert channel_slices(4 * mib // 4, 4, 4, min_bytes=mib) == [
+        slice(i * mib // 4, (i + 1) * mib // 4) for i in range(4)
+    ]
+    for count in (1, 7, 1000, 2**20 + 3):
+        for k in (1, 2, 3, 4, 8):
+            parts = channel_slices(count, 4, k, min_bytes=4)
+            assert 1 <= len(parts) <= k
+            assert parts[0].start == 0 and parts[-1].stop == count
+            assert all(a.stop == b.start for a, b in itertools.pairwise(parts))
+
+
+def test_collbench_channels_give_the_right_sum(tmp_path: Path) -> None:
+    # 16 MiB: split into 4 concurrent all_reduce calls (4 MiB each); --check compares every element.
+    argv = [sys.executable, "-m", "orchestrator.workloads.collbench", "--sizes", "16M", "--warmup", "1",
+            "--iters", "1", "--timeout", "60", "--collectives", "all_reduce", "--check"]  # fmt: skip
+    status, out, _ = run(tmp_path, argv, 2)
+    assert status is JobStatus.COMPLETED, out
+    assert "run as up to 4 concurrent calls" in out
+    (row,) = orch_rows(out)
+    assert row.out_of_place.wrong == 0 and row.in_place is not None and row.in_place.wrong == 0
 
 
 def test_collbench_without_check_prints_na(tmp_path: Path) -> None:
