@@ -56,10 +56,18 @@ lab-up: deps venv
 lab-down: venv
 	$(ORCH) lab down
 
+## make bench: every bench script (bench/*.py but _*.py) on the lab, one after another. A lab that
+## is already running (shared with others) is used as it is and left up; otherwise one is brought
+## up and taken down at the end.
 bench: deps venv
-	@set -e; trap '$(ORCH) lab down || true' EXIT; \
-	$(ORCH) lab up --nodes $(LAB_NODES); \
-	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done
+	$(BIN)/pip install -q -e '.[dev,workload,bench]'
+	@set -e; \
+	if $(ORCH) lab status --json 2>/dev/null | $(BIN)/python -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["running"] else 1)'; then \
+	  echo "using the running lab (left up)"; \
+	else \
+	  trap '$(ORCH) lab down || true' EXIT; $(ORCH) lab up --nodes $(LAB_NODES); \
+	fi; \
+	for b in bench/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
