@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _lab import elapsed_raw, slurm_env, wait_idle
+from _lab import elapsed_raw, load_note, slurm_env, wait_idle
 
 from orchestrator.inventory import load_inventory
 from orchestrator.models.plan import PlanOverrides
@@ -222,7 +222,8 @@ def main() -> None:
             jobs_txt = ", ".join(f"{j}={t.elapsed.get(j, '?')}s" for j in t.job_ids)
             print(f"round {r + 1} {t.tool:8s} wall {t.wall_s:6.2f} s  jobs {jobs_txt}  sum {t.jobs_s} s  "
                   f"overhead wall/sum {t.overhead:.3f}")  # fmt: skip
-        print(f"round {r + 1} ratio orch/reframe wall {o.wall_s / f.wall_s:.3f}  (first: {order[0]})")
+        print(f"round {r + 1} ratio orch/reframe wall {o.wall_s / f.wall_s:.3f}  (first: {order[0]}; "
+              f"{load_note()})")  # fmt: skip
     o_wall = statistics.median(p[0].wall_s for p in pairs)
     f_wall = statistics.median(p[1].wall_s for p in pairs)
     ratio = statistics.median(p[0].wall_s / p[1].wall_s for p in pairs)
