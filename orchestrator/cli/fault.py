@@ -81,9 +81,19 @@ def inject(
 
 @fault_app.command("sweep")
 def sweep(inventory: InventoryOpt = DEFAULT_INVENTORY) -> None:
-    """Remove everything tagged as orch's (records, iptables chain ORCH-FAULT, tc handle 4f52:)."""
+    """Remove everything tagged as orch's (records, iptables chain ORCH-FAULT, tc handle 4f52:).
+
+    Every reachable node is swept; exit 3 when any node could not be (it is named, with why).
+    """
+    failed = 0
     for r in service.sweep(load_inventory(inventory)):
-        out.print(f"{r.node}: " + (", ".join(r.found) if r.found else "clean"), markup=False)
+        if r.error is not None:
+            failed += 1
+            err.print(f"{r.node}: unreachable or not swept: {r.error}", markup=False)
+        else:
+            out.print(f"{r.node}: " + (", ".join(r.found) if r.found else "clean"), markup=False)
+    if failed:
+        raise typer.Exit(EXIT_INFRA)
 
 
 def recovery_test(
@@ -96,6 +106,9 @@ def recovery_test(
     window: Annotated[float, typer.Option("--window", help="max wait for recovery per repeat (s)")] = 60.0,
     force: Annotated[bool, typer.Option("--force")] = False,
     runs: Annotated[Path, typer.Option("--runs")] = Path("runs"),
+    launcher: Annotated[
+        str, typer.Option("--launcher", help="ssh: torchrun over SSH; slurm: one sbatch --requeue job")
+    ] = "ssh",
 ) -> None:
     """Run the recovery probe, inject FAULT K times, print detect/recover/restore median and p95."""
     cluster = load_inventory(inventory)
@@ -117,6 +130,7 @@ def recovery_test(
             "force": force,
             "window_s": window,
             "probe": {"pg_timeout_s": pg_timeout},
+            "launcher": launcher,
         }
     )
     root = runs / new_run_id(f"recovery-{kind}")

@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.errors import FaultError
+from orchestrator.errors import ConfigError, FaultError, SchedulerError
 from orchestrator.faults.base import NodeShell, sh
 from orchestrator.faults.catalog import unreachable_warning
 from orchestrator.faults.engine import FaultEngine
@@ -35,8 +36,9 @@ from orchestrator.models.fault import (
     Transport,
 )
 from orchestrator.models.recovery import Heartbeat, RecoveryRecord, RecoveryTimings
+from orchestrator.remote.local import LocalRunner
 from orchestrator.store.rundir import atomic_write
-from orchestrator.workloads.probe import ProbeSettings, torchrun_argv
+from orchestrator.workloads.probe import ProbeSettings, sbatch_script, torchrun_argv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,6 +67,9 @@ class RecoveryTestRequest(StrictModel):
     window_s: float = 60.0
     gap_s: float = 1.0
     container: ContainerMode | None = None
+    launcher: Literal["ssh", "slurm"] = Field(
+        default="ssh", description="ssh: torchrun agents over the kept-open shells; slurm: sbatch --requeue"
+    )
 
 
 class ProbeJob:
@@ -177,6 +182,77 @@ class ProbeJob:
             )
 
 
+class SlurmProbeJob:
+    """The probe as one Slurm job (``sbatch --requeue``, one torchrun agent per node via srun).
+
+    A requeue (``scontrol requeue``, or Slurm's own after a node failure) restarts every agent;
+    the probe counts it as a new generation and resumes after its last complete step.
+    """
+
+    def __init__(self, cluster: Cluster, req: RecoveryTestRequest, out_dir: Path, run_id: str) -> None:
+        self.cluster, self.req, self.out_dir, self.run_id = cluster, req, out_dir, run_id
+        conf = cluster.vars.orch_slurm_conf
+        self.env = {"SLURM_CONF": str(conf)} if conf else {}
+        self.runner = LocalRunner()
+        self.job_id: str | None = None
+
+    def slurm(self, *argv: str, check: bool = True) -> str:
+        """Run a Slurm client command; raises SchedulerError when ``check`` and it fails."""
+        res = self.runner.run(list(argv), timeout=30, env=self.env)
+        if check and not res.ok:
+            raise SchedulerError(f"{shlex.join(argv)} failed: {res.brief()}")
+        return res.stdout
+
+    def script(self) -> str:
+        first = self.cluster.nodes[0]
+        return sbatch_script(
+            self.req.probe,
+            python=self.req.python,
+            out_dir=self.out_dir,
+            nnodes=len(self.cluster.nodes),
+            run_id=self.run_id,
+            workdir=REPO,
+            master_addr=str(first.fabric_address or first.address),
+            nodelist=[n.name for n in self.cluster.nodes],
+        )
+
+    def start(self) -> None:
+        """Submit the job; raises SchedulerError when sbatch refuses it."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "stop").unlink(missing_ok=True)
+        path = self.out_dir / "probe.sbatch"
+        atomic_write(path, self.script())
+        self.job_id = self.slurm("sbatch", "--parsable", str(path)).strip().split(";")[0]
+
+    def state(self) -> str:
+        """squeue's state of the job ('' once it left the queue)."""
+        if self.job_id is None:
+            return ""
+        return self.slurm("squeue", "-h", "-j", self.job_id, "-o", "%T", check=False).strip()
+
+    def requeue(self, start_now: bool = True) -> None:
+        """scontrol requeue; with start_now, lift Slurm's requeue BeginTime hold (about 120 s)."""
+        assert self.job_id is not None
+        self.slurm("scontrol", "requeue", self.job_id)
+        if not start_now:
+            return
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.state() != "PENDING":
+            time.sleep(0.25)
+        self.slurm("scontrol", "update", f"jobid={self.job_id}", "starttime=now", check=False)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Stop file, wait for the job to end, then scancel it."""
+        with contextlib.suppress(OSError):
+            (self.out_dir / "stop").touch()
+        if self.job_id is None:
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self.state() in ("RUNNING", "COMPLETING"):
+            time.sleep(0.5)
+        self.slurm("scancel", self.job_id, check=False)
+
+
 def _completed(out_dir: Path, offsets: dict[str, float]) -> list[rmetrics.Completed]:
     return rmetrics.completed_steps(rmetrics.load_heartbeats(out_dir), offsets)
 
@@ -247,7 +323,13 @@ def run_recovery_test(
         req = req.model_copy(
             update={"probe": req.probe.model_copy(update={"master_port": 20000 + secrets.randbelow(20000)})}
         )
-    job = ProbeJob(cluster, shells, req, out_dir, run_root.name)
+    job: ProbeJob | SlurmProbeJob
+    if req.launcher == "slurm":
+        if req.container is not None:
+            raise ConfigError("--launcher slurm does not run the probe in containers")
+        job = SlurmProbeJob(cluster, req, out_dir, run_root.name)
+    else:
+        job = ProbeJob(cluster, shells, req, out_dir, run_root.name)
     results: list[RecoveryResult] = []
     try:
         progress("starting the probe")

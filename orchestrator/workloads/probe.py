@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from datetime import timedelta
@@ -107,36 +108,51 @@ def torchrun_argv(
 
 
 def sbatch_script(
-    s: ProbeSettings, *, python: str, out_dir: Path, nnodes: int, run_id: str, workdir: Path
+    s: ProbeSettings,
+    *,
+    python: str,
+    out_dir: Path,
+    nnodes: int,
+    run_id: str,
+    workdir: Path,
+    master_addr: str | None = None,
+    nodelist: list[str] | None = None,
+    job_name: str | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> str:
-    """A batch script that runs the probe under Slurm with --requeue (recovery via the scheduler)."""
-    env_lines = "".join(f"export {k}={_q(v)}\n" for k, v in s.env().items())
+    """A batch script that runs the probe under Slurm with --requeue (recovery via the scheduler).
+
+    One torchrun agent per node (srun, one task per node), static rendezvous on ``master_addr``
+    (default: the first host of the allocation, which must then resolve). A requeued job starts
+    fresh agents; the probe counts that as a new generation and resumes after the last step every
+    rank completed. The job name defaults to ``probe-<run_id>`` (outside ``orch-*``, which some
+    tooling cancels wholesale).
+    """
+    env = {**s.env(), "ORCH_PROBE_RUN": run_id, "PYTHONPATH": str(workdir), **(extra_env or {})}
+    env_lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     argv = torchrun_argv(
-        s, python=python, out_dir=out_dir, node_rank=0, nnodes=nnodes, master_addr="MASTER", run_id=run_id
+        s, python=python, out_dir=out_dir, node_rank=0, nnodes=nnodes, master_addr="@MASTER@", run_id=run_id
     )
-    argv = [
-        a.replace("--node-rank=0", "--node-rank=$SLURM_NODEID").replace(
-            "--master-addr=MASTER", "--master-addr=$MASTER_ADDR"
-        )
-        for a in argv
-    ]
-    line = " ".join(a if "$" in a else _q(a) for a in argv)
+    inner = shlex.join(argv).replace("--node-rank=0", "--node-rank=$SLURM_NODEID")
+    inner = inner.replace("@MASTER@", "$MASTER_ADDR")
+    master = (
+        f"MASTER_ADDR={shlex.quote(master_addr)}\n"
+        if master_addr
+        else 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)\n'
+    )
+    task = "export ORCH_NODE=$SLURMD_NODENAME; exec " + inner
+    nodes = f"#SBATCH --nodelist={','.join(nodelist)}\n" if nodelist else ""
     return (
         "#!/bin/bash\n"
-        f"#SBATCH --job-name=orch-probe\n#SBATCH --nodes={nnodes}\n#SBATCH --ntasks-per-node=1\n"
+        f"#SBATCH --job-name={job_name or 'probe-' + run_id}\n#SBATCH --nodes={nnodes}\n"
+        f"#SBATCH --ntasks-per-node=1\n{nodes}"
         "#SBATCH --requeue\n"
-        f"#SBATCH --chdir={workdir}\n#SBATCH --output={out_dir}/slurm-%j.out\n"
+        f"#SBATCH --chdir={workdir}\n#SBATCH --output={out_dir}/slurm-%j.out\n#SBATCH --open-mode=append\n"
         f"{env_lines}"
-        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)\n'
+        f"{master}"
         "export MASTER_ADDR\n"
-        f"srun --kill-on-bad-exit=0 bash -c '{line}'\n"
+        f"srun --kill-on-bad-exit=0 bash -c {shlex.quote(task)}\n"
     )
-
-
-def _q(v: str) -> str:
-    import shlex
-
-    return shlex.quote(v)
 
 
 # --- the worker --------------------------------------------------------------------------------
@@ -165,6 +181,23 @@ def last_completed_step(path: Path) -> int:
                     continue
                 if rec.get("ev") == "step":
                     last = max(last, int(rec["step"]))
+    except FileNotFoundError:
+        pass
+    return last
+
+
+def last_generation(path: Path) -> int:
+    """The highest generation in a heartbeat file's start lines, -1 when none."""
+    last = -1
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("ev") == "start":
+                    last = max(last, int(rec.get("gen", -1)))
     except FileNotFoundError:
         pass
     return last
@@ -202,7 +235,10 @@ def _run(args: argparse.Namespace, rank: int, world: int, hb: IO[str], hb_path: 
     store = dist.TCPStore(  # type: ignore[attr-defined]
         addr, port, world, is_master=(rank == 0 and not agent_store), timeout=timeout
     )
-    gen = (int(store.add(f"{STORE_PREFIX}/starts", 1)) - 1) // world
+    # A requeued job (or a restarted master container) brings a fresh store whose counter starts
+    # at 0 again: the first rank to start sets the base to one past the last generation it wrote.
+    base = int(store.compare_set(f"{STORE_PREFIX}/base", "", str(last_generation(hb_path) + 1)))
+    gen = base + (int(store.add(f"{STORE_PREFIX}/starts", 1)) - 1) // world
     pg_store = dist.PrefixStore(  # type: ignore[attr-defined]
         f"{STORE_PREFIX}/gen{gen}", store
     )

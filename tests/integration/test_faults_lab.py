@@ -99,6 +99,7 @@ def test_delay_reports_missing_netem(cluster: Cluster, shells: dict[str, NodeShe
     [
         ("kill-worker", "node2:3", 0.0),
         ("link-down", "node2:fab0", 3.0),
+        ("link-flap", "node2:fab0", 3.0),
         ("roce-drop", "node2:fab0", 3.0),
         ("packet-loss", "node2:fab0", 3.0),
         ("throttle", "node2:fab0", 3.0),

@@ -162,3 +162,62 @@ def test_node_timer_returns_the_lost_node_after_orch_is_sigkilled(
     print(f"\nnode-loss timer: node3 idle {t_back - killed:.1f} s after orch was SIGKILLed (timer 21 s)")
     assert t_back - killed >= 20.0  # it was the timer, not something earlier
     assert all(r.found == [] for r in FaultEngine(cluster, shells).sweep())
+
+
+def test_probe_under_slurm_requeue_resumes_from_its_last_step(lab: Lab, cluster: Cluster,
+                                                               tmp_path: Path) -> None:
+    from orchestrator.faults.recovery_test import RecoveryTestRequest, SlurmProbeJob, wait_steps
+    from orchestrator.metrics import recovery as rmetrics
+
+    req = RecoveryTestRequest.model_validate(
+        {"kind": "kill-worker", "target": "node2", "launcher": "slurm",
+         "probe": {"master_port": 20000 + os.getpid() % 20000}})
+    out = tmp_path / "probe"
+    job = SlurmProbeJob(cluster, req, out, f"rq{os.getpid()}")
+    assert "#SBATCH --requeue" in job.script()
+    # The lab's nodes share this machine's clock: node wall - orch monotonic is the same for all.
+    offsets = {n.name: time.time() - time.monotonic() for n in cluster.nodes}
+    try:
+        job.start()
+        wait_steps(out, offsets, 30, after=0.0, timeout=120)
+        before = rmetrics.completed_steps(rmetrics.load_heartbeats(out), offsets)
+        t0 = time.monotonic()
+        job.requeue()
+
+        def requeued_steps() -> int:
+            return len([c for c in rmetrics.completed_steps(rmetrics.load_heartbeats(out), offsets)
+                        if c.gen >= 1])
+
+        wait_for(lambda: requeued_steps() >= 20, 120, "20 steps after the requeue")
+        hbs = rmetrics.load_heartbeats(out)
+        result = rmetrics.analyse(hbs, t0=t0, offsets=offsets, fault_id="requeue", kind="kill-worker",
+                                  repeat=0, window_s=120, gap_s=1.0, fault_end=t0)
+    finally:
+        job.stop()
+    steps = [r for r in hbs if r.get("ev") == "step"]
+    gen0 = [r for r in steps if r["gen"] == 0]
+    gen1 = [r for r in steps if r["gen"] == 1]
+    assert gen1, "no step after the requeue"
+    assert {r["slurm_restarts"] for r in gen1} == {1} and {r["slurm_restarts"] for r in gen0} == {0}
+    # Resumed right after the last step every rank completed before the requeue: none skipped,
+    # none done twice beyond the one the requeue cut short.
+    last_all = max(c.step for c in before)
+    first_after = min(r["step"] for r in gen1)
+    assert first_after <= last_all + 2 and first_after >= max(r["step"] for r in gen0 if r["rank"] == 0) - 1
+    assert {r["step"] for r in gen1 if r["rank"] == 0} >= set(range(first_after, first_after + 20))
+    assert result.verdict == "recovered" and result.restarts == 1, result
+    print(f"\nrequeue: resumed at step {first_after} (last complete {last_all}); "
+          f"detect {result.detect_s:.1f} s, recover {result.recover_s:.1f} s, steps lost {result.steps_lost}")
+
+
+def test_recovery_test_kill_worker_through_slurm(lab: Lab, cluster: Cluster, shells: dict[str, NodeShell],
+                                                 tmp_path: Path) -> None:
+    from orchestrator.faults.recovery_test import RecoveryTestRequest, run_recovery_test
+
+    req = RecoveryTestRequest.model_validate({"kind": "kill-worker", "target": "node2:3",
+                                              "duration_s": 0.0, "launcher": "slurm"})
+    summary = run_recovery_test(cluster, shells, req, tmp_path / "run")
+    (r,) = summary.results
+    assert r.verdict == "recovered" and r.restarts >= 1, r
+    assert r.detect_s is not None and r.recover_s is not None and r.recover_s >= r.detect_s
+    assert (tmp_path / "run" / "probe" / "probe.sbatch").exists()
