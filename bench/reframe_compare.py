@@ -51,6 +51,11 @@ from orchestrator.plan import expand_steps, resolve_plan
 
 VENV_BIN = Path(sys.executable).parent
 TARGET = 0.85
+MAX_FAILURES = 4
+
+
+class RoundFailed(Exception):
+    """A tool's run did not finish cleanly (on a shared lab: often someone else's scancel)."""
 
 
 @dataclass
@@ -167,7 +172,7 @@ def run_reframe(jobs: list[dict[str, object]], env: dict[str, str], work: Path) 
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=work, timeout=1800)
     wall = time.monotonic() - t0
     if proc.returncode != 0:
-        sys.exit(f"reframe failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+        raise RoundFailed(f"reframe failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-999:]}")
     data = json.loads(report.read_text())
     ids = [str(tc["jobid"]) for run in data["runs"] for tc in run["testcases"] if tc.get("jobid")]
     return Timing("reframe", wall, ids, {})
@@ -181,7 +186,7 @@ def run_orch(inventory: Path, nodes: str, env: dict[str, str], work: Path) -> Ti
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     wall = time.monotonic() - t0
     if proc.returncode != 0:
-        sys.exit(f"orch scale-test failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+        raise RoundFailed(f"orch scale-test failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
     (result,) = out.glob("*/result.json")
     ids = [s["job_id"] for s in json.loads(result.read_text())["steps"] if s.get("job_id")]
     return Timing("orch", wall, ids, {})
@@ -200,19 +205,29 @@ def main() -> None:
     version = subprocess.run([str(VENV_BIN / "reframe"), "--version"], capture_output=True, text=True).stdout
     print(f"ReFrame {version.strip()}; ladder {args.nodes} nodes x 1 rank, smoke plan, one job at a time")
     pairs: list[tuple[Timing, Timing]] = []
-    for r in range(args.rounds):
+    failures = 0
+    r = 0
+    while r < args.rounds:
         with tempfile.TemporaryDirectory(prefix="orch-rfm-") as tmp:
             work = Path(tmp)
             jobs = ladder_jobs(args.inventory, args.nodes)
             order = ["orch", "reframe"] if r % 2 == 0 else ["reframe", "orch"]
             got: dict[str, Timing] = {}
-            for tool in order:
-                wait_idle([n.name for n in cluster.nodes], env)
-                if tool == "orch":
-                    got[tool] = run_orch(args.inventory, args.nodes, env, work)
-                else:
-                    got[tool] = run_reframe(jobs, env, work)
-                time.sleep(1.0)  # slurmdbd records the last job's end; the lab settles
+            try:
+                for tool in order:
+                    wait_idle([n.name for n in cluster.nodes], env)
+                    if tool == "orch":
+                        got[tool] = run_orch(args.inventory, args.nodes, env, work)
+                    else:
+                        got[tool] = run_reframe(jobs, env, work)
+                    time.sleep(1.0)  # slurmdbd records the last job's end; the lab settles
+            except RoundFailed as e:
+                failures += 1
+                why = str(e).splitlines()[0]
+                print(f"round {r + 1}: discarded ({why}); failure {failures} of {MAX_FAILURES} allowed")
+                if failures >= MAX_FAILURES:
+                    sys.exit(f"too many failed rounds; last:\n{e}")
+                continue
             for t in got.values():
                 t.elapsed = elapsed_raw(t.job_ids, env)
             shutil.rmtree(work / "rfm", ignore_errors=True)
@@ -224,6 +239,7 @@ def main() -> None:
                   f"overhead wall/sum {t.overhead:.3f}")  # fmt: skip
         print(f"round {r + 1} ratio orch/reframe wall {o.wall_s / f.wall_s:.3f}  (first: {order[0]}; "
               f"{load_note()})")  # fmt: skip
+        r += 1
     o_wall = statistics.median(p[0].wall_s for p in pairs)
     f_wall = statistics.median(p[1].wall_s for p in pairs)
     ratio = statistics.median(p[0].wall_s / p[1].wall_s for p in pairs)
