@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from orchestrator.errors import FaultError, RemoteError
 from orchestrator.faults.base import LocalShell, NodeShell
 from orchestrator.faults.engine import FaultEngine
 from orchestrator.faults.sweep import SweepResult
@@ -35,9 +36,16 @@ def node_shells(cluster: Cluster, connect_timeout: float = 10.0) -> Iterator[dic
 
 
 def sweep(cluster: Cluster) -> list[SweepResult]:
-    """Sweep every node; raises RemoteError/FaultError when a node cannot be swept."""
+    """Sweep every node; a node that cannot be swept is a result with `error`, the others go on."""
+    results: list[SweepResult] = []
     with node_shells(cluster) as shells:
-        return FaultEngine(cluster, shells).sweep()
+        engine = FaultEngine(cluster, shells)
+        for name in shells:
+            try:
+                results += engine.sweep([name])
+            except (RemoteError, FaultError) as e:
+                results.append(SweepResult(node=name, found=[], error=e.message))
+    return results
 
 
 def inject_for(cluster: Cluster, spec: FaultSpec, record_dir: Path | None) -> FaultRecord:

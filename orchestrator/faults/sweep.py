@@ -16,6 +16,7 @@ from orchestrator.models.base import StrictModel
 class SweepResult(StrictModel):
     node: str
     found: list[str]
+    error: str | None = None  # the node could not be swept (unreachable, command failed)
 
 
 def sweep_script(node: str) -> str:
