@@ -11,7 +11,7 @@ import json
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import Field, ValidationError
 
@@ -151,7 +151,10 @@ def load_run(run_dir: Path) -> RunRecord:
     status: RunStatus
     pid = started.get("pid")
     if finish is not None:
-        status = result.status if result is not None else finish.get("status", "interrupted")
+        said = finish.get("status", "interrupted")
+        # A run refused before its steps (exit 2/3: config, unreachable node, full disk) has no result.
+        refused: RunStatus = "infra" if finish.get("exit_code") == 3 else "failed"
+        status = result.status if result is not None else (said if said in get_args(RunStatus) else refused)
     elif pid_alive(pid if isinstance(pid, int) else None, started.get("host")):
         status = "running"
     else:

@@ -192,7 +192,7 @@ def test_plan_fields(sandbox: Path, index: int) -> None:
     assert not canary.exists()
 
 
-KINDS = ["kill-worker", "link-down", "drop-roce", "restart-container", "throttle", "node-loss"]
+KINDS = ["kill-worker", "link-down", "roce-drop", "restart-container", "throttle", "node-loss"]
 
 
 @pytest.mark.parametrize("index", range(50), ids=[f"v{i:02d}" for i in range(50)])

@@ -1,0 +1,181 @@
+"""orch against its own failures on the running lab: SIGKILL mid-stage, a cut-off node, a full disk.
+
+Never brings the lab up or down; restores every change (links, mounts, jobs) in `finally`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import Lab
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+ORCH = [sys.executable, "-m", "orchestrator"]
+WORKLOAD_MARKERS = ("orchestrator.workloads.collbench", "orchestrator.workloads.probe")
+
+
+def orch(lab: Lab, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ORCH, *args], capture_output=True, text=True, env=lab.env, timeout=timeout)
+
+
+def journal(run_dir: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+
+
+def wait_for(check: object, what: str, deadline_s: float = 60) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.5)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def workload_pids() -> list[int]:
+    """collbench / probe processes anywhere on the machine (every lab node shares the PID space)."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if any(m in cmd for m in WORKLOAD_MARKERS):
+            found.append(p.info["pid"])
+    return found
+
+
+def node_net_state(lab: Lab) -> dict[str, str]:
+    """iptables rules, qdiscs and link states of every node namespace."""
+    state = {}
+    for n in lab.nodes:
+        ns = ["ip", "netns", "exec", f"orch-{n.name}"]
+        ipt = subprocess.run([*ns, "iptables", "-S"], capture_output=True, text=True).stdout
+        tc = subprocess.run([*ns, "tc", "qdisc", "show"], capture_output=True, text=True).stdout
+        links = subprocess.run([*ns, "ip", "-br", "link"], capture_output=True, text=True).stdout
+        brief = sorted(" ".join(ln.split()[:2]) for ln in links.splitlines())
+        state[n.name] = ipt + tc + "\n".join(brief)
+    return state
+
+
+def orch_jobs(lab: Lab, ids: list[str] | None = None) -> list[str]:
+    out = lab.slurm("squeue", "--noheader", "-o", "%i %j").stdout
+    mine = [ln.split()[0] for ln in out.splitlines() if " orch-" in ln]
+    return [j for j in mine if ids is None or j in ids]
+
+
+@pytest.fixture(autouse=True)
+def _no_orch_jobs_left(lab: Lab) -> None:
+    ids = orch_jobs(lab)
+    if ids:
+        lab.slurm("scancel", *ids)
+
+
+def test_sigkill_during_submit_then_cleanup_leaves_no_orphan(lab: Lab, tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [*ORCH, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "1", "--sizes", "1M:64M:x4",
+         "--out", str(tmp_path)], env={**lab.env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    submitted: list[str] = []
+    try:
+        def has_job() -> bool:
+            dirs = [p for p in tmp_path.iterdir() if (p / "journal.jsonl").exists()]
+            if dirs:
+                submitted[:] = [str(e["job_id"]) for e in journal(dirs[0]) if e["event"] == "step_submitted"]
+            return bool(submitted)
+
+        wait_for(has_job, "a submitted step", 180)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert orch_jobs(lab, submitted), "SIGKILL left no job behind: nothing to clean (test did not bite)"
+    res = orch(lab, "runs", "cleanup", "--runs", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert run_dir.name in res.stdout
+    wait_for(lambda: not orch_jobs(lab, submitted), "the orphan jobs to leave the queue")
+    wait_for(lambda: not workload_pids(), "collbench processes to end on the nodes")
+    assert "no orphan jobs" in orch(lab, "runs", "cleanup", "--runs", str(tmp_path)).stdout
+    show = orch(lab, "runs", "show", str(run_dir))
+    assert show.returncode == 0 and "interrupted" in show.stdout, show.stdout + show.stderr
+
+
+@pytest.mark.xfail(
+    reason="open: after the node-side timer reverted a roce-drop whose orch was SIGKILLed, `orch fault "
+    "sweep` still finds its record on node2 (once also 'dangling jumps'): the timer's rm did not run",
+    strict=False,
+)
+def test_sigkill_during_fault_inject_node_timer_reverts(lab: Lab, tmp_path: Path) -> None:
+    """Only node2's iptables is compared: other sessions may flap links on the shared lab meanwhile."""
+
+    def rules() -> str:
+        argv = ["ip", "netns", "exec", "orch-node2", "iptables", "-S"]
+        return subprocess.run(argv, capture_output=True, text=True).stdout
+
+    baseline = rules()
+    proc = subprocess.Popen(
+        [*ORCH, "fault", "inject", "--kind", "roce-drop", "--target", "node2:fab0", "--duration", "6s",
+         "--margin", "2", "-i", str(lab.inventory), "--runs", str(tmp_path)], env=lab.env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: rules() != baseline, "the fault on node2", 60)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        # The node-side timer (duration + margin) reverts it without orch.
+        wait_for(lambda: rules() == baseline, "the node-side timer to revert the fault", 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    sweep = orch(lab, "fault", "sweep", "-i", str(lab.inventory))
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    assert "roce-drop" not in sweep.stdout, sweep.stdout
+    assert "ORCH" not in rules()
+
+
+def test_unreachable_node_is_named_and_the_others_finish(lab: Lab) -> None:
+    link = "orch-m3"
+    assert subprocess.run(["ip", "link", "show", link], capture_output=True).returncode == 0
+    try:
+        subprocess.run(["ip", "link", "set", link, "down"], check=True)
+        sweep = orch(lab, "fault", "sweep", "-i", str(lab.inventory), timeout=120)
+    finally:
+        subprocess.run(["ip", "link", "set", link, "up"], check=True)
+    assert sweep.returncode == 3, sweep.stdout + sweep.stderr
+    text = sweep.stdout + sweep.stderr
+    assert "node1: clean" in text and "node2: clean" in text, text
+    assert "node3" in text and "unreachable" in text.lower(), text
+    wait_for(lambda: lab.ssh(lab.node("node3"), "true", check=False).returncode == 0, "node3 back", 60)
+
+
+def test_full_disk_in_run_directory(lab: Lab, tmp_path: Path) -> None:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], check=True)
+    try:
+        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+        (mnt / "filler").write_bytes(b"\0" * (free - 48 * 1024))  # room for the start, not the run
+        res = orch(lab, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "1", "--nodes", "1",
+                   "--sizes", "1K:4K:x2", "--out", str(mnt / "runs"))  # fmt: skip
+        assert res.returncode == 3, res.stdout + res.stderr
+        errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
+        assert "No space left" in errors[0] or "ENOSPC" in errors[0] or "space" in errors[0], errors
+        (run_dir,) = [p for p in (mnt / "runs").iterdir() if p.is_dir()]
+        events = journal(run_dir)  # every line parses
+        assert events and events[0]["event"] == "run_started"
+        show = orch(lab, "runs", "show", str(run_dir))
+        assert show.returncode == 0, show.stdout + show.stderr
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+    assert orch_jobs(lab) == []
