@@ -3,8 +3,9 @@
     .venv/bin/python bench/fault_latency.py [--inventory inventories/lab.ini] [--node node2] [-n 200]
 
 Latency is from FaultEngine.inject() being called to the node confirming the fault active
-(link-down of the node's first rdma_iface, reverted after each sample). The Ansible figure is the
-wall time of `ansible NODE -m command -a "ip link set dev IFACE down"` (then up), a few samples.
+(--kind, default link-down, on the node's first rdma_iface, reverted after each sample). The
+Ansible figure is the wall time of `ansible NODE -m command -a "ip link set dev IFACE down"` (then
+up), a few samples.
 Prints p50/p99 of both and the ratio of the p50s. Not part of the test run.
 """
 
@@ -36,11 +37,14 @@ def main() -> None:
     ap.add_argument("--node", default="node2")
     ap.add_argument("-n", type=int, default=200)
     ap.add_argument("--ansible-samples", type=int, default=3)
+    kinds = ["link-down", "roce-drop", "packet-loss", "throttle"]
+    ap.add_argument("--kind", default="link-down", choices=kinds,
+                    help="fault timed over the kept-open shell (the Ansible figure is always link-down)")
     args = ap.parse_args()
     cluster = load_inventory(args.inventory)
     node = cluster.node(args.node)
     iface = node.rdma_ifaces[0]
-    spec = FaultSpec(kind="link-down", target=FaultTarget(node=node.name, iface=iface), duration_s=5)
+    spec = FaultSpec(kind=args.kind, target=FaultTarget(node=node.name, iface=iface), duration_s=5)
     ssh: list[float] = []
     with node_shells(cluster) as shells:
         engine = FaultEngine(cluster, shells)
@@ -61,7 +65,8 @@ def main() -> None:
         ans.append(time.monotonic() - t)
         subprocess.run([ANSIBLE, "-i", str(args.inventory), node.name, "-m", "command", "-a",
                         f"ip link set dev {iface} up"], check=True, capture_output=True)
-    print(f"kept-open shell  n={len(ssh)}  p50={1e3 * pct(ssh, .5):.2f} ms  p99={1e3 * pct(ssh, .99):.2f} ms")
+    p50, p99 = 1e3 * pct(ssh, .5), 1e3 * pct(ssh, .99)
+    print(f"kept-open shell  {args.kind}  n={len(ssh)}  p50={p50:.2f} ms  p99={p99:.2f} ms")
     a50, amax = 1e3 * statistics.median(ans), 1e3 * max(ans)
     print(f"ansible ad-hoc   n={len(ans)}  p50={a50:.0f} ms  max={amax:.0f} ms")
     print(f"ratio ansible/ssh (p50): {statistics.median(ans) / pct(ssh, .5):.0f}x")
