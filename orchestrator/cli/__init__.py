@@ -6,9 +6,11 @@ prints to the user or exits.
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
 import traceback
+from importlib.util import find_spec
 
 import click
 import typer
@@ -17,6 +19,15 @@ from pydantic import ValidationError
 from orchestrator import __version__
 from orchestrator.cli.common import err, state
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, OrchError
+
+# typer >= 0.24 bundles its own copy of click and raises that copy's exceptions; older typer
+# raises click's. Both are caught.
+_typer_click = (
+    importlib.import_module("typer._click.exceptions") if find_spec("typer._click") else click.exceptions
+)
+_EXIT = (click.exceptions.Exit, typer.Exit)
+_USAGE = (click.ClickException, _typer_click.ClickException)
+_ABORT = (click.exceptions.Abort, typer.Abort, KeyboardInterrupt)
 
 app = typer.Typer(
     name="orch",
@@ -92,12 +103,12 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _terminate)
     try:
         rv = app(args=argv, standalone_mode=False)
-    except click.exceptions.Exit as e:
+    except _EXIT as e:
         sys.exit(e.exit_code)
-    except click.ClickException as e:
+    except _USAGE as e:
         e.show()
         sys.exit(e.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except _ABORT:
         err.print("[yellow]interrupted[/]")
         sys.exit(EXIT_INTERRUPTED)
     except ValidationError as e:
