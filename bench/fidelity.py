@@ -10,8 +10,8 @@ in one run:
      --collectives all_reduce --sizes 256M --warmup 3 --iters 10 --backend gloo
      --socket-ifname <fabric NIC>` with MASTER_ADDR = node1's fabric address; 2 ranks, one per
      node, float32, 256 MiB. busbw = algbw x 2(n-1)/n = algbw for n = 2 (nccl-tests' rule).
-     Run twice per round: with collbench's default (a large all_reduce split into 4 concurrent
-     calls on gloo's worker threads) and with --channels 1 (one call, as before that change).
+     Run twice per round: collbench's default (one call per op) and --channels 4 (a large
+     all_reduce split into 4 concurrent calls on gloo's worker threads).
   3. iperf3 again; the TCP figure is the mean of the two iperf3 runs (both printed).
 fidelity = collbench busbw / TCP bandwidth (both in bytes/s), for out-of-place (orch's summary
 figure) and in-place. Repeated --rounds times; medians printed. Target: >= 0.7. Traffic stays
@@ -40,9 +40,9 @@ from orchestrator.models.cluster import Node
 from orchestrator.workloads.collbench import ORCH_JSON_PREFIX
 
 TARGET = 0.7
-# collbench's default (all_reduce split into 4 concurrent calls on gloo) and one call per op as
-# it was before that change; both measured in each round, so the comparison sees the same load.
-VARIANTS = {"channels=4 (default)": 0, "channels=1 (one call)": 1}
+# collbench's default (one call per op) and --channels 4 (a large all_reduce split into 4
+# concurrent calls on gloo's worker threads); both in each round, so both see the same load.
+VARIANTS = {"channels=1 (default)": 1, "channels=4": 4}
 
 
 def netns(node: Node) -> str:

@@ -126,7 +126,8 @@ def test_channel_slices_cover_the_buffer_once() -> None:
 def test_collbench_channels_give_the_right_sum(tmp_path: Path) -> None:
     # 16 MiB: split into 4 concurrent all_reduce calls (4 MiB each); --check compares every element.
     argv = [sys.executable, "-m", "orchestrator.workloads.collbench", "--sizes", "16M", "--warmup", "1",
-            "--iters", "1", "--timeout", "60", "--collectives", "all_reduce", "--check"]  # fmt: skip
+            "--iters", "1", "--timeout", "60", "--collectives", "all_reduce", "--check",
+            "--channels", "4"]  # fmt: skip
     status, out, _ = run(tmp_path, argv, 2)
     assert status is JobStatus.COMPLETED, out
     assert "run as up to 4 concurrent calls" in out
