@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.metrics import verdict as V
+from orchestrator.pipeline import StepResult
 from orchestrator.store.load import RunRecord
 
 
@@ -120,3 +121,12 @@ def step_logs(rec: RunRecord, step_id: str) -> list[Path]:
         for a in sorted(attempts.glob(f"{step_id}.*")):
             files += sorted(a.glob("*.log"))
     return files
+
+
+def step_notes(s: StepResult) -> list[str]:
+    """What the report says of a step besides its verdict: reasons, warnings (drift, faults that
+    cannot reach the transport), and a mark on steps that ran concurrently with others."""
+    notes = [*s.reasons, *(f"warning: {w}" for w in s.warnings)]
+    if s.concurrent:
+        notes.append("ran with --concurrent-steps: steps shared the fabric, numbers may be distorted")
+    return notes

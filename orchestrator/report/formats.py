@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.models.plan import format_size
-from orchestrator.report.common import Case, rel_link, scaling_points, step_logs, threshold_cases
+from orchestrator.report.common import Case, rel_link, scaling_points, step_logs, step_notes, threshold_cases
 from orchestrator.store.load import RunRecord
 
 Format = Literal["html", "md", "json", "junit", "openmetrics"]
@@ -62,9 +62,9 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
                 f"{format_size(c.size_bytes)} | {c.busbw_gbs:.3f} | {eff} | {c.wrong} | "
                 f"{s.verdict if i == 0 else ''} |"
             )
-    reasons = [(s.step.id, r) for s in rec.steps for r in s.reasons]
+    reasons = [(s.step.id, r) for s in rec.steps for r in step_notes(s)]
     if reasons:
-        lines += ["", "## Reasons", ""] + [f"- {sid}: {r}" for sid, r in reasons]
+        lines += ["", "## Reasons and warnings", ""] + [f"- {sid}: {r}" for sid, r in reasons]
     if rec.recovery:
         lines += ["", "## Recovery", ""]
         lines += ["| fault | target | repeat | detect s | recover s | restore s | outcome |"]

@@ -18,7 +18,7 @@ from orchestrator.models.plan import format_size
 from orchestrator.models.results import COLLECTIVES
 from orchestrator.plan import plan_to_yaml
 from orchestrator.report import svg
-from orchestrator.report.common import rel_link, scaling_points, step_logs
+from orchestrator.report.common import rel_link, scaling_points, step_logs, step_notes
 from orchestrator.store.load import RunRecord
 
 _CSS = """
@@ -214,7 +214,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
             "id": sid, "nodes": ", ".join(s.step.nodes) if s else "-",
             "ranks": s.step.world_size if s else "-", "job": (s.job_id if s else None) or "-",
             "state": s.job.raw_state if s and s.job else "-", "verdict": s.verdict if s else "skipped",
-            "reasons": s.reasons if s else ["not run"], "logs": logs,
+            "reasons": step_notes(s) if s else ["not run"], "logs": logs,
         })  # fmt: skip
     coll_plots, coll_tables = _coll_plots(rec)
     scaling_plot, eff_plot = _scaling(rec)
