@@ -136,6 +136,24 @@ def test_cpu_gloo_provision_idempotent_and_fingerprint_drift(lab_cfg: LabConfig,
         assert [(c["node"], c["field"], c["after"]) for c in json.loads(d.stdout)] == [
             (victim.name, "torch", "2.12.0")
         ]
+        # scale-test refuses the steps that include the drifted node, before submitting anything
+        ladder = ("scale-test", "--inventory", inv, "--stack", "cpu-gloo", "--gpus-per-node", "1",
+                  "--collectives", "all_reduce", "--sizes", "64K")  # fmt: skip
+        refused = orch(*ladder, "--out", str(tmp_path / "refused"))
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"n2xg1 ({victim.name})" in refused.stderr and f"n3xg1 ({victim.name})" in refused.stderr
+        assert "torch" in refused.stderr and "n1xg1" not in refused.stderr.split("include nodes")[0]
+        (refused_dir,) = (tmp_path / "refused").glob("*-smoke-*")
+        assert not (refused_dir / "steps" / "n1xg1" / "job.sbatch").exists()
+        drift = json.loads((refused_dir / "drift.json").read_text())
+        assert drift["nodes"][victim.name][0]["field"] == "torch"
+        # ... and runs them with --allow-drift, carrying the drift into the steps' warnings
+        allowed = orch(*ladder, "--allow-drift", "--out", str(tmp_path / "allowed"))
+        assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+        (allowed_dir,) = (tmp_path / "allowed").glob("*-smoke-*")
+        result = json.loads((allowed_dir / "result.json").read_text())
+        warned = {s["step"]["id"]: any("torch" in w for w in s["warnings"]) for s in result["steps"]}
+        assert warned == {"n1xg1": False, "n2xg1": True, "n3xg1": True}
     finally:
         ssh(lab_cfg, victim.mgmt_address, "mv", meta + ".orch-test", meta)
     assert (
