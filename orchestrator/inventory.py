@@ -398,9 +398,12 @@ def _parse_with_ansible(source: Path) -> tuple[list[RawHost], dict[str, list[str
             hosts: list[RawHost] = []
             for h in inventory.hosts.values():
                 merged = manager.get_vars(host=h, include_hostvars=False)
-                templar = Templar(loader=loader, variables=merged)
-                _refuse_lookups(templar)
-                picked = {k: _plain(_render(templar, k, merged[k])) for k in _READ if k in merged}
+                raw = {k: merged[k] for k in _READ if k in merged}
+                templar = None
+                if any(_templated(k, v) for k, v in raw.items()):  # a Templar per host costs ~1 ms
+                    templar = Templar(loader=loader, variables=merged)
+                    _refuse_lookups(templar)
+                picked = {k: _plain(_render(templar, k, v)) for k, v in raw.items()}
                 groups = sorted({g.name for g in h.get_groups()})
                 hosts.append(RawHost(name=str(h.name), groups=groups, vars=picked))
             group_map = {
@@ -442,8 +445,12 @@ def _refuse_lookups(templar: Any) -> None:
         env.globals[name] = _refuse_lookup
 
 
+def _templated(name: str, value: Any) -> bool:
+    return name not in _NOT_TEMPLATED and isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
 def _render(templar: Any, name: str, value: Any) -> Any:
-    if name in _NOT_TEMPLATED or not isinstance(value, str) or ("{{" not in value and "{%" not in value):
+    if templar is None or not _templated(name, value):
         return value
     try:
         return templar.template(value)
