@@ -10,14 +10,21 @@ chain is declared (and jumped to) only when it does not exist yet, because decla
 user chain in a --noflush restore flushes it, which would drop another fault's rules. Revert
 deletes the rules in one transaction too and falls back to one delete per rule (quietly) when the
 transaction fails, e.g. because one of them is already gone.
+
+Inject's "what is missing?" and revert's "is the chain empty?" are checks followed by changes; two
+faults on one node (two sessions, a bench loop, a sweep) interleaved them: an inject re-declared a
+chain another had just made (flushing its rules, so that fault vanished before its timer), a revert
+removed the jumps right after another fault's rules went in (a fault reported active that dropped
+nothing). Both now run under one flock per node (``locked``).
 """
 
 from __future__ import annotations
 
-from orchestrator.faults.base import IPT_CHAIN, Action, quiet, sh
+from orchestrator.faults.base import IPT_CHAIN, RECORD_ROOT, Action, quiet, sh
 
 IPT = ["iptables", "-w", "5"]
 IPT_RESTORE = ["iptables-restore", "--noflush"]
+IPT_LOCK = f"{RECORD_ROOT}/.iptables.lock"
 
 
 def _rules(iface: str, fid: str, match: list[str]) -> list[list[str]]:
@@ -58,18 +65,41 @@ def restore_input(lines: list[list[str]], header: tuple[str, ...] = ()) -> str:
     return sh("printf", "%s\\n", "*filter", *header, *(sh(*ln) for ln in lines), "COMMIT")
 
 
+def locked(cmd: str) -> str:
+    """``cmd`` holding the node's lock on orch's iptables edits (fd 9), its exit status kept.
+
+    Every check-then-change on the chain (does it exist? is it empty?) runs under this lock, so
+    that two faults on one node (two orch sessions, a bench, a sweep) cannot interleave. A lock
+    that cannot be had within 10 s does not stop a revert: the command runs anyway.
+    """
+    root = sh(RECORD_ROOT)
+    return f"[ -d {root} ] || mkdir -p {root}; {{ flock -w 10 9 || :; {cmd}; }} 9>>{sh(IPT_LOCK)}"
+
+
+def _missing(listing_var: str, line: str, then: str) -> str:
+    """Shell: run ``then`` when ``line`` is not a whole line of the listing in ``$listing_var``."""
+    return f'case "$NL${listing_var}$NL" in *"$NL"{sh(line)}"$NL"*) ;; *) {then};; esac'
+
+
 def _action(iface: str, fid: str, match: list[str]) -> Action:
     rules = [["-A", IPT_CHAIN, *r] for r in _rules(iface, fid, match)]
-    jumps = [["-I", hook, "1", "-j", IPT_CHAIN] for hook in ("INPUT", "OUTPUT")]
-    exists = f"{sh(*IPT, '-S', IPT_CHAIN)} >/dev/null 2>&1"
-    header = (f":{IPT_CHAIN} - [0:0]",)
-    inject = (
-        f"if {exists}; then {restore_input(rules)}; else {restore_input([*jumps, *rules], header)}; fi"
-        f" | {sh(*IPT_RESTORE)}"
-    )
+    # One listing (one process) says what is missing: the chain (declared only then — declaring
+    # an existing chain in a --noflush restore flushes it) and each jump, checked separately.
+    setup = [
+        "NL='\n'",
+        f"L=$({sh(*IPT, '-S')} 2>/dev/null)",
+        "{ echo '*filter'",
+        _missing("L", f"-N {IPT_CHAIN}", sh("echo", f":{IPT_CHAIN} - [0:0]")),
+        *(
+            _missing("L", f"-A {hook} -j {IPT_CHAIN}", sh("echo", f"-I {hook} 1 -j {IPT_CHAIN}"))
+            for hook in ("INPUT", "OUTPUT")
+        ),
+        f"printf '%s\\n' {' '.join(sh(sh(*r)) for r in rules)} COMMIT; }} | {sh(*IPT_RESTORE)}",
+    ]
+    inject = locked("; ".join(setup))
     deletes = [["-D", *r[1:]] for r in rules]
     one_by_one = "; ".join(quiet(sh(*IPT, "-D", IPT_CHAIN, *r)) for r in _rules(iface, fid, match))
-    revert = (
+    revert = locked(
         f"{{ {restore_input(deletes)} | {sh(*IPT_RESTORE)}; }} >/dev/null 2>&1 || {{ {one_by_one}; }}; "
         f"{drop_chain_if_empty()}"
     )

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from orchestrator.errors import FaultError
 from orchestrator.faults.base import IPT_CHAIN, TC_HANDLE, NodeShell, quiet, record_dir, sh
-from orchestrator.faults.netfilter import IPT
+from orchestrator.faults.netfilter import IPT, locked
 from orchestrator.models.base import StrictModel
+
+_LISTING = sh("printf", "%s\\n") + ' "$L"'
 
 
 class SweepResult(StrictModel):
@@ -35,11 +37,14 @@ def sweep_script(node: str) -> str:
         quiet(f"while {sh(*IPT, '-D', hook, '-j', IPT_CHAIN)} 2>/dev/null; do :; done")
         for hook in ("INPUT", "OUTPUT", "FORWARD")
     )
-    chain = (
-        f"if {sh(*IPT, '-S', IPT_CHAIN)} >/dev/null 2>&1; then "
+    # One listing decides: two (chain? then jumps?) could straddle another session's inject and
+    # take its fresh jumps for dangling ones. Under the iptables lock of netfilter.locked().
+    chain = locked(
+        f"L=$({sh(*IPT, '-S')} 2>/dev/null); "
+        f"if {_LISTING} | grep -qxF -- {sh('-N ' + IPT_CHAIN)}; then "
         f"echo {sh('found iptables chain ' + IPT_CHAIN)}; "
         f"{jumps}; {quiet(sh(*IPT, '-F', IPT_CHAIN))}; {quiet(sh(*IPT, '-X', IPT_CHAIN))}; "
-        f"elif {sh(*IPT, '-S')} 2>/dev/null | grep -q -- {sh('-j ' + IPT_CHAIN)}; then "
+        f"elif {_LISTING} | grep -q -- {sh('-j ' + IPT_CHAIN)}; then "
         f"echo 'found dangling jumps'; {jumps}; fi"
     )
     qdiscs = (
