@@ -12,11 +12,16 @@ import typer
 from orchestrator.cli.common import out
 from orchestrator.cli.plan import InventoryOpt
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
+from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.local import LocalRunner
 from orchestrator.store.db import default_store_path
-from orchestrator.store.nightly import CronEntry, CronManager, CronMode
+from orchestrator.store.nightly import CronEntry, CronManager, CronMode, time_limit_min
 
-cron_app = typer.Typer(name="cron", help="Nightly runs through Slurm (scrontab).", no_args_is_help=True)
+_HELP = (
+    "Nightly runs through Slurm: scrontab, or a self-resubmitting `sbatch --begin` job where the "
+    "scrontab binary is missing (Debian's Slurm 22.05)."
+)
+cron_app = typer.Typer(name="cron", help=_HELP, no_args_is_help=True)
 OutDirOpt = Annotated[Path, typer.Option("--out", help="Root of the run directories.")]
 ModeOpt = Annotated[
     str | None, typer.Option("--mode", help="scrontab or sbatch-begin (default: scrontab when installed).")
@@ -39,10 +44,18 @@ def install_cmd(
     name: Annotated[str | None, typer.Option("--name", help="Entry name (default: the plan).")] = None,
     out_dir: OutDirOpt = Path("runs"),
     mode: ModeOpt = None,
+    job_arg: Annotated[
+        list[str] | None,
+        typer.Option("--job-arg", help="sbatch option of the entry's own job, e.g. --partition=service."),
+    ] = None,
     extra: Annotated[list[str] | None, typer.Argument(help="More scale-test flags, after --.")] = None,
 ) -> int:
     """Install a daily Slurm entry that runs the plan and records it in the results store."""
     orch = shutil.which("orch") or str(Path(sys.executable).with_name("orch"))
+    cluster = load_inventory(inventory)
+    resolved = load_plan(plan)
+    n_steps = len(expand_steps(resolved, cluster))
+    limit = time_limit_min(resolved.run_timeout_s, resolved.step_timeout_s, n_steps)
     entry = CronEntry(
         name=name or plan,
         at=at,
@@ -54,11 +67,15 @@ def install_cmd(
         workdir=Path.cwd(),
         slurm_conf=None,
         extra_args=list(extra or []),
+        time_limit_min=limit,
+        job_args=list(job_arg or []),
     )
     mgr = _manager(inventory, mode)
     if mgr.env.get("SLURM_CONF"):
         entry.slurm_conf = Path(mgr.env["SLURM_CONF"])
-    out.print(mgr.install(entry) + f" ({mgr.mode}); log {entry.log_path()}", markup=False)
+    out.print(
+        mgr.install(entry) + f" ({mgr.mode}, time limit {limit} min); log {entry.log_path()}", markup=False
+    )
     return 0
 
 
@@ -69,7 +86,9 @@ def list_cmd(
     """orch's entries and their Slurm state."""
     mgr = _manager(inventory, mode)
     for e, state in mgr.list(out_dir.resolve()):
-        out.print(f"{e.name}\t{e.at}\t{e.plan}\t{e.inventory}\t{state}", markup=False)
+        how = "scrontab" if mgr.mode == "scrontab" else "sbatch --begin (resubmits itself)"
+        limit = f"{e.time_limit_min} min" if e.time_limit_min else "no limit"
+        out.print(f"{e.name}\t{e.at}\t{e.plan}\t{e.inventory}\t{how}\t{limit}\t{state}", markup=False)
     return 0
 
 

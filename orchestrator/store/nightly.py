@@ -46,12 +46,28 @@ class CronEntry(StrictModel):
     workdir: Path
     slurm_conf: Path | None = None
     extra_args: list[str] = Field(default_factory=list, description="more scale-test flags")
+    job_args: list[str] = Field(
+        default_factory=list,
+        description="more sbatch options of the entry's own job, e.g. --partition=service: it holds a CPU "
+        "for the whole run, and steps are --exclusive, so it must not sit on a node the plan uses",
+    )
+    time_limit_min: int | None = Field(
+        default=None, ge=1, description="Slurm --time of the entry's job: the plan's run timeout + margin"
+    )
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
             raise ValueError(f"cron name {v!r}: letters, digits, '_', '.', '-' only")
+        return v
+
+    @field_validator("job_args")
+    @classmethod
+    def _job_args(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if not re.fullmatch(r"--[a-z][a-z-]*=[A-Za-z0-9_.,:\[\]-]+", a):
+                raise ValueError(f"job arg {a!r}: expected --option=value of plain characters")
         return v
 
     @field_validator("at")
@@ -108,6 +124,7 @@ def render_scrontab_block(entry: CronEntry) -> str:
                 f"#SCRON --job-name={entry.job_name}",
                 "#SCRON --ntasks=1",
                 "#SCRON --cpus-per-task=1",
+                *(f"#SCRON {a}" for a in time_args(entry)),
                 f"#SCRON --output={entry.out_dir / 'cron' / (entry.name + '-%j.out')}",
                 f"{int(mm)} {int(hh)} * * * {line}",
                 f"# END orch-cron {entry.name}",
@@ -147,6 +164,18 @@ def next_occurrence(at: str, now: datetime) -> datetime:
     return t if t > now else t + timedelta(days=1)
 
 
+def time_args(entry: CronEntry) -> list[str]:
+    """sbatch's --time for the entry (when it has a limit) and its extra job options."""
+    return ([f"--time={entry.time_limit_min}"] if entry.time_limit_min else []) + entry.job_args
+
+
+def time_limit_min(run_timeout_s: int | None, step_timeout_s: int, n_steps: int, margin_s: int = 600) -> int:
+    """Minutes for the job: the plan's run timeout (else one step timeout per step) plus a margin
+    for provisioning, fingerprinting and reports; rounded up."""
+    run_s = run_timeout_s if run_timeout_s is not None else step_timeout_s * max(n_steps, 1)
+    return -(-(run_s + margin_s) // 60)
+
+
 def render_sbatch_script(entry: CronEntry, script: Path) -> str:
     """The self-resubmitting batch script of sbatch-begin mode."""
     hh, mm = entry.at.split(":")
@@ -158,6 +187,7 @@ def render_sbatch_script(entry: CronEntry, script: Path) -> str:
             entry.job_name,
             "--ntasks=1",
             "--cpus-per-task=1",
+            *time_args(entry),
             "--output",
             str(entry.out_dir / "cron" / f"{entry.name}-%j.out"),
         ]
@@ -221,6 +251,7 @@ class CronManager:
                     entry.job_name,
                     "--ntasks=1",
                     "--cpus-per-task=1",
+                    *time_args(entry),
                     "--output",
                     str(entry.out_dir / "cron" / f"{entry.name}-%j.out"),
                     f"--begin={begin}",
