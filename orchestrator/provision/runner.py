@@ -109,6 +109,9 @@ class PlaybookResult(StrictModel):
 Listener = Callable[[HostEvent], None]
 
 
+SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=3 -o ServerAliveCountMax=2"
+
+
 # --- pure builders ---------------------------------------------------------------------------------
 
 
@@ -127,6 +130,10 @@ def build_envvars(request: PlaybookRequest) -> dict[str, str]:
         "ANSIBLE_SYSTEM_WARNINGS": "0",
         # The user's host key policy stays: orch never turns host key checking off.
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(Path("/tmp") / f"orch-cp-{os.getuid()}"),
+        # Ansible's default plus keepalives: a ControlMaster whose node went away (link down, no
+        # RST) otherwise keeps every later ssh multiplexed on it waiting for minutes, and
+        # ConnectTimeout never applies to them. A user's own ANSIBLE_SSH_ARGS wins.
+        "ANSIBLE_SSH_ARGS": os.environ.get("ANSIBLE_SSH_ARGS") or SSH_ARGS,
         "ANSIBLE_LOCAL_TEMP": str(request.work_dir / "tmp"),
     }
 

@@ -120,3 +120,13 @@ def test_secrets_canary_never_lands_in_artifacts(tmp_path: Path) -> None:
             text = f.read_text(errors="replace")
             assert "CANARY-NOLOG-7f3a" not in text, f
             assert "CANARY-VAULT-91bc" not in text, f
+
+
+def test_ssh_keepalives_so_a_stale_control_master_cannot_hang_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANSIBLE_SSH_ARGS", raising=False)
+    args = R.build_envvars(_req(tmp_path))["ANSIBLE_SSH_ARGS"]
+    assert "ControlMaster=auto" in args and "ServerAliveInterval=" in args and "ServerAliveCountMax=" in args
+    monkeypatch.setenv("ANSIBLE_SSH_ARGS", "-o ControlMaster=no")
+    assert R.build_envvars(_req(tmp_path))["ANSIBLE_SSH_ARGS"] == "-o ControlMaster=no"
