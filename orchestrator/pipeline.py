@@ -6,11 +6,8 @@ exits. Every wait is bounded; on Ctrl-C every job still queued or running is can
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 import secrets
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -31,7 +28,7 @@ from orchestrator.scheduler.local import LocalScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.stages.faults import StepFaults, check_plan_faults, fault_matches
 from orchestrator.stages.stack import StackOutcome, run_stack_stage, stack_name, stack_python
-from orchestrator.store.rundir import RunDir, atomic_write, new_run_id
+from orchestrator.store.rundir import RunDir, atomic_write, new_run_id, who
 from orchestrator.workloads.nccltests import parse_nccl_tests
 
 POLL_INTERVAL_S = 0.5
@@ -397,12 +394,7 @@ def _steps_json(steps: list[Step]) -> str:
 
 
 def _who() -> dict[str, Any]:
-    """Who/what/where for the journal: the report's header and the running-or-interrupted test."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return {"pid": os.getpid(), "host": os.uname().nodename, "user": user, "command": shlex.join(sys.argv)}
+    return who()
 
 
 def _store_listener(runs_root: Path) -> Listener:

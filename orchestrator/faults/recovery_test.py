@@ -13,13 +13,21 @@ import secrets
 import shlex
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.errors import ConfigError, FaultError, SchedulerError
+from orchestrator.errors import (
+    EXIT_INFRA,
+    EXIT_OK,
+    EXIT_THRESHOLDS,
+    ConfigError,
+    FaultError,
+    OrchError,
+    SchedulerError,
+)
+from orchestrator.faults import recovery_records as records
 from orchestrator.faults.base import NodeShell, sh
 from orchestrator.faults.catalog import unreachable_warning
 from orchestrator.faults.engine import FaultEngine
@@ -29,15 +37,18 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import (
     FaultKind,
     FaultParams,
+    FaultRecord,
     FaultSpec,
     FaultTarget,
     RecoveryResult,
     RecoverySummary,
     Transport,
 )
-from orchestrator.models.recovery import Heartbeat, RecoveryRecord, RecoveryTimings
+from orchestrator.models.recovery import Heartbeat, RecoveryRecord
 from orchestrator.remote.local import LocalRunner
-from orchestrator.store.rundir import atomic_write
+from orchestrator.store.db import StoreListener, default_store_path
+from orchestrator.store.load import REQUEST_FILE
+from orchestrator.store.rundir import RunDir, atomic_write, who
 from orchestrator.workloads.probe import ProbeSettings, sbatch_script, torchrun_argv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -287,8 +298,13 @@ def run_recovery_test(
 ) -> RecoverySummary:
     """Run the probe, inject ``req.kind`` ``req.repeat`` times, return (and write) the summary.
 
+    ``run_root`` becomes a run directory like scale-test's: inventory.json and the resolved
+    request (recovery-test.json), a journal from run_started to run_finished, the probe's raw
+    heartbeat files (probe/), one RecoveryRecord per repeat (recovery/<fault-id>.json, heartbeats
+    included), fault records (faults/); the run is ingested into the results store as it goes.
+
     Raises:
-        SafetyError: the fault was refused before anything ran.
+        SafetyError: the fault was refused before anything ran (no run directory is made).
         FaultError / RemoteError: the probe or a node failed outside the fault itself.
     """
     fault_dir = run_root / "faults"
@@ -298,8 +314,15 @@ def run_recovery_test(
             update={"podman_root": str(st / "root"), "podman_runroot": str(st / "run")}
         )
         req = req.model_copy(update={"params": params})
+    if "master_port" not in req.probe.model_fields_set:
+        # A fresh port per run: a previous run's store socket may still linger.
+        req = req.model_copy(
+            update={"probe": req.probe.model_copy(update={"master_port": 20000 + secrets.randbelow(20000)})}
+        )
+    if req.launcher == "slurm" and req.container is not None:
+        raise ConfigError("--launcher slurm does not run the probe in containers")
     engine = FaultEngine(cluster, shells, record_dir=fault_dir)
-    # Guards first: nothing starts if the fault would be refused.
+    # Guards first: nothing starts (and no run directory is made) if the fault would be refused.
     spec = FaultSpec(
         kind=req.kind,
         target=FaultTarget.parse(req.target, req.kind),
@@ -312,21 +335,70 @@ def run_recovery_test(
     )
     if spec.kind not in ("kill-worker", "pause-worker", "restart-container", "node-loss"):
         engine.prepare(spec)
+    rundir = _open_run(run_root, cluster, req)
+    store = StoreListener(default_store_path(run_root.parent))
+    store.event("run_started", {"run_dir": str(run_root)})
+    t_start = time.monotonic()
+    status, code, error = "infra", EXIT_INFRA, ""
+    try:
+        summary = _run(engine, spec, cluster, shells, req, rundir, store, progress)
+        bad = summary.verdicts.get("not-recovered") or summary.verdicts.get("no-data")
+        status, code = ("failed", EXIT_THRESHOLDS) if bad else ("accepted", EXIT_OK)
+        return summary
+    except KeyboardInterrupt:
+        status, code = "interrupted", 130
+        raise
+    except OrchError as e:
+        code, error = e.exit_code, str(e)
+        status = "infra" if code == EXIT_INFRA else "failed"
+        raise
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        extra = {"error": error} if error else {}
+        with contextlib.suppress(OrchError):
+            rundir.event("run_finished", status=status, exit_code=code, wall_s=time.monotonic() - t_start,
+                         **extra)  # fmt: skip
+        store.event("run_finished", {})
+
+
+def _open_run(run_root: Path, cluster: Cluster, req: RecoveryTestRequest) -> RunDir:
+    """The run directory with its resolved inputs and run_started; raises InfraError."""
+    run_root.mkdir(parents=True, exist_ok=True)
+    rundir = RunDir(run_root)
+    rundir.write_model("inventory.json", cluster)
+    rundir.write_model(REQUEST_FILE, req)
+    rundir.event(
+        "run_started", run_id=rundir.run_id, plan=f"recovery-{req.kind}", backend=req.launcher, steps=[],
+        fault_kind=req.kind, target=req.target, repeat=req.repeat, duration_s=req.duration_s, **who(),
+    )  # fmt: skip
+    return rundir
+
+
+def _run(
+    engine: FaultEngine,
+    spec: FaultSpec,
+    cluster: Cluster,
+    shells: Mapping[str, NodeShell],
+    req: RecoveryTestRequest,
+    rundir: RunDir,
+    store: StoreListener,
+    progress: Callable[[str], None],
+) -> RecoverySummary:
+    run_root = rundir.root
     warnings = [w for w in [unreachable_warning(req.kind, req.transport)] if w]
-    engine.sweep()
+    for w in warnings:
+        rundir.event("warning", message=w)
+    swept = engine.sweep()
+    rundir.event("faults_swept", removed={r.node: r.found for r in swept if r.found})
     offsets = {
         n.name: rmetrics.measure_offset(rmetrics.node_wall_asker(shells[n.name])) for n in cluster.nodes
     }
+    rundir.event("clock_offsets", offsets=offsets)
     out_dir = run_root / "probe"
-    if "master_port" not in req.probe.model_fields_set:
-        # A fresh port per run: a previous run's store socket may still linger.
-        req = req.model_copy(
-            update={"probe": req.probe.model_copy(update={"master_port": 20000 + secrets.randbelow(20000)})}
-        )
     job: ProbeJob | SlurmProbeJob
     if req.launcher == "slurm":
-        if req.container is not None:
-            raise ConfigError("--launcher slurm does not run the probe in containers")
         job = SlurmProbeJob(cluster, req, out_dir, run_root.name)
     else:
         job = ProbeJob(cluster, shells, req, out_dir, run_root.name)
@@ -334,15 +406,21 @@ def run_recovery_test(
     try:
         progress("starting the probe")
         job.start()
+        rundir.event("probe_started", launcher=req.launcher, settings=req.probe.record(),
+                     job_id=getattr(job, "job_id", None), pids=getattr(job, "pids", {}))  # fmt: skip
         wait_steps(out_dir, offsets, req.warmup_steps, after=0.0, timeout=180)
         for k in range(req.repeat):
             wait_steps(out_dir, offsets, req.settle_steps, after=time.monotonic(), timeout=120)
             progress(f"repeat {k + 1}/{req.repeat}: {req.kind} on {req.target}")
-            result = _one(engine, spec, req, out_dir, offsets, k)
+            result, fault = _one(engine, spec, req, out_dir, offsets, k)
             results.append(result)
-            _write_records(run_root, result, req, engine_record_dir=fault_dir)
+            record = _write_record(run_root, result, fault, req, out_dir, offsets)
+            rundir.event("recovery_done", fault=record.fault_id, repeat=k, verdict=result.verdict,
+                         timings=record.timings.model_dump(), restarts=result.restarts)  # fmt: skip
+            store.event("recovery_done", {})
     finally:
         job.stop()
+        rundir.event("probe_stopped")
     summary = RecoverySummary(
         kind=req.kind,
         repeats=req.repeat,
@@ -351,10 +429,15 @@ def run_recovery_test(
         recover=rmetrics.stat(r.recover_s for r in results),
         restore=rmetrics.stat(r.restore_s for r in results),
         results=results,
+        fault_ids=[r.fault_id for r in results],
         probe_settings=req.probe.record(),
         warnings=warnings,
     )
-    atomic_write(fault_dir / f"recovery-{req.kind}.json", summary.model_dump_json(indent=2) + "\n")
+    # The per-repeat figures live in recovery/<fault-id>.json only; the summary points at them.
+    atomic_write(
+        run_root / "faults" / f"recovery-{req.kind}.json",
+        summary.model_dump_json(indent=2, exclude={"results"}) + "\n",
+    )
     return summary
 
 
@@ -365,7 +448,7 @@ def _one(
     out_dir: Path,
     offsets: dict[str, float],
     k: int,
-) -> RecoveryResult:
+) -> tuple[RecoveryResult, FaultRecord]:
     active = engine.prepare(spec)
     try:
         engine.inject(active)
@@ -377,13 +460,14 @@ def _one(
                 repeat=k,
                 verdict="no-data",
                 notes=[f"{rec.outcome}: {rec.message}"],
-            )
+            ), rec
         if active.action.revert:
             until = (rec.t_active_mono or 0.0) + spec.duration_s
             time.sleep(max(until - time.monotonic(), 0.0))
     finally:
-        engine.revert(active)
+        rec = engine.revert(active)
     t0 = rec.injected_at_mono
+    assert t0 is not None
     fault_end = rec.t_revert_mono or t0
     deadline = t0 + req.window_s
     result = None
@@ -407,35 +491,39 @@ def _one(
     result.notes.append(
         f"fault held {fault_end - t0:.3f} s; inject latency {rec.inject_latency_s or 0:.4f} s"
     )
-    return result
+    return result, rec
 
 
-def _write_records(
-    run_root: Path, r: RecoveryResult, req: RecoveryTestRequest, engine_record_dir: Path
-) -> None:
-    atomic_write(engine_record_dir / f"recovery-{r.kind}-{r.repeat}.json", r.model_dump_json(indent=2) + "\n")
-    outcome = {
-        "recovered": "recovered",
-        "no-interruption": "recovered",
-        "not-recovered": "not_recovered",
-        "no-data": "aborted",
-    }[r.verdict]
-    now = datetime.now(UTC)
-    record = RecoveryRecord(
-        fault_id=r.fault_id,
-        fault=r.kind.replace("-", "_"),
+def _write_record(
+    run_root: Path,
+    r: RecoveryResult,
+    fault: FaultRecord,
+    req: RecoveryTestRequest,
+    out_dir: Path,
+    offsets: dict[str, float],
+) -> RecoveryRecord:
+    """recovery/<fault-id>.json: the one per-repeat record (timings, verdict, heartbeats)."""
+    heartbeats: list[Heartbeat] = []
+    total = 0
+    if r.injected_at_mono is not None:
+        heartbeats, total = records.probe_heartbeats(
+            rmetrics.load_heartbeats(out_dir),
+            offsets,
+            t0=r.injected_at_mono,
+            end_s=records.heartbeat_window_end(r, req.window_s),
+        )
+    record = records.to_record(
+        r,
+        fault,
         target=req.target,
-        repeat=r.repeat,
-        injected_at=now - timedelta(seconds=time.monotonic() - (r.injected_at_mono or time.monotonic())),
         duration_s=req.duration_s,
-        timings=RecoveryTimings(
-            detect_s=r.detect_s, recover_s=r.recover_s, restore_s=r.restore_s, steps_lost=r.steps_lost
-        ),
-        outcome=outcome,
-        heartbeats=[Heartbeat(rank=0, step=0, t_s=0.0)][:0],
-        notes=[f"verdict {r.verdict}", *r.notes],
+        window_s=req.window_s,
+        heartbeats=heartbeats,
+        heartbeats_total=total,
+        mono_to_wall=records.mono_to_wall_now(),
     )
     atomic_write(run_root / "recovery" / f"{r.fault_id}.json", record.model_dump_json(indent=2) + "\n")
+    return record
 
 
 def quote_argv(argv: list[str]) -> str:

@@ -4,8 +4,8 @@ Records are written as JSON to ``runs/<id>/faults/``:
 
 - ``<fault-id>.json`` — one FaultRecord per injection (inject/revert instants on orch's monotonic
   clock, outcome, timer, commands' results);
-- ``recovery-<kind>-<n>.json`` — one RecoveryResult per repeat;
-- ``recovery-<kind>.json`` — a RecoverySummary (median, p95, spread over the repeats).
+- ``recovery-<kind>.json`` — a RecoverySummary (median, p95, spread over the repeats; the repeats
+  themselves are ``runs/<id>/recovery/<fault-id>.json``, RecoveryRecord, the one per-repeat file).
 
 Targets are checked here as well as in orchestrator.faults.safety: a value that could mean
 something to a shell never gets past model validation.
@@ -309,6 +309,10 @@ class RecoverySummary(StrictModel):
     detect: Stat
     recover: Stat
     restore: Stat
-    results: list[RecoveryResult]
+    results: list[RecoveryResult] = Field(
+        default_factory=list,
+        description="in memory only; on disk each repeat is its RecoveryRecord, recovery/<fault_id>.json",
+    )
+    fault_ids: list[str] = Field(default_factory=list, description="the repeats' recovery/<id>.json")
     probe_settings: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)

@@ -58,3 +58,14 @@ class RecoveryRecord(StrictModel):
     max_recovery_s: float | None = Field(default=None, description="the plan's limit, when it had one")
     heartbeats: list[Heartbeat] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    # What the probe analysis adds (orch recovery-test); absent in records of older runs.
+    verdict: Literal["recovered", "no-interruption", "not-recovered", "no-data"] | None = None
+    restarts: int | None = Field(default=None, ge=0, description="worker generations started")
+    step_median_s: float | None = Field(default=None, description="probe step period before the fault")
+    busbw_pre_gbs: float | None = Field(default=None, description="median busbw before the fault")
+    busbw_min_ratio: float | None = Field(default=None, description="worst rolling busbw / pre-fault")
+    clock_offsets_s: dict[str, float] = Field(default_factory=dict, description="node wall - orch mono")
+    inject_latency_s: float | None = None
+    heartbeats_total: int | None = Field(
+        default=None, description="heartbeats in the window before thinning to `heartbeats`"
+    )

@@ -43,7 +43,7 @@ _TEMPLATE = """<!DOCTYPE html>
 <title>orch {{ r.plan_name }} {{ r.run_id }} — {{ r.status }}</title>
 <style>{{ css }}</style></head>
 <body>
-<h1>orch scale-test {{ r.run_id }} <span class="badge v-{{ r.status }}" id="verdict">{{ r.status }}</span></h1>
+<h1>orch {{ "recovery-test" if r.request else "scale-test" }} {{ r.run_id }} <span class="badge v-{{ r.status }}" id="verdict">{{ r.status }}</span></h1>
 <p class="muted">plan <b>{{ r.plan_name }}</b> · backend {{ r.backend }} · exit {{ r.exit_code
  if r.exit_code is not none else "-" }} · report made {{ now }} by orch {{ version }} from {{ r.run_dir }}</p>
 {% for w in r.warnings %}<p class="warn">warning: {{ w }}</p>{% endfor %}
@@ -230,7 +230,8 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         done=len([s for s in rec.steps if s.verdict != "skipped"]), steps=steps,
         coll_plots=coll_plots, coll_tables=coll_tables, scaling_plot=scaling_plot, eff_plot=eff_plot,
         recovery_plots=_recovery(rec), inv=inv, links=links,
-        plan_yaml=plan_to_yaml(rec.plan) if rec.plan else "(plan.json missing)",
+        plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
+        (json.dumps(rec.request, indent=2) if rec.request else "(plan.json missing)"),
         stack=json.dumps(rec.stack, indent=2) if rec.stack else "(no stack.json in this run)",
         drift=json.dumps(rec.drift, indent=2) if rec.drift else "",
         fingerprint=json.dumps(rec.fingerprint, indent=2) if rec.fingerprint else "",

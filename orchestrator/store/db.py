@@ -374,7 +374,8 @@ def resolve_run_dir(ref: str, store_path: Path | None = None) -> Path:
 
 
 class StoreListener:
-    """Pipeline listener: ingests the run after its start, each finished step and its end.
+    """Pipeline listener: ingests the run after its start, each finished step (or recovery-test
+    repeat) and its end.
 
     A store failure never stops the run (the run directory is the source of truth; `orch runs
     ingest` rebuilds the store); it is journaled as store_error.
@@ -387,7 +388,7 @@ class StoreListener:
     def event(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "run_started":
             self.run_dir = Path(data["run_dir"])
-        if self.run_dir is None or kind not in ("run_started", "step_done", "run_finished"):
+        if self.run_dir is None or kind not in ("run_started", "step_done", "recovery_done", "run_finished"):
             return
         try:
             with ResultsStore.open(self.path) as store:

@@ -27,6 +27,7 @@ from orchestrator.store.rundir import RunDir
 RunStatus = Literal["accepted", "failed", "infra", "interrupted", "running"]
 STEP_RESULT = "result.json"
 STEPS_FILE = "steps.json"
+REQUEST_FILE = "recovery-test.json"  # written by orch recovery-test instead of plan.json
 _START_EVENTS = ("run_started", "run_resumed")
 M = TypeVar("M", bound=StrictModel)
 
@@ -56,6 +57,9 @@ class RunRecord(StrictModel):
     stack: dict[str, Any] | None = None
     fingerprint: dict[str, Any] | None = None
     drift: dict[str, Any] | None = None
+    request: dict[str, Any] | None = Field(
+        default=None, description="a recovery-test run's resolved request (recovery-test.json)"
+    )
     warnings: list[str] = Field(default_factory=list, description="files that could not be read")
     resumes: int = 0
 
@@ -203,6 +207,7 @@ def load_run(run_dir: Path) -> RunRecord:
         stack=_json_file(run_dir / "stack.json", warnings),
         fingerprint=_json_file(run_dir / "fingerprint.json", warnings),
         drift=_json_file(run_dir / "drift.json", warnings),
+        request=_json_file(run_dir / REQUEST_FILE, warnings),
         warnings=warnings,
         resumes=sum(1 for e in events if e.get("event") == "run_resumed"),
     )

@@ -6,9 +6,12 @@ point leaves a readable journal. Whole files are written to a temporary name and
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import secrets
+import shlex
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -39,6 +42,15 @@ def new_run_id(plan_name: str) -> str:
     """A sortable, unique id: UTC time, plan name, a short random suffix."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{plan_name}-{secrets.token_hex(2)}"
+
+
+def who() -> dict[str, Any]:
+    """Who/what/where for run_started: the report's header and the running-or-interrupted test."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return {"pid": os.getpid(), "host": os.uname().nodename, "user": user, "command": shlex.join(sys.argv)}
 
 
 class RunDir:

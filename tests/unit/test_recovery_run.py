@@ -1,0 +1,178 @@
+"""A recovery-test run directory is a run: journal, inputs, records with heartbeats, store, report,
+compare. The probe and the nodes are replaced by synthetic heartbeats (no network)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_report import _svg_kinds
+
+from orchestrator.errors import FaultError
+from orchestrator.faults import recovery_records as records
+from orchestrator.faults import recovery_test as rt
+from orchestrator.models.cluster import Cluster, Node
+from orchestrator.models.fault import RecoveryResult, RecoverySummary, Stat
+from orchestrator.models.recovery import RecoveryRecord
+from orchestrator.report.compare import compare_runs
+from orchestrator.report.formats import render
+from orchestrator.store.db import ResultsStore
+from orchestrator.store.load import load_run
+from orchestrator.store.rundir import RunDir
+
+T0 = 1000.0
+OFFSETS = {"node1": 50.0, "node2": 70.0}  # node wall - orch monotonic
+
+
+def _probe_lines(t0: float = T0, gap: tuple[float, float] = (0.5, 3.0)) -> list[dict[str, Any]]:
+    """Two ranks (one per node) stepping every 0.1 s from t0-20 to t0+20, none inside ``gap``;
+    rank 1 errors at t0+0.2 and comes back as generation 1."""
+    lines: list[dict[str, Any]] = []
+    for rank, node in enumerate(OFFSETS):
+        step = 0
+        t = t0 - 20.0
+        while t < t0 + 20.0:
+            if not gap[0] <= t - t0 < gap[1]:
+                gen = 1 if t - t0 >= gap[1] else 0
+                wall = t + OFFSETS[node]
+                lines.append({"ev": "step", "rank": rank, "node": node, "step": step, "gen": gen, "world": 2,
+                              "t_start": wall - 0.05, "wall": wall, "busbw_gbs": 0.01})  # fmt: skip
+                step += 1
+            t += 0.1
+    err_wall = t0 + 0.2 + OFFSETS["node2"]
+    lines.append({"ev": "error", "rank": 1, "node": "node2", "wall": err_wall, "error": "x"})
+    return lines
+
+
+def test_heartbeats_are_on_the_injection_axis_windowed_and_keep_errors() -> None:
+    hbs, total = records.probe_heartbeats(_probe_lines(), OFFSETS, t0=T0, end_s=5.0, pre_s=2.0, cap=10_000)
+    assert total == len(hbs)
+    assert {h.rank for h in hbs} == {0, 1}
+    assert min(h.t_s for h in hbs) >= -2.0 and max(h.t_s for h in hbs) <= 5.0
+    # node clocks are corrected: both ranks' last pre-fault step lands just before 0.5 s
+    for rank in (0, 1):
+        before = [h.t_s for h in hbs if h.rank == rank and h.ok and h.t_s < 0.5]
+        assert 0.35 < max(before) < 0.5
+    (err,) = [h for h in hbs if not h.ok]
+    assert err.rank == 1 and err.t_s == pytest.approx(0.2) and err.busbw_gbs is None
+    assert err.step == max(h.step for h in hbs if h.rank == 1 and h.ok and h.t_s < 0.2)
+    assert {h.restart_count for h in hbs if h.t_s >= 3.0} == {1}
+    assert {h.restart_count for h in hbs if h.t_s < 0.5} == {0}
+
+
+def test_heartbeats_are_thinned_per_rank_but_errors_stay() -> None:
+    hbs, total = records.probe_heartbeats(_probe_lines(), OFFSETS, t0=T0, end_s=20.0, pre_s=20.0, cap=50)
+    assert total > 300
+    for rank in (0, 1):
+        assert len([h for h in hbs if h.rank == rank]) <= 52
+    assert any(not h.ok for h in hbs)
+
+
+def _cluster() -> Cluster:
+    return Cluster(source=Path("x.ini"), nodes=[Node(name=n, address=n) for n in OFFSETS])
+
+
+def _fake_run(recover: tuple[float, ...]) -> Any:
+    """A stand-in for the probe part of run_recovery_test: writes one record per repeat."""
+
+    def fake(engine: Any, spec: Any, cluster: Any, shells: Any, req: rt.RecoveryTestRequest,
+             rundir: RunDir, store: Any, progress: Any) -> RecoverySummary:  # fmt: skip
+        results = []
+        for k, rec_s in enumerate(recover):
+            t0 = T0 + 60 * k
+            r = RecoveryResult(fault_id=f"kill-{k}", kind=req.kind, repeat=k, injected_at_mono=t0,
+                               verdict="recovered", detect_s=0.2, recover_s=rec_s, restore_s=rec_s + 1,
+                               steps_lost=1, restarts=1)  # fmt: skip
+            hbs, total = records.probe_heartbeats(_probe_lines(t0, (0.5, rec_s)), OFFSETS, t0=t0, end_s=8.0)
+            record = records.to_record(
+                r, None, target=req.target, duration_s=req.duration_s, window_s=req.window_s,
+                heartbeats=hbs, heartbeats_total=total,
+                mono_to_wall=lambda m: datetime(2026, 11, 30, tzinfo=UTC) + timedelta(seconds=m),
+            )  # fmt: skip
+            rundir.event("recovery_done", fault=record.fault_id, repeat=k)
+            (rundir.root / "recovery").mkdir(exist_ok=True)
+            (rundir.root / "recovery" / f"{r.fault_id}.json").write_text(record.model_dump_json())
+            store.event("recovery_done", {})
+            results.append(r)
+        none = Stat(n=0)
+        return RecoverySummary(kind=req.kind, repeats=len(recover), verdicts={"recovered": len(recover)},
+                               detect=none, recover=none, restore=none, results=results)  # fmt: skip
+
+    return fake
+
+
+@pytest.fixture
+def store_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    path = tmp_path / "runs" / "orch.db"
+    monkeypatch.setenv("ORCH_STORE", str(path))
+    yield path
+
+
+def _run(tmp_path: Path, name: str, recover: tuple[float, ...], monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(rt, "_run", _fake_run(recover))
+    req = rt.RecoveryTestRequest(kind="kill-worker", target="node2:1", repeat=len(recover))
+    root = tmp_path / "runs" / name
+    rt.run_recovery_test(_cluster(), {}, req, root)
+    return root
+
+
+def test_a_recovery_run_is_a_run_with_report_store_and_compare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_env: Path
+) -> None:
+    a = _run(tmp_path, "rec-a", (2.0, 2.2), monkeypatch)
+    events = [e["event"] for e in RunDir(a).events()]
+    assert events[0] == "run_started" and events[-1] == "run_finished"
+    assert events.count("recovery_done") == 2
+    assert (a / "inventory.json").exists() and (a / "recovery-test.json").exists()
+
+    rec = load_run(a)
+    assert rec.status == "accepted" and rec.exit_code == 0
+    assert rec.plan_name == "recovery-kill-worker" and rec.backend == "ssh"
+    assert rec.request is not None and rec.request["target"] == "node2:1"
+    assert [r.repeat for r in rec.recovery] == [0, 1]
+    assert all(r.heartbeats and r.verdict == "recovered" for r in rec.recovery)
+
+    html = render(rec, "html", a)
+    kinds = _svg_kinds(html)
+    assert kinds.count("timeline") == 2 and kinds.count("distribution") == 1
+    assert "orch recovery-test" in html and "node2:1" in html
+
+    with sqlite3.connect(store_env) as c:
+        rows = c.execute("SELECT fault_id, recover_s FROM recoveries ORDER BY repeat").fetchall()
+        status = c.execute("SELECT status FROM runs").fetchone()[0]
+    assert rows == [("kill-0", 2.0), ("kill-1", 2.2)] and status == "accepted"
+
+    b = _run(tmp_path, "rec-b", (5.0, 5.3), monkeypatch)
+    cmp = compare_runs(load_run(a), load_run(b))
+    assert cmp.rows == []
+    verdicts = {(r.fault, r.phase): r.verdict for r in cmp.recovery}
+    assert verdicts[("kill_worker", "recover")] == "worse" and verdicts[("kill_worker", "detect")] == "same"
+    with ResultsStore.open(store_env) as s:
+        assert {r.run_id for r in s.runs(plan="recovery-kill-worker")} == {"rec-a", "rec-b"}
+
+
+def test_a_failing_recovery_run_is_journaled_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_env: Path
+) -> None:
+    def boom(*_a: Any) -> RecoverySummary:
+        raise FaultError("the probe did not complete 30 steps within 180 s")
+
+    monkeypatch.setattr(rt, "_run", boom)
+    root = tmp_path / "runs" / "rec-x"
+    with pytest.raises(FaultError):
+        req = rt.RecoveryTestRequest(kind="kill-worker", target="node2:1")
+        rt.run_recovery_test(_cluster(), {}, req, root)
+    fin = [e for e in RunDir(root).events() if e["event"] == "run_finished"]
+    assert len(fin) == 1 and "180 s" in fin[0]["error"]
+    rec = load_run(root)
+    assert rec.status in ("failed", "infra") and rec.exit_code == fin[0]["exit_code"] != 0
+
+
+def test_old_records_without_probe_fields_still_load(tmp_path: Path) -> None:
+    old = {"fault_id": "f", "fault": "kill_worker", "target": "n", "injected_at": "2026-11-01T00:00:00+00:00"}
+    rec = RecoveryRecord.model_validate(old)
+    assert rec.verdict is None and rec.heartbeats == []
