@@ -64,8 +64,21 @@ def register(app: typer.Typer) -> None:
         out_dir: Annotated[Path, typer.Option("--out", help="Where run directories go.")] = Path("runs"),
         become: Annotated[bool, typer.Option("--become", help="Escalate privileges on the hosts.")] = False,
         vault_password_file: Annotated[Path | None, typer.Option("--vault-password-file")] = None,
+        become_password_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--become-password-file",
+                help="File whose first line is the become password (implies --become); never on argv.",
+            ),
+        ] = None,
     ) -> None:
         """Install a stack on the inventory's hosts. Exit 3 when any host failed or was unreachable."""
+        become_password = None
+        if become_password_file is not None:
+            try:
+                become_password = become_password_file.read_text().splitlines()[0]
+            except (OSError, IndexError) as e:
+                raise typer.BadParameter(f"cannot read a password from {become_password_file}") from e
         rep = provision(
             ProvisionRequest(
                 inventory=inventory,
@@ -73,8 +86,9 @@ def register(app: typer.Typer) -> None:
                 check=check,
                 limit=limit,
                 out_dir=out_dir,
-                become=become,
+                become=become or become_password is not None,
                 vault_password_file=vault_password_file,
+                become_password=become_password,
             ),
             listener=_progress,
         )

@@ -203,3 +203,45 @@ def test_full_disk_in_run_directory(lab: Lab, tmp_path: Path) -> None:
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
     assert orch_jobs(lab) == []
+
+
+CONNECT_TIMEOUT_S = 10.0  # Ansible's and the kept-open shells' connect timeout
+MARGIN_S = 50.0  # process start, Ansible fork, the reachable nodes' own work on a shared 2-core lab
+
+
+def test_unreachable_node_for_fingerprint_and_scale_test(lab: Lab, tmp_path: Path) -> None:
+    """node3's management link down: fingerprint names it and reads node1/2; steps that do not
+    use node3 run and pass; a step that needs it is an infrastructure error naming node3."""
+    link = "orch-m3"
+    timed: dict[str, tuple[subprocess.CompletedProcess[str], float]] = {}
+
+    def run(name: str, *args: str) -> None:
+        t0 = time.monotonic()
+        res = orch(lab, *args, "--out", str(tmp_path / name), timeout=300)
+        timed[name] = (res, time.monotonic() - t0)
+
+    small = ("--gpus-per-node", "1", "--sizes", "1K:4K:x2")
+    try:
+        subprocess.run(["ip", "link", "set", link, "down"], check=True)
+        run("fp", "fingerprint", "-i", str(lab.inventory), "--stack", "cpu-gloo")
+        run("st12", "scale-test", "-i", str(lab.inventory), "--nodes", "1,2", *small)
+        run("st3", "scale-test", "-i", str(lab.inventory), "--nodes", "3", *small)
+    finally:
+        subprocess.run(["ip", "link", "set", link, "up"], check=True)
+    fp, fp_s = timed["fp"]
+    text = fp.stdout + fp.stderr
+    assert fp.returncode == 3, text
+    assert fp_s < CONNECT_TIMEOUT_S + MARGIN_S, fp_s
+    words = [ln.split() for ln in text.splitlines()]
+    rows = {w[1]: w[0] for w in words if len(w) > 1 and w[0] in ("ok", "unreachable")}
+    assert rows.get("node3") == "unreachable" and rows.get("node1") == rows.get("node2") == "ok", text
+    assert "node1 — unchanged" in text and "node2 — unchanged" in text, text
+    st12, _ = timed["st12"]
+    assert st12.returncode == 0, st12.stdout[-3000:] + st12.stderr
+    assert "verdict: accepted" in st12.stdout
+    st3, st3_s = timed["st3"]
+    assert st3.returncode == 3, st3.stdout[-3000:] + st3.stderr
+    errors = [ln for ln in st3.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "node3" in errors[0] and "Traceback" not in st3.stderr, st3.stderr
+    assert st3_s < CONNECT_TIMEOUT_S + MARGIN_S, st3_s
+    wait_for(lambda: lab.ssh(lab.node("node3"), "true", check=False).returncode == 0, "node3 back", 60)
