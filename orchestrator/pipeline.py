@@ -469,9 +469,11 @@ def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
             res.verdict = "fail"
         res.reasons += fails
     _apply_baseline(runner)
+    used = {n for r in results for n in r.step.nodes}  # a node no step used gets no verdict
     nodes: dict[str, V.Verdict] = {
         n.name: V.worst([r.verdict for r in results if n.name in (r.blamed_nodes or r.step.nodes)])
         for n in runner.cluster.nodes
+        if n.name in used
     }
     overall = V.worst([r.verdict for r in results])
     if interrupted:
