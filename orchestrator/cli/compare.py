@@ -46,6 +46,10 @@ def render_table(c: Comparison, only_changed: bool) -> Table:
     return table
 
 
+def _secs(v: float | None) -> str:
+    return f"{v:.3f}" if v is not None else "-"
+
+
 def compare_cmd(
     run_a: RunArg,
     run_b: RunArg,
@@ -77,8 +81,9 @@ def compare_cmd(
         err.print(f"warning: {w}", markup=False)
     out.print(render_table(c, only_changed))
     for r in c.recovery:
+        a_s, b_s, band = (_secs(v) for v in (r.a_median_s, r.b_median_s, r.band_s))
         out.print(
-            f"recovery {r.fault} {r.phase}: A {r.a_median_s} s, B {r.b_median_s} s -> {r.verdict}",
+            f"recovery {r.fault} {r.phase}: median A {a_s} s, B {b_s} s (band {band} s) -> {r.verdict}",
             markup=False,
         )
     counts = c.counts()

@@ -2,13 +2,15 @@
 
 Noise rule (docs/results.md): per row, d = ln(busbw_B / busbw_A). Per-iteration spread is not
 recorded, so the noise of d is estimated from what repeats there are:
-  1. repeated runs, when given (`--repeat-a/--repeat-b`): per row, the spread (stdev of ln busbw)
-     over each side's runs, combined as sqrt(var_A + var_B);
-  2. within the pair: for each step and collective, the spread of d from one message size to the
-     next, sigma = 1.4826 * median|d_i - d_(i-1)| / sqrt(2). A uniform change (a slower link)
-     moves every d alike and leaves this small; row-to-row jitter makes it large;
+  1. repeated runs, when given (`--repeat-a/--repeat-b`): per row, the variance of ln busbw over
+     each side's runs, var_A + var_B (a side without repeats counts as noisy as the other), at
+     least the mean of that over the row's step and collective. Given repeats, this is the noise;
+  2. without repeats, within the pair: for each step and collective, the spread of d from one
+     message size to the next, sigma = 1.4826 * median|d_i - d_(i-1)| / sqrt(2). A uniform change
+     moves every d alike and leaves this small; row-to-row jitter makes it large — and so does a
+     real change that hits only some sizes (a throttle above its burst), which is why (1) wins;
   3. the median of (2) over all groups, so that a group of few sizes is not judged on its own.
-The band is max(ln(1 + floor), k * max(1, 2, 3)) with floor 5% and k = 3. d beyond +band is
+The band is max(ln(1 + floor), k * sigma) with floor 5% and k = 3. d beyond +band is
 "better", beyond -band "worse", else "same". Recovery times (lower is better) compare medians over
 the repeats, with the band the larger spread (max - min) of the two sides, at least the floor.
 """
@@ -125,6 +127,7 @@ def compare_runs(
         if sig is not None:
             group_sigma[(step, coll)] = sig
     global_sigma = statistics.median(group_sigma.values()) if group_sigma else 0.0
+    rep_var = _pooled_repeat_var(d, var_a, var_b)
     min_band = math.log1p(floor)
     rows: list[CompareRow] = []
     for key in keys:
@@ -157,8 +160,10 @@ def compare_runs(
                 )
             )
             continue
-        sig_rep = math.sqrt(var_a.get(key, 0.0) + var_b.get(key, 0.0))
-        sigma = max(sig_rep, group_sigma.get((key[0], key[1]), 0.0), global_sigma)
+        if rep_var:
+            sigma = math.sqrt(rep_var.get(key, 0.0))
+        else:
+            sigma = max(group_sigma.get((key[0], key[1]), 0.0), global_sigma)
         band = max(min_band, k * sigma)
         verdict: RowVerdict = "better" if d[key] > band else "worse" if d[key] < -band else "same"
         rows.append(
@@ -190,6 +195,26 @@ def compare_runs(
         k=k,
         warnings=warnings,
     )
+
+
+def _pooled_repeat_var(
+    d: dict[Key, float], var_a: dict[Key, float], var_b: dict[Key, float]
+) -> dict[Key, float]:
+    """Variance of d per row from the repeats: var_A + var_B (a side without repeats is taken to
+    be as noisy as the other), at least the mean over the row's step and collective, so that a
+    row whose two or three runs agreed by chance does not get a band of nothing."""
+    if not var_a and not var_b:
+        return {}
+    row: dict[Key, float] = {}
+    for key in d:
+        va, vb = var_a.get(key), var_b.get(key)
+        if va is not None or vb is not None:
+            row[key] = (va if va is not None else vb or 0.0) + (vb if vb is not None else va or 0.0)
+    groups: dict[tuple[str, str], list[float]] = {}
+    for key, v in row.items():
+        groups.setdefault((key[0], key[1]), []).append(v)
+    pooled = {g: statistics.fmean(vs) for g, vs in groups.items()}
+    return {key: max(row.get(key, 0.0), pooled.get((key[0], key[1]), 0.0)) for key in d}
 
 
 def _step_order(a: RunRecord, b: RunRecord, step: str) -> int:
