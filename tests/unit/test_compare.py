@@ -96,3 +96,31 @@ def test_history_flags_a_regression_of_the_latest_night(tmp_path: Path) -> None:
         h0 = history(s, plan="nightly", since=t0 + timedelta(days=1), baseline="golden")
         assert {r.against for r in h0.regressions} == {"previous night", "baseline golden"}
         assert not history(s, plan="nightly", since=t0 + timedelta(days=10)).regressions
+
+
+def test_with_repeats_a_change_of_only_the_large_sizes_is_worse(tmp_path: Path) -> None:
+    # Like a tbf throttle: sizes under its burst keep their speed, large ones drop 20x. Within the
+    # pair that looks like row-to-row jitter (the neighbour rule's band grows to cover it); the
+    # repeats say how noisy a row really is.
+    big = [k for k in KEYS if k[2] >= 1 << 18]
+    slow = {**_jitter(2, 0.03), **{k: 0.05 for k in big}}
+    a = load_run(make_run(tmp_path, "a", scale=_jitter(1, 0.03)))
+    a2 = load_run(make_run(tmp_path, "a2", scale=_jitter(3, 0.03)))
+    b = load_run(make_run(tmp_path, "b", scale=slow))
+    c = compare_runs(a, b, repeats_a=[a2])
+    worse = {(r.step, r.collective, r.size_bytes) for r in c.rows if r.verdict == "worse"}
+    measurable = {(r.step, r.collective, r.size_bytes) for r in c.rows if r.verdict != "n/a"}
+    assert worse == set(big) & measurable and worse
+    assert {r.verdict for r in c.rows if (r.step, r.collective, r.size_bytes) not in worse} <= {"same", "n/a"}
+
+
+def test_a_repeat_that_agreed_by_chance_does_not_shrink_its_row_band(tmp_path: Path) -> None:
+    noisy = {k: 1.0 + (0.6 if i % 2 else -0.4) for i, k in enumerate(KEYS)}
+    lucky = KEYS[4]
+    noisy[lucky] = 1.0  # a2 agrees with a on this row only
+    a = load_run(make_run(tmp_path, "a"))
+    a2 = load_run(make_run(tmp_path, "a2", scale=noisy))
+    b = load_run(make_run(tmp_path, "b", scale={lucky: 0.6}))
+    rows = compare_runs(a, b, repeats_a=[a2]).rows
+    row = next(r for r in rows if (r.step, r.collective, r.size_bytes) == lucky)
+    assert row.verdict == "same" and row.band is not None and row.band > 0.5
