@@ -53,13 +53,18 @@ def test_cron_entry_runs_the_plan_and_lands_in_history(lab: Lab, tmp_path: Path)
         assert "TimeLimit=00:40:00" in shown and f"JobName=orchcron-{name}" in shown, shown
 
         # Slurm starts it at HH:MM; it resubmits itself for tomorrow, then runs the plan.
+        # Wait for the run's journal to say it finished (a refused run, e.g. an unreachable node at
+        # fingerprinting, ends there too, without result.json): fail at once with its reason.
         deadline = time.monotonic() + 300
-        result = None
-        while time.monotonic() < deadline and result is None:
-            result = next(iter(runs.glob("*/result.json")), None)
+        finished = None
+        while time.monotonic() < deadline and finished is None:
+            done = [j for j in runs.glob("*/journal.jsonl") if '"run_finished"' in j.read_text()]
+            finished = done[0] if done else None
             time.sleep(2)
         log = runs / "cron" / f"{name}.log"
-        assert result is not None, log.read_text() if log.exists() else "no log"
+        assert finished is not None, log.read_text() if log.exists() else "no log"
+        result = finished.parent / "result.json"
+        assert result.exists(), (log.read_text() if log.exists() else "") + finished.read_text()[-2000:]
         run_id = result.parent.name
         # scontrol (the controller's view; slurmdbd may lag behind by seconds)
         fields = dict(w.split("=", 1) for w in lab.slurm("scontrol", "-o", "show", "job", job).stdout.split()

@@ -1,0 +1,83 @@
+"""`orch compare` on real runs through Slurm on the lab: runs of one plan are "same" on every row;
+a run throttled on purpose (a plan fault: tbf 50mbit on node2:fab0 for the whole step) is "worse"
+at the sizes the throttle hits, and the exit code says so.
+
+The lab is a shared 2-core VM: between two runs the latency-bound rows move by 2-4x with other
+sessions' load, as a block (docs/results.md, "Noise rule"). The noise is therefore judged from
+repeats, as `orch compare` is meant to be used: A and B run interleaved (A1 B1 A2 B2) and the
+comparison gets each side's second run with --repeat-a/--repeat-b. Each run takes 10-25 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import Lab
+
+pytestmark = pytest.mark.lab
+ORCH = [sys.executable, "-m", "orchestrator"]
+PLAN = (
+    "name: cmp\nladder: {nodes: [2], ranks_per_node: [1]}\ncollectives: [all_reduce]\n"
+    "sizes: {min: 16K, max: 4M, factor: 4}\nstep_timeout_s: 180\n"
+)
+STEADY = PLAN + "warmup_iters: 5\niters: 60\n"
+# 4M at 50 mbit is ~0.7 s an iteration: fewer of them keep the throttled run short
+THROTTLED = PLAN + (
+    "warmup_iters: 1\niters: 6\n"
+    "faults:\n  - {kind: throttle, step: n2xg1, at_s: 0, target: 'node2:fab0', duration: 120s,"
+    " params: {rate: 50mbit}}\n"
+)
+
+
+def _orch(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ORCH, *args], capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+def _tc(lab: Lab, node: str) -> str:
+    return lab.ssh(lab.node(node), "tc", "qdisc", "show").stdout
+
+
+def test_compare_same_plan_is_same_and_a_throttled_run_is_worse(lab: Lab, tmp_path: Path) -> None:
+    env = {k: v for k, v in {**os.environ, **lab.env}.items() if k != "ORCH_STORE"}
+    runs = tmp_path / "runs"
+    steady, throttled = tmp_path / "steady.yaml", tmp_path / "throttled.yaml"
+    steady.write_text(STEADY)
+    throttled.write_text(THROTTLED)
+    before = _tc(lab, "node2")
+
+    def scale_test(plan: Path) -> Path:
+        proc = _orch(env, "scale-test", "-i", str(lab.inventory), "--plan", str(plan), "--stack", "none",
+                     "--out", str(runs))  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("verdict:"))
+        return Path(line.rsplit(" ", 1)[1])
+
+    a1, b1, a2, b2 = (scale_test(steady) for _ in range(4))
+    t = scale_test(throttled)
+    assert _tc(lab, "node2") == before  # the throttle is gone with its run
+    injected = [json.loads(x) for x in (t / "journal.jsonl").read_text().splitlines()]
+    assert [e["outcome"] for e in injected if e["event"] == "fault_injected"] == ["active"]
+
+    def compare(*args: str) -> tuple[int, dict[str, Any]]:
+        out = tmp_path / "cmp.json"
+        proc = _orch(env, "compare", *args, "--json", str(out), "--store", str(runs / "orch.db"))
+        print(proc.stdout)
+        return proc.returncode, json.loads(out.read_text())
+
+    rc, same = compare(str(a1), str(b1), "--repeat-a", str(a2), "--repeat-b", str(b2))
+    assert [r["verdict"] for r in same["rows"]] == ["same"] * 5, same["rows"]
+    assert rc == 0
+
+    rc, slow = compare(str(a1), str(t), "--repeat-a", str(a2))
+    verdicts = {r["size_bytes"]: r["verdict"] for r in slow["rows"]}
+    assert verdicts[1 << 20] == "worse" and verdicts[4 << 20] == "worse", slow["rows"]
+    assert "better" not in verdicts.values()
+    assert rc == 1
