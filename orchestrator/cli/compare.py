@@ -79,7 +79,8 @@ def compare_cmd(
     )
     for w in c.warnings:
         err.print(f"warning: {w}", markup=False)
-    out.print(render_table(c, only_changed))
+    if c.rows or not c.recovery:
+        out.print(render_table(c, only_changed))
     for r in c.recovery:
         a_s, b_s, band = (_secs(v) for v in (r.a_median_s, r.b_median_s, r.band_s))
         out.print(

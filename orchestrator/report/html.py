@@ -56,7 +56,7 @@ _TEMPLATE = """<!DOCTYPE html>
 <tr><th>command</th><td colspan="3"><code>{{ r.command or "-" }}</code></td></tr>
 </table>
 
-<h2 id="steps">Steps</h2>
+{% if r.step_ids or not r.request %}<h2 id="steps">Steps</h2>
 <table><tr><th>step</th><th>nodes</th><th>ranks</th><th>job</th><th>state</th><th>verdict</th><th>reasons</th><th>raw logs</th></tr>
 {% for s in steps %}<tr><td>{{ s.id }}</td><td>{{ s.nodes }}</td><td class="num">{{ s.ranks }}</td><td>{{ s.job }}</td>
 <td>{{ s.state }}</td><td><span class="badge v-{{ s.verdict }}">{{ s.verdict }}</span></td>
@@ -79,6 +79,7 @@ _TEMPLATE = """<!DOCTYPE html>
 <h2 id="scaling">Scaling</h2>
 <div class="plots">{{ scaling_plot }}{{ eff_plot }}</div>
 
+{% endif %}
 <h2 id="recovery">Recovery</h2>
 {% if recovery_plots %}<div class="plots">{% for p in recovery_plots %}{{ p }}{% endfor %}</div>
 <table><tr><th>fault</th><th>kind</th><th>target</th><th>step</th><th>repeat</th><th>detect s</th><th>recover s</th>
@@ -100,7 +101,8 @@ _TEMPLATE = """<!DOCTYPE html>
 {% for n in inv %}<tr>{% for v in n %}<td>{{ v }}</td>{% endfor %}</tr>{% endfor %}</table></details>
 <details><summary>Plan</summary><pre>{{ plan_yaml }}</pre></details>
 <details><summary>Stack</summary><pre>{{ stack }}</pre></details>
-<p class="muted">Raw files: <a href="{{ links.journal }}">journal.jsonl</a> · <a href="{{ links.plan }}">plan.json</a> ·
+<p class="muted">Raw files: <a href="{{ links.journal }}">journal.jsonl</a> · <a href="{{ links.plan }}">{{
+ "recovery-test.json" if r.request else "plan.json" }}</a> ·
 <a href="{{ links.inventory }}">inventory.json</a></p>
 </body></html>
 """
@@ -224,7 +226,8 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         for n in (rec.cluster.nodes if rec.cluster else [])
     ]  # fmt: skip
     links = {k: rel_link(rec.run_dir / f, report_dir) for k, f in
-             (("journal", "journal.jsonl"), ("plan", "plan.json"), ("inventory", "inventory.json"))}  # fmt: skip
+             (("journal", "journal.jsonl"), ("plan", "recovery-test.json" if rec.request else "plan.json"),
+              ("inventory", "inventory.json"))}  # fmt: skip
     return _tmpl.render(
         r=rec, css=_CSS, version=__version__, now=datetime.now(UTC).isoformat(timespec="seconds"),
         done=len([s for s in rec.steps if s.verdict != "skipped"]), steps=steps,

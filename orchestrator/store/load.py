@@ -177,6 +177,7 @@ def load_run(run_dir: Path) -> RunRecord:
             rec = _model(RecoveryRecord, path, warnings)
             if rec is not None:
                 recovery.append(rec)
+        recovery.sort(key=lambda r: (r.step or "", r.fault, r.repeat, r.injected_at))
 
     def _time(ev: dict[str, Any] | None) -> datetime | None:
         try:
