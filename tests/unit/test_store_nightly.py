@@ -108,6 +108,11 @@ def test_sbatch_begin_mode_submits_held_until_the_next_occurrence(tmp_path: Path
     script = (tmp_path / "runs" / "cron" / "nightly.sbatch").read_text()
     assert 'date -d "tomorrow 02:05"' in script
     assert entries_in(script)[0].plan == "nightly"
+    # Never requeued by Slurm: a requeue after the node stopped answering re-ran the plan and, on
+    # the lab, met the old job still on the node ("Duplicate jobid", node drained).
+    assert "--no-requeue" in sbatch
+    resubmit = next(ln for ln in script.splitlines() if ln.startswith("sbatch "))
+    assert "--no-requeue" in resubmit.split()
 
 
 def test_next_occurrence() -> None:
