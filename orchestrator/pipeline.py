@@ -421,8 +421,10 @@ def resume_run(
     plan, cluster = record.plan, record.cluster
     steps = ladder_steps(run_dir) or expand_steps(plan, cluster)
     done = finished_steps(run_dir, [s.id for s in steps])
-    if all(s.id in done for s in steps):
+    if all(s.id in done for s in steps) and record.status != "interrupted":
         raise ConfigError(f"run {record.run_id} has no unfinished steps", hint="see orch runs show")
+    # An interrupted run whose steps all finished (killed while writing its result) is finished
+    # here without running anything: the runner finds no open step and writes the result.
     rundir = RunDir(run_dir)
     attempts = rundir.root / "attempts"
     for s in steps:
