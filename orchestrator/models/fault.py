@@ -14,7 +14,7 @@ something to a shell never gets past model validation.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -33,18 +33,7 @@ FaultKind = Literal[
     "delay",
     "node-loss",
 ]
-FAULT_KINDS: tuple[FaultKind, ...] = (
-    "kill-worker",
-    "pause-worker",
-    "restart-container",
-    "link-down",
-    "link-flap",
-    "roce-drop",
-    "packet-loss",
-    "throttle",
-    "delay",
-    "node-loss",
-)
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 # What a fault can reach: RDMA on a hardware RoCE NIC (bypasses the kernel: host iptables and tc
 # never see it), RDMA through the kernel (soft-RoCE rxe/siw), and socket transports (gloo,

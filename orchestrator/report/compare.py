@@ -132,7 +132,9 @@ def compare_runs(
     rows: list[CompareRow] = []
     for key in keys:
         va, vb = ma.get(key), mb.get(key)
-        if va is None or vb is None:
+        if va is None or vb is None or key not in d:
+            # a row only one run has, or one without a usable ratio (e.g. busbw 0 on one rank)
+            gap: RowVerdict = "missing" if va is None or vb is None else "n/a"
             rows.append(
                 CompareRow(
                     step=key[0],
@@ -142,21 +144,7 @@ def compare_runs(
                     b_gbs=vb,
                     ratio=None,
                     band=None,
-                    verdict="missing",
-                )
-            )
-            continue
-        if key not in d:
-            rows.append(
-                CompareRow(
-                    step=key[0],
-                    collective=key[1],
-                    size_bytes=key[2],
-                    a_gbs=va,
-                    b_gbs=vb,
-                    ratio=None,
-                    band=None,
-                    verdict="n/a",
+                    verdict=gap,
                 )
             )
             continue
