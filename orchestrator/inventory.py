@@ -396,14 +396,23 @@ def _parse_with_ansible(source: Path) -> tuple[list[RawHost], dict[str, list[str
             inventory = InventoryManager(loader=loader, sources=[str(source)])
             manager = VariableManager(loader=loader, inventory=inventory)
             hosts: list[RawHost] = []
+            # One Templar for the whole inventory, made at the first host with a template: each
+            # templated host gets its own variables through the public `available_variables`
+            # setter (what Templar(variables=...) does), and a template shared by many hosts
+            # (group_vars) is compiled once, not once per host.
+            templar = None
             for h in inventory.hosts.values():
                 merged = manager.get_vars(host=h, include_hostvars=False)
                 raw = {k: merged[k] for k in _READ if k in merged}
-                templar = None
-                if any(_templated(k, v) for k, v in raw.items()):  # a Templar per host costs ~1 ms
-                    templar = Templar(loader=loader, variables=merged)
-                    _refuse_lookups(templar)
-                picked = {k: _plain(_render(templar, k, v)) for k, v in raw.items()}
+                host_templar = None
+                if any(_templated(k, v) for k, v in raw.items()):
+                    if templar is None:
+                        templar = Templar(loader=loader)
+                        _refuse_lookups(templar)
+                        _compile_once(templar)
+                    templar.available_variables = merged
+                    host_templar = templar
+                picked = {k: _plain(_render(host_templar, k, v)) for k, v in raw.items()}
                 groups = sorted({g.name for g in h.get_groups()})
                 hosts.append(RawHost(name=str(h.name), groups=groups, vars=picked))
             group_map = {
@@ -436,13 +445,58 @@ def _refuse_lookups(templar: Any) -> None:
     `{{ lookup('pipe', ...) }}` in a host variable would otherwise run a command on this machine
     each time orch merely loads the inventory (`orch inventory show`, `orch plan show`). The value
     then stays as written and is refused by validation. Plain expressions (`{{ inventory_hostname
-    }}.mgmt`) still render. The environment belongs to this templar alone (not shared).
+    }}.mgmt`) still render. The environment belongs to this templar alone (one per inventory load,
+    not shared).
     """
     env = getattr(getattr(templar, "_engine", None), "environment", None)
     if env is None or not hasattr(env, "globals"):
         raise InventoryError("this ansible-core has no template environment orch can restrict")
     for name in ("lookup", "query", "q"):
         env.globals[name] = _refuse_lookup
+
+
+def _compile_once(templar: Any) -> None:
+    """Compile each distinct template source once per inventory load instead of once per host.
+
+    ansible-core 2.19 compiles the string again on every Templar.template() call (jinja2's
+    from_string has no cache), and that compile was over half of loading 4,096 hosts that share a
+    group_vars template. This wraps `_compile_template` (private to ansible-core 2.19's
+    TemplateEngine) on this templar's engine alone with a dict keyed by (source text, options):
+    the compiled template depends on nothing else but the engine's environment, which is this
+    templar's own for the whole load (lookups refused in its globals, which compiled templates
+    read at render time). Variables are not compiled in: each render gets the host's variables.
+    Only compiled templates are kept; a compile error is not (its message names the value's
+    origin). Where the engine has no such method, or its signature differs, nothing is wrapped:
+    every value is compiled as before (slower, same result).
+    """
+    import inspect
+
+    from jinja2 import Template
+
+    engine: Any = getattr(templar, "_engine", None)
+    compile_template: Any = getattr(engine, "_compile_template", None)
+    try:
+        params = list(inspect.signature(compile_template).parameters) if callable(compile_template) else []
+    except (TypeError, ValueError):
+        params = []
+    if params != ["template", "options"]:
+        log.debug("ansible-core's TemplateEngine has no _compile_template(template, options): no cache")
+        return
+    compiled: dict[tuple[str, Any], Any] = {}
+
+    def cached(template: str, options: Any) -> Any:
+        try:
+            key = (str(template), options)  # str(): the text, without Ansible's tags
+            hit = compiled.get(key)
+        except TypeError:  # options not hashable: compile as Ansible does
+            return compile_template(template, options)
+        if hit is None:
+            hit = compile_template(template, options)
+            if isinstance(hit, Template):
+                compiled[key] = hit
+        return hit
+
+    engine._compile_template = cached
 
 
 def _templated(name: str, value: Any) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -121,6 +122,96 @@ def test_templated_values_rendered(tmp_path: Path) -> None:
     cluster = load_inventory(path)
     assert [n.address for n in cluster.nodes] == ["n1.mgmt", "n2.mgmt"]
     assert cluster.nodes[0].gpus_per_node == 8
+
+
+def test_one_group_vars_template_gives_each_host_its_own_value(tmp_path: Path) -> None:
+    """The template is compiled once for all hosts (orchestrator.inventory._compile_once) and
+    rendered with each host's variables: a cache that handed one host another's value fails here."""
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "g.yml").write_text(
+        'ansible_host: "{{ inventory_hostname }}.mgmt"\n'
+        'fabric_address: "10.{{ rack }}.0.{{ inventory_hostname[1:] | int * 2 }}"\n'
+        "mgmt_iface: \"{{ 'eno2' if rack | int is odd else 'eno1' }}\"\n"
+        "container_runtime: \"{{ runtime | default('podman') }}\"\n"
+    )
+    cluster = load_inventory(write(tmp_path, "[g]\nn1 rack=1\nn2 rack=2 runtime=docker\nn3 rack=3\n"))
+    got = [(n.address, str(n.fabric_address), n.mgmt_iface, n.container_runtime) for n in cluster.nodes]
+    assert got == [
+        ("n1.mgmt", "10.1.0.2", "eno2", "podman"),
+        ("n2.mgmt", "10.2.0.4", "eno1", "docker"),
+        ("n3.mgmt", "10.3.0.6", "eno2", "podman"),
+    ]
+
+
+def test_undefined_in_a_shared_template_only_for_the_host_without_it(tmp_path: Path) -> None:
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "g.yml").write_text('ansible_host: "{{ site }}-{{ inventory_hostname }}"\n')
+    path = write(tmp_path, "[g]\nn1 site=a\nn2\nn3 site=c\n")
+    message = refused(path)
+    assert "1 problem" in message and "host n2: ansible_host='{{ site }}-{{ inventory_hostname }}'" in message
+    (tmp_path / "group_vars" / "g.yml").write_text(
+        "ansible_host: \"{{ site | default('z') }}-{{ inventory_hostname }}\"\n"
+    )
+    assert [n.address for n in load_inventory(path).nodes] == ["a-n1", "z-n2", "c-n3"]
+
+
+def test_a_template_shared_by_hosts_is_compiled_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jinja2
+
+    compiled: list[str] = []
+    real = jinja2.Environment.compile
+
+    def counting(self: jinja2.Environment, source: Any, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(str(source))
+        return real(self, source, *args, **kwargs)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "g.yml").write_text('fabric_address: "10.0.0.{{ inventory_hostname[1:] }}"\n')
+    cluster = load_inventory(write(tmp_path, '[g]\nn[1:20] ansible_host="{{ inventory_hostname }}.m"\n'))
+    assert [str(n.fabric_address) for n in cluster.nodes] == [f"10.0.0.{i}" for i in range(1, 21)]
+    assert [n.address for n in cluster.nodes] == [f"n{i}.m" for i in range(1, 21)]
+    assert sorted(compiled) == ["10.0.0.{{ inventory_hostname[1:] }}", "{{ inventory_hostname }}.m"]
+
+
+def test_lookups_refused_in_templates_shared_by_hosts(tmp_path: Path) -> None:
+    """lookup/query/q stay refused in the one templar the hosts share, for every host, whether the
+    first templated host had a lookup or a plain expression."""
+    canary = tmp_path / "canary"
+    (tmp_path / "group_vars").mkdir()
+    lookup = f"{{{{ lookup('pipe', 'touch {canary}') }}}}"
+    (tmp_path / "group_vars" / "g.yml").write_text(f'mgmt_iface: "{lookup}"\n')
+    message = refused(write(tmp_path, "[g]\nn[1:3]\n"))
+    assert all(f"host n{i}: mgmt_iface=" in message for i in (1, 2, 3))
+    (tmp_path / "group_vars" / "g.yml").write_text('fabric_address: "10.0.0.{{ inventory_hostname[1:] }}"\n')
+    path = write(
+        tmp_path,
+        "[g]\nn1\n"
+        f"n2 ansible_host=\"{{{{ query('pipe', 'touch {canary}') | first }}}}\"\n"
+        f"n3 ansible_host=\"{{{{ q('pipe', 'touch {canary}') | first }}}}\"\n",
+    )
+    message = refused(path)
+    assert "2 problems" in message
+    assert "host n2: ansible_host=" in message and "host n3: ansible_host=" in message
+    assert "host n1" not in message
+    assert not canary.exists()
+
+
+def test_compile_cache_left_out_on_an_engine_it_does_not_know() -> None:
+    """Another ansible-core: no `_compile_template(template, options)`, nothing is wrapped."""
+    from orchestrator.inventory import _compile_once
+
+    class Engine:
+        def _compile_template(self, template: str, options: Any, extra: Any) -> None: ...
+
+    class Templar:
+        def __init__(self, engine: Any) -> None:
+            self._engine = engine
+
+    engine = Engine()
+    _compile_once(Templar(engine))
+    assert "_compile_template" not in vars(engine)
+    _compile_once(Templar(None))  # no engine at all: nothing to wrap, no error
 
 
 def test_ssh_args_forms(tmp_path: Path) -> None:
