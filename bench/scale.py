@@ -55,6 +55,7 @@ from orchestrator.plan import expand_steps, resolve_plan
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "nccl-tests"
 RACK = 64
+FANOUT_REPEAT = 15  # (c): inject+revert rounds per size, median (each round is tens of ms)
 
 
 def growth(label: str, quarter: float, full: float, size_q: int, size_f: int, unit: str) -> str:
@@ -266,7 +267,7 @@ def fingerprint_s(inventory: Path, names: list[str], out: Path) -> float:
 
 def fault_fanout(inventory: Path, names: list[str]) -> tuple[float, float, float]:
     """(first fault: connect + probe + inject + revert; then parallel and sequential inject+revert:
-    median of 5) seconds on `names`. node_shells connects each shell on first use."""
+    median of FANOUT_REPEAT) seconds on `names`. node_shells connects each shell on first use."""
     from orchestrator.faults.engine import FaultEngine
     from orchestrator.faults.service import node_shells
     from orchestrator.models.fault import FaultSpec, FaultTarget
@@ -291,8 +292,8 @@ def fault_fanout(inventory: Path, names: list[str]) -> tuple[float, float, float
         with ThreadPoolExecutor(max_workers=len(names)) as pool:
             # First use: SSH connect, the shell, the interface probe; kept out of the medians.
             first = timed(lambda: list(pool.map(lambda n: (engine.sweep([n]), one(n)), names)))
-            par = statistics.median(timed(lambda: list(pool.map(one, names))) for _ in range(5))
-        seq = statistics.median(timed(lambda: [one(n) for n in names]) for _ in range(5))
+            par = statistics.median(timed(lambda: list(pool.map(one, names))) for _ in range(FANOUT_REPEAT))
+        seq = statistics.median(timed(lambda: [one(n) for n in names]) for _ in range(FANOUT_REPEAT))
     return first, par, seq
 
 
