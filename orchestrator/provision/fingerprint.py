@@ -17,6 +17,7 @@ verdicts (docs/stacks.md defines them):
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -30,6 +31,8 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.stack import Stack
 from orchestrator.provision import smi
+
+log = logging.getLogger(__name__)
 
 Verdict = Literal["unchanged", "needs config change", "needs porting", "unavailable"]
 VERDICTS: tuple[Verdict, ...] = ("unchanged", "needs config change", "needs porting", "unavailable")
@@ -223,16 +226,28 @@ def from_probe(node: str, raw: Mapping[str, Any]) -> Fingerprint:
 
 
 def read_probe_dir(directory: Path, nodes: list[str]) -> dict[str, Fingerprint]:
-    """Fingerprints from <directory>/<node>.json for the nodes that have one."""
+    """Fingerprints from <directory>/<node>.json for the nodes that have one.
+
+    A node whose file is not a JSON object gets a fingerprint with nothing found and the reason
+    (with the start of the raw text) in its problems: every pinned field then compares as
+    "unavailable", so that node drifts, and the other nodes' fingerprints still count.
+    """
     out: dict[str, Fingerprint] = {}
     for node in nodes:
         path = directory / f"{node}.json"
         if not path.exists():
             continue
+        text = ""
         try:
-            raw = json.loads(path.read_text())
+            text = path.read_text(errors="replace")
+            raw = json.loads(text)
+            if not isinstance(raw, dict):
+                raise ValueError(f"a JSON {type(raw).__name__}, not an object")
         except (OSError, ValueError) as e:
-            raise ParseError(f"{path}: the probe's output is not JSON: {e}") from e
+            why = f"{path}: the probe's output is not a JSON object ({e}); it began {text[:200]!r}"
+            log.warning("%s", why)
+            out[node] = Fingerprint(node=node, problems=[why])
+            continue
         out[node] = from_probe(node, raw)
     return out
 

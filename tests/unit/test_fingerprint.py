@@ -81,6 +81,21 @@ def test_probe_with_unparsable_tool_output_is_a_problem_not_a_crash() -> None:
     assert len(fp.problems) == 2
 
 
+@pytest.mark.parametrize("text", ["", "Traceback (most recent call last):\n  boom", "[1, 2]", '{"os": '])
+def test_a_probe_file_that_is_not_a_json_object_drifts_that_node_only(tmp_path: Path, text: str) -> None:
+    import json
+
+    (tmp_path / "n1.json").write_text(json.dumps(_probe()))
+    (tmp_path / "n2.json").write_text(text)
+    fps = F.read_probe_dir(tmp_path, ["n1", "n2", "n3"])
+    assert set(fps) == {"n1", "n2"}  # n3 wrote nothing: missing, as before
+    assert fps["n1"].torch == "2.13.0+cpu" and not fps["n1"].problems
+    (why,) = fps["n2"].problems
+    assert "n2.json" in why and "not a JSON object" in why and repr(text[:200]) in why
+    drift = F.check_drift(_cluster("n1", "n2", "n3"), "cpu-gloo", fps)
+    assert "n1" not in drift.nodes and "n2" in drift.nodes and drift.missing == ["n3"]
+
+
 def test_diff_and_save_load(tmp_path: Path) -> None:
     a = F.FingerprintSet(stack="cpu-gloo", nodes={"n1": F.from_probe("n1", _probe())})
     b = F.FingerprintSet(
