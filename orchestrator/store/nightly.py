@@ -176,23 +176,27 @@ def time_limit_min(run_timeout_s: int | None, step_timeout_s: int, n_steps: int,
     return -(-(run_s + margin_s) // 60)
 
 
+def cron_sbatch_argv(entry: CronEntry) -> list[str]:
+    """The sbatch command of sbatch-begin mode, without --begin and the script: the same for the
+    first submission (CronManager.install) and the daily resubmission (render_sbatch_script)."""
+    return [
+        "sbatch",
+        "--parsable",
+        "--job-name",
+        entry.job_name,
+        "--ntasks=1",
+        "--cpus-per-task=1",
+        "--no-requeue",
+        *time_args(entry),
+        "--output",
+        str(entry.out_dir / "cron" / f"{entry.name}-%j.out"),
+    ]
+
+
 def render_sbatch_script(entry: CronEntry, script: Path) -> str:
     """The self-resubmitting batch script of sbatch-begin mode."""
     hh, mm = entry.at.split(":")
-    resubmit = shlex.join(
-        [
-            "sbatch",
-            "--parsable",
-            "--job-name",
-            entry.job_name,
-            "--ntasks=1",
-            "--cpus-per-task=1",
-            "--no-requeue",
-            *time_args(entry),
-            "--output",
-            str(entry.out_dir / "cron" / f"{entry.name}-%j.out"),
-        ]
-    )
+    resubmit = shlex.join(cron_sbatch_argv(entry))
     return (
         "\n".join(
             [
@@ -243,26 +247,7 @@ class CronManager:
         atomic_write(script, render_sbatch_script(entry, script))
         script.chmod(0o755)
         begin = next_occurrence(entry.at, now or datetime.now()).strftime("%Y-%m-%dT%H:%M:%S")
-        job = (
-            self._run(
-                [
-                    "sbatch",
-                    "--parsable",
-                    "--job-name",
-                    entry.job_name,
-                    "--ntasks=1",
-                    "--cpus-per-task=1",
-                    "--no-requeue",
-                    *time_args(entry),
-                    "--output",
-                    str(entry.out_dir / "cron" / f"{entry.name}-%j.out"),
-                    f"--begin={begin}",
-                    str(script),
-                ]
-            )
-            .strip()
-            .split(";")[0]
-        )
+        job = self._run([*cron_sbatch_argv(entry), f"--begin={begin}", str(script)]).strip().split(";")[0]
         return f"Slurm job {job} ({entry.job_name}) begins {begin}, then resubmits itself daily"
 
     def list(self, out_dir: Path) -> list[tuple[CronEntry, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from orchestrator.remote.base import CmdResult
 from orchestrator.store.nightly import (
     CronEntry,
     CronManager,
+    cron_sbatch_argv,
     entries_in,
     next_occurrence,
     render_scrontab_block,
@@ -113,6 +115,21 @@ def test_sbatch_begin_mode_submits_held_until_the_next_occurrence(tmp_path: Path
     assert "--no-requeue" in sbatch
     resubmit = next(ln for ln in script.splitlines() if ln.startswith("sbatch "))
     assert "--no-requeue" in resubmit.split()
+
+
+def test_first_submission_and_daily_resubmission_are_the_same_sbatch(tmp_path: Path) -> None:
+    entry = _entry(tmp_path, time_limit_min=90, job_args=["--nodelist=node3"])
+    runner = FakeRunner()
+    CronManager(runner, Path("/var/lib/orch-lab/slurm.conf"), "sbatch-begin").install(
+        entry, now=datetime(2026, 11, 30, 3, 0)
+    )
+    argv = cron_sbatch_argv(entry)
+    assert "--time=90" in argv and "--nodelist=node3" in argv and "--no-requeue" in argv
+    sbatch = next(c for c in runner.calls if c[0] == "sbatch")
+    assert sbatch[:-2] == argv
+    script = (tmp_path / "runs" / "cron" / "nightly.sbatch").read_text()
+    resubmit = next(ln for ln in script.splitlines() if ln.startswith("sbatch "))
+    assert shlex.split(resubmit)[: len(argv)] == argv
 
 
 def test_next_occurrence() -> None:
