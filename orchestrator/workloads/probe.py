@@ -169,8 +169,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def last_completed_step(path: Path) -> int:
-    """The highest step in a heartbeat file, -1 when none."""
+def _max_heartbeat(path: Path, event: str, field: str, default: int | None = None) -> int:
+    """The highest `field` of a heartbeat file's `event` lines, -1 when none (or no file).
+
+    Lines that are not JSON are skipped. A line without `field` counts as `default`; with no
+    default it raises KeyError."""
     last = -1
     try:
         with open(path, encoding="utf-8") as fh:
@@ -179,28 +182,21 @@ def last_completed_step(path: Path) -> int:
                     rec = json.loads(line)
                 except ValueError:
                     continue
-                if rec.get("ev") == "step":
-                    last = max(last, int(rec["step"]))
+                if rec.get("ev") == event:
+                    last = max(last, int(rec[field] if default is None else rec.get(field, default)))
     except FileNotFoundError:
         pass
     return last
+
+
+def last_completed_step(path: Path) -> int:
+    """The highest step in a heartbeat file, -1 when none."""
+    return _max_heartbeat(path, "step", "step")
 
 
 def last_generation(path: Path) -> int:
     """The highest generation in a heartbeat file's start lines, -1 when none."""
-    last = -1
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if rec.get("ev") == "start":
-                    last = max(last, int(rec.get("gen", -1)))
-    except FileNotFoundError:
-        pass
-    return last
+    return _max_heartbeat(path, "start", "gen", default=-1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from orchestrator.workloads.probe import ProbeSettings, last_generation, sbatch_script
+from orchestrator.workloads.probe import ProbeSettings, last_completed_step, last_generation, sbatch_script
 
 
 def _script(**kw: object) -> str:
@@ -44,3 +44,12 @@ def test_last_generation(tmp_path: Path) -> None:
     hb.write_text("\n".join(json.dumps(r) for r in [{"ev": "start", "gen": 0}, {"ev": "step", "gen": 0},
                                                      {"ev": "start", "gen": 2}]) + "\nnot json\n")
     assert last_generation(hb) == 2
+
+
+def test_last_completed_step(tmp_path: Path) -> None:
+    hb = tmp_path / "hb-rank0.jsonl"
+    assert last_completed_step(hb) == -1
+    lines = [{"ev": "start", "gen": 5, "step": 99}, {"ev": "step", "step": 3}, {"ev": "step", "step": "7"}]
+    hb.write_text("\n".join(json.dumps(r) for r in lines) + "\nnot json\n")
+    assert last_completed_step(hb) == 7  # start lines do not count; steps as written
+    assert last_generation(hb) == 5
