@@ -8,51 +8,28 @@ from orchestrator.models.fault import FaultParams
 NETEM_MISSING = "kernel lacks sch_netem"
 
 
+def _add_root(iface: str, *qdisc: str) -> str:
+    """`tc qdisc add dev IFACE root handle 4f52: QDISC...`: the inject of throttle and delay."""
+    return sh("tc", "qdisc", "add", "dev", iface, "root", "handle", TC_HANDLE, *qdisc)
+
+
 def _revert(iface: str) -> str:
     return quiet(sh("tc", "qdisc", "del", "dev", iface, "root", "handle", TC_HANDLE))
 
 
 def throttle(iface: str, p: FaultParams) -> Action:
     """tbf at ``rate`` on the interface's egress."""
-    inject = sh(
-        "tc",
-        "qdisc",
-        "add",
-        "dev",
-        iface,
-        "root",
-        "handle",
-        TC_HANDLE,
-        "tbf",
-        "rate",
-        p.rate,
-        "burst",
-        p.burst,
-        "latency",
-        f"{p.latency_ms}ms",
-    )
+    inject = _add_root(iface, "tbf", "rate", p.rate, "burst", p.burst, "latency", f"{p.latency_ms}ms")
     return Action(inject=inject, revert=_revert(iface))
 
 
 def delay(iface: str, p: FaultParams) -> Action:
     """netem delay (+ jitter); 'unknown qdisc' means the kernel has no sch_netem."""
-    argv = [
-        "tc",
-        "qdisc",
-        "add",
-        "dev",
-        iface,
-        "root",
-        "handle",
-        TC_HANDLE,
-        "netem",
-        "delay",
-        f"{p.delay_ms:g}ms",
-    ]
+    netem = ["netem", "delay", f"{p.delay_ms:g}ms"]
     if p.jitter_ms:
-        argv.append(f"{p.jitter_ms:g}ms")
+        netem.append(f"{p.jitter_ms:g}ms")
     return Action(
-        inject=sh(*argv),
+        inject=_add_root(iface, *netem),
         revert=_revert(iface),
         unsupported=(("Specified qdisc kind is unknown", NETEM_MISSING), ("Unknown qdisc", NETEM_MISSING)),
     )

@@ -113,6 +113,16 @@ def test_iptables_rules_are_tagged_and_chain_removed_when_empty() -> None:
     assert "-X ORCH-FAULT" in a.revert
 
 
+def test_tc_throttle_and_delay_lines() -> None:
+    add = "tc qdisc add dev fab0 root handle 4f52: "
+    revert = "tc qdisc del dev fab0 root handle 4f52:"
+    t = tc.throttle("fab0", FaultParams(rate="10mbit", burst="32kb", latency_ms=50))
+    assert t.inject == add + "tbf rate 10mbit burst 32kb latency 50ms" and revert in t.revert
+    assert tc.delay("fab0", FaultParams(delay_ms=12.5)).inject == add + "netem delay 12.5ms"
+    d = tc.delay("fab0", FaultParams(delay_ms=100, jitter_ms=2.25))
+    assert d.inject == add + "netem delay 100ms 2.25ms" and revert in d.revert
+
+
 def test_sweep_reports_what_it_found() -> None:
     rec = Recorder(stdout="found record link-down-1\nfound iptables chain ORCH-FAULT\n")
     assert sweep_node(rec, "node2").found == ["record link-down-1", "iptables chain ORCH-FAULT"]
