@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 ORCH := $(BIN)/orch
 LAB_NODES ?= 3
+BENCH_NODES ?= 16
+BENCH_RUNS ?= /tmp/orch-bench-runs
 APT_PACKAGES := python3-venv slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client \
 	iproute2 iptables podman runc iperf3 procps psmisc chromium
 
@@ -57,16 +59,19 @@ lab-down: venv
 	$(ORCH) lab down
 
 ## make bench: every bench script (bench/*.py but _*.py) on the lab, one after another. A lab that
-## is already running (shared with others) is used as it is and left up; otherwise one is brought
-## up and taken down at the end.
+## is already running (shared with others) is used as it is and left up; otherwise one of
+## BENCH_NODES nodes is brought up (16: scale.py's fan-out wants 16 or more) and taken down at the
+## end. The nodes the jobs run on (node1..node3) get the cpu-gloo stack first (seconds when they
+## have it; about 2 minutes on a fresh lab).
 bench: deps venv
 	$(BIN)/pip install -q -e '.[dev,workload,bench]'
 	@set -e; \
 	if $(ORCH) lab status --json 2>/dev/null | $(BIN)/python -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["running"] else 1)'; then \
 	  echo "using the running lab (left up)"; \
 	else \
-	  trap '$(ORCH) lab down || true' EXIT; $(ORCH) lab up --nodes $(LAB_NODES); \
+	  trap '$(ORCH) lab down || true' EXIT; $(ORCH) lab up --nodes $(BENCH_NODES); \
 	fi; \
+	$(ORCH) provision -i inventories/lab.ini --stack cpu-gloo --limit node1,node2,node3 --out $(BENCH_RUNS); \
 	for b in bench/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b; done
 
 clean:
