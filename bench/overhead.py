@@ -38,7 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--inventory", type=Path, default=Path("inventories/lab.ini"))
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--nodes", default="1..N")
+    ap.add_argument("--nodes", default="1..3", help="the ladder (make bench provisions node1-node3)")
     args = ap.parse_args()
     cluster = load_inventory(args.inventory)
     ratios = []

@@ -195,7 +195,7 @@ def run_orch(inventory: Path, nodes: str, env: dict[str, str], work: Path) -> Ti
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--inventory", type=Path, default=Path("inventories/lab.ini"))
-    ap.add_argument("--nodes", default="1..N")
+    ap.add_argument("--nodes", default="1..3", help="the ladder (make bench provisions node1-node3)")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     if not (VENV_BIN / "reframe").exists():
