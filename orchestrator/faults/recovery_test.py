@@ -483,6 +483,7 @@ def _one(
             window_s=req.window_s,
             gap_s=req.gap_s,
             fault_end=fault_end,
+            now=time.monotonic(),
         )
         if result.restore_s is not None and time.monotonic() > t0 + result.restore_s + 2.0:
             break

@@ -130,8 +130,18 @@ def analyse(
     window_s: float = 60.0,
     gap_s: float = 1.0,
     fault_end: float | None = None,
+    now: float | None = None,
 ) -> RecoveryResult:
-    """Recovery of the probe around one injection at ``t0`` (orch monotonic). Raises nothing."""
+    """Recovery of the probe around one injection at ``t0`` (orch monotonic). Raises nothing.
+
+    ``now`` (orch monotonic) is given while the probe still runs: a probe whose newest completed
+    step ended more than max(gap_s, 3 steps) before ``now`` is stalled at this moment, and the
+    result is "not-recovered" (still stalled), whatever steps completed between ``t0`` and the
+    stall. Without it, the end of the heartbeats is the end of the data (an offline analysis).
+    A restart-container call takes about a second and the container dies somewhere inside it:
+    steps that finish in between used to read as "recovered, no interruption" while the probe
+    was in fact down (seen once in CI, reproduced by hand in 1 of 3 runs).
+    """
     steps = completed_steps(recs, offsets)
     pre = [c for c in steps if c.end_last < t0][-50:]
     post = [c for c in steps if t0 <= c.end_last <= t0 + window_s]
@@ -158,6 +168,14 @@ def analyse(
     )
     gens_after = {c.gen for c in post}
     restarts = max(gens_after | {gen_before}) - gen_before
+    last_end = (post[-1] if post else pre[-1]).end_last
+    stall_s = max(gap_s, 3 * period)
+    if now is not None and now <= t0 + window_s and now - last_end > stall_s:
+        base.restarts = restarts
+        base.detect_s = max(last_end + 3 * period - t0, 0.0)
+        base.verdict = "not-recovered"
+        base.notes.append(f"stalled: no step completed for {now - last_end:.1f} s")
+        return base
     # Stall: the longest gap between completions once the fault started.
     seq = [pre[-1], *post]
     gaps = [(b.end_last - a.end_last, a.end_last) for a, b in itertools.pairwise(seq)]

@@ -142,11 +142,6 @@ def container_mode(tmp_path: Path) -> Iterator[ContainerMode]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="seen once in a CI run (1 of 4 lab runs): podman restart completed (1.2 s) but the probe "
-    "showed no interruption; cause not found yet (which container the rank maps to?)",
-)
 def test_restart_container_against_live_probe(cluster: Cluster, shells: dict[str, NodeShell],
                                               unchanged: None, tmp_path: Path,
                                               container_mode: ContainerMode) -> None:

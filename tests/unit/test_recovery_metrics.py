@@ -66,3 +66,33 @@ def test_stat() -> None:
     s = stat([1.0, 2.0, 3.0, None])
     assert s.n == 3 and s.median == 2.0 and s.spread == 2.0 and s.p95 is not None
     assert stat([]).n == 0
+
+
+def test_steps_between_the_call_and_the_kill_are_not_a_recovery_while_the_probe_is_stalled() -> None:
+    # restart-container: the call takes about a second and the container dies inside it; two
+    # steps finish after t0 = 2.0, then nothing until the restarted generation runs at 7.0.
+    recs: list[dict[str, Any]] = []
+    for s in range(102):
+        recs += hb(0, s, s * STEP)
+    live = analyse(recs, t0=2.0, offsets={"n": 0.0}, fault_id="f", kind="restart-container", now=4.4)
+    assert live.verdict == "not-recovered" and live.restore_s is None and live.recover_s is None
+    assert live.detect_s is not None and any("stalled" in n for n in live.notes)
+    # Offline (no `now`), the end of the data is not a stall: the old reading stays.
+    assert analyse(recs, t0=2.0, offsets={"n": 0.0}, fault_id="f", kind="restart-container").verdict == (
+        "no-interruption"
+    )
+    recs.append({"ev": "start", "gen": 1, "rank": 0, "wall": 6.5, "node": "n"})
+    for i, s in enumerate(range(95, 140)):
+        recs += hb(1, s, 7.0 + i * STEP)
+    now = 7.0 + 46 * STEP
+    done = analyse(recs, t0=2.0, offsets={"n": 0.0}, fault_id="f", kind="restart-container", now=now)
+    assert done.verdict == "recovered" and done.restarts == 1
+    assert done.recover_s is not None and abs(done.recover_s - (5.0 + STEP)) < 1e-6
+
+
+def test_a_probe_that_keeps_stepping_is_not_stalled() -> None:
+    recs: list[dict[str, Any]] = []
+    for s in range(200):
+        recs += hb(0, s, s * STEP, bw=0.5 if 100 <= s < 110 else 1.0)
+    r = analyse(recs, t0=2.0, offsets={"n": 0.0}, fault_id="f", kind="throttle", now=200 * STEP + 0.3)
+    assert r.verdict == "no-interruption" and r.restore_s is not None
