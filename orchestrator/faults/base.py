@@ -64,6 +64,12 @@ def quiet(cmd: str) -> str:
     return f"{{ {cmd}; }} >/dev/null 2>&1 || :"
 
 
+def ensure_dir(path: str) -> str:
+    """Shell: create the folder ``path`` (a shell word) unless it is there; a test is a built-in,
+    ``mkdir`` a process the node pays for on every fault."""
+    return f"[ -d {path} ] || mkdir -p {path}"
+
+
 def record_dir(node: str) -> str:
     """The node-side folder of orch's fault records for ``node``."""
     return f"{RECORD_ROOT}/{node}"

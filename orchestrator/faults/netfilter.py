@@ -20,7 +20,7 @@ nothing). Both now run under one flock per node (``locked``).
 
 from __future__ import annotations
 
-from orchestrator.faults.base import IPT_CHAIN, RECORD_ROOT, Action, quiet, sh
+from orchestrator.faults.base import IPT_CHAIN, RECORD_ROOT, Action, ensure_dir, quiet, sh
 
 IPT = ["iptables", "-w", "5"]
 IPT_RESTORE = ["iptables-restore", "--noflush"]
@@ -72,8 +72,7 @@ def locked(cmd: str) -> str:
     that two faults on one node (two orch sessions, a bench, a sweep) cannot interleave. A lock
     that cannot be had within 10 s does not stop a revert: the command runs anyway.
     """
-    root = sh(RECORD_ROOT)
-    return f"[ -d {root} ] || mkdir -p {root}; {{ flock -w 10 9 || :; {cmd}; }} 9>>{sh(IPT_LOCK)}"
+    return f"{ensure_dir(sh(RECORD_ROOT))}; {{ flock -w 10 9 || :; {cmd}; }} 9>>{sh(IPT_LOCK)}"
 
 
 def _missing(listing_var: str, line: str, then: str) -> str:

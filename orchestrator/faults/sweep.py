@@ -10,6 +10,7 @@ from __future__ import annotations
 from orchestrator.errors import FaultError
 from orchestrator.faults.base import IPT_CHAIN, TC_HANDLE, NodeShell, quiet, record_dir, sh
 from orchestrator.faults.netfilter import IPT, locked
+from orchestrator.faults.timer import stop_timer
 from orchestrator.models.base import StrictModel
 
 _LISTING = sh("printf", "%s\\n") + ' "$L"'
@@ -24,12 +25,11 @@ class SweepResult(StrictModel):
 def sweep_script(node: str) -> str:
     """The node-side line of the sweep."""
     d = sh(record_dir(node))
+    stop = stop_timer(f'{d}/"$id".timer', '"$id"')
     records = (
         f'for f in {d}/*.revert {d}/*.timer; do [ -e "$f" ] || continue; '
         "id=${f##*/}; id=${id%.*}; "
-        f'P=$(cat {d}/"$id".timer 2>/dev/null); '
-        'if [ -n "$P" ] && grep -qF "$id" /proc/"$P"/cmdline 2>/dev/null; then '
-        'kill -TERM -"$P" 2>/dev/null; fi; '
+        f"{stop}; "
         f'if [ -f {d}/"$id".revert ]; then sh {d}/"$id".revert; fi; '
         f'rm -f {d}/"$id".revert {d}/"$id".timer; echo "found record $id"; done'
     )

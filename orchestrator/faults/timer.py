@@ -9,9 +9,19 @@ checking that the PID still runs a command line that names the fault id.
 
 from __future__ import annotations
 
-from orchestrator.faults.base import quiet, record_dir, sh
+from orchestrator.faults.base import ensure_dir, quiet, record_dir, sh
 
 _KILL_TIMER = quiet('kill -TERM -"$P"')
+
+
+def stop_timer(pid_file: str, fid: str) -> str:
+    """Shell: stop the timer whose PID is in ``pid_file`` if that PID still runs a command line
+    naming ``fid`` (both shell words, quoted by the caller), killing its process group. Used by
+    orch's own revert and by the sweep."""
+    return (
+        f"P=; {{ read -r P < {pid_file}; }} 2>/dev/null; "
+        f'if [ -n "$P" ] && grep -qF {fid} /proc/"$P"/cmdline 2>/dev/null; then {_KILL_TIMER}; fi'
+    )
 
 
 def paths(node: str, fid: str) -> tuple[str, str]:
@@ -28,10 +38,9 @@ def arm_and_inject(node: str, fid: str, revert: str, fires_after_s: float, injec
     costs the node about a millisecond, and a fan-out over many nodes pays it once per node.
     """
     rev, pid = paths(node, fid)
-    d = sh(record_dir(node))
     timer_body = f"sleep {fires_after_s:.3f}; sh {sh(rev)}; rm -f {sh(rev)} {sh(pid)}"
     return (
-        f"if {{ [ -d {d} ] || mkdir -p {d}; }} && printf '%s\\n' {sh(revert)} > {sh(rev)}; then "
+        f"if {{ {ensure_dir(sh(record_dir(node)))}; }} && printf '%s\\n' {sh(revert)} > {sh(rev)}; then "
         f"setsid sh -c {sh(timer_body)} </dev/null >/dev/null 2>&1 & "
         f'echo $! > {sh(pid)}; echo "orch-timer $!"; {inject}; '
         "else false; fi"
@@ -42,9 +51,7 @@ def cancel_and_revert(node: str, fid: str, revert: str) -> str:
     """One line: stop the timer (if it is still ours), revert, remove the record. Idempotent."""
     rev, pid = paths(node, fid)
     return (
-        f"P=; {{ read -r P < {sh(pid)}; }} 2>/dev/null; "
-        f'if [ -n "$P" ] && grep -qF {sh(fid)} /proc/"$P"/cmdline 2>/dev/null; then '
-        f"{_KILL_TIMER}; fi; "
+        f"{stop_timer(sh(pid), sh(fid))}; "
         f"{revert}; rm -f {sh(rev)} {sh(pid)}"
     )
 
