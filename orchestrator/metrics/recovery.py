@@ -168,17 +168,14 @@ def analyse(
     )
     gens_after = {c.gen for c in post}
     restarts = max(gens_after | {gen_before}) - gen_before
-    last_end = (post[-1] if post else pre[-1]).end_last
-    stall_s = max(gap_s, 3 * period)
-    if now is not None and now <= t0 + window_s and now - last_end > stall_s:
-        base.restarts = restarts
-        base.detect_s = max(last_end + 3 * period - t0, 0.0)
-        base.verdict = "not-recovered"
-        base.notes.append(f"stalled: no step completed for {now - last_end:.1f} s")
-        return base
-    # Stall: the longest gap between completions once the fault started.
+    # Stall: the longest gap between completions once the fault started; while the probe runs,
+    # the gap from its newest completion to `now` is one too, and it is still open.
     seq = [pre[-1], *post]
     gaps = [(b.end_last - a.end_last, a.end_last) for a, b in itertools.pairwise(seq)]
+    open_gap = now - seq[-1].end_last if now is not None and now <= t0 + window_s else 0.0
+    stalled = open_gap > max(gap_s, 3 * period)
+    if stalled:
+        gaps.append((open_gap, seq[-1].end_last))
     if fault_end is not None:
         gaps = [g for g in gaps if g[1] <= fault_end + gap_s]
     worst_gap = max(gaps, default=(0.0, t0))
@@ -187,12 +184,16 @@ def analyse(
         base.detect_s = min([*errors, *starts]) - t0
     elif worst_gap[0] > gap_s:
         base.detect_s = max(worst_gap[1] + 3 * period - t0, 0.0)
+    base.restarts = restarts
+    if stalled:
+        base.verdict = "not-recovered"
+        base.notes.append(f"stalled: no step completed for {open_gap:.1f} s")
+        return base
     # After a restart only the new generation's steps count (the old one may finish a step or two
     # between the call and the moment the fault lands, e.g. podman restart's stop timeout).
     rec_i = next(
         (i for i, c in enumerate(post) if c.start_last >= t0 and (not restarts or c.gen > gen_before)), None
     )
-    base.restarts = restarts
     if rec_i is None:
         base.verdict = "not-recovered"
         base.notes.append(f"no step begun after the fault completed within {window_s:g} s")
