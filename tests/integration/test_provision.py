@@ -85,18 +85,14 @@ def test_cpu_gloo_provision_idempotent_and_fingerprint_drift(lab_cfg: LabConfig,
     assert all(final["changed"].get(n.name, 0) == 0 for n in nodes), final["changed"]
     assert all(final["ok"].get(n.name, 0) > 0 for n in nodes)
 
-    fp = orch(
-        "fingerprint",
-        "--inventory",
-        inv,
-        "--stack",
-        "cpu-gloo",
-        "--json",
-        "--out",
-        str(tmp_path),
-        "--save",
-        str(tmp_path / "before.json"),
-    )
+    def fingerprint(save: str) -> subprocess.CompletedProcess[str]:
+        """orch fingerprint --json of the lab against cpu-gloo, saved to tmp_path/<save>.json."""
+        return orch(
+            "fingerprint", "--inventory", inv, "--stack", "cpu-gloo", "--json", "--out", str(tmp_path),
+            "--save", str(tmp_path / f"{save}.json"),
+        )  # fmt: skip
+
+    fp = fingerprint("before")
     assert fp.returncode == 0, fp.stdout + fp.stderr
     doc = json.loads(fp.stdout)
     assert doc["compatible"] and all(v == "unchanged" for row in doc["matrix"].values() for v in row.values())
@@ -114,18 +110,7 @@ def test_cpu_gloo_provision_idempotent_and_fingerprint_drift(lab_cfg: LabConfig,
             meta,
         )
         assert r.returncode == 0
-        fp2 = orch(
-            "fingerprint",
-            "--inventory",
-            inv,
-            "--stack",
-            "cpu-gloo",
-            "--json",
-            "--out",
-            str(tmp_path),
-            "--save",
-            str(tmp_path / "after.json"),
-        )
+        fp2 = fingerprint("after")
         assert fp2.returncode == 1, fp2.stdout + fp2.stderr
         doc2 = json.loads(fp2.stdout)
         assert doc2["matrix"]["torch"][victim.name] == "needs porting"

@@ -178,30 +178,29 @@ PLAN_SEEDS = {p.stem: p.read_text() for p in sorted((REPO / "orchestrator" / "pl
 STACK_SEEDS = {p.stem: p.read_text() for p in sorted(STACKS_DIR.glob("*.yaml"))}
 
 
+def _load_mutated(seeds: dict[str, str], load: Callable[[Path], object], data: st.DataObject, seed: int,
+                  ops: int) -> None:
+    """A mutated copy of one seed file loads, or is refused with a message (ConfigError)."""
+    name = data.draw(st.sampled_from(sorted(seeds)))
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"{name}.yaml"
+        path.write_text(mutate(seeds[name], seed, ops))
+        try:
+            load(path)
+        except ConfigError as e:
+            assert e.message
+
+
 @fuzz_settings
 @given(data=st.data(), seed=st.integers(), ops=st.integers(min_value=1, max_value=8))
 def test_plan_mutations(data: st.DataObject, seed: int, ops: int) -> None:
-    name = data.draw(st.sampled_from(sorted(PLAN_SEEDS)))
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / f"{name}.yaml"
-        path.write_text(mutate(PLAN_SEEDS[name], seed, ops))
-        try:
-            load_plan(path)
-        except ConfigError as e:
-            assert e.message
+    _load_mutated(PLAN_SEEDS, load_plan, data, seed, ops)
 
 
 @fuzz_settings
 @given(data=st.data(), seed=st.integers(), ops=st.integers(min_value=1, max_value=8))
 def test_stack_mutations(data: st.DataObject, seed: int, ops: int) -> None:
-    name = data.draw(st.sampled_from(sorted(STACK_SEEDS)))
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / f"{name}.yaml"
-        path.write_text(mutate(STACK_SEEDS[name], seed, ops))
-        try:
-            load_stack(path)
-        except ConfigError as e:
-            assert e.message
+    _load_mutated(STACK_SEEDS, load_stack, data, seed, ops)
 
 
 @fuzz_settings

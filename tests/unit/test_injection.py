@@ -77,6 +77,14 @@ def canary_of(d: Path) -> Path:
     return d / "CANARY"
 
 
+def _case(sandbox: Path, prefix: str, index: int) -> tuple[Path, Path, str]:
+    """(work folder, its canary, hostile value number ``index``) for one parametrized case."""
+    work = sandbox / f"{prefix}{index:02d}"
+    work.mkdir(exist_ok=True)
+    canary = canary_of(work)
+    return work, canary, hostile(str(canary))[index]
+
+
 def _inventory(d: Path, host: str, hostvars: dict[str, object], allvars: dict[str, object]) -> Path:
     path = d / "inv.yml"
     doc = {"all": {"vars": allvars, "hosts": {host: hostvars, "node2": {"ansible_host": "198.18.0.2"}}}}
@@ -130,10 +138,7 @@ def _refused_clearly(message: str, value: str) -> None:
 
 @pytest.mark.parametrize("index", range(50), ids=[f"v{i:02d}" for i in range(50)])
 def test_inventory_values_to_sbatch(sandbox: Path, index: int) -> None:
-    work = sandbox / f"v{index:02d}"
-    work.mkdir(exist_ok=True)
-    canary = canary_of(work)
-    value = hostile(str(canary))[index]
+    work, canary, value = _case(sandbox, "v", index)
     plan = load_plan("smoke")
     outcomes: dict[str, str] = {}
     for slot, (host, hostvars, allvars) in _slots(value).items():
@@ -162,10 +167,7 @@ def test_inventory_values_to_sbatch(sandbox: Path, index: int) -> None:
 
 @pytest.mark.parametrize("index", range(50), ids=[f"v{i:02d}" for i in range(50)])
 def test_plan_fields(sandbox: Path, index: int) -> None:
-    work = sandbox / f"p{index:02d}"
-    work.mkdir(exist_ok=True)
-    canary = canary_of(work)
-    value = hostile(str(canary))[index]
+    work, canary, value = _case(sandbox, "p", index)
     for parse in (
         lambda: parse_sizes(value),
         lambda: parse_collectives(value),
