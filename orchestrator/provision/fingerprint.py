@@ -225,6 +225,18 @@ def from_probe(node: str, raw: Mapping[str, Any]) -> Fingerprint:
     return Fingerprint.model_validate(fp)
 
 
+def probe_json(text: str) -> dict[str, Any]:
+    """fingerprint_probe.py's output as the JSON object it must be.
+
+    Raises:
+        ValueError: not JSON, or JSON that is not an object (the message says which).
+    """
+    raw = json.loads(text)
+    if not isinstance(raw, dict):
+        raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+    return raw
+
+
 def read_probe_dir(directory: Path, nodes: list[str]) -> dict[str, Fingerprint]:
     """Fingerprints from <directory>/<node>.json for the nodes that have one.
 
@@ -240,9 +252,7 @@ def read_probe_dir(directory: Path, nodes: list[str]) -> dict[str, Fingerprint]:
         text = ""
         try:
             text = path.read_text(errors="replace")
-            raw = json.loads(text)
-            if not isinstance(raw, dict):
-                raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+            raw = probe_json(text)
         except (OSError, ValueError) as e:
             why = f"{path}: the probe's output is not a JSON object ({e}); it began {text[:200]!r}"
             log.warning("%s", why)

@@ -9,7 +9,6 @@ parser. `orch fingerprint` keeps the playbook, for the artifacts and the privile
 
 from __future__ import annotations
 
-import json
 import secrets
 import shlex
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from orchestrator.errors import OrchError, RemoteError
 from orchestrator.models.cluster import Cluster, Node
 from orchestrator.models.stack import Stack
-from orchestrator.provision.fingerprint import Fingerprint, from_probe
+from orchestrator.provision.fingerprint import Fingerprint, from_probe, probe_json
 from orchestrator.stacks import PLAYBOOKS_DIR
 
 PROBE = PLAYBOOKS_DIR / "files" / "fingerprint_probe.py"
@@ -51,7 +50,7 @@ def quick_fingerprint(
                 res = shells[node.name].run_script(probe_script(node, stack, source), timeout=PROBE_TIMEOUT_S)
                 if not res.ok:
                     raise RemoteError(res.brief())
-                found[node.name] = from_probe(node.name, json.loads(res.stdout))
+                found[node.name] = from_probe(node.name, probe_json(res.stdout))
             except (OrchError, ValueError) as e:
                 failed[node.name] = str(e) if not isinstance(e, ValueError) else f"probe output: {e}"
 
