@@ -225,22 +225,48 @@ def from_probe(node: str, raw: Mapping[str, Any]) -> Fingerprint:
     return Fingerprint.model_validate(fp)
 
 
-def probe_json(text: str) -> dict[str, Any]:
-    """fingerprint_probe.py's output as the JSON object it must be.
+def from_probe_output(node: str, text: str) -> Fingerprint:
+    """The node's Fingerprint from fingerprint_probe.py's printed output.
+
+    The probe prints its facts as one JSON object on one line and nothing else, but what reaches
+    orch can carry more: the node's login shell runs its rc files first (here root's .bashrc runs
+    `pyenv init`, whose rehash races with the other nodes' logins and complains), and Ansible's
+    script module runs under a pty, which merges stderr into stdout. So the facts are the whole
+    text when it is a JSON object, else its last line that is one; the other lines go into the
+    fingerprint's problems (their first 200 characters), where a reader sees them.
 
     Raises:
-        ValueError: not JSON, or JSON that is not an object (the message says which).
+        ValueError: no JSON object in the text (the message says what the text was).
     """
-    raw = json.loads(text)
-    if not isinstance(raw, dict):
-        raise ValueError(f"a JSON {type(raw).__name__}, not an object")
-    return raw
+    try:
+        whole: Any = json.loads(text)
+        error: ValueError | None = None
+    except ValueError as e:
+        whole, error = None, e
+    if isinstance(whole, dict):
+        return from_probe(node, whole)
+    lines = text.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if not lines[i].lstrip().startswith("{"):
+            continue
+        try:
+            raw = json.loads(lines[i])
+        except ValueError:
+            continue
+        if isinstance(raw, dict):
+            fp = from_probe(node, raw)
+            other = "\n".join(lines[:i] + lines[i + 1 :]).strip()
+            fp.problems.append(f"the probe's output had other lines around its JSON: {other[:200]!r}")
+            return fp
+    if error is not None:
+        raise error
+    raise ValueError(f"a JSON {type(whole).__name__}, not an object")
 
 
 def read_probe_dir(directory: Path, nodes: list[str]) -> dict[str, Fingerprint]:
     """Fingerprints from <directory>/<node>.json for the nodes that have one.
 
-    A node whose file is not a JSON object gets a fingerprint with nothing found and the reason
+    A node whose file holds no JSON object gets a fingerprint with nothing found and the reason
     (with the start of the raw text) in its problems: every pinned field then compares as
     "unavailable", so that node drifts, and the other nodes' fingerprints still count.
     """
@@ -252,13 +278,11 @@ def read_probe_dir(directory: Path, nodes: list[str]) -> dict[str, Fingerprint]:
         text = ""
         try:
             text = path.read_text(errors="replace")
-            raw = probe_json(text)
+            out[node] = from_probe_output(node, text)
         except (OSError, ValueError) as e:
             why = f"{path}: the probe's output is not a JSON object ({e}); it began {text[:200]!r}"
             log.warning("%s", why)
             out[node] = Fingerprint(node=node, problems=[why])
-            continue
-        out[node] = from_probe(node, raw)
     return out
 
 

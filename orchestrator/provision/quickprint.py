@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from orchestrator.errors import OrchError, RemoteError
 from orchestrator.models.cluster import Cluster, Node
 from orchestrator.models.stack import Stack
-from orchestrator.provision.fingerprint import Fingerprint, from_probe, probe_json
+from orchestrator.provision.fingerprint import Fingerprint, from_probe_output
 from orchestrator.stacks import PLAYBOOKS_DIR
 
 PROBE = PLAYBOOKS_DIR / "files" / "fingerprint_probe.py"
@@ -50,7 +50,7 @@ def quick_fingerprint(
                 res = shells[node.name].run_script(probe_script(node, stack, source), timeout=PROBE_TIMEOUT_S)
                 if not res.ok:
                     raise RemoteError(res.brief())
-                found[node.name] = from_probe(node.name, probe_json(res.stdout))
+                found[node.name] = from_probe_output(node.name, res.stdout)
             except (OrchError, ValueError) as e:
                 failed[node.name] = str(e) if not isinstance(e, ValueError) else f"probe output: {e}"
 

@@ -96,6 +96,24 @@ def test_a_probe_file_that_is_not_a_json_object_drifts_that_node_only(tmp_path: 
     assert "n1" not in drift.nodes and "n2" in drift.nodes and drift.missing == ["n3"]
 
 
+def test_login_shell_noise_around_the_probe_json_is_kept_as_a_problem(tmp_path: Path) -> None:
+    import json
+
+    # What CI's lab wrote for node3 (Ansible's script module under a pty: stderr merged): root's
+    # .bashrc runs `pyenv init`, whose rehash raced with the other nodes' logins.
+    noise = (
+        "rm: cannot remove '/root/.pyenv/shims/tmp.YfO6buqRXz': No such file or directory\r\n"
+        "pyenv: cannot rehash: /root/.pyenv/shims isn't writable\r\n"
+    )
+    (tmp_path / "n1.json").write_text(noise + json.dumps(_probe()) + "\r\n")
+    (tmp_path / "n2.json").write_text(json.dumps(_probe(), indent=2))  # a whole-text object
+    fps = F.read_probe_dir(tmp_path, ["n1", "n2"])
+    assert fps["n1"].torch == fps["n2"].torch == "2.13.0+cpu" and not fps["n2"].problems
+    (note,) = fps["n1"].problems
+    assert "other lines around its JSON" in note and "cannot rehash" in note
+    assert F.check_drift(_cluster("n1", "n2"), "cpu-gloo", fps).ok
+
+
 def test_diff_and_save_load(tmp_path: Path) -> None:
     a = F.FingerprintSet(stack="cpu-gloo", nodes={"n1": F.from_probe("n1", _probe())})
     b = F.FingerprintSet(
