@@ -467,7 +467,7 @@ def parse_rocm_smi(text: str) -> SmiReport:
         return SmiReport(tool="rocm-smi", driver=driver, gpus=gpus)
     if "ROCm System Management Interface" not in body:
         raise ParseError("not rocm-smi output (no banner, not JSON)", raw=text)
-    gpus = _rocm_smi_keyed(body) or _rocm_smi_concise(body)
+    gpus = _rocm_smi_concise(body) or _rocm_smi_keyed(body)
     m = re.search(r"Driver version:\s*(\S+)", body)
     if not gpus and not m:
         raise ParseError("rocm-smi output without any GPU line or driver version", raw=text)
@@ -482,6 +482,8 @@ def _rocm_smi_keyed(body: str) -> list[Gpu]:
     """The `GPU[N]\t\t: Key: \tvalue` lines of rocm-smi's non-table options (-i, --showbus ...)."""
     cards: dict[int, dict[str, str]] = {}
     for index, key, value in _ROCM_KEYED_RE.findall(body):
+        if key.strip() in ("WARNING", "ERROR"):
+            continue
         cards.setdefault(int(index), {}).setdefault(key.strip(), value)
     gpus = []
     for index in sorted(cards):
