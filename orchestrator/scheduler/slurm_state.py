@@ -122,19 +122,65 @@ def _lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("# source:")]
 
 
-def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS) -> dict[str, JobState]:
+_SACCT_NAMES = {f.lower(): f for f in (*SACCT_FIELDS, "JobIDRaw")}
+_EXIT_RE = re.compile(r"^\d+:\d+$")
+_JOBID_RE = re.compile(r"^\d+(?:[_+.]\S*)?$")
+
+
+def _sacct_header(line: str) -> tuple[str, ...] | None:
+    """The field names of a sacct header line (any order, any case), or None if it is a data line."""
+    cells = [c.strip() for c in line.split("|")]
+    if not any(c.lower() in ("jobid", "jobidraw") for c in cells):
+        return None
+    names = tuple(_SACCT_NAMES.get(c.lower(), c) for c in cells)
+    if "JobID" not in names and "JobIDRaw" in names:
+        names = tuple("JobID" if n == "JobIDRaw" else n for n in names)
+    return names
+
+
+def _check_default_order(line: str, row: dict[str, str], raw: str) -> None:
+    """Refuse a headerless line whose fields do not fit SACCT_FIELDS (another -o order)."""
+    problems = []
+    if not _JOBID_RE.match(row["JobID"].strip()):
+        problems.append(f"JobID {row['JobID']!r} is not a job id")
+    if classify(row["State"]) is JobStatus.UNKNOWN:
+        problems.append(f"State {row['State']!r} is not a Slurm state")
+    exit_code, elapsed = row.get("ExitCode", "").strip(), row.get("Elapsed", "").strip()
+    if exit_code and not _EXIT_RE.match(exit_code):
+        problems.append(f"ExitCode {exit_code!r} is not N:M")
+    if elapsed and parse_elapsed(elapsed) is None:
+        problems.append(f"Elapsed {elapsed!r} is not a duration")
+    if problems:
+        raise ParseError(
+            f"sacct output without a header, and its fields are not in orch's order "
+            f"({'|'.join(SACCT_FIELDS)}): {'; '.join(problems)} in {line[:80]!r}",
+            raw=raw,
+            hint=f"print the header (drop -n/--noheader) or run sacct -P -n -o {SACCT_FORMAT}",
+        )
+
+
+def parse_sacct(
+    text: str, fields: tuple[str, ...] = SACCT_FIELDS, *, check_order: bool = False
+) -> dict[str, JobState]:
     """Job states from `sacct --parsable2` output in `fields` order (a header line is allowed).
 
     Job steps (123.batch, 123.0, 123.extern) are folded into their job: the job's own line wins,
     a step only fills in for a job whose own line is missing. The header, if present, decides the
-    field order. Raises ParseError when a line has too few fields or no JobID/State column exists.
+    field order, whatever order and case it has. Without a header and with `check_order`, every
+    line must fit `fields` (a job id, a Slurm state, N:M, a duration where those fields are), so
+    that output of another `-o` order is refused rather than read with fields in the wrong places.
+    Raises ParseError when a line has too few fields, or no JobID/State column exists.
     """
     lines = _lines(text)
-    if lines and lines[0].split("|", 1)[0].strip() == "JobID":
-        fields = tuple(f.strip() for f in lines[0].split("|"))
+    header = _sacct_header(lines[0]) if lines else None
+    if header is not None:
+        fields = header
         lines = lines[1:]
-    if "JobID" not in fields or "State" not in fields:
-        raise ParseError("sacct output without JobID and State fields", raw=text)
+        check_order = False
+    missing = [f for f in ("JobID", "State") if f not in fields]
+    if missing:
+        raise ParseError(f"sacct output without {' and '.join(missing)} field(s)", raw=text,
+                         hint="print JobID and State (sacct -P -o JobID,State,...)")  # fmt: skip
     states: dict[str, JobState] = {}
     from_step: set[str] = set()
     for line in lines:
@@ -152,6 +198,8 @@ def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS) -> dict[str, 
             name = "|".join(parts[k : len(parts) - tail])
             parts = [*parts[:k], name, *parts[len(parts) - tail :]]
         row = dict(zip(fields, parts, strict=True))
+        if check_order:
+            _check_default_order(line, row, text)
         job_id = row["JobID"].strip()
         m = _STEP_RE.match(job_id)
         step = m is not None
