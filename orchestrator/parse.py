@@ -1,6 +1,8 @@
 """`orch parse`: read tool outputs that came from runs outside orch, whatever their kind.
 
-A registry maps each kind to its parser; kinds for nvidia-smi / amd-smi can be added later.
+A registry maps each kind to its parser and to the rule that recognises its text. Detection is
+by each tool's own marks (a banner, a header line, a line shape), never by the file name; a text
+that fits no rule, or rules of two different tools, is refused with the kinds tried named.
 """
 
 from __future__ import annotations
@@ -9,96 +11,230 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from orchestrator.errors import ParseError
+from orchestrator.errors import ConfigError, ParseError
 from orchestrator.metrics.busbw import busbw_gbs
-from orchestrator.models.results import Collective
+from orchestrator.models.results import COLLECTIVES, Collective
 from orchestrator.provision import smi
 from orchestrator.scheduler.base import JobState
 from orchestrator.scheduler.slurm_state import parse_sacct, parse_scontrol, parse_squeue
-from orchestrator.workloads.nccltests import ParsedRun, parse_nccl_tests, program_collective
+from orchestrator.workloads.nccltests import (
+    ParsedRun,
+    UnnamedCollective,
+    parse_nccl_tests,
+    program_collective,
+    split_tests,
+)
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """What the user says about a file that the file may not say itself."""
+
+    collective: Collective | None = None
+    nranks: int | None = None
+    fields: tuple[str, ...] | None = None  # the columns of a headerless --query-gpu CSV
+
+    @classmethod
+    def from_flags(cls, collective: str | None, nranks: int | None, fields: str | None) -> ParseOptions:
+        """Options from `orch parse` flags; raises ConfigError on a value orch cannot use."""
+        if collective is not None and collective not in COLLECTIVES:
+            raise ConfigError(f"--collective {collective!r} is not a collective",
+                              hint=f"one of {', '.join(COLLECTIVES)}")  # fmt: skip
+        if nranks is not None and nranks < 1:
+            raise ConfigError(f"--nranks {nranks} must be at least 1")
+        names = tuple(f.strip() for f in fields.split(",") if f.strip()) if fields is not None else None
+        if names is not None and not names:
+            raise ConfigError(
+                "--fields is empty", hint="give the --query-gpu list, e.g. index,name,memory.total"
+            )
+        return cls(collective=collective, nranks=nranks, fields=names)
+
+
+DEFAULT_OPTIONS = ParseOptions()
 
 
 @dataclass(frozen=True)
 class ParsedFile:
-    """What one file held: a benchmark run or job states, and the kind it was read as."""
+    """What one file held: benchmark runs, job states or a tool report, and the kind it was read as."""
 
     path: Path
     kind: str
-    run: ParsedRun | None = None
+    runs: tuple[ParsedRun, ...] = ()
     jobs: dict[str, JobState] | None = None
     data: Any = None  # GPU/RDMA tool reports (orchestrator.provision.smi models)
 
+    @property
+    def run(self) -> ParsedRun | None:
+        """The benchmark run when the file held exactly one."""
+        return self.runs[0] if len(self.runs) == 1 else None
 
-Parser = Callable[[str, Path], ParsedFile]
+
+class Parser(Protocol):
+    def __call__(self, text: str, path: Path, opts: ParseOptions = DEFAULT_OPTIONS, /) -> ParsedFile: ...
 
 
-def _collective_from_name(path: Path) -> Collective | None:
+_COLLECTIVE_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
+
+
+def collectives_in_name(path: Path) -> list[Collective]:
+    """Every collective a file name names (`allreduce-vs-allgather.txt` names two)."""
     name = path.name.lower().replace("-", "_")
-    for program in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv"):
+    found: list[Collective] = []
+    for program in _COLLECTIVE_NAMES:
         if program in name or program.replace("_", "") in name:
-            return program_collective(program)
-    return program_collective("reduce") if "reduce" in name else None
+            coll = program_collective(program)
+            if coll is not None:
+                found.append(coll)
+    rest = name
+    for program in found:
+        rest = rest.replace(program, "").replace(program.replace("_", ""), "")
+    if "reduce" in rest:
+        found.append("reduce")
+    return found
+
+
+def _parse_bench(text: str, path: Path, opts: ParseOptions) -> ParsedRun:
+    """One run; the collective comes from the text, else --collective, else an unambiguous file name."""
+    try:
+        return parse_nccl_tests(text, collective=opts.collective, nranks=opts.nranks)
+    except UnnamedCollective as e:
+        names = collectives_in_name(path)
+        if len(names) > 1:
+            raise UnnamedCollective(
+                f"the output does not name its collective and the file name names {len(names)} "
+                f"({', '.join(names)})",
+                raw=text,
+                hint="pass --collective",
+            ) from e
+        if not names:
+            raise
+        return parse_nccl_tests(text, collective=names[0], nranks=opts.nranks)
 
 
 def _bench(kind: str) -> Parser:
-    def parse(text: str, path: Path) -> ParsedFile:
-        return ParsedFile(path, kind, run=parse_nccl_tests(text, collective=_collective_from_name(path)))
+    def parse(text: str, path: Path, opts: ParseOptions = DEFAULT_OPTIONS, /) -> ParsedFile:
+        runs = tuple(_parse_bench(part, path, opts) for part in split_tests(text))
+        return ParsedFile(path, kind, runs=runs)
 
     return parse
 
 
 def _jobs(kind: str, fn: Callable[[str], dict[str, JobState]]) -> Parser:
-    def parse(text: str, path: Path) -> ParsedFile:
+    def parse(text: str, path: Path, opts: ParseOptions = DEFAULT_OPTIONS, /) -> ParsedFile:
         return ParsedFile(path, kind, jobs=fn(text))
 
     return parse
 
 
 def _smi(kind: str, fn: Callable[[str], Any]) -> Parser:
-    def parse(text: str, path: Path) -> ParsedFile:
+    def parse(text: str, path: Path, opts: ParseOptions = DEFAULT_OPTIONS, /) -> ParsedFile:
         return ParsedFile(path, kind, data=fn(text))
 
     return parse
+
+
+def _csv(text: str, path: Path, opts: ParseOptions = DEFAULT_OPTIONS, /) -> ParsedFile:
+    return ParsedFile(path, "nvidia-smi-csv", data=smi.parse_nvidia_smi_csv(text, opts.fields))
 
 
 PARSERS: dict[str, Parser] = {
     "nccl-tests": _bench("nccl-tests"),
     "rccl-tests": _bench("rccl-tests"),
     "collbench": _bench("collbench"),
-    "sacct": _jobs("sacct", parse_sacct),
+    "sacct": _jobs("sacct", lambda t: parse_sacct(t, check_order=True)),
     "squeue": _jobs("squeue", parse_squeue),
     "scontrol": _jobs("scontrol", parse_scontrol),
-    "nvidia-smi-csv": _smi("nvidia-smi-csv", smi.parse_nvidia_smi_csv),
+    "nvidia-smi": _smi("nvidia-smi", smi.parse_nvidia_smi_table),
+    "nvidia-smi-csv": _csv,
     "nvidia-smi-q": _smi("nvidia-smi-q", smi.parse_nvidia_smi_q),
-    "amd-smi": _smi("amd-smi", smi.parse_amd_smi_static),
+    "nvidia-smi-topo": _smi("nvidia-smi-topo", smi.parse_nvidia_smi_topo),
+    "amd-smi": _smi("amd-smi", smi.parse_amd_smi),
     "rocm-smi": _smi("rocm-smi", smi.parse_rocm_smi),
     "ibv_devinfo": _smi("ibv_devinfo", smi.parse_ibv_devinfo),
+    "ibdev2netdev": _smi("ibdev2netdev", smi.parse_ibdev2netdev),
+    "rdma-link": _smi("rdma-link", smi.parse_rdma_link),
 }
 
 
-def detect_kind(text: str) -> str:
-    """Guess the kind of a tool output; raises ParseError when nothing fits."""
-    if "#orch-json " in text:
-        return "collbench"
-    if re.search(r"^rccl-tests: Version|Errors with asterisks|RCCL version", text, re.M):
-        return "rccl-tests"
-    if re.search(
-        r"^#\s*(nThread|nccl-tests version|Collective test)|out-of-place|Avg bus bandwidth", text, re.M
-    ):
-        return "nccl-tests"
-    if text.lstrip().startswith("{") and '"results"' in text:
-        return "nccl-tests"
-    if re.search(r"^JobId=\d+", text, re.M):
-        return "scontrol"
-    if re.search(r"^\s*\d+(?:[._]\S+)?\|[^|\n]*\|", text, re.M) or text.lstrip().startswith("JobID|"):
-        first = next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
+def _first_line(text: str) -> str:
+    return next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("# source:")), "")
+
+
+def _is_csv_header(text: str) -> bool:
+    return smi.csv_header(_first_line(text)) is not None
+
+
+def _slurm_kind(text: str) -> str | None:
+    """sacct or squeue by the header (sacct prints JobID, squeue JOBID), else by the field count."""
+    first = _first_line(text)
+    cells = [c.strip() for c in first.split("|")]
+    if len(cells) > 1 and cells[0] == "JOBID":
+        return "squeue"
+    if len(cells) > 1 and any(c in ("JobID", "JobIDRaw") for c in cells):
+        return "sacct"
+    if re.search(r"^\s*\d+(?:[._]\S+)?\|[^|\n]*\|", text, re.M):
         return "sacct" if first.count("|") >= 5 else "squeue"
-    raise ParseError("cannot tell what tool wrote this file", raw=text, hint="give --kind")
+    return None
 
 
-def parse_file(path: Path, kind: str | None = None) -> ParsedFile:
+def _has(*patterns: str) -> Callable[[str], bool]:
+    """A rule that holds when every pattern matches somewhere (multi-line mode)."""
+    compiled = [re.compile(p, re.M) for p in patterns]
+    return lambda text: all(c.search(text) for c in compiled)
+
+
+def _any(*rules: Callable[[str], bool]) -> Callable[[str], bool]:
+    return lambda text: any(rule(text) for rule in rules)
+
+
+_RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    # the benchmark kinds, most specific first: one group, the first that fits wins
+    ("collbench", _has(r"^#orch-json |^# collbench \(orch\)")),
+    ("rccl-tests", _has(r"^rccl-tests: Version|Errors with asterisks|RCCL version")),
+    ("nccl-tests", _any(
+        _has(r"^#\s*(nThread|nccl-tests version|Collective test)|out-of-place|Avg bus bandwidth"),
+        _has(r"\A\s*\{", r'"results"'),
+    )),
+    # one rule per other tool
+    ("scontrol", _has(r"^JobId=\d+")),
+    ("nvidia-smi-q", _has(r"NVSMI LOG")),
+    ("nvidia-smi", _has(r"^\|\s*NVIDIA-SMI \S+")),
+    ("nvidia-smi-topo", _has(r"^[ \t]+GPU0[ \t]", r"^GPU0\s+X\s")),
+    ("nvidia-smi-csv", _is_csv_header),
+    ("amd-smi", _any(_has(r"^AMDSMI Tool:"), _has(r"^GPU: \d+\s*$", r"^\s+[A-Z][A-Z0-9_]+:"))),
+    ("rocm-smi", _any(_has(r"ROCm System Management Interface"), _has(r"\A\s*\{", r'"card\d+"\s*:'))),
+    ("ibv_devinfo", _has(r"^hca_id:|No IB devices found")),
+    ("ibdev2netdev", _has(r"^\S+(?: \(\S+\))? port \d+ ==> \S+ \(\w+\)")),
+    ("rdma-link", _has(r"^link \S+/\d+ ")),
+    ("sacct", lambda t: _slurm_kind(t) == "sacct"),
+    ("squeue", lambda t: _slurm_kind(t) == "squeue"),
+)  # fmt: skip
+_BENCH = ("collbench", "rccl-tests", "nccl-tests")
+
+
+def detect_kind(text: str) -> str:
+    """The kind of a tool output, by the tool's own marks.
+
+    Raises ParseError naming the kinds tried when none fits, or the kinds that fit when the
+    text fits two different tools (a paste of two outputs, say).
+    """
+    body = text.split("\n", 1)[1] if text.startswith("# source:") else text
+    fits = [kind for kind, rule in _RULES if rule(body)]
+    bench = [k for k in fits if k in _BENCH][:1]
+    others = [k for k in fits if k not in _BENCH]
+    found = bench + others
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise ParseError(f"cannot tell what tool wrote this file (tried: {', '.join(PARSERS)})",
+                         raw=text, hint="give --kind")  # fmt: skip
+    raise ParseError(f"the text fits more than one tool ({', '.join(found)})", raw=text,
+                     hint="split the file, or give --kind")  # fmt: skip
+
+
+def parse_file(path: Path, kind: str | None = None, opts: ParseOptions = DEFAULT_OPTIONS) -> ParsedFile:
     """Parse one file as `kind` (detected when None). Raises ParseError with one line saying why."""
     try:
         text = path.read_text(errors="replace")
@@ -108,9 +244,10 @@ def parse_file(path: Path, kind: str | None = None) -> ParsedFile:
         chosen = kind or detect_kind(text)
         if chosen not in PARSERS:
             raise ParseError(f"unknown kind {chosen!r}", hint=f"one of {', '.join(PARSERS)}")
-        return PARSERS[chosen](text, path)
+        parsed = PARSERS[chosen](text, path, opts)
     except ParseError as e:
         raise ParseError(f"{path}: {e.message}", raw=e.raw or text, hint=e.hint) from e
+    return parsed
 
 
 def recomputed_busbw(run: ParsedRun) -> list[tuple[float, float | None]]:

@@ -11,14 +11,21 @@ import typer
 from rich.table import Table
 
 from orchestrator.cli.common import out
-from orchestrator.parse import PARSERS, ParsedFile, parse_file, recomputed_busbw
+from orchestrator.models.results import COLLECTIVES
+from orchestrator.parse import PARSERS, ParsedFile, ParseOptions, parse_file, recomputed_busbw
+from orchestrator.workloads.nccltests import ParsedRun
 
 
 def _as_json(parsed: ParsedFile) -> dict[str, Any]:
     doc: dict[str, Any] = {"path": str(parsed.path), "kind": parsed.kind}
-    if parsed.run is not None:
-        doc["run"] = parsed.run.model_dump(mode="json", exclude={"row_text"})
-        doc["recomputed_busbw"] = [list(pair) for pair in recomputed_busbw(parsed.run)]
+    if parsed.runs:
+        doc["runs"] = [
+            {
+                **run.model_dump(mode="json", exclude={"row_text"}),
+                "recomputed_busbw": [list(pair) for pair in recomputed_busbw(run)],
+            }
+            for run in parsed.runs
+        ]
     if parsed.jobs is not None:
         doc["jobs"] = {k: v.model_dump(mode="json") for k, v in parsed.jobs.items()}
     if parsed.data is not None:
@@ -29,26 +36,8 @@ def _as_json(parsed: ParsedFile) -> dict[str, Any]:
 def _show(parsed: ParsedFile) -> None:
     if parsed.data is not None:
         out.print_json(json.dumps(_as_json(parsed)["data"]))
-    if parsed.run is not None:
-        run = parsed.run
-        flags = [f for f, on in (("TRUNCATED", run.truncated), ("ABORTED", run.aborted)) if on]
-        title = f"{parsed.path} — {run.tool} {run.collective or '?'} n={run.nranks or '?'} {' '.join(flags)}"
-        table = Table(title=title)
-        for col in ("size (B)", "type", "time (us)", "busbw", "busbw recomputed", "#wrong", "in-place busbw"):
-            table.add_column(col, justify="right")
-        for row, (oop, _ip) in zip(run.rows, recomputed_busbw(run), strict=True):
-            ip = row.in_place
-            wrong = "N/A" if row.out_of_place.wrong is None else str(row.out_of_place.wrong)
-            table.add_row(
-                str(row.size_bytes), row.dtype, f"{row.out_of_place.time_us:g}",
-                f"{row.out_of_place.busbw_gbs:.2f}", f"{oop:.2f}", wrong,
-                "" if ip is None else f"{ip.busbw_gbs:.2f}",
-            )  # fmt: skip
-        out.print(table)
-        if run.aborted:
-            out.print(f"aborted: {run.aborted}", markup=False)
-        if run.wrong_total or run.out_of_bounds:
-            out.print(f"#wrong total {run.wrong_total}; out of bounds {run.out_of_bounds}", markup=False)
+    for run in parsed.runs:
+        _show_run(parsed, run)
     if parsed.jobs is not None:
         table = Table(title=f"{parsed.path} — {parsed.kind}")
         for col in ("job", "status", "slurm state", "exit", "signal", "elapsed (s)", "reason", "nodes"):
@@ -62,17 +51,59 @@ def _show(parsed: ParsedFile) -> None:
         out.print(table)
 
 
+def _show_run(parsed: ParsedFile, run: ParsedRun) -> None:
+    flags = [f for f, on in (("TRUNCATED", run.truncated), ("ABORTED", run.aborted)) if on]
+    title = f"{parsed.path} — {run.tool} {run.collective or '?'} n={run.nranks or '?'} {' '.join(flags)}"
+    table = Table(title=title)
+    for col in ("collective", "size (B)", "type", "time (us)", "busbw", "busbw recomputed", "#wrong",
+                "in-place busbw"):  # fmt: skip
+        table.add_column(col, justify="left" if col == "collective" else "right")
+    for row, (oop, _ip) in zip(run.rows, recomputed_busbw(run), strict=True):
+        ip = row.in_place
+        wrong = "N/A" if row.out_of_place.wrong is None else str(row.out_of_place.wrong)
+        table.add_row(
+            row.collective, str(row.size_bytes), row.dtype, f"{row.out_of_place.time_us:g}",
+            f"{row.out_of_place.busbw_gbs:.2f}", f"{oop:.2f}", wrong,
+            "" if ip is None else f"{ip.busbw_gbs:.2f}",
+        )  # fmt: skip
+    out.print(table)
+    if run.aborted:
+        out.print(f"aborted: {run.aborted}", markup=False)
+    if run.wrong_total or run.out_of_bounds:
+        out.print(f"#wrong total {run.wrong_total}; out of bounds {run.out_of_bounds}", markup=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
 
     @app.command("parse")
     def parse_cmd(
         files: Annotated[list[Path], typer.Argument(help="Tool outputs to read.")],
-        kind: Annotated[str | None, typer.Option("--kind", help=f"One of: {', '.join(PARSERS)}.")] = None,
+        kind: Annotated[
+            str | None,
+            typer.Option("--kind", help=f"One of: {', '.join(PARSERS)}. Default: told by the text itself."),
+        ] = None,
+        collective: Annotated[
+            str | None,
+            typer.Option(
+                "--collective", help=f"For benchmark logs that do not name it: {', '.join(COLLECTIVES)}."
+            ),
+        ] = None,
+        nranks: Annotated[
+            int | None,
+            typer.Option("--nranks", help="For benchmark logs without device lines: the rank count."),
+        ] = None,
+        fields: Annotated[
+            str | None,
+            typer.Option(
+                "--fields", help="For --query-gpu CSV without a header: the --query-gpu list, in order."
+            ),
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     ) -> None:
-        """Parse nccl-tests/rccl-tests/collbench output and sacct/squeue/scontrol job states."""
-        parsed = [parse_file(f, kind) for f in files]
+        """Read benchmark logs, Slurm job states, GPU and RDMA tool outputs; the kind is told by the text."""
+        opts = ParseOptions.from_flags(collective, nranks, fields)
+        parsed = [parse_file(f, kind, opts) for f in files]
         if as_json:
             out.print_json(json.dumps([_as_json(p) for p in parsed]))
             return

@@ -47,6 +47,11 @@ _ABORT_RE = re.compile(
     r"|terminate called|Aborted|mpirun noticed|srun: error|Killed)"
 )
 _TIME_COLUMNS = ("time", "cputime")
+_STARTING_LINE_RE = re.compile(r"^#\s*Collective test starting:", re.M)
+
+
+class UnnamedCollective(ParseError):
+    """The output has rows but names no collective, and none was given (old nccl-tests)."""
 
 
 class RowText(StrictModel):
@@ -102,6 +107,21 @@ def program_collective(program: str) -> Collective | None:
     for suffix in ("_mpi", "_perf"):
         name = name.removesuffix(suffix)
     return _PROGRAM_TO_COLLECTIVE.get(name)
+
+
+def split_tests(text: str) -> list[str]:
+    """One text per `# Collective test starting:` block of a log holding several (collbench prints
+    all its collectives into one log; nccl-tests runs are often concatenated). The lines before
+    the first block that are not table rows (versions, device lines) go in front of every block.
+    A text with fewer than two blocks comes back whole."""
+    body = strip_source_line(text)
+    starts = [m.start() for m in _STARTING_LINE_RE.finditer(body)]
+    if len(starts) < 2:
+        return [text]
+    head = [ln for ln in body[: starts[0]].splitlines() if not re.match(r"^\s*\d+\s+\d+\s", ln)]
+    prefix = "".join(f"{ln}\n" for ln in head)
+    ends = [*starts[1:], len(body)]
+    return [prefix + body[a:b] for a, b in zip(starts, ends, strict=True)]
 
 
 def strip_source_line(text: str) -> str:
@@ -327,9 +347,7 @@ def _build_rows(
     if not parsed:
         return [], []
     if coll is None:
-        raise ParseError(
-            "the output does not name its collective", raw=raw, hint="pass the collective (--collective)"
-        )
+        raise UnnamedCollective("the output does not name its collective", raw=raw, hint="pass --collective")
     if not nranks:
         raise ParseError("the output has no device lines to count ranks from", raw=raw, hint="pass --nranks")
     rows: list[CollRow] = []
