@@ -115,8 +115,16 @@ def _parse_bench(text: str, path: Path, opts: ParseOptions) -> ParsedRun:
 
 def _bench(kind: str) -> Parser:
     def parse(text: str, path: Path, opts: ParseOptions = DEFAULT_OPTIONS, /) -> ParsedFile:
-        runs = tuple(_parse_bench(part, path, opts) for part in split_tests(text))
-        return ParsedFile(path, kind, runs=runs)
+        parts = split_tests(text)
+        runs: list[ParsedRun] = []
+        for k, part in enumerate(parts, start=1):
+            try:
+                runs.append(_parse_bench(part, path, opts))
+            except ParseError as e:
+                if len(parts) == 1:
+                    raise
+                raise type(e)(f"test {k} of {len(parts)}: {e.message}", raw=text, hint=e.hint) from e
+        return ParsedFile(path, kind, runs=tuple(runs))
 
     return parse
 
@@ -220,7 +228,7 @@ def detect_kind(text: str) -> str:
     Raises ParseError naming the kinds tried when none fits, or the kinds that fit when the
     text fits two different tools (a paste of two outputs, say).
     """
-    body = text.split("\n", 1)[1] if text.startswith("# source:") else text
+    body = text.partition("\n")[2] if text.startswith("# source:") else text
     fits = [kind for kind, rule in _RULES if rule(body)]
     bench = [k for k in fits if k in _BENCH][:1]
     others = [k for k in fits if k not in _BENCH]

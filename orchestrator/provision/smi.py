@@ -113,7 +113,7 @@ def _raw_on_error(parse: Callable[Concatenate[str, _P], _T]) -> Callable[Concate
             return parse(text, *args, **kwargs)
         except ParseError:
             raise
-        except (ValueError, IndexError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        except (ValueError, IndexError, KeyError, TypeError, AttributeError, RecursionError, csv.Error) as e:
             what = parse.__name__.removeprefix("parse_")
             raise ParseError(f"{what}: malformed output: {one_line(e)}", raw=text) from e
 
@@ -156,7 +156,10 @@ def _csv_field_name(cell: str) -> str:
 def csv_header(line: str) -> list[str] | None:
     """The field names of an `nvidia-smi --query-gpu ... --format=csv` header line, or None if the
     line is not one (a data row, another tool's CSV)."""
-    names = [_csv_field_name(c) for c in next(csv.reader([line]), [])]
+    try:
+        names = [_csv_field_name(c) for c in next(csv.reader([line]), [])]
+    except csv.Error:
+        return None
     if not names or not all(_CSV_HEADER_RE.match(n) for n in names):
         return None
     if not any(n in _CSV_KEYS or "." in n for n in names):

@@ -67,11 +67,15 @@ TOOL_SEEDS: dict[str, list[str]] = {
     "sacct": _texts("slurm/sacct-*.txt"),
     "squeue": _texts("slurm/squeue-*.txt"),
     "scontrol": _texts("slurm/scontrol-*.txt"),
+    "nvidia-smi": _texts("smi/nvidia-smi-table-*.txt"),
     "nvidia-smi-csv": _texts("smi/nvidia-smi-query-gpu.csv"),
     "nvidia-smi-q": _texts("smi/nvidia-smi-q.txt"),
-    "amd-smi": _texts("smi/amd-smi-static.txt"),
+    "nvidia-smi-topo": _texts("smi/nvidia-smi-topo-m.txt"),
+    "amd-smi": _texts("smi/amd-smi-*.txt"),
     "rocm-smi": _texts("smi/rocm-smi-*"),
     "ibv_devinfo": _texts("smi/ibv_devinfo-*.txt"),
+    "ibdev2netdev": _texts("smi/ibdev2netdev-*.txt"),
+    "rdma-link": _texts("smi/rdma-link-*.txt"),
 }
 
 
