@@ -130,7 +130,9 @@ _JOBID_RE = re.compile(r"^\d+(?:[_+.]\S*)?$")
 def _sacct_header(line: str) -> tuple[str, ...] | None:
     """The field names of a sacct header line (any order, any case), or None if it is a data line."""
     cells = [c.strip() for c in line.split("|")]
-    if not any(c.lower() in ("jobid", "jobidraw") for c in cells):
+    if not all(re.fullmatch(r"[A-Za-z]+", c) for c in cells) or not any(
+        c.lower() in _SACCT_NAMES for c in cells
+    ):
         return None
     names = tuple(_SACCT_NAMES.get(c.lower(), c) for c in cells)
     if "JobID" not in names and "JobIDRaw" in names:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,18 @@ def test_nvidia_smi_csv_with_units_and_repeats() -> None:
     assert r.gpus[0].extra["power.draw"] == "83.92 W"
 
 
+def test_amd_smi_version() -> None:
+    # the line: AMDSMI Tool: 26.0.2+39589fda | AMDSMI Library version: 26.0.2 | ROCm version: 7.0.2 |
+    #           amdgpu version: 6.14.14 | amd_hsmp version: N/A
+    r = smi.parse_amd_smi((FIX / "amd-smi-version.txt").read_text())
+    assert (r.rocm, r.driver) == ("7.0.2", "6.14.14")
+    assert r.versions["AMDSMI Tool"] == "26.0.2+39589fda"
+    assert r.versions["AMDSMI Library version"] == "26.0.2"
+    assert r.gpus == []
+    with pytest.raises(ParseError, match="GPU: N"):
+        smi.parse_amd_smi_static((FIX / "amd-smi-version.txt").read_text())
+
+
 def test_amd_smi_static() -> None:
     r = smi.parse_amd_smi_static((FIX / "amd-smi-static.txt").read_text())
     assert r.driver == "6.18.3"
@@ -50,6 +63,79 @@ def test_rocm_smi_json_and_concise() -> None:
     assert c.gpus[0].extra["SCLK_OD"] == "0%"
 
 
+def test_rocm_smi_showid_gives_every_gpu() -> None:
+    r = smi.parse_rocm_smi((FIX / "rocm-smi-showid-mi300x.txt").read_text())
+    assert [g.index for g in r.gpus] == [0, 1, 2, 3, 4, 5]
+    assert {g.name for g in r.gpus} == {"AMD Instinct MI300X"}
+    assert r.gpus[0].extra["Device ID"] == "0x74a1"
+    assert r.gpus[1].extra["Device ID"] == "N/A"
+    assert r.gpus[5].extra["GUID"] == "60035"
+
+
+def test_rocm_smi_banner_without_gpus_is_refused() -> None:
+    text = "========== ROCm System Management Interface ==========\n====== End of ROCm SMI Log ======\n"
+    with pytest.raises(ParseError, match="without any GPU"):
+        smi.parse_rocm_smi(text)
+
+
+def test_nvidia_smi_default_table() -> None:
+    old = smi.parse_nvidia_smi_table((FIX / "nvidia-smi-table-titanxp.txt").read_text())
+    assert (old.driver, old.cuda) == ("450.57", "11.0")
+    (g,) = old.gpus
+    assert (g.index, g.name, g.bus_id, g.memory_mib) == (0, "TITAN Xp", "00000000:17:00.0", 12196)
+    new = smi.parse_nvidia_smi_table((FIX / "nvidia-smi-table-a100x2.txt").read_text())
+    assert (new.driver, new.cuda) == ("580.126.09", "13.0")
+    assert [(g.index, g.name, g.bus_id, g.memory_mib) for g in new.gpus] == [
+        (0, "NVIDIA A100-SXM4-40GB", "00000000:10:1C.0", 40960),
+        (1, "NVIDIA A100-SXM4-40GB", "00000000:10:1D.0", 40960),
+    ]
+
+
+def test_nvidia_smi_topo() -> None:
+    t = smi.parse_nvidia_smi_topo((FIX / "nvidia-smi-topo-m.txt").read_text())
+    assert t.devices == ["GPU0", "GPU1"]
+    assert [(g.name, g.links["GPU0"], g.links["GPU1"]) for g in t.gpus] == [
+        ("GPU0", "X", "PHB"),
+        ("GPU1", "PHB", "X"),
+    ]
+    assert {(g.cpu_affinity, g.numa_affinity) for g in t.gpus} == {("0-63", "0")}
+
+
+def test_csv_without_header_needs_the_fields() -> None:
+    """`--format=csv,noheader` prints no column names: the rows alone cannot be read."""
+    text = (FIX / "nvidia-smi-query-gpu.csv").read_text()
+    source, header, *rows = text.splitlines()
+    noheader = "\n".join([source, *rows]) + "\n"  # what csv,noheader prints for the same query
+    with pytest.raises(ParseError, match="without a header") as e:
+        smi.parse_nvidia_smi_csv(noheader)
+    assert e.value.hint and "--fields" in e.value.hint
+    fields = tuple(re.sub(r"\s*\[.*\]$", "", h.strip()) for h in header.split(","))
+    read = smi.parse_nvidia_smi_csv(noheader, fields)
+    assert read == smi.parse_nvidia_smi_csv(text)
+    assert read.gpus[0].extra["pstate"] == "P3"
+    with pytest.raises(ParseError, match="disagrees"):
+        smi.parse_nvidia_smi_csv(text, ("index", "name"))
+
+
+def test_ibdev2netdev() -> None:
+    links = smi.parse_ibdev2netdev((FIX / "ibdev2netdev-cx7-bond.txt").read_text())
+    assert len(links) == 7
+    assert [(ln.device, ln.netdev, ln.state) for ln in links if ln.state == "Up"] == [
+        ("mlx5_1", "ens12f0np0", "Up"),
+        ("mlx5_2", "ens12f1np1", "Up"),
+        ("mlx5_bond_0", "bond0", "Up"),
+    ]
+    assert {ln.port for ln in links} == {1}
+
+
+def test_rdma_link() -> None:
+    links = smi.parse_rdma_link((FIX / "rdma-link-cx6dx.txt").read_text())
+    assert [(ln.device, ln.port, ln.state, ln.physical_state, ln.netdev) for ln in links] == [
+        ("mlx5_0", 1, "ACTIVE", "LINK_UP", "p1p1"),
+        ("mlx5_1", 1, "ACTIVE", "LINK_UP", "p1p2"),
+    ]
+
+
 def test_ibv_devinfo_infiniband_and_roce() -> None:
     ib = smi.parse_ibv_devinfo((FIX / "ibv_devinfo-mlx4-infiniband.txt").read_text())
     assert [d.name for d in ib] == ["mlx4_1", "mlx4_0"]
@@ -60,7 +146,19 @@ def test_ibv_devinfo_infiniband_and_roce() -> None:
 
 
 @pytest.mark.parametrize(
-    "fn", [smi.parse_nvidia_smi_q, smi.parse_amd_smi_static, smi.parse_rocm_smi, smi.parse_ibv_devinfo]
+    "fn",
+    [
+        smi.parse_nvidia_smi_q,
+        smi.parse_nvidia_smi_table,
+        smi.parse_nvidia_smi_topo,
+        smi.parse_nvidia_smi_csv,
+        smi.parse_amd_smi,
+        smi.parse_amd_smi_static,
+        smi.parse_rocm_smi,
+        smi.parse_ibv_devinfo,
+        smi.parse_ibdev2netdev,
+        smi.parse_rdma_link,
+    ],
 )
 def test_wrong_tool_output_is_a_parse_error(fn: object) -> None:
     with pytest.raises(ParseError):
