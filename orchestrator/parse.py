@@ -11,11 +11,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast, get_args
 
 from orchestrator.errors import ConfigError, ParseError
 from orchestrator.metrics.busbw import busbw_gbs
-from orchestrator.models.results import COLLECTIVES, Collective
+from orchestrator.models.results import Collective
 from orchestrator.provision import smi
 from orchestrator.scheduler.base import JobState
 from orchestrator.scheduler.slurm_state import parse_sacct, parse_scontrol, parse_squeue
@@ -26,6 +26,9 @@ from orchestrator.workloads.nccltests import (
     program_collective,
     split_tests,
 )
+
+# every collective nccl-tests has a program for (reduce included, which orch's plans do not run)
+PARSE_COLLECTIVES: tuple[str, ...] = get_args(Collective)
 
 
 @dataclass(frozen=True)
@@ -39,9 +42,9 @@ class ParseOptions:
     @classmethod
     def from_flags(cls, collective: str | None, nranks: int | None, fields: str | None) -> ParseOptions:
         """Options from `orch parse` flags; raises ConfigError on a value orch cannot use."""
-        if collective is not None and collective not in COLLECTIVES:
+        if collective is not None and collective not in PARSE_COLLECTIVES:
             raise ConfigError(f"--collective {collective!r} is not a collective",
-                              hint=f"one of {', '.join(COLLECTIVES)}")  # fmt: skip
+                              hint=f"one of {', '.join(PARSE_COLLECTIVES)}")  # fmt: skip
         if nranks is not None and nranks < 1:
             raise ConfigError(f"--nranks {nranks} must be at least 1")
         names = tuple(f.strip() for f in fields.split(",") if f.strip()) if fields is not None else None
@@ -49,7 +52,7 @@ class ParseOptions:
             raise ConfigError(
                 "--fields is empty", hint="give the --query-gpu list, e.g. index,name,memory.total"
             )
-        return cls(collective=collective, nranks=nranks, fields=names)
+        return cls(collective=cast("Collective | None", collective), nranks=nranks, fields=names)
 
 
 DEFAULT_OPTIONS = ParseOptions()
@@ -214,7 +217,7 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("amd-smi", _any(_has(r"^AMDSMI Tool:"), _has(r"^GPU: \d+\s*$", r"^\s+[A-Z][A-Z0-9_]+:"))),
     ("rocm-smi", _any(_has(r"ROCm System Management Interface"), _has(r"\A\s*\{", r'"card\d+"\s*:'))),
     ("ibv_devinfo", _has(r"^hca_id:|No IB devices found")),
-    ("ibdev2netdev", _has(r"^\S+(?: \(\S+\))? port \d+ ==> \S+ \(\w+\)")),
+    ("ibdev2netdev", _has(r"^\S+ port \d+ ==> \S+ \(\w+\)")),
     ("rdma-link", _has(r"^link \S+/\d+ ")),
     ("sacct", lambda t: _slurm_kind(t) == "sacct"),
     ("squeue", lambda t: _slurm_kind(t) == "squeue"),

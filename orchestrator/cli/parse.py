@@ -11,8 +11,14 @@ import typer
 from rich.table import Table
 
 from orchestrator.cli.common import out
-from orchestrator.models.results import COLLECTIVES
-from orchestrator.parse import PARSERS, ParsedFile, ParseOptions, parse_file, recomputed_busbw
+from orchestrator.parse import (
+    PARSE_COLLECTIVES,
+    PARSERS,
+    ParsedFile,
+    ParseOptions,
+    parse_file,
+    recomputed_busbw,
+)
 from orchestrator.workloads.nccltests import ParsedRun
 
 
@@ -86,7 +92,8 @@ def register(app: typer.Typer) -> None:
         collective: Annotated[
             str | None,
             typer.Option(
-                "--collective", help=f"For benchmark logs that do not name it: {', '.join(COLLECTIVES)}."
+                "--collective",
+                help=f"For benchmark logs that do not name it: {', '.join(PARSE_COLLECTIVES)}.",
             ),
         ] = None,
         nranks: Annotated[

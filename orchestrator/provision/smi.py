@@ -97,7 +97,6 @@ class RdmaLink(StrictModel):
     state: str = Field(description="as printed: Up/Down (ibdev2netdev), ACTIVE/DOWN ... (rdma link)")
     physical_state: str | None = None
     netdev: str | None = None
-    pci: str | None = Field(default=None, description="ibdev2netdev -v only")
 
 
 _T = TypeVar("_T")
@@ -573,12 +572,12 @@ def parse_ibv_devinfo(text: str) -> list[RdmaDevice]:
     return devices
 
 
-_IBDEV2NETDEV_RE = re.compile(r"^(\S+)(?: \(([0-9A-Fa-f:.]+)\))? port (\d+) ==> (\S+) \((\w+)\)\s*$")
+_IBDEV2NETDEV_RE = re.compile(r"^(\S+) port (\d+) ==> (\S+) \((\w+)\)\s*$")
 
 
 @_raw_on_error
 def parse_ibdev2netdev(text: str) -> list[RdmaLink]:
-    """`ibdev2netdev [-v]`: `mlx5_0 [(pci)] port 1 ==> ens1f0np0 (Up)`, one line per port."""
+    """`ibdev2netdev`: `mlx5_0 port 1 ==> ens1f0np0 (Up)`, one line per port (-v's long lines are refused)."""
     links: list[RdmaLink] = []
     for n, line in enumerate(_strip_comments(text).splitlines(), start=1):
         if not line.strip():
@@ -587,8 +586,8 @@ def parse_ibdev2netdev(text: str) -> list[RdmaLink]:
         if m is None:
             raise ParseError(f"ibdev2netdev line {n} is not 'DEV port N ==> NETDEV (State)': {line[:80]!r}",
                              raw=text)  # fmt: skip
-        dev, pci, port, netdev, state = m.groups()
-        links.append(RdmaLink(device=dev, port=int(port), state=state, netdev=netdev, pci=pci))
+        dev, port, netdev, state = m.groups()
+        links.append(RdmaLink(device=dev, port=int(port), state=state, netdev=netdev))
     if not links:
         raise ParseError("not ibdev2netdev output (no 'DEV port N ==> NETDEV' line)", raw=text)
     return links
