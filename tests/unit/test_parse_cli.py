@@ -244,3 +244,14 @@ def test_sacct_without_jobid_field_is_refused(tmp_path: Path, capsys: pytest.Cap
     f.write_text("JobName|State|ExitCode\nfails|FAILED|3:0\n")
     rc, _, err = _run(["parse", "--kind", "sacct", str(f)], capsys)
     assert rc == 2 and "without JobID" in " ".join(err.split())
+
+
+def test_unnamed_collective_hint_names_a_real_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "run.log"  # an old nccl-tests log that names no collective, under a name that names none
+    log.write_text((FIXTURES / "nccl-tests/all_gather-a100x8-legacy.txt").read_text())
+    rc, _, err = _run(["parse", str(log)], capsys)
+    assert rc == 2 and "does not name its collective" in " ".join(err.split()) and "--collective" in err
+    rc, _, _ = _run(["parse", "--collective", "all_gather", str(log)], capsys)
+    assert rc == 0
