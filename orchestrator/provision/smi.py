@@ -504,18 +504,33 @@ def _rocm_smi_keyed(body: str) -> list[Gpu]:
     return gpus
 
 
+_CELL_RE = re.compile(r"\S+(?: \S+)*")  # a cell: words apart by single spaces; cells by two or more
+
+
 def _rocm_smi_concise(body: str) -> list[Gpu]:
-    """The default concise table: a `GPU ...`/`Device ...` header line, then one row per GPU."""
+    """The default concise table: a `GPU ...`/`Device ...` header line, then one row per GPU.
+
+    Cells are placed by where they start under the header (the table is column-aligned), so a
+    cell that holds spaces ("NPS1, TPX, 0") or a column with two values ("0x74a0,   39408") stays
+    in its column instead of shifting the ones after it.
+    """
     gpus = []
-    header: list[str] = []
+    columns: list[tuple[int, str]] = []
     for line in body.splitlines():
         if re.match(r"^(GPU|Device)\s+", line) and not line.startswith("GPU["):
-            header = re.sub(r"(\w+) OD\b", r"\1_OD", line).split()  # "SCLK OD" is one column
+            columns = [
+                (m.start(), re.sub(r"(\w+) OD$", r"\1_OD", m.group())) for m in _CELL_RE.finditer(line)
+            ]
             continue
-        if header and re.match(r"^\d+\s", line):
-            cells = line.split()
-            gpus.append(Gpu(index=int(cells[0]), vendor="amd",
-                            extra=dict(zip(header[1:], cells[1:], strict=False))))  # fmt: skip
+        if not columns or not re.match(r"^\d+\s", line):
+            continue
+        cells: dict[str, list[str]] = {}
+        for m in _CELL_RE.finditer(line):
+            name = next((n for start, n in reversed(columns) if start <= m.start()), columns[0][1])
+            cells.setdefault(name, []).append(m.group())
+        values = {name: " ".join(parts) for name, parts in cells.items()}
+        first = columns[0][1]
+        gpus.append(Gpu(index=int(values.pop(first).split()[0]), vendor="amd", extra=values))
     return gpus
 
 

@@ -182,8 +182,9 @@ PLAN_SEEDS = {p.stem: p.read_text() for p in sorted((REPO / "orchestrator" / "pl
 STACK_SEEDS = {p.stem: p.read_text() for p in sorted(STACKS_DIR.glob("*.yaml"))}
 
 
-def _load_mutated(seeds: dict[str, str], load: Callable[[Path], object], data: st.DataObject, seed: int,
-                  ops: int) -> None:
+def _load_mutated(
+    seeds: dict[str, str], load: Callable[[Path], object], data: st.DataObject, seed: int, ops: int
+) -> None:
     """A mutated copy of one seed file loads, or is refused with a message (ConfigError)."""
     name = data.draw(st.sampled_from(sorted(seeds)))
     with tempfile.TemporaryDirectory() as d:

@@ -78,6 +78,8 @@ DETECTED = {
     "smi/rocm-smi-concise.txt": "rocm-smi",
     "smi/rocm-smi-productname.json": "rocm-smi",
     "smi/rocm-smi-showid-mi300x.txt": "rocm-smi",
+    "smi/rocm-smi-showid-mi300a.txt": "rocm-smi",
+    "smi/rocm-smi-concise-mi300a.txt": "rocm-smi",
     "smi/nvidia-smi-table-titanxp.txt": "nvidia-smi",
     "smi/nvidia-smi-table-a100x2.txt": "nvidia-smi",
     "smi/nvidia-smi-q.txt": "nvidia-smi-q",
@@ -112,7 +114,9 @@ def test_versions_and_gpus_read_without_kind() -> None:
     amd = parse_file(FIXTURES / "smi/amd-smi-version.txt").data
     assert (amd.rocm, amd.driver) == ("7.0.2", "6.14.14")
     rocm = parse_file(FIXTURES / "smi/rocm-smi-showid-mi300x.txt").data
-    assert len(rocm.gpus) == 6 and rocm.gpus[3].name == "AMD Instinct MI300X"
+    assert len(rocm.gpus) == 16 and rocm.gpus[3].name == "AMD Instinct MI300X"
+    mi300a = parse_file(FIXTURES / "smi/rocm-smi-showid-mi300a.txt").data
+    assert [g.name for g in mi300a.gpus] == ["AMD Instinct MI300A"] * 3
     nv = parse_file(FIXTURES / "smi/nvidia-smi-table-a100x2.txt").data
     assert (nv.driver, nv.cuda, len(nv.gpus)) == ("580.126.09", "13.0", 2)
     q = parse_file(FIXTURES / "smi/nvidia-smi-q.txt").data

@@ -64,12 +64,35 @@ def test_rocm_smi_json_and_concise() -> None:
 
 
 def test_rocm_smi_showid_gives_every_gpu() -> None:
-    r = smi.parse_rocm_smi((FIX / "rocm-smi-showid-mi300x.txt").read_text())
-    assert [g.index for g in r.gpus] == [0, 1, 2, 3, 4, 5]
-    assert {g.name for g in r.gpus} == {"AMD Instinct MI300X"}
-    assert r.gpus[0].extra["Device ID"] == "0x74a1"
-    assert r.gpus[1].extra["Device ID"] == "N/A"
-    assert r.gpus[5].extra["GUID"] == "60035"
+    a = smi.parse_rocm_smi((FIX / "rocm-smi-showid-mi300a.txt").read_text())
+    assert [(g.index, g.name, g.extra["GUID"]) for g in a.gpus] == [
+        (0, "AMD Instinct MI300A", "39408"),
+        (1, "AMD Instinct MI300A", "8689"),
+        (2, "AMD Instinct MI300A", "43505"),
+    ]
+    assert a.gpus[0].extra["Device ID"] == "0x74a0"
+    x = smi.parse_rocm_smi((FIX / "rocm-smi-showid-mi300x.txt").read_text())
+    assert [g.index for g in x.gpus] == list(range(16))
+    assert {g.name for g in x.gpus} == {"AMD Instinct MI300X"}
+    assert x.gpus[0].extra["Device ID"] == "0x74a1"
+    assert x.gpus[1].extra["Device ID"] == "N/A"
+    assert x.gpus[15].extra["GUID"] == "37627"
+
+
+def test_rocm_smi_concise_cells_stay_in_their_columns() -> None:
+    """The MI300 table has cells with spaces and a two-value IDs column; nothing shifts."""
+    r = smi.parse_rocm_smi((FIX / "rocm-smi-concise-mi300a.txt").read_text())
+    assert [g.index for g in r.gpus] == [0, 1, 2]
+    first, last = r.gpus[0].extra, r.gpus[2].extra
+    assert (first["IDs"], first["Temp"], first["Partitions"], first["PwrCap"]) == (
+        "0x74a0, 39408", "30.0°C", "NPS1, TPX, 0", "550.0W",
+    )  # fmt: skip
+    assert (last["Node"], last["IDs"], last["Partitions"], last["GPU%"]) == (
+        "3",
+        "N/A, 43505",
+        "N/A, N/A, 2",
+        "N/A",
+    )
 
 
 def test_rocm_smi_banner_without_gpus_is_refused() -> None:
