@@ -290,11 +290,13 @@ def parse_nvidia_smi_topo(text: str) -> Topology:
                 break
             continue
         cells = _topo_cells(line)
-        if len(cells) != len(columns) + 1:
+        # the affinity columns may be empty, which tab alignment cannot tell from padding; the link
+        # cells never are, so a row must have one per device and at most one per column
+        if not len(devices) < len(cells) <= len(columns) + 1:
             raise ParseError(
                 f"topo row {cells[0]} has {len(cells) - 1} cells, the header {len(columns)}", raw=text
             )
-        row = dict(zip(columns, cells[1:], strict=True))
+        row = dict(zip(columns, cells[1:], strict=False))
         gpus.append(
             TopoGpu(
                 name=cells[0],

@@ -85,6 +85,7 @@ DETECTED = {
     "smi/nvidia-smi-q.txt": "nvidia-smi-q",
     "smi/nvidia-smi-query-gpu.csv": "nvidia-smi-csv",
     "smi/nvidia-smi-topo-m.txt": "nvidia-smi-topo",
+    "smi/nvidia-smi-topo-m-nic.txt": "nvidia-smi-topo",
     "smi/ibv_devinfo-mlx4-infiniband.txt": "ibv_devinfo",
     "smi/ibv_devinfo-mlx5-roce.txt": "ibv_devinfo",
     "smi/ibdev2netdev-cx7-bond.txt": "ibdev2netdev",

@@ -122,6 +122,10 @@ def test_nvidia_smi_topo() -> None:
         ("GPU1", "PHB", "X"),
     ]
     assert {(g.cpu_affinity, g.numa_affinity) for g in t.gpus} == {("0-63", "0")}
+    nic = smi.parse_nvidia_smi_topo((FIX / "nvidia-smi-topo-m-nic.txt").read_text())
+    assert nic.devices == ["GPU0", "NIC0"] and nic.nics == {"NIC0": "mlx5_0"}
+    (g,) = nic.gpus
+    assert (g.links, g.cpu_affinity, g.numa_affinity) == ({"GPU0": "X", "NIC0": "PHB"}, "0-251", "0")
 
 
 def test_csv_without_header_needs_the_fields() -> None:
