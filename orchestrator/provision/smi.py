@@ -390,7 +390,7 @@ def _na(value: str | None) -> str | None:
 
 @_raw_on_error
 def parse_amd_smi(text: str) -> SmiReport:
-    """amd-smi's default text: `amd-smi version` lines and/or `GPU: N` blocks (static, metric).
+    """amd-smi's default text: `amd-smi version` lines and/or `GPU: N` blocks (static, list, metric).
 
     Versions come from the version line (tool, library, ROCm, amdgpu); GPUs from the blocks.
     Raises ParseError when the text has neither.
@@ -418,24 +418,30 @@ def parse_amd_smi_static(text: str) -> SmiReport:
 
 
 def _amd_smi_gpu(index: int, block: str) -> Gpu:
+    """One `GPU: N` block: `KEY: value` lines, under `SECTION:` lines (static, metric) or not (list)."""
     fields: dict[str, str] = {}
-    section = ""
+    section, section_indent = "", -1
     for line in block.splitlines():
         m = re.match(r"^(\s+)([A-Z0-9_]+):\s*(.*?)\s*$", line)
         if not m:
             continue
-        if not m.group(3):
-            section = m.group(2)
+        indent, key, value = len(m.group(1)), m.group(2), m.group(3)
+        if not value:
+            section, section_indent = key, indent
             continue
-        fields[f"{section}.{m.group(2)}"] = m.group(3)
+        if indent <= section_indent:
+            section, section_indent = "", -1
+        fields[f"{section}.{key}" if section else key] = value
+    top = {k: v for k, v in fields.items() if "." not in k and k not in ("BDF", "UUID")}
     return Gpu(
         index=index,
         name=fields.get("ASIC.MARKET_NAME"),
         vendor="amd",
         driver=fields.get("DRIVER.VERSION"),
-        bus_id=fields.get("BUS.BDF"),
+        bus_id=fields.get("BUS.BDF") or fields.get("BDF"),
+        uuid=_na(fields.get("UUID")),
         arch=fields.get("ASIC.TARGET_GRAPHICS_VERSION"),
-        extra={k: v for k, v in fields.items() if k.startswith(("ASIC.DEVICE_ID", "DRIVER.NAME"))},
+        extra={k: v for k, v in fields.items() if k.startswith(("ASIC.DEVICE_ID", "DRIVER.NAME"))} | top,
     )
 
 

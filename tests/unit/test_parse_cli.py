@@ -75,6 +75,7 @@ def test_unparseable_file_exits_2_with_one_line(tmp_path: Path, capsys: pytest.C
 DETECTED = {
     "smi/amd-smi-static.txt": "amd-smi",
     "smi/amd-smi-version.txt": "amd-smi",
+    "smi/amd-smi-list-mi210.txt": "amd-smi",
     "smi/rocm-smi-concise.txt": "rocm-smi",
     "smi/rocm-smi-productname.json": "rocm-smi",
     "smi/rocm-smi-showid-mi300x.txt": "rocm-smi",

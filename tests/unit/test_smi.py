@@ -48,6 +48,15 @@ def test_amd_smi_version() -> None:
         smi.parse_amd_smi_static((FIX / "amd-smi-version.txt").read_text())
 
 
+def test_amd_smi_list() -> None:
+    r = smi.parse_amd_smi((FIX / "amd-smi-list-mi210.txt").read_text())
+    assert [(g.index, g.bus_id, g.extra["KFD_ID"], g.extra["NODE_ID"]) for g in r.gpus] == [
+        (0, "0000:03:00.0", "22303", "2"),
+        (1, "0000:83:00.0", "31706", "3"),
+    ]
+    assert {g.uuid for g in r.gpus} == {"00ff740f-0000-1000-8000-000000000000"}
+
+
 def test_amd_smi_static() -> None:
     r = smi.parse_amd_smi_static((FIX / "amd-smi-static.txt").read_text())
     assert r.driver == "6.18.3"
