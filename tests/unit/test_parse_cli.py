@@ -82,6 +82,7 @@ DETECTED = {
     "smi/rocm-smi-showid-mi300a.txt": "rocm-smi",
     "smi/rocm-smi-concise-mi300a.txt": "rocm-smi",
     "smi/nvidia-smi-table-titanxp.txt": "nvidia-smi",
+    "smi/nvidia-smi-table-331.txt": "nvidia-smi",
     "smi/nvidia-smi-table-a100x2.txt": "nvidia-smi",
     "smi/nvidia-smi-q.txt": "nvidia-smi-q",
     "smi/nvidia-smi-query-gpu.csv": "nvidia-smi-csv",

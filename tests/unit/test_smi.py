@@ -115,6 +115,13 @@ def test_nvidia_smi_default_table() -> None:
     assert (old.driver, old.cuda) == ("450.57", "11.0")
     (g,) = old.gpus
     assert (g.index, g.name, g.bus_id, g.memory_mib) == (0, "TITAN Xp", "00000000:17:00.0", 12196)
+    oldest = smi.parse_nvidia_smi_table((FIX / "nvidia-smi-table-331.txt").read_text())
+    assert (oldest.driver, oldest.cuda) == ("331.62", None)
+    assert [(g.index, g.name, g.bus_id, g.memory_mib) for g in oldest.gpus] == [
+        (0, "GeForce GTX 680", "0000:03:00.0", 4095),
+        (1, "GeForce GTX 680", "0000:04:00.0", 4095),
+        (2, "GeForce GTX 680", "0000:83:00.0", 4095),
+    ]
     new = smi.parse_nvidia_smi_table((FIX / "nvidia-smi-table-a100x2.txt").read_text())
     assert (new.driver, new.cuda) == ("580.126.09", "13.0")
     assert [(g.index, g.name, g.bus_id, g.memory_mib) for g in new.gpus] == [
