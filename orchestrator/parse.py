@@ -23,7 +23,6 @@ from orchestrator.workloads.nccltests import (
     ParsedRun,
     UnnamedCollective,
     parse_nccl_tests,
-    program_collective,
     split_tests,
 )
 
@@ -78,24 +77,19 @@ class Parser(Protocol):
     def __call__(self, text: str, path: Path, opts: ParseOptions = DEFAULT_OPTIONS, /) -> ParsedFile: ...
 
 
-_COLLECTIVE_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
-
-
 def collectives_in_name(path: Path) -> list[Collective]:
-    """Every collective a file name names (`allreduce-vs-allgather.txt` names two)."""
+    """Every collective a file name names (`allreduce-vs-allgather.txt` names two); `reduce` counts
+    only where it is not part of all_reduce or reduce_scatter."""
     name = path.name.lower().replace("-", "_")
-    found: list[Collective] = []
-    for program in _COLLECTIVE_NAMES:
-        if program in name or program.replace("_", "") in name:
-            coll = program_collective(program)
-            if coll is not None:
-                found.append(coll)
+    found = [
+        cast("Collective", c)
+        for c in PARSE_COLLECTIVES
+        if c != "reduce" and (c in name or c.replace("_", "") in name)
+    ]
     rest = name
-    for program in found:
-        rest = rest.replace(program, "").replace(program.replace("_", ""), "")
-    if "reduce" in rest:
-        found.append("reduce")
-    return found
+    for c in found:
+        rest = rest.replace(c, "").replace(c.replace("_", ""), "")
+    return [*found, "reduce"] if "reduce" in rest else found
 
 
 def _parse_bench(text: str, path: Path, opts: ParseOptions) -> ParsedRun:

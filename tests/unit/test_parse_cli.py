@@ -262,3 +262,19 @@ def test_unnamed_collective_hint_names_a_real_option(
     assert rc == 2 and "does not name its collective" in " ".join(err.split()) and "--collective" in err
     rc, _, _ = _run(["parse", "--collective", "all_gather", str(log)], capsys)
     assert rc == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "names"),
+    [
+        ("allreduce-vs-allgather.txt", ["all_reduce", "all_gather"]),
+        ("reduce-a100x8.txt", ["reduce"]),
+        ("reduce_scatter-a100x8.txt", ["reduce_scatter"]),
+        ("broadcast-then-reduce.txt", ["broadcast", "reduce"]),
+        ("run.log", []),
+    ],
+)
+def test_collectives_in_file_name(name: str, names: list[str]) -> None:
+    from orchestrator.parse import collectives_in_name
+
+    assert collectives_in_name(Path(name)) == names
