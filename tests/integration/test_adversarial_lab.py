@@ -86,7 +86,6 @@ def test_sigkill_during_submit_then_cleanup_leaves_no_orphan(lab: Lab, tmp_path:
     )  # fmt: skip
     submitted: list[str] = []
     try:
-
         def has_job() -> bool:
             dirs = [p for p in tmp_path.iterdir() if (p / "journal.jsonl").exists()]
             if dirs:
@@ -143,7 +142,6 @@ def test_sigkill_during_fault_inject_node_timer_reverts(
     )  # fmt: skip
     fid = ""
     try:
-
         def injected() -> bool:
             nonlocal fid
             for rec in tmp_path.glob("*/faults/*.json"):

@@ -159,7 +159,6 @@ def test_sigkill_while_a_later_step_runs_then_cleanup_and_resume(lab: Lab, tmp_p
                  "--sizes", "1M:16M:x4", "--out", str(out))  # fmt: skip
     jobs: dict[str, str] = {}
     try:
-
         def second_running() -> bool:
             dirs = run_dirs(out)
             if not dirs:

@@ -26,20 +26,8 @@ ORCH = [sys.executable, "-m", "orchestrator"]
 pytestmark = pytest.mark.slow
 # The entry's job holds a CPU for the whole run and steps are --exclusive: it sits on node3 and the
 # plan's steps use node1 and node2 (n1: node1, n2: node1+node2).
-SMALL = [
-    "--nodes",
-    "1,2",
-    "--gpus-per-node",
-    "1",
-    "--collectives",
-    "all_reduce",
-    "--sizes",
-    "1K:4K:x2",
-    "--iters",
-    "2",
-    "--warmup",
-    "1",
-]
+SMALL = ["--nodes", "1,2", "--gpus-per-node", "1", "--collectives", "all_reduce", "--sizes", "1K:4K:x2",
+         "--iters", "2", "--warmup", "1"]
 
 
 def test_cron_entry_runs_the_plan_and_lands_in_history(lab: Lab, tmp_path: Path) -> None:
@@ -52,21 +40,8 @@ def test_cron_entry_runs_the_plan_and_lands_in_history(lab: Lab, tmp_path: Path)
     at = (now + timedelta(minutes=1 if now.second < 40 else 2)).strftime("%H:%M")
     inv = ["--inventory", str(lab.inventory), "--out", str(runs), "--mode", "sbatch-begin"]
     try:
-        install = [
-            *ORCH,
-            "cron",
-            "install",
-            "--plan",
-            "smoke",
-            "--name",
-            name,
-            "--at",
-            at,
-            *inv,
-            "--job-arg=--nodelist=node3",
-            "--",
-            *SMALL,
-        ]
+        install = [*ORCH, "cron", "install", "--plan", "smoke", "--name", name, "--at", at, *inv,
+                   "--job-arg=--nodelist=node3", "--", *SMALL]
         out = run(install, env=env).stdout
         # smoke: run_timeout_s 1800 + 600 s margin = 40 min
         assert "time limit 40 min" in out, out
@@ -92,11 +67,8 @@ def test_cron_entry_runs_the_plan_and_lands_in_history(lab: Lab, tmp_path: Path)
         assert result.exists(), (log.read_text() if log.exists() else "") + finished.read_text()[-2000:]
         run_id = result.parent.name
         # scontrol (the controller's view; slurmdbd may lag behind by seconds)
-        fields = dict(
-            w.split("=", 1)
-            for w in lab.slurm("scontrol", "-o", "show", "job", job).stdout.split()
-            if "=" in w
-        )
+        fields = dict(w.split("=", 1) for w in lab.slurm("scontrol", "-o", "show", "job", job).stdout.split()
+                      if "=" in w)
         assert fields["JobState"] in ("RUNNING", "COMPLETING", "COMPLETED"), fields["JobState"]
         start = datetime.fromisoformat(fields["StartTime"])
         assert start.strftime("%H:%M") >= at  # held to the --at minute, not run at once

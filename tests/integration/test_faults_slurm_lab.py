@@ -82,23 +82,8 @@ def node3_back(lab: Lab) -> Iterator[None]:
 
 
 def submit_on_node3(lab: Lab, name: str) -> str:
-    job = (
-        lab.slurm(
-            "sbatch",
-            "--parsable",
-            "--no-requeue",
-            "-J",
-            name,
-            "-w",
-            "node3",
-            "-N1",
-            "--time=10",
-            "--wrap",
-            "srun sleep 600",
-        )
-        .stdout.strip()
-        .split(";")[0]
-    )
+    job = lab.slurm("sbatch", "--parsable", "--no-requeue", "-J", name, "-w", "node3", "-N1",
+                    "--time=10", "--wrap", "srun sleep 600").stdout.strip().split(";")[0]
     wait_for(lambda: job_state(lab, job) == "RUNNING", 60, f"job {job} running")
     return job
 
@@ -109,9 +94,8 @@ def test_node_loss_ends_the_job_node_fail_and_revert_returns_the_node(
     job = submit_on_node3(lab, f"flt-nodeloss-{os.getpid()}")
     engine = FaultEngine(cluster, shells, record_dir=tmp_path)
     try:
-        with engine.applied(
-            FaultSpec(kind="node-loss", target=FaultTarget(node="node3"), duration_s=90, margin_s=5)
-        ) as active:
+        with engine.applied(FaultSpec(kind="node-loss", target=FaultTarget(node="node3"),
+                                      duration_s=90, margin_s=5)) as active:
             rec = active.record
             assert rec.outcome == "active", rec.message
             slurmd = lab.state().daemon("slurmd@node3")
@@ -122,14 +106,11 @@ def test_node_loss_ends_the_job_node_fail_and_revert_returns_the_node(
             t_down = wait_for(lambda: node_state(lab, "node3").startswith("down"), 30, "node3 DOWN")
         t_rev = rec.t_revert_mono
         assert t_rev is not None and rec.model_dump()["outcome"] == "reverted"
-        t_back = wait_for(
-            lambda: node_state(lab, "node3") in ("idle", "mixed", "allocated"), 60, "node3 back in service"
-        )
-        print(
-            f"\nnode-loss: job NODE_FAIL after {t_fail - t0:.1f} s, node DOWN seen after "
-            f"{t_down - t0:.1f} s, back in service {t_back - t_rev:.1f} s after revert "
-            f"(SlurmdTimeout={slurmd_timeout(lab)})"
-        )
+        t_back = wait_for(lambda: node_state(lab, "node3") in ("idle", "mixed", "allocated"), 60,
+                          "node3 back in service")
+        print(f"\nnode-loss: job NODE_FAIL after {t_fail - t0:.1f} s, node DOWN seen after "
+              f"{t_down - t0:.1f} s, back in service {t_back - t_rev:.1f} s after revert "
+              f"(SlurmdTimeout={slurmd_timeout(lab)})")
         # The job is not requeued (--no-requeue): its one record ends NODE_FAIL.
         assert job_state(lab, job) == "NODE_FAIL"
         assert node_state(lab, "node3") == "idle" or node_state(lab, "node3") in ("mixed", "allocated")
@@ -164,9 +145,8 @@ with node_shells(c) as shells:
 def test_node_timer_returns_the_lost_node_after_orch_is_sigkilled(
     lab: Lab, cluster: Cluster, shells: dict[str, NodeShell], node3_back: None
 ) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILLED_ORCH, str(lab.inventory)], stdout=subprocess.PIPE, text=True, cwd=REPO
-    )
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_ORCH, str(lab.inventory)],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().split() == ["ACTIVE", "active"]
@@ -184,20 +164,14 @@ def test_node_timer_returns_the_lost_node_after_orch_is_sigkilled(
     assert all(r.found == [] for r in FaultEngine(cluster, shells).sweep())
 
 
-def test_probe_under_slurm_requeue_resumes_from_its_last_step(
-    lab: Lab, cluster: Cluster, tmp_path: Path
-) -> None:
+def test_probe_under_slurm_requeue_resumes_from_its_last_step(lab: Lab, cluster: Cluster,
+                                                               tmp_path: Path) -> None:
     from orchestrator.faults.recovery_test import RecoveryTestRequest, SlurmProbeJob, wait_steps
     from orchestrator.metrics import recovery as rmetrics
 
     req = RecoveryTestRequest.model_validate(
-        {
-            "kind": "kill-worker",
-            "target": "node2",
-            "launcher": "slurm",
-            "probe": {"master_port": 20000 + os.getpid() % 20000},
-        }
-    )
+        {"kind": "kill-worker", "target": "node2", "launcher": "slurm",
+         "probe": {"master_port": 20000 + os.getpid() % 20000}})
     out = tmp_path / "probe"
     job = SlurmProbeJob(cluster, req, out, f"rq{os.getpid()}")
     assert "#SBATCH --requeue" in job.script()
@@ -211,23 +185,13 @@ def test_probe_under_slurm_requeue_resumes_from_its_last_step(
         job.requeue()
 
         def requeued_steps() -> int:
-            return len(
-                [c for c in rmetrics.completed_steps(rmetrics.load_heartbeats(out), offsets) if c.gen >= 1]
-            )
+            return len([c for c in rmetrics.completed_steps(rmetrics.load_heartbeats(out), offsets)
+                        if c.gen >= 1])
 
         wait_for(lambda: requeued_steps() >= 20, 120, "20 steps after the requeue")
         hbs = rmetrics.load_heartbeats(out)
-        result = rmetrics.analyse(
-            hbs,
-            t0=t0,
-            offsets=offsets,
-            fault_id="requeue",
-            kind="kill-worker",
-            repeat=0,
-            window_s=120,
-            gap_s=1.0,
-            fault_end=t0,
-        )
+        result = rmetrics.analyse(hbs, t0=t0, offsets=offsets, fault_id="requeue", kind="kill-worker",
+                                  repeat=0, window_s=120, gap_s=1.0, fault_end=t0)
     finally:
         job.stop()
     steps = [r for r in hbs if r.get("ev") == "step"]
@@ -242,20 +206,16 @@ def test_probe_under_slurm_requeue_resumes_from_its_last_step(
     assert first_after <= last_all + 2 and first_after >= max(r["step"] for r in gen0 if r["rank"] == 0) - 1
     assert {r["step"] for r in gen1 if r["rank"] == 0} >= set(range(first_after, first_after + 20))
     assert result.verdict == "recovered" and result.restarts == 1, result
-    print(
-        f"\nrequeue: resumed at step {first_after} (last complete {last_all}); "
-        f"detect {result.detect_s:.1f} s, recover {result.recover_s:.1f} s, steps lost {result.steps_lost}"
-    )
+    print(f"\nrequeue: resumed at step {first_after} (last complete {last_all}); "
+          f"detect {result.detect_s:.1f} s, recover {result.recover_s:.1f} s, steps lost {result.steps_lost}")
 
 
-def test_recovery_test_kill_worker_through_slurm(
-    lab: Lab, cluster: Cluster, shells: dict[str, NodeShell], tmp_path: Path
-) -> None:
+def test_recovery_test_kill_worker_through_slurm(lab: Lab, cluster: Cluster, shells: dict[str, NodeShell],
+                                                 tmp_path: Path) -> None:
     from orchestrator.faults.recovery_test import RecoveryTestRequest, run_recovery_test
 
-    req = RecoveryTestRequest.model_validate(
-        {"kind": "kill-worker", "target": "node2:3", "duration_s": 0.0, "launcher": "slurm"}
-    )
+    req = RecoveryTestRequest.model_validate({"kind": "kill-worker", "target": "node2:3",
+                                              "duration_s": 0.0, "launcher": "slurm"})
     summary = run_recovery_test(cluster, shells, req, tmp_path / "run")
     (r,) = summary.results
     assert r.verdict == "recovered" and r.restarts >= 1, r

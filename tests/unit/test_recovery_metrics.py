@@ -11,20 +11,8 @@ WORLD = 2
 
 
 def hb(gen: int, step: int, start: float, dt: float = STEP, bw: float = 1.0) -> list[dict[str, Any]]:
-    return [
-        {
-            "ev": "step",
-            "gen": gen,
-            "step": step,
-            "rank": r,
-            "world": WORLD,
-            "node": "n",
-            "t_start": start,
-            "wall": start + dt,
-            "busbw_gbs": bw,
-        }
-        for r in range(WORLD)
-    ]
+    return [{"ev": "step", "gen": gen, "step": step, "rank": r, "world": WORLD, "node": "n",
+             "t_start": start, "wall": start + dt, "busbw_gbs": bw} for r in range(WORLD)]
 
 
 def test_pause_recovery_is_outage_plus_one_step() -> None:

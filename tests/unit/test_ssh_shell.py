@@ -16,12 +16,10 @@ class PipeChannel:
     """The parts of paramiko.Channel that SshShell uses, over a local sh."""
 
     def __init__(self) -> None:
-        self.p = subprocess.Popen(
-            ["/bin/sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
+        self.p = subprocess.Popen(["/bin/sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
         self.closed = False
         import os
-
         os.set_blocking(self.p.stdout.fileno(), False)  # type: ignore[union-attr]
         os.set_blocking(self.p.stderr.fileno(), False)  # type: ignore[union-attr]
         self._out = b""
