@@ -12,8 +12,7 @@ from pydantic import Field
 from orchestrator.metrics.busbw import scaling_efficiency
 from orchestrator.models.base import StrictModel
 from orchestrator.models.plan import BaselineThreshold, Plan
-from orchestrator.models.results import Collective, CollRow
-from orchestrator.workloads.collbench import layout
+from orchestrator.models.results import Collective, CollRow, run_size
 
 Verdict = Literal["pass", "fail", "infra", "skipped"]
 # Worst first: a node or run takes the worst verdict of its parts.
@@ -64,16 +63,15 @@ def missing_rows(
     the requested size down to whole 16-byte blocks per rank.
     """
     have = {(r.collective, r.size_bytes) for r in rows}
-    return [
-        f"{c}@{s}"
-        for c in collectives
-        for s in sizes
-        if (c, layout(c, s, elt, nranks).size_bytes) not in have
-    ]
+    return [f"{c}@{s}" for c in collectives for s in sizes if (c, run_size(c, s, nranks, elt)) not in have]
 
 
 def threshold_failures(plan: Plan, rows: list[CollRow], summary: dict[Collective, CollSummary]) -> list[str]:
-    """Reasons this step misses the plan's absolute busbw thresholds (empty when it meets them)."""
+    """Reasons this step misses the plan's absolute busbw thresholds (empty when it meets them).
+
+    A threshold at a size is held against the row of the size the step really ran for it
+    (run_size: 1024 B of all_gather at 3 ranks runs as 1008 B), as nccl-tests prints it.
+    """
     reasons: list[str] = []
     for th in plan.thresholds.busbw:
         if th.size is None:
@@ -81,9 +79,15 @@ def threshold_failures(plan: Plan, rows: list[CollRow], summary: dict[Collective
             value = got.busbw_gbs if got else None
             where = f"{th.collective} at the largest size"
         else:
-            match = [r for r in rows if r.collective == th.collective and r.size_bytes == th.size]
+            match = [
+                r
+                for r in rows
+                if r.collective == th.collective
+                and r.size_bytes == run_size(th.collective, th.size, r.nranks)
+            ]
             value = match[0].out_of_place.busbw_gbs if match else None
-            where = f"{th.collective} at {th.size} B"
+            ran = {r.size_bytes for r in match} - {th.size}
+            where = f"{th.collective} at {th.size} B" + (f" (runs as {min(ran)} B)" if ran else "")
         if value is None:
             reasons.append(f"{where}: no measurement for the busbw threshold {th.min_gbs:g} GB/s")
         elif value < th.min_gbs:

@@ -20,6 +20,8 @@ Backend = Literal["slurm", "local", "auto"]
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+SLURM_WORD = r"^[A-Za-z0-9_.\-]+$"
+"""What a Slurm name from a plan or the command line may hold (partition): no shell, no spaces."""
 _COUNTS_RANGE_RE = re.compile(r"^(\d+|[ng])\.\.(\d+|[ng])(?::x(\d+))?$", re.IGNORECASE)
 
 
@@ -212,7 +214,13 @@ class Plan(StrictModel):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     concurrent_steps: bool = Field(default=False, description="let steps on disjoint nodes run together")
     backend: Backend = "auto"
-    partition: str | None = None
+    partition: str | None = Field(
+        default=None, pattern=SLURM_WORD, description="Slurm partition (letters, digits, _ . - only)"
+    )
+    mixed_vendors: bool = Field(
+        default=False,
+        description="let one step mix nodes of different gpu_vendor (amd, nvidia, none); refused by default",
+    )
     stack: str | None = Field(
         default=None, description="stack the nodes are checked against (default: the inventory's orch_stack)"
     )
