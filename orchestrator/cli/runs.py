@@ -94,7 +94,10 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
     for sid in rec.step_ids:
         s = rec.step(sid)
         if s is None:
-            table.add_row(sid, "-", "-", "[yellow]not run[/]", "", "", "", "")
+            if sid in rec.unreadable:
+                table.add_row(sid, "-", "-", "[red]unreadable[/]", rec.unreadable[sid], "", "", "")
+            else:
+                table.add_row(sid, "-", "-", "[yellow]not run[/]", "", "", "", "")
             continue
         for i, c in enumerate(s.summary.values() or [None]):
             first = i == 0

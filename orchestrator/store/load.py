@@ -61,6 +61,9 @@ class RunRecord(StrictModel):
         default=None, description="a recovery-test run's resolved request (recovery-test.json)"
     )
     warnings: list[str] = Field(default_factory=list, description="files that could not be read")
+    unreadable: dict[str, str] = Field(
+        default_factory=dict, description="step id -> its result file that exists but cannot be read"
+    )
     resumes: int = 0
 
     @property
@@ -77,28 +80,35 @@ def step_result_path(run_dir: Path, step_id: str) -> Path:
     return run_dir / "steps" / step_id / STEP_RESULT
 
 
-def _json_file(path: Path, warnings: list[str]) -> dict[str, Any] | None:
+def _shown(path: Path, root: Path | None) -> str:
+    """path relative to the run directory (steps/n1xg2/result.json), or as given outside it."""
+    if root is not None and path.is_relative_to(root):
+        return str(path.relative_to(root))
+    return str(path)
+
+
+def _json_file(path: Path, warnings: list[str], root: Path | None = None) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        warnings.append(f"{path.name}: unreadable ({e})")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        warnings.append(f"{_shown(path, root)}: unreadable ({e})")
         return None
     if not isinstance(data, dict):
-        warnings.append(f"{path.name}: not a JSON object")
+        warnings.append(f"{_shown(path, root)}: not a JSON object")
         return None
     return data
 
 
-def _model(cls: type[M], path: Path, warnings: list[str]) -> M | None:
-    data = _json_file(path, warnings)
+def _model(cls: type[M], path: Path, warnings: list[str], root: Path | None = None) -> M | None:
+    data = _json_file(path, warnings, root)
     if data is None:
         return None
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        warnings.append(f"{path.relative_to(path.parents[0])}: invalid ({e.error_count()} errors)")
+        warnings.append(f"{_shown(path, root)}: invalid ({e.error_count()} errors)")
         return None
 
 
@@ -127,12 +137,15 @@ def load_run(run_dir: Path) -> RunRecord:
     finish = next(
         (e for i, e in enumerate(events) if e.get("event") == "run_finished" and i > last_start), None
     )
-    plan = _model(Plan, run_dir / "plan.json", warnings)
-    cluster = _model(Cluster, run_dir / "inventory.json", warnings)
-    result = _model(RunResult, run_dir / "result.json", warnings) if finish is not None else None
+    plan = _model(Plan, run_dir / "plan.json", warnings, run_dir)
+    cluster = _model(Cluster, run_dir / "inventory.json", warnings, run_dir)
+    result_path = run_dir / "result.json"
+    before = len(warnings)
+    result = _model(RunResult, result_path, warnings, run_dir) if finish is not None else None
+    result_unreadable = len(warnings) > before
 
     step_ids = [str(s) for s in started.get("steps", [])]
-    planned = _json_file(run_dir / STEPS_FILE, warnings)
+    planned = _json_file(run_dir / STEPS_FILE, warnings, run_dir)
     ladder: list[Step] = []
     if planned is not None:
         try:
@@ -140,14 +153,19 @@ def load_run(run_dir: Path) -> RunRecord:
             step_ids = [s.id for s in ladder]
         except ValidationError:
             warnings.append(f"{STEPS_FILE}: invalid")
+    unreadable: dict[str, str] = {}
     if result is not None:
         steps = list(result.steps)
     else:
         steps = []
         for sid in step_ids:
-            res = _model(StepResult, step_result_path(run_dir, sid), warnings)
+            path = step_result_path(run_dir, sid)
+            before = len(warnings)
+            res = _model(StepResult, path, warnings, run_dir)
             if res is not None:
                 steps.append(res)
+            elif len(warnings) > before:
+                unreadable[sid] = _shown(path, run_dir)
         V.apply_efficiency([s.summary for s in steps])
     if not step_ids:
         step_ids = [s.step.id for s in steps]
@@ -163,6 +181,11 @@ def load_run(run_dir: Path) -> RunRecord:
         status = "running"
     else:
         status = "interrupted"
+    if status == "accepted" and (unreadable or result_unreadable):
+        # The verdict cannot be checked: a damaged result is never read as a pass.
+        damaged = list(unreadable.values()) or [_shown(result_path, run_dir)]
+        warnings.append(f"not accepted: {', '.join(damaged)} cannot be read")
+        status = "failed"
 
     nodes = dict(result.nodes) if result is not None else {}
     if not nodes and cluster is not None:
@@ -174,7 +197,7 @@ def load_run(run_dir: Path) -> RunRecord:
     rec_dir = run_dir / "recovery"
     if rec_dir.is_dir():
         for path in sorted(rec_dir.glob("*.json")):
-            rec = _model(RecoveryRecord, path, warnings)
+            rec = _model(RecoveryRecord, path, warnings, run_dir)
             if rec is not None:
                 recovery.append(rec)
         recovery.sort(key=lambda r: (r.step or "", r.fault, r.repeat, r.injected_at))
@@ -205,11 +228,12 @@ def load_run(run_dir: Path) -> RunRecord:
         steps=steps,
         nodes=nodes,
         recovery=recovery,
-        stack=_json_file(run_dir / "stack.json", warnings),
-        fingerprint=_json_file(run_dir / "fingerprint.json", warnings),
-        drift=_json_file(run_dir / "drift.json", warnings),
-        request=_json_file(run_dir / REQUEST_FILE, warnings),
+        stack=_json_file(run_dir / "stack.json", warnings, run_dir),
+        fingerprint=_json_file(run_dir / "fingerprint.json", warnings, run_dir),
+        drift=_json_file(run_dir / "drift.json", warnings, run_dir),
+        request=_json_file(run_dir / REQUEST_FILE, warnings, run_dir),
         warnings=warnings,
+        unreadable=unreadable,
         resumes=sum(1 for e in events if e.get("event") == "run_resumed"),
     )
 
