@@ -22,7 +22,7 @@ from orchestrator.models.plan import (
     parse_size,
     resolve_counts,
 )
-from orchestrator.models.results import COLLECTIVES, Collective, run_size
+from orchestrator.models.results import COLLECTIVES, PlanCollective, run_size
 
 DEFAULT_PLAN = "smoke"
 _SIZES_RE = re.compile(r"^([^:]+):([^:]+)(?::x(\d+))?$", re.IGNORECASE)
@@ -72,7 +72,7 @@ def _check_spec(text: str, flag: str) -> str:
     return text
 
 
-def parse_collectives(text: str, *, flag: str = "--collectives") -> list[Collective]:
+def parse_collectives(text: str, *, flag: str = "--collectives") -> list[PlanCollective]:
     """Parse a comma list of collective names; raises ConfigError naming the unknown ones."""
     names = [c.strip() for c in text.split(",") if c.strip()]
     unknown = [c for c in names if c not in COLLECTIVES]

@@ -5,6 +5,7 @@ Only the run decides what is fatal: a step's failure is data (verdict + reasons)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
@@ -55,7 +56,7 @@ def summarize(rows: list[CollRow]) -> dict[Collective, CollSummary]:
 
 
 def missing_rows(
-    rows: list[CollRow], collectives: list[Collective], sizes: list[int], nranks: int, elt: int = 4
+    rows: list[CollRow], collectives: Sequence[Collective], sizes: list[int], nranks: int, elt: int = 4
 ) -> list[str]:
     """'collective@size' for every expected row that the output lacks.
 

@@ -12,7 +12,9 @@ from orchestrator.models.base import StrictModel
 Collective = Literal[
     "all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv"
 ]
-COLLECTIVES: tuple[Collective, ...] = (
+PlanCollective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv"]
+"""What a plan may run (collbench runs these; a parsed nccl-tests log may also hold `reduce`)."""
+COLLECTIVES: tuple[PlanCollective, ...] = (
     "all_reduce",
     "all_gather",
     "reduce_scatter",
