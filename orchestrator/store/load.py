@@ -23,6 +23,7 @@ from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.pipeline import RunResult, StepResult
 from orchestrator.store.rundir import RunDir
+from orchestrator.text import plural
 
 RunStatus = Literal["accepted", "failed", "infra", "interrupted", "running"]
 STEP_RESULT = "result.json"
@@ -41,6 +42,7 @@ class RunRecord(StrictModel):
     backend: str
     status: RunStatus
     exit_code: int | None = None
+    error: str | None = Field(default=None, description="why the run was refused or stopped, as journaled")
     started_at: datetime | None = None
     finished_at: datetime | None = None
     wall_s: float | None = None
@@ -108,7 +110,7 @@ def _model(cls: type[M], path: Path, warnings: list[str], root: Path | None = No
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        warnings.append(f"{_shown(path, root)}: invalid ({e.error_count()} errors)")
+        warnings.append(f"{_shown(path, root)}: invalid ({plural(e.error_count(), 'error')})")
         return None
 
 
@@ -215,6 +217,7 @@ def load_run(run_dir: Path) -> RunRecord:
         backend=str(started.get("backend") or "?"),
         status=status,
         exit_code=(result.exit_code if result else (finish or {}).get("exit_code")),
+        error=str(finish["error"]) if finish and finish.get("error") else None,
         started_at=_time(started),
         finished_at=_time(finish),
         wall_s=(result.wall_s if result else (finish or {}).get("wall_s")),
