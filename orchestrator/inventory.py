@@ -30,6 +30,7 @@ from orchestrator.models.cluster import (
     host_name_problem,
     interface_name_problem,
 )
+from orchestrator.text import plural
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ _SSH = frozenset(
 )
 _LOCAL = frozenset({"local", "ansible.builtin.local"})
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_UNDEFINED = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)' is undefined")
 _PLUGIN_FAILED = re.compile(r"Failed to parse inventory with '([^']+)' plugin: (.+)")
 
 
@@ -81,6 +83,7 @@ class RawHost:
     name: str
     groups: list[str]
     vars: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # values Ansible could not template
 
 
 def load_inventory(path: Path) -> Cluster:
@@ -112,11 +115,24 @@ def build_cluster(source: Path, hosts: list[RawHost], groups: Mapping[str, list[
     cluster_vars = _cluster_vars(source, hosts, problems)
     if problems:
         raise InventoryError(
-            f"{source}: {len(problems)} problem{'s' if len(problems) > 1 else ''} in the inventory:\n  "
-            + "\n  ".join(problems),
+            f"{source}: {plural(len(problems), 'problem')} in the inventory:\n  " + "\n  ".join(problems),
             hint="fix the host variables named above (see docs/inventory.md)",
         )
-    return Cluster(source=source, nodes=nodes, groups=dict(groups), vars=cluster_vars)
+    return Cluster(
+        source=source, nodes=nodes, groups=dict(groups), vars=cluster_vars, warnings=_assumptions(hosts)
+    )
+
+
+def _assumptions(hosts: list[RawHost]) -> list[str]:
+    """What orch assumed for hosts that leave a variable unset (today: gpu_vendor means none)."""
+    no_vendor = [h.name for h in hosts if h.vars.get("gpu_vendor") is None]
+    if not no_vendor:
+        return []
+    shown = ", ".join(no_vendor[:8]) + (f" and {len(no_vendor) - 8} more" if len(no_vendor) > 8 else "")
+    return [
+        f"gpu_vendor is not set on {plural(len(no_vendor), 'host')} ({shown}): taken as 'none' (CPU ranks, "
+        "no GPUs); set gpu_vendor=amd|nvidia|none"
+    ]
 
 
 def build_node(host: RawHost, problems: list[str]) -> Node | None:
@@ -126,6 +142,7 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
     """
     v = host.vars
     before = len(problems)
+    problems.extend(f"host {host.name}: {p}" for p in host.problems)
 
     def bad(var: str, why: str) -> None:
         shown = f"{var}={v[var]!r}" if var in v else var
@@ -412,9 +429,16 @@ def _parse_with_ansible(source: Path) -> tuple[list[RawHost], dict[str, list[str
                         _compile_once(templar)
                     templar.available_variables = merged
                     host_templar = templar
-                picked = {k: _plain(_render(host_templar, k, v)) for k, v in raw.items()}
+                picked: dict[str, Any] = {}
+                failed: list[str] = []
+                for k, v in raw.items():
+                    value, why = _render(host_templar, k, v)
+                    if why is None:
+                        picked[k] = _plain(value)
+                    else:
+                        failed.append(why)
                 groups = sorted({g.name for g in h.get_groups()})
-                hosts.append(RawHost(name=str(h.name), groups=groups, vars=picked))
+                hosts.append(RawHost(name=str(h.name), groups=groups, vars=picked, problems=failed))
             group_map = {
                 str(name): [str(h.name) for h in g.get_hosts()]
                 for name, g in inventory.groups.items()
@@ -443,8 +467,8 @@ def _refuse_lookups(templar: Any) -> None:
     """Make lookup()/query()/q() fail in this templar: reading an inventory must run nothing.
 
     `{{ lookup('pipe', ...) }}` in a host variable would otherwise run a command on this machine
-    each time orch merely loads the inventory (`orch inventory show`, `orch plan show`). The value
-    then stays as written and is refused by validation. Plain expressions (`{{ inventory_hostname
+    each time orch merely loads the inventory (`orch inventory show`, `orch plan show`). The host
+    is then refused, naming the variable and the refused lookup. Plain expressions (`{{ inventory_hostname
     }}.mgmt`) still render. The environment belongs to this templar alone (one per inventory load,
     not shared).
     """
@@ -503,14 +527,39 @@ def _templated(name: str, value: Any) -> bool:
     return name not in _NOT_TEMPLATED and isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
-def _render(templar: Any, name: str, value: Any) -> Any:
+def _render(templar: Any, name: str, value: Any) -> tuple[Any, str | None]:
+    """The value templated for its host, or (value, why) when Ansible cannot template it.
+
+    The problem names the variable, the value as written, the file and line it came from (when
+    Ansible knows) and, for an undefined variable, that variable: it is not a bad value of ours.
+    """
     if templar is None or not _templated(name, value):
-        return value
+        return value, None
     try:
-        return templar.template(value)
-    except Exception as e:  # Ansible raises many kinds here; the value stays as written
-        log.debug("cannot template %s=%r: %s", name, value, e)
-        return value
+        return templar.template(value), None
+    except Exception as e:  # Ansible raises many kinds here (undefined, syntax, refused lookup)
+        text = _first_line(str(getattr(e, "message", None) or e))
+        where = _origin(value)
+        undefined = _UNDEFINED.search(text)
+        if undefined:
+            why = f"uses the undefined variable {undefined.group(1)!r}"
+        else:
+            why = f"cannot be templated: {text}"
+        return value, f"{name}={str(value)!r}{f' ({where})' if where else ''} {why}"
+
+
+def _origin(value: Any) -> str | None:
+    """'file:line' where Ansible read value, when this ansible-core tags values with it."""
+    try:
+        from ansible._internal._datatag._tags import Origin  # private to ansible-core 2.19
+
+        tag = Origin.get_tag(value)
+    except Exception:  # another ansible-core: the inventory file is named in the header anyway
+        return None
+    if tag is None or not getattr(tag, "path", None):
+        return None
+    line = getattr(tag, "line_num", None)
+    return f"{tag.path}:{line}" if line else str(tag.path)
 
 
 def _plain(value: Any) -> Any:

@@ -373,7 +373,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             rundir.event("run_finished", status="refused", exit_code=e.exit_code, error=str(e))
             raise
         _emit(listeners, "fingerprint", stack=name, drift=[line for v in stack.drift.values() for line in v])
-    for w in fault_warnings:
+    for w in [*cluster.warnings, *fault_warnings]:
         rundir.event("warning", message=w)
         _emit(listeners, "warning", message=w)
     python = req.python or stack.python or sys.executable

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster, Node
 from orchestrator.models.plan import (
+    SLURM_WORD,
     Plan,
     PlanOverrides,
     SizeRange,
@@ -21,7 +22,7 @@ from orchestrator.models.plan import (
     parse_size,
     resolve_counts,
 )
-from orchestrator.models.results import COLLECTIVES, Collective
+from orchestrator.models.results import COLLECTIVES, PlanCollective, run_size
 
 DEFAULT_PLAN = "smoke"
 _SIZES_RE = re.compile(r"^([^:]+):([^:]+)(?::x(\d+))?$", re.IGNORECASE)
@@ -71,7 +72,7 @@ def _check_spec(text: str, flag: str) -> str:
     return text
 
 
-def parse_collectives(text: str, *, flag: str = "--collectives") -> list[Collective]:
+def parse_collectives(text: str, *, flag: str = "--collectives") -> list[PlanCollective]:
     """Parse a comma list of collective names; raises ConfigError naming the unknown ones."""
     names = [c.strip() for c in text.split(",") if c.strip()]
     unknown = [c for c in names if c not in COLLECTIVES]
@@ -124,6 +125,11 @@ def apply_overrides(plan: Plan, ov: PlanOverrides) -> Plan:
     if ov.backend is not None:
         new.backend = ov.backend
     if ov.partition is not None:
+        if not re.match(SLURM_WORD, ov.partition):
+            raise ConfigError(
+                f"--partition {ov.partition!r}: not a valid Slurm partition name",
+                hint="a partition name has letters, digits, _ . - only",
+            )
         new.partition = ov.partition
     if ov.timeout_s is not None:
         new.step_timeout_s = ov.timeout_s
@@ -152,7 +158,8 @@ def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> l
     of `group` (default: every inventory node) in inventory order. In count specs N is the number
     of those nodes and G the smallest gpus_per_node among them. Raises ConfigError naming the
     step when the cluster cannot hold it (too few nodes, more ranks per node than a node's
-    gpus_per_node), and InventoryError when the group is unknown.
+    gpus_per_node), when it mixes gpu_vendors without plan.mixed_vendors, or when a busbw
+    threshold's size is not one the step runs; InventoryError when the group is unknown.
     """
     nodes: list[Node] = cluster.select(group) if group else list(cluster.nodes)
     where = f"group {group!r}" if group else "the inventory"
@@ -183,6 +190,8 @@ def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> l
                     f"plan {plan.name}: step {sid} needs {rpn} ranks per node but gpus_per_node: {detail}",
                     hint="lower --gpus-per-node or set gpus_per_node in the inventory",
                 )
+            _check_vendors(plan, sid, chosen)
+            _check_threshold_sizes(plan, sid, nnodes * rpn, sizes)
             steps.append(
                 Step(
                     id=sid,
@@ -196,6 +205,39 @@ def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> l
                 )
             )
     return steps
+
+
+def _check_vendors(plan: Plan, sid: str, nodes: list[Node]) -> None:
+    """Refuse a step whose nodes differ in gpu_vendor, unless the plan says mixed_vendors: true."""
+    by_vendor: dict[str, list[str]] = {}
+    for n in nodes:
+        by_vendor.setdefault(n.gpu_vendor, []).append(n.name)
+    if len(by_vendor) > 1 and not plan.mixed_vendors:
+        detail = "; ".join(f"{v}: {', '.join(names)}" for v, names in by_vendor.items())
+        raise ConfigError(
+            f"plan {plan.name}: step {sid} mixes gpu_vendor ({detail})",
+            hint="run on one kind of node (--group, or fix gpu_vendor in the inventory), "
+            "or set mixed_vendors: true in the plan",
+        )
+
+
+def _check_threshold_sizes(plan: Plan, sid: str, nranks: int, sizes: list[int]) -> None:
+    """Refuse a busbw threshold at a size the step does not run.
+
+    A threshold's size is matched to the size collbench and nccl-tests really run at this rank
+    count (run_size: all_gather, reduce_scatter and alltoall round down to 16-byte blocks per
+    rank, so 1K at 3 ranks runs as 1008 B); it must be one of the plan's sizes.
+    """
+    for th in plan.thresholds.busbw:
+        if th.size is None:
+            continue
+        runs = {run_size(th.collective, s, nranks) for s in sizes}
+        if run_size(th.collective, th.size, nranks) not in runs:
+            raise ConfigError(
+                f"plan {plan.name}: the busbw threshold of {th.collective} at {th.size} B is not a size "
+                f"step {sid} runs",
+                hint=f"give one of the plan's sizes: {', '.join(str(s) for s in sizes)}",
+            )
 
 
 def plan_to_yaml(plan: Plan) -> str:

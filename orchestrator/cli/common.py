@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 
 @dataclass
@@ -19,3 +22,83 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 if not out.is_terminal:
     # Piped or in a cron log: rich would fall back to 80 columns and cut table cells.
     out.width = 160
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column of a table that must read whole on a narrow terminal (see fitted_table)."""
+
+    header: str
+    whole: bool = False  # ids, figures: as wide as the longest value, never cut ('…') nor folded
+    optional: bool = False  # left out, and named in the caption, when the terminal is too narrow
+
+
+_NARROWEST = 6  # a foldable column is not squeezed below this
+_COMFORT = 12  # optional columns are left out before a foldable one gets narrower than this
+_FRAME = 3  # per column: a border and one space of padding on each side (rich's default box)
+
+
+def _cell_len(text: str) -> int:
+    return max(Text.from_markup(line).cell_len for line in text.splitlines() or [""])
+
+
+def _natural(col: Col, cells: Iterable[str]) -> int:
+    return max([len(col.header), *(_cell_len(c) for c in cells)])
+
+
+def _col_width(col: Col, cells: Iterable[str], narrowest: int = _NARROWEST) -> int:
+    """The fewest characters the column may have: whole ones their longest value."""
+    cells = list(cells)
+    if col.whole:
+        return max([min(len(col.header), _NARROWEST), *(_cell_len(c) for c in cells)])
+    return min(_natural(col, cells), narrowest)
+
+
+def table_width(cols: Sequence[Col], rows: Sequence[Sequence[str]], narrowest: int = _NARROWEST) -> int:
+    """The fewest terminal columns a table of these columns needs with nothing cut (box + padding),
+    foldable columns at `narrowest` characters at most."""
+    return 1 + sum(_col_width(c, [r[i] for r in rows], narrowest) + _FRAME for i, c in enumerate(cols))
+
+
+def _widths(cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Whole columns get their longest value; the others share what is left, none below its
+    minimum, the narrow ones first (so a short column is never squeezed for a long one)."""
+    cells = [[r[i] for r in rows] for i in range(len(cols))]
+    out = [_col_width(c, cells[i]) for i, c in enumerate(cols)]
+    flex = sorted((i for i, c in enumerate(cols) if not c.whole), key=lambda i: _natural(cols[i], cells[i]))
+    left = width - 1 - _FRAME * len(cols) - sum(w for i, w in enumerate(out) if cols[i].whole)
+    for k, i in enumerate(flex):
+        share = max(left // (len(flex) - k), out[i])
+        out[i] = min(_natural(cols[i], cells[i]), share)
+        left -= out[i]
+    return out
+
+
+def fitted_table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> Table:
+    """A rich table that fits `width` without cutting an id or a figure.
+
+    Whole columns are as wide as their longest value (they neither fold nor end in '…'); the
+    other columns share the rest and fold their text onto more lines; headers fold too. Optional
+    columns are left out, last first, while the table does not fit, and the caption names them.
+    Raises nothing.
+    """
+    keep = list(range(len(cols)))
+    dropped: list[str] = []
+
+    def pick() -> tuple[list[Col], list[list[str]]]:
+        return [cols[i] for i in keep], [[r[i] for i in keep] for r in rows]
+
+    for i in reversed(range(len(cols))):
+        if table_width(*pick(), narrowest=_COMFORT) <= width:
+            break
+        if cols[i].optional:
+            keep.remove(i)
+            dropped.insert(0, cols[i].header)
+    caption = f"not shown at {width} columns: {', '.join(dropped)}" if dropped else None
+    table = Table(title=title, caption=caption)
+    kept_cols, kept_rows = pick()
+    for c, w in zip(kept_cols, _widths(kept_cols, kept_rows, width), strict=True):
+        table.add_column(c.header, width=w, overflow="fold")
+    for r in kept_rows:
+        table.add_row(*r)
+    return table

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import Col, err, fitted_table, out
 from orchestrator.errors import EXIT_INFRA, EXIT_THRESHOLDS
 from orchestrator.faults import service
 from orchestrator.faults.catalog import CATALOG
@@ -25,18 +25,14 @@ InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Ansible i
 @fault_app.command("list")
 def list_faults() -> None:
     """The fault catalog: target form, transports each fault can reach, revert, timer."""
-    t = Table(title="faults")
-    for col in ("kind", "target", "transports", "revert", "timer", "what"):
-        t.add_column(col)
-    for info in CATALOG.values():
-        t.add_row(
-            info.kind,
-            info.target,
-            ",".join(info.transports),
-            info.revert,
-            "yes" if info.timer else "-",
-            info.summary,
-        )
+    cols = [Col("kind", whole=True), Col("target", whole=True), Col("transports"),
+            Col("revert", optional=True), Col("timer", whole=True), Col("what")]  # fmt: skip
+    cells = [
+        [i.kind, targets, ", ".join(i.transports), i.revert, "yes" if i.timer else "-", i.summary]
+        for i in CATALOG.values()
+        for targets in [i.target.replace("|", "\n")]  # one target form a line: each whole and copyable
+    ]
+    t = fitted_table("faults", cols, cells, out.width)
     out.print(t)
 
 

@@ -9,12 +9,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import Col, err, fitted_table, out, table_width
 from orchestrator.cli.runs import StoreOpt, store_path
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
-from orchestrator.report.history import history, render_history_html
+from orchestrator.report.history import History, history, render_history_html
 from orchestrator.store.db import ResultsStore
 from orchestrator.store.rundir import atomic_write
+from orchestrator.text import plural
 
 
 def history_cmd(
@@ -40,20 +41,8 @@ def history_cmd(
     colls = list(dict.fromkeys(f.split("@", 1)[0] for f in figs))
     # Terminal: per collective, the figure of the largest step (last in ladder order).
     shown = {c: [f for f in figs if f.startswith(c + "@")][-1] for c in colls}
-    flagged = {(r.run_id, r.figure) for r in h.regressions}
-    table = Table(
-        title=f"history: {plan or 'all plans'} ({len(h.nights)} runs) — busbw GB/s at the largest size"
-    )
-    for col in ["started", "run", "status", *shown.values()]:
-        table.add_column(col)
-    for n in h.nights:
-        cells = []
-        for f in shown.values():
-            v = n.figures.get(f)
-            txt = f"{v:.4g}" if v is not None else "-"
-            cells.append(f"[red]{txt} ▼[/]" if (n.run_id, f) in flagged else txt)
-        table.add_row(f"{n.started_at:%Y-%m-%d %H:%M}" if n.started_at else "-", n.run_id, n.status, *cells)
-    out.print(table)
+    for table in history_tables(h, shown, plan, out.width):
+        out.print(table)
     for r in h.regressions:
         out.print(
             f"REGRESSION {r.run_id} {r.figure}: {r.value:.4g} GB/s = {r.ratio:.2f} x {r.against} "
@@ -65,6 +54,45 @@ def history_cmd(
         atomic_write(html, render_history_html(h))
         err.print(f"history plots -> {html}", markup=False)
     return EXIT_THRESHOLDS if h.regressions else EXIT_OK
+
+
+def history_tables(h: History, shown: dict[str, str], plan: str | None, width: int) -> list[Table]:
+    """The history as tables that fit `width`: run ids and figures are never cut.
+
+    When the figures do not fit beside the run id, they are split over several tables, each with
+    the run id again (an 80-column terminal shows about 3 collectives a table).
+    """
+    flagged = {(r.run_id, r.figure) for r in h.regressions}
+    figures = list(shown.values())
+    rows: list[list[str]] = []
+    for n in h.nights:
+        row = [n.run_id, n.status]
+        for f in figures:
+            v = n.figures.get(f)
+            txt = f"{v:.4g}" if v is not None else "-"
+            row.append(f"[red]{txt} ▼[/]" if (n.run_id, f) in flagged else txt)
+        rows.append(row)
+    cols = [Col("run", whole=True), Col("status", whole=True), *(Col(f, whole=True) for f in figures)]
+    chunks: list[list[int]] = [[]]
+    for i in range(2, len(cols)):
+        trial = [0, 1, *chunks[-1], i]
+        if (
+            chunks[-1]
+            and table_width([cols[j] for j in trial], [[r[j] for j in trial] for r in rows]) > width
+        ):
+            chunks.append([])
+        chunks[-1].append(i)
+    runs = plural(len(h.nights), "run")
+    title = f"history: {plan or 'all plans'} ({runs}) — busbw GB/s at the largest size"
+    tables = []
+    for k, chunk in enumerate(chunks):
+        idx = [0, 1, *chunk]
+        tables.append(
+            fitted_table(
+                title if k == 0 else None, [cols[j] for j in idx], [[r[j] for j in idx] for r in rows], width
+            )
+        )
+    return tables
 
 
 def register(app: typer.Typer) -> None:

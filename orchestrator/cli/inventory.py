@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import out
+from orchestrator.cli.common import err, out
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.models.cluster import Cluster
+from orchestrator.text import plural
 
 inventory_app = typer.Typer(
     name="inventory", help="Read the Ansible inventory as orch sees it.", no_args_is_help=True
@@ -32,6 +33,8 @@ def show(
 ) -> None:
     """Show the nodes, their GPUs, NICs and groups, after orch's checks."""
     cluster = load_inventory(inventory)
+    for w in cluster.warnings:
+        err.print(f"warning: {w}", markup=False, highlight=False, style="yellow")
     if as_json:
         out.out(cluster.model_dump_json(indent=2), highlight=False)
     else:
@@ -40,9 +43,7 @@ def show(
 
 def cluster_table(cluster: Cluster) -> Table:
     """A rich table of the cluster: one row per node. Raises nothing."""
-    table = Table(
-        title=f"{cluster.source} — {len(cluster.nodes)} node{'s' if len(cluster.nodes) != 1 else ''}"
-    )
+    table = Table(title=f"{cluster.source} — {plural(len(cluster.nodes), 'node')}")
     for column in ("node", "address", "vendor", "GPUs", "RDMA NICs", "management NIC", "groups"):
         table.add_column(column, justify="right" if column == "GPUs" else "left")
     for n in cluster.nodes:

@@ -12,10 +12,11 @@ from typing import Annotated, Literal
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import out
+from orchestrator.cli.common import err, out
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.plan import builtin_plans, expand_steps, plan_to_yaml, resolve_plan
+from orchestrator.text import plural
 
 plan_app = typer.Typer(name="plan", help="Test plans: what a scale test runs.", no_args_is_help=True)
 
@@ -96,13 +97,20 @@ def show(
     timeout: TimeoutOpt = None,
     as_yaml: Annotated[bool, typer.Option("--yaml", help="Print the resolved plan as YAML.")] = False,
 ) -> None:
-    """Print the resolved plan's steps on the inventory, before anything runs."""
+    """Print the resolved plan's steps on the inventory, before anything runs.
+
+    The plan is checked against the inventory in both views (--yaml too): what scale-test would
+    refuse, plan show refuses, with the same message and exit code.
+    """
     ov = make_overrides(nodes, gpus_per_node, collectives, sizes, iters, warmup, backend, partition, timeout)
     resolved = resolve_plan(plan, ov)
+    cluster = load_inventory(inventory)
+    for w in cluster.warnings:
+        err.print(f"warning: {w}", markup=False, highlight=False, style="yellow")
+    steps = expand_steps(resolved, cluster, group=group)
     if as_yaml:
         out.out(plan_to_yaml(resolved), highlight=False)
         return
-    steps = expand_steps(resolved, load_inventory(inventory), group=group)
     out.print(steps_table(resolved, steps))
     out.print(plan_summary(resolved), highlight=False)
 
@@ -116,7 +124,7 @@ def list_plans() -> None:
 
 def steps_table(plan: Plan, steps: list[Step]) -> Table:
     """One row per step: id, nodes x ranks, world size, node names. Raises nothing."""
-    table = Table(title=f"plan {plan.name} — {len(steps)} step{'s' if len(steps) != 1 else ''}")
+    table = Table(title=f"plan {plan.name} — {plural(len(steps), 'step')}")
     for col in ("#", "step", "nodes", "ranks/node", "world", "runs on"):
         table.add_column(col, justify="right" if col in ("#", "nodes", "ranks/node", "world") else "left")
     for s in steps:

@@ -28,6 +28,7 @@ from orchestrator.cli.plan import (
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.models.plan import format_size
 from orchestrator.pipeline import RunResult, ScaleTestRequest, scale_test
+from orchestrator.text import plural
 
 
 class ProgressPrinter:
@@ -41,7 +42,8 @@ class ProgressPrinter:
         elapsed = f"{time.monotonic() - self.t0:6.1f}s"
         if kind == "run_started":
             self.order = list(data["steps"])
-            err.print(f"{elapsed} run {data['run_id']}: plan {data['plan']}, {len(self.order)} steps "
+            steps = plural(len(self.order), "step")
+            err.print(f"{elapsed} run {data['run_id']}: plan {data['plan']}, {steps} "
                       f"via {data['backend']} -> {data['run_dir']}")  # fmt: skip
             return
         step = data.get("step")

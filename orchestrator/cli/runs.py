@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import Col, err, fitted_table, out
 from orchestrator.errors import ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.store.db import ResultsStore, default_store_path, resolve_run_dir
@@ -55,22 +55,26 @@ def list_cmd(
             if r.status == "running" and r.run_dir.exists():
                 db.ingest(r.run_dir)
                 rows[i] = db.run(r.run_id) or r
-    table = Table(title=f"runs in {path}")
-    for c in ("run", "plan", "backend", "status", "exit", "steps", "started", "wall s", "user@host"):
-        table.add_column(c)
-    for r in rows:
-        colour = _COLOUR.get(r.status, "magenta")
-        table.add_row(
+    cols = [
+        Col("run", whole=True), Col("plan", optional=True), Col("backend", optional=True),
+        Col("status", whole=True), Col("exit", whole=True), Col("steps", whole=True),
+        Col("started", optional=True), Col("wall s", whole=True), Col("user@host", optional=True),
+    ]  # fmt: skip
+    cells = [
+        [
             r.run_id,
             r.plan,
             r.backend,
-            f"[{colour}]{r.status}[/]",
+            f"[{_COLOUR.get(r.status, 'magenta')}]{r.status}[/]",
             "-" if r.exit_code is None else str(r.exit_code),
             f"{r.steps_done}/{r.steps_planned}",
             r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-",
             f"{r.wall_s:.1f}" if r.wall_s is not None else "-",
             f"{r.user}@{r.host}",
-        )
+        ]
+        for r in rows
+    ]
+    table = fitted_table(f"runs in {path}", cols, cells, out.width)
     out.print(table)
     return 0
 
@@ -94,7 +98,10 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
     for sid in rec.step_ids:
         s = rec.step(sid)
         if s is None:
-            table.add_row(sid, "-", "-", "[yellow]not run[/]", "", "", "", "")
+            if sid in rec.unreadable:
+                table.add_row(sid, "-", "-", "[red]unreadable[/]", rec.unreadable[sid], "", "", "")
+            else:
+                table.add_row(sid, "-", "-", "[yellow]not run[/]", "", "", "", "")
             continue
         for i, c in enumerate(s.summary.values() or [None]):
             first = i == 0

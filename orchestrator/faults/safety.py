@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Node
 from orchestrator.models.fault import IFACE_KINDS, FaultSpec, plain_word_problem
+from orchestrator.text import plural
 
 DEFAULT_MAX_SHARE = 0.5
 
@@ -62,6 +63,6 @@ def check_share(
     hit = len(set(targets))
     if cluster_size > 0 and hit / cluster_size > max_share and not force:
         raise SafetyError(
-            f"refused: the fault hits {hit} of {cluster_size} nodes (more than {max_share:.0%})",
+            f"refused: the fault hits {hit} of {plural(cluster_size, 'node')} (more than {max_share:.0%})",
             hint="add --force if that is what you mean",
         )

@@ -5,15 +5,15 @@ Only the run decides what is fatal: a step's failure is data (verdict + reasons)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
 
 from orchestrator.metrics.busbw import scaling_efficiency
 from orchestrator.models.base import StrictModel
-from orchestrator.models.plan import BaselineThreshold, Plan
-from orchestrator.models.results import Collective, CollRow
-from orchestrator.workloads.collbench import layout
+from orchestrator.models.plan import BaselineThreshold, BusbwThreshold, Plan
+from orchestrator.models.results import Collective, CollRow, run_size
 
 Verdict = Literal["pass", "fail", "infra", "skipped"]
 # Worst first: a node or run takes the worst verdict of its parts.
@@ -56,7 +56,7 @@ def summarize(rows: list[CollRow]) -> dict[Collective, CollSummary]:
 
 
 def missing_rows(
-    rows: list[CollRow], collectives: list[Collective], sizes: list[int], nranks: int, elt: int = 4
+    rows: list[CollRow], collectives: Sequence[Collective], sizes: list[int], nranks: int, elt: int = 4
 ) -> list[str]:
     """'collective@size' for every expected row that the output lacks.
 
@@ -64,30 +64,55 @@ def missing_rows(
     the requested size down to whole 16-byte blocks per rank.
     """
     have = {(r.collective, r.size_bytes) for r in rows}
-    return [
-        f"{c}@{s}"
-        for c in collectives
-        for s in sizes
-        if (c, layout(c, s, elt, nranks).size_bytes) not in have
+    return [f"{c}@{s}" for c in collectives for s in sizes if (c, run_size(c, s, nranks, elt)) not in have]
+
+
+class Measured(StrictModel):
+    """What one busbw threshold is held against on one step."""
+
+    where: str = Field(description="e.g. 'all_gather at 1024 B (runs as 1008 B)'")
+    size_bytes: int | None = Field(default=None, description="the size of the row judged")
+    busbw_gbs: float | None = Field(default=None, description="None: the step has no such row")
+
+
+def busbw_measured(
+    th: BusbwThreshold, rows: list[CollRow], summary: dict[Collective, CollSummary]
+) -> Measured:
+    """The busbw (out-of-place) a threshold is held against on one step.
+
+    A threshold at a size is held against the row of the size the step really ran for it
+    (run_size: 1024 B of all_gather at 3 ranks runs as 1008 B), as nccl-tests prints it; without
+    a size, against the largest size.
+    """
+    if th.size is None:
+        got = summary.get(th.collective)
+        return Measured(
+            where=f"{th.collective} at the largest size",
+            size_bytes=got.size_bytes if got else None,
+            busbw_gbs=got.busbw_gbs if got else None,
+        )
+    match = [
+        r
+        for r in rows
+        if r.collective == th.collective and r.size_bytes == run_size(th.collective, th.size, r.nranks)
     ]
+    ran = {r.size_bytes for r in match} - {th.size}
+    return Measured(
+        where=f"{th.collective} at {th.size} B" + (f" (runs as {min(ran)} B)" if ran else ""),
+        size_bytes=match[0].size_bytes if match else None,
+        busbw_gbs=match[0].out_of_place.busbw_gbs if match else None,
+    )
 
 
 def threshold_failures(plan: Plan, rows: list[CollRow], summary: dict[Collective, CollSummary]) -> list[str]:
     """Reasons this step misses the plan's absolute busbw thresholds (empty when it meets them)."""
     reasons: list[str] = []
     for th in plan.thresholds.busbw:
-        if th.size is None:
-            got = summary.get(th.collective)
-            value = got.busbw_gbs if got else None
-            where = f"{th.collective} at the largest size"
-        else:
-            match = [r for r in rows if r.collective == th.collective and r.size_bytes == th.size]
-            value = match[0].out_of_place.busbw_gbs if match else None
-            where = f"{th.collective} at {th.size} B"
-        if value is None:
-            reasons.append(f"{where}: no measurement for the busbw threshold {th.min_gbs:g} GB/s")
-        elif value < th.min_gbs:
-            reasons.append(f"{where}: busbw {value:.3f} GB/s < threshold {th.min_gbs:g} GB/s")
+        m = busbw_measured(th, rows, summary)
+        if m.busbw_gbs is None:
+            reasons.append(f"{m.where}: no measurement for the busbw threshold {th.min_gbs:g} GB/s")
+        elif m.busbw_gbs < th.min_gbs:
+            reasons.append(f"{m.where}: busbw {m.busbw_gbs:.3f} GB/s < threshold {th.min_gbs:g} GB/s")
     return reasons
 
 

@@ -149,6 +149,9 @@ class Cluster(StrictModel):
         default_factory=dict, description="group name -> node names in inventory order; includes 'all'"
     )
     vars: ClusterVars = Field(default_factory=ClusterVars)
+    warnings: list[str] = Field(
+        default_factory=list, description="what orch assumed while reading the inventory (shown, not fatal)"
+    )
 
     @property
     def names(self) -> list[str]:

@@ -14,9 +14,9 @@ something to a shell never gets past model validation.
 from __future__ import annotations
 
 import re
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import host_name_problem, interface_name_problem
@@ -200,7 +200,12 @@ class PlanFault(StrictModel):
     step: str | int | None = None
     at_s: float = Field(default=10.0, ge=0, description="seconds after the step's workload started")
     target: str
-    duration: float = Field(default=5.0, ge=0)
+    duration: Annotated[
+        float,
+        WithJsonSchema(
+            {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": _DURATION.pattern}]}
+        ),
+    ] = Field(default=5.0, ge=0, description="seconds, or 5s, 250ms, 2m")
     margin_s: float = Field(default=2.0, ge=0.5)
     params: FaultParams = Field(default_factory=FaultParams)
     repeat: int = Field(default=1, ge=1, le=100)

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.fault import PlanFault
-from orchestrator.models.results import COLLECTIVES, Collective
+from orchestrator.models.results import COLLECTIVES, PlanCollective
 
 Backend = Literal["slurm", "local", "auto"]
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+SLURM_WORD = r"^[A-Za-z0-9_.\-]+$"
+"""What a Slurm name from a plan or the command line may hold (partition): no shell, no spaces."""
 _COUNTS_RANGE_RE = re.compile(r"^(\d+|[ng])\.\.(\d+|[ng])(?::x(\d+))?$", re.IGNORECASE)
 
 
@@ -38,6 +40,21 @@ def parse_size(text: str | int) -> int:
     if not m:
         raise ValueError(f"not a size: {text!r} (expected e.g. 8, 1K, 128M, 1G)")
     return int(m.group(1)) * _SUFFIX[m.group(2).lower()]
+
+
+# What the loader takes for a size, as the published JSON Schema says it (`orch schema plan`):
+# bytes as an integer, or a string parse_size reads (8, 1K, 128M, 1G, 2MiB; binary suffixes).
+_SIZE_TEXT = r"^\s*[0-9]+\s*[kmgtKMGT]?([iI]?[bB])?\s*$"
+_SIZE_TEXT_NONZERO = r"^\s*0*[1-9][0-9]*\s*[kmgtKMGT]?([iI]?[bB])?\s*$"
+
+
+def _size_schema(minimum: int, pattern: str) -> WithJsonSchema:
+    forms = [{"type": "integer", "minimum": minimum}, {"type": "string", "pattern": pattern}]
+    return WithJsonSchema({"anyOf": forms})
+
+
+SizeBytes = Annotated[int, _size_schema(1, _SIZE_TEXT_NONZERO)]
+ThresholdSize = Annotated[int, _size_schema(0, _SIZE_TEXT)]
 
 
 def format_size(n: int) -> str:
@@ -137,8 +154,8 @@ class Ladder(StrictModel):
 class SizeRange(StrictModel):
     """Message sizes as nccl-tests takes them: min, max and a multiplication factor (-b/-e/-f)."""
 
-    min: int = Field(ge=1, description="smallest size in bytes (YAML may say 8, 1K, 1M)")
-    max: int = Field(ge=1, description="largest size in bytes")
+    min: SizeBytes = Field(ge=1, description="smallest size in bytes (YAML may say 8, 1K, 1M)")
+    max: SizeBytes = Field(ge=1, description="largest size in bytes")
     factor: int = Field(default=2, ge=2, description="each size is the previous one times this")
 
     @field_validator("min", "max", mode="before")
@@ -166,9 +183,11 @@ class SizeRange(StrictModel):
 class BusbwThreshold(StrictModel):
     """Minimum bus bandwidth of one collective, at one size or (by default) at the largest size."""
 
-    collective: Collective
+    collective: PlanCollective
     min_gbs: float = Field(gt=0, description="minimum busbw in GB/s (1e9 bytes/s, as nccl-tests)")
-    size: int | None = Field(default=None, description="message size in bytes; None = the largest size")
+    size: ThresholdSize | None = Field(
+        default=None, ge=0, description="message size in bytes (8, 1K, 1M); None = the largest size"
+    )
 
     @field_validator("size", mode="before")
     @classmethod
@@ -201,7 +220,7 @@ class Plan(StrictModel):
     name: str = Field(min_length=1)
     description: str = ""
     ladder: Ladder = Field(default_factory=Ladder)
-    collectives: list[Collective] = Field(default_factory=lambda: list(COLLECTIVES), min_length=1)
+    collectives: list[PlanCollective] = Field(default_factory=lambda: list(COLLECTIVES), min_length=1)
     sizes: SizeRange
     dtype: Literal["float"] = "float"
     warmup_iters: int = Field(default=5, ge=0)
@@ -212,7 +231,13 @@ class Plan(StrictModel):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     concurrent_steps: bool = Field(default=False, description="let steps on disjoint nodes run together")
     backend: Backend = "auto"
-    partition: str | None = None
+    partition: str | None = Field(
+        default=None, pattern=SLURM_WORD, description="Slurm partition (letters, digits, _ . - only)"
+    )
+    mixed_vendors: bool = Field(
+        default=False,
+        description="let one step mix nodes of different gpu_vendor (amd, nvidia, none); refused by default",
+    )
     stack: str | None = Field(
         default=None, description="stack the nodes are checked against (default: the inventory's orch_stack)"
     )
@@ -222,7 +247,7 @@ class Plan(StrictModel):
 
     @field_validator("collectives")
     @classmethod
-    def _known(cls, v: list[Collective]) -> list[Collective]:
+    def _known(cls, v: list[PlanCollective]) -> list[PlanCollective]:
         unsupported = [c for c in v if c not in COLLECTIVES]
         if unsupported:
             raise ValueError(f"unsupported collective(s) {unsupported}; choose from {list(COLLECTIVES)}")
@@ -257,5 +282,5 @@ class Step(StrictModel):
     ranks_per_node: int = Field(ge=1)
     nodes: list[str] = Field(description="inventory node names the step runs on")
     world_size: int = Field(ge=1)
-    collectives: list[Collective]
+    collectives: list[PlanCollective]
     sizes: list[int]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field
@@ -11,7 +12,9 @@ from orchestrator.models.base import StrictModel
 Collective = Literal[
     "all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv"
 ]
-COLLECTIVES: tuple[Collective, ...] = (
+PlanCollective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv"]
+"""What a plan may run (collbench runs these; a parsed nccl-tests log may also hold `reduce`)."""
+COLLECTIVES: tuple[PlanCollective, ...] = (
     "all_reduce",
     "all_gather",
     "reduce_scatter",
@@ -19,6 +22,41 @@ COLLECTIVES: tuple[Collective, ...] = (
     "broadcast",
     "sendrecv",
 )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Buffer sizes of one row, in elements, as nccl-tests computes them."""
+
+    count: int  # the count column
+    send: int
+    recv: int
+    size_bytes: int  # the size column
+
+
+def layout(collective: Collective, size_bytes: int, elt: int, nranks: int) -> Layout:
+    """nccl-tests' buffer arithmetic for one requested size (bytes)."""
+    count = size_bytes // elt
+    if collective in ("all_gather", "reduce_scatter", "alltoall"):
+        base = (count // nranks) & ~(16 // elt - 1)
+        if collective == "all_gather":
+            send, recv = base, base * nranks
+        elif collective == "reduce_scatter":
+            send, recv = base * nranks, base
+        else:
+            send = recv = base * nranks
+        return Layout(count=base, send=send, recv=recv, size_bytes=max(send, recv) * elt)
+    return Layout(count=count, send=count, recv=count, size_bytes=count * elt)
+
+
+def run_size(collective: Collective, size_bytes: int, nranks: int, elt: int = 4) -> int:
+    """The size (bytes) a row for a requested size really has at nranks: what the size column says.
+
+    all_gather, reduce_scatter and alltoall round down to whole 16-byte blocks per rank (1024 B
+    at 3 ranks runs as 1008 B); the others round down to whole elements. Pure: the verdict and
+    plan validation use it to match a threshold's size to the row it means.
+    """
+    return layout(collective, size_bytes, elt, nranks).size_bytes
 
 
 class PlaceResult(StrictModel):

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.metrics import verdict as V
+from orchestrator.models.plan import format_size
 from orchestrator.pipeline import StepResult
 from orchestrator.store.load import RunRecord
+from orchestrator.text import plural
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,64 @@ def _reason_matches(name: str, reason: str) -> bool:
     if name.startswith("baseline "):
         return "baseline" in reason
     return "scaling efficiency" in reason
+
+
+@dataclass(frozen=True)
+class ThresholdRow:
+    """One threshold of the plan on one finished step: what it requires against what was measured."""
+
+    step: str
+    threshold: str
+    required: str
+    measured: str
+    outcome: V.Verdict
+
+
+def threshold_rows(rec: RunRecord) -> list[ThresholdRow]:
+    """Every threshold of the plan on every finished step, required against measured.
+
+    busbw is measured here the way the verdict measures it (verdict.busbw_measured); the outcome
+    of the baseline and scaling-efficiency thresholds is the step's own reasons, so the table
+    never disagrees with the verdict.
+    """
+    plan = rec.plan
+    if plan is None:
+        return []
+    out: list[ThresholdRow] = []
+    th = plan.thresholds
+    for s in rec.steps:
+        if s.verdict == "skipped":
+            continue
+        sid = s.step.id
+        for b in th.busbw:
+            m = V.busbw_measured(b, s.rows, s.summary)
+            name = f"busbw {b.collective}@{format_size(b.size) if b.size is not None else 'largest size'}"
+            outcome: V.Verdict = "pass" if m.busbw_gbs is not None and m.busbw_gbs >= b.min_gbs else "fail"
+            got = "no measurement"
+            if m.busbw_gbs is not None:
+                got = f"{m.busbw_gbs:.4g} GB/s" + (f" at {format_size(m.size_bytes)}" if m.size_bytes else "")
+            out.append(ThresholdRow(sid, name, f">= {b.min_gbs:g} GB/s", got, outcome))
+        if th.baseline is not None:
+            below = [r for r in s.reasons if "baseline" in r]
+            got = f"{plural(len(below), 'row')} below" if below else "every row at or above"
+            need = f">= {th.baseline.min_fraction:g} x baseline"
+            out.append(
+                ThresholdRow(sid, f"baseline {th.baseline.name}", need, got, "fail" if below else "pass")
+            )
+        if th.min_scaling_efficiency is not None:
+            effs = [(x.efficiency, c) for c, x in s.summary.items() if x.efficiency is not None]
+            got = "{:.2f} ({})".format(*min(effs)) if effs else "no reference"
+            failed = any("scaling efficiency" in r for r in s.reasons)
+            out.append(
+                ThresholdRow(sid, "scaling efficiency", f">= {th.min_scaling_efficiency:g}", got,
+                             "fail" if failed else "pass")
+            )  # fmt: skip
+    return out
+
+
+def step_wrong(s: StepResult) -> int:
+    """#wrong of a step: wrong elements over every row and placement (0 when unchecked)."""
+    return sum(x.wrong for x in s.summary.values())
 
 
 def rel_link(target: Path, report_dir: Path | None) -> str:

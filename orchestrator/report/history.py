@@ -20,6 +20,7 @@ from pydantic import Field
 from orchestrator.models.base import StrictModel
 from orchestrator.report import svg
 from orchestrator.store.db import ResultsStore
+from orchestrator.text import plural
 
 _MAD = 1.4826
 
@@ -180,7 +181,7 @@ def render_history_html(h: History) -> str:
         ".plots{display:flex;flex-wrap:wrap;gap:12px} svg .frame{fill:none;stroke:#999}"
         "svg .grid{stroke:#eee}"
         "svg .line{fill:none;stroke-width:1.6} svg.plot{font-size:11px}</style></head><body>"
-        f"<h1>orch history: {escape(h.plan or 'all plans')} ({len(h.nights)} runs)</h1>"
+        f"<h1>orch history: {escape(h.plan or 'all plans')} ({plural(len(h.nights), 'run')})</h1>"
         f"<h2>Regressions of the latest run</h2><ul>{regs}</ul>"
         f'<div class="plots">{"".join(plots)}</div>'
         f"<h2>Key figures (busbw GB/s at the largest size)</h2><table><tr><th>started</th><th>run</th>"

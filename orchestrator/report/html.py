@@ -18,8 +18,16 @@ from orchestrator.models.plan import format_size
 from orchestrator.models.results import COLLECTIVES
 from orchestrator.plan import plan_to_yaml
 from orchestrator.report import svg
-from orchestrator.report.common import rel_link, scaling_points, step_logs, step_notes
+from orchestrator.report.common import (
+    rel_link,
+    scaling_points,
+    step_logs,
+    step_notes,
+    step_wrong,
+    threshold_rows,
+)
 from orchestrator.store.load import RunRecord
+from orchestrator.text import plural
 
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;
@@ -34,6 +42,7 @@ vertical-align:top} th{background:#f5f5f5} td.num{text-align:right;font-variant-
 svg.plot{background:#fff;border:1px solid #eee;font-size:11px} svg .frame{fill:none;stroke:#999}
 svg .grid{stroke:#eee} svg .line{fill:none;stroke-width:1.6} svg .title{font-weight:600;font-size:13px}
 svg .label{font-size:12px} .warn{color:#b26a00} .muted{color:#777}
+.refused{color:#c62828;font-weight:600} td.bad{color:#c62828;font-weight:600}
 """
 
 _TEMPLATE = """<!DOCTYPE html>
@@ -47,22 +56,30 @@ _TEMPLATE = """<!DOCTYPE html>
 <p class="muted">plan <b>{{ r.plan_name }}</b> · backend {{ r.backend }} · exit {{ r.exit_code
  if r.exit_code is not none else "-" }} · report made {{ now }} by orch {{ version }} from {{ r.run_dir }}</p>
 {% for w in r.warnings %}<p class="warn">warning: {{ w }}</p>{% endfor %}
+{% if r.error %}<p class="refused" id="why">{{ "refused" if not done else "stopped" }}: {{ r.error }}</p>{% endif %}
 <h2 id="who">Who, what, when</h2>
 <table>
 <tr><th>started</th><td>{{ r.started_at or "-" }}</td><th>finished</th><td>{{ r.finished_at or "not finished" }}</td></tr>
 <tr><th>user</th><td>{{ r.user or "-" }}</td><th>host</th><td>{{ r.host or "-" }}</td></tr>
 <tr><th>wall time</th><td>{{ "%.1f s"|format(r.wall_s) if r.wall_s is not none else "-" }}</td>
-<th>steps</th><td>{{ done }} of {{ r.step_ids|length }} finished{% if r.resumes %}, resumed {{ r.resumes }} times{% endif %}</td></tr>
+<th>steps</th><td>{{ done }} of {{ r.step_ids|length }} finished{% if r.resumes %}, resumed {{ plural(r.resumes, "time") }}{% endif %}</td></tr>
 <tr><th>command</th><td colspan="3"><code>{{ r.command or "-" }}</code></td></tr>
 </table>
 
 {% if r.step_ids or not r.request %}<h2 id="steps">Steps</h2>
-<table><tr><th>step</th><th>nodes</th><th>ranks</th><th>job</th><th>state</th><th>verdict</th><th>reasons</th><th>raw logs</th></tr>
+<table><tr><th>step</th><th>nodes</th><th>ranks</th><th>job</th><th>state</th><th>#wrong</th><th>verdict</th><th>reasons</th><th>raw logs</th></tr>
 {% for s in steps %}<tr><td>{{ s.id }}</td><td>{{ s.nodes }}</td><td class="num">{{ s.ranks }}</td><td>{{ s.job }}</td>
-<td>{{ s.state }}</td><td><span class="badge v-{{ s.verdict }}">{{ s.verdict }}</span></td>
+<td>{{ s.state }}</td><td class="num{{ ' bad' if s.wrong else '' }}">{{ s.wrong }}</td><td><span class="badge v-{{ s.verdict }}">{{ s.verdict }}</span></td>
 <td>{% for x in s.reasons %}{{ x }}<br>{% endfor %}</td>
 <td>{% for name, href in s.logs %}<a href="{{ href }}">{{ name }}</a> {% endfor %}</td></tr>
 {% endfor %}</table>
+
+<h2 id="thresholds">Thresholds</h2>
+{% if thresholds %}<table><tr><th>step</th><th>threshold</th><th>required</th><th>measured</th><th>verdict</th></tr>
+{% for t in thresholds %}<tr><td>{{ t.step }}</td><td>{{ t.threshold }}</td><td class="num">{{ t.required }}</td>
+<td class="num">{{ t.measured }}</td><td><span class="badge v-{{ t.outcome }}">{{ t.outcome }}</span></td></tr>
+{% endfor %}</table>{% elif r.plan %}<p class="muted">No performance thresholds in this plan: steps are judged on
+completion and correctness (#wrong) only.</p>{% else %}<p class="muted">No plan in this run directory.</p>{% endif %}
 
 <h2 id="nodes">Per-node verdicts</h2>
 <table><tr><th>node</th><th>verdict</th></tr>
@@ -96,7 +113,7 @@ _TEMPLATE = """<!DOCTYPE html>
 {% endif %}{% if not r.drift and not r.fingerprint %}<p class="muted">No fingerprint was taken in this run.</p>{% endif %}
 
 <h2 id="inputs">Resolved plan, inventory and stack</h2>
-<details open><summary>Inventory ({{ inv|length }} nodes)</summary>
+<details open><summary>Inventory ({{ plural(inv|length, "node") }})</summary>
 <table><tr><th>node</th><th>address</th><th>fabric</th><th>vendor</th><th>GPUs</th><th>RDMA</th><th>runtime</th></tr>
 {% for n in inv %}<tr>{% for v in n %}<td>{{ v }}</td>{% endfor %}</tr>{% endfor %}</table></details>
 <details><summary>Plan</summary><pre>{{ plan_yaml }}</pre></details>
@@ -108,6 +125,7 @@ _TEMPLATE = """<!DOCTYPE html>
 """
 
 _env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+_env.globals["plural"] = plural
 _tmpl = _env.from_string(_TEMPLATE)
 
 
@@ -135,7 +153,9 @@ def _coll_plots(rec: RunRecord) -> tuple[list[Markup], list[tuple[str, dict[str,
             pts = sorted((r.size_bytes, r.out_of_place.busbw_gbs) for r in s.rows if r.collective == coll)
             if pts:
                 series.append(
-                    svg.Series(f"{s.step.id} ({s.step.world_size} ranks)", [(float(x), y) for x, y in pts])
+                    svg.Series(
+                        f"{s.step.id} ({plural(s.step.world_size, 'rank')})", [(float(x), y) for x, y in pts]
+                    )
                 )
             for x, y in pts:
                 grid.setdefault(x, {})[s.step.id] = y
@@ -216,6 +236,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
             "id": sid, "nodes": ", ".join(s.step.nodes) if s else "-",
             "ranks": s.step.world_size if s else "-", "job": (s.job_id if s else None) or "-",
             "state": s.job.raw_state if s and s.job else "-", "verdict": s.verdict if s else "skipped",
+            "wrong": step_wrong(s) if s and s.rows else "-",
             "reasons": step_notes(s) if s else ["not run"], "logs": logs,
         })  # fmt: skip
     coll_plots, coll_tables = _coll_plots(rec)
@@ -232,7 +253,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         r=rec, css=_CSS, version=__version__, now=datetime.now(UTC).isoformat(timespec="seconds"),
         done=len([s for s in rec.steps if s.verdict != "skipped"]), steps=steps,
         coll_plots=coll_plots, coll_tables=coll_tables, scaling_plot=scaling_plot, eff_plot=eff_plot,
-        recovery_plots=_recovery(rec), inv=inv, links=links,
+        recovery_plots=_recovery(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
         plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
         (json.dumps(rec.request, indent=2) if rec.request else "(plan.json missing)"),
         stack=json.dumps(rec.stack, indent=2) if rec.stack else "(no stack.json in this run)",

@@ -23,6 +23,7 @@ from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.pipeline import RunResult, StepResult
 from orchestrator.store.rundir import RunDir
+from orchestrator.text import plural
 
 RunStatus = Literal["accepted", "failed", "infra", "interrupted", "running"]
 STEP_RESULT = "result.json"
@@ -41,6 +42,7 @@ class RunRecord(StrictModel):
     backend: str
     status: RunStatus
     exit_code: int | None = None
+    error: str | None = Field(default=None, description="why the run was refused or stopped, as journaled")
     started_at: datetime | None = None
     finished_at: datetime | None = None
     wall_s: float | None = None
@@ -61,6 +63,9 @@ class RunRecord(StrictModel):
         default=None, description="a recovery-test run's resolved request (recovery-test.json)"
     )
     warnings: list[str] = Field(default_factory=list, description="files that could not be read")
+    unreadable: dict[str, str] = Field(
+        default_factory=dict, description="step id -> its result file that exists but cannot be read"
+    )
     resumes: int = 0
 
     @property
@@ -77,28 +82,35 @@ def step_result_path(run_dir: Path, step_id: str) -> Path:
     return run_dir / "steps" / step_id / STEP_RESULT
 
 
-def _json_file(path: Path, warnings: list[str]) -> dict[str, Any] | None:
+def _shown(path: Path, root: Path | None) -> str:
+    """path relative to the run directory (steps/n1xg2/result.json), or as given outside it."""
+    if root is not None and path.is_relative_to(root):
+        return str(path.relative_to(root))
+    return str(path)
+
+
+def _json_file(path: Path, warnings: list[str], root: Path | None = None) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        warnings.append(f"{path.name}: unreadable ({e})")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        warnings.append(f"{_shown(path, root)}: unreadable ({e})")
         return None
     if not isinstance(data, dict):
-        warnings.append(f"{path.name}: not a JSON object")
+        warnings.append(f"{_shown(path, root)}: not a JSON object")
         return None
     return data
 
 
-def _model(cls: type[M], path: Path, warnings: list[str]) -> M | None:
-    data = _json_file(path, warnings)
+def _model(cls: type[M], path: Path, warnings: list[str], root: Path | None = None) -> M | None:
+    data = _json_file(path, warnings, root)
     if data is None:
         return None
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        warnings.append(f"{path.relative_to(path.parents[0])}: invalid ({e.error_count()} errors)")
+        warnings.append(f"{_shown(path, root)}: invalid ({plural(e.error_count(), 'error')})")
         return None
 
 
@@ -127,12 +139,15 @@ def load_run(run_dir: Path) -> RunRecord:
     finish = next(
         (e for i, e in enumerate(events) if e.get("event") == "run_finished" and i > last_start), None
     )
-    plan = _model(Plan, run_dir / "plan.json", warnings)
-    cluster = _model(Cluster, run_dir / "inventory.json", warnings)
-    result = _model(RunResult, run_dir / "result.json", warnings) if finish is not None else None
+    plan = _model(Plan, run_dir / "plan.json", warnings, run_dir)
+    cluster = _model(Cluster, run_dir / "inventory.json", warnings, run_dir)
+    result_path = run_dir / "result.json"
+    before = len(warnings)
+    result = _model(RunResult, result_path, warnings, run_dir) if finish is not None else None
+    result_unreadable = len(warnings) > before
 
     step_ids = [str(s) for s in started.get("steps", [])]
-    planned = _json_file(run_dir / STEPS_FILE, warnings)
+    planned = _json_file(run_dir / STEPS_FILE, warnings, run_dir)
     ladder: list[Step] = []
     if planned is not None:
         try:
@@ -140,14 +155,19 @@ def load_run(run_dir: Path) -> RunRecord:
             step_ids = [s.id for s in ladder]
         except ValidationError:
             warnings.append(f"{STEPS_FILE}: invalid")
+    unreadable: dict[str, str] = {}
     if result is not None:
         steps = list(result.steps)
     else:
         steps = []
         for sid in step_ids:
-            res = _model(StepResult, step_result_path(run_dir, sid), warnings)
+            path = step_result_path(run_dir, sid)
+            before = len(warnings)
+            res = _model(StepResult, path, warnings, run_dir)
             if res is not None:
                 steps.append(res)
+            elif len(warnings) > before:
+                unreadable[sid] = _shown(path, run_dir)
         V.apply_efficiency([s.summary for s in steps])
     if not step_ids:
         step_ids = [s.step.id for s in steps]
@@ -163,6 +183,11 @@ def load_run(run_dir: Path) -> RunRecord:
         status = "running"
     else:
         status = "interrupted"
+    if status == "accepted" and (unreadable or result_unreadable):
+        # The verdict cannot be checked: a damaged result is never read as a pass.
+        damaged = list(unreadable.values()) or [_shown(result_path, run_dir)]
+        warnings.append(f"not accepted: {', '.join(damaged)} cannot be read")
+        status = "failed"
 
     nodes = dict(result.nodes) if result is not None else {}
     if not nodes and cluster is not None:
@@ -174,7 +199,7 @@ def load_run(run_dir: Path) -> RunRecord:
     rec_dir = run_dir / "recovery"
     if rec_dir.is_dir():
         for path in sorted(rec_dir.glob("*.json")):
-            rec = _model(RecoveryRecord, path, warnings)
+            rec = _model(RecoveryRecord, path, warnings, run_dir)
             if rec is not None:
                 recovery.append(rec)
         recovery.sort(key=lambda r: (r.step or "", r.fault, r.repeat, r.injected_at))
@@ -192,6 +217,7 @@ def load_run(run_dir: Path) -> RunRecord:
         backend=str(started.get("backend") or "?"),
         status=status,
         exit_code=(result.exit_code if result else (finish or {}).get("exit_code")),
+        error=str(finish["error"]) if finish and finish.get("error") else None,
         started_at=_time(started),
         finished_at=_time(finish),
         wall_s=(result.wall_s if result else (finish or {}).get("wall_s")),
@@ -205,11 +231,12 @@ def load_run(run_dir: Path) -> RunRecord:
         steps=steps,
         nodes=nodes,
         recovery=recovery,
-        stack=_json_file(run_dir / "stack.json", warnings),
-        fingerprint=_json_file(run_dir / "fingerprint.json", warnings),
-        drift=_json_file(run_dir / "drift.json", warnings),
-        request=_json_file(run_dir / REQUEST_FILE, warnings),
+        stack=_json_file(run_dir / "stack.json", warnings, run_dir),
+        fingerprint=_json_file(run_dir / "fingerprint.json", warnings, run_dir),
+        drift=_json_file(run_dir / "drift.json", warnings, run_dir),
+        request=_json_file(run_dir / REQUEST_FILE, warnings, run_dir),
         warnings=warnings,
+        unreadable=unreadable,
         resumes=sum(1 for e in events if e.get("event") == "run_resumed"),
     )
 

@@ -47,7 +47,7 @@ from typing import Any
 
 from orchestrator.errors import ConfigError
 from orchestrator.metrics.busbw import algbw_gbs, busbw_factor
-from orchestrator.models.results import COLLECTIVES, Collective, CollRow, PlaceResult
+from orchestrator.models.results import COLLECTIVES, Collective, CollRow, Layout, PlaceResult, layout
 from orchestrator.plan import parse_sizes
 
 ORCH_JSON_PREFIX = "#orch-json "
@@ -81,16 +81,6 @@ class Dist:
     local_rank: int
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Buffer sizes of one row, in elements, as nccl-tests computes them."""
-
-    count: int  # the count column
-    send: int
-    recv: int
-    size_bytes: int  # the size column
-
-
 def rank_env(env: dict[str, str] | os._Environ[str]) -> Dist:
     """Rank, world size and local rank from torchrun-style or Slurm env; raises UsageError."""
     if "RANK" in env and "WORLD_SIZE" in env:
@@ -119,21 +109,6 @@ def channel_slices(count: int, elt: int, channels: int, min_bytes: int = CHANNEL
         return [slice(0, count)]
     step = -(-count // k)
     return [slice(i, min(i + step, count)) for i in range(0, count, step)]
-
-
-def layout(collective: Collective, size_bytes: int, elt: int, nranks: int) -> Layout:
-    """nccl-tests' buffer arithmetic for one requested size (bytes)."""
-    count = size_bytes // elt
-    if collective in ("all_gather", "reduce_scatter", "alltoall"):
-        base = (count // nranks) & ~(16 // elt - 1)
-        if collective == "all_gather":
-            send, recv = base, base * nranks
-        elif collective == "reduce_scatter":
-            send, recv = base * nranks, base
-        else:
-            send = recv = base * nranks
-        return Layout(count=base, send=send, recv=recv, size_bytes=max(send, recv) * elt)
-    return Layout(count=count, send=count, recv=count, size_bytes=count * elt)
 
 
 def fmt_float(value: float, width: int) -> str:

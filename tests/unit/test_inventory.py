@@ -399,3 +399,15 @@ def test_4096_nodes_with_ranges_and_groups(tmp_path: Path) -> None:
     ]
     assert len(cluster.select("amd")) == 2048
     assert elapsed < 10  # the target is 3 s for load + plan; generous here so that slow CI does not flake
+
+
+def test_undefined_variable_named_as_such(tmp_path: Path) -> None:
+    """Issue 12 (new user 9): an undefined variable in a template is reported as one, naming the
+    file, the host and the variable, not as 'shell metacharacters'."""
+    path = write(tmp_path, '[g]\nn1 ansible_host="{{ nosuchvar }}.lab"\nn2 ansible_host=10.0.0.2\n')
+    message = refused(path)
+    assert "1 problem" in message
+    assert "host n1: ansible_host='{{ nosuchvar }}.lab'" in message
+    assert "undefined variable 'nosuchvar'" in message
+    assert str(path) in message
+    assert "metacharacters" not in message

@@ -1,0 +1,8 @@
+"""Small wording helpers shared by every report and message (bottom layer: imports nothing of orch)."""
+
+from __future__ import annotations
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 rank', '2 ranks', '0 nodes'; `many` for irregular plurals ('1 repeat', 'entries')."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
