@@ -52,7 +52,8 @@ _TEMPLATE = """<!DOCTYPE html>
 <tr><th>started</th><td>{{ r.started_at or "-" }}</td><th>finished</th><td>{{ r.finished_at or "not finished" }}</td></tr>
 <tr><th>user</th><td>{{ r.user or "-" }}</td><th>host</th><td>{{ r.host or "-" }}</td></tr>
 <tr><th>wall time</th><td>{{ "%.1f s"|format(r.wall_s) if r.wall_s is not none else "-" }}</td>
-<th>steps</th><td>{{ done }} of {{ r.step_ids|length }} finished{% if r.resumes %}, resumed {{ r.resumes }} times{% endif %}</td></tr>
+{% if r.request %}<th>repeats</th><td>{{ r.recovery|length }} of {{ r.request.repeat }} done</td></tr>
+{% else %}<th>steps</th><td>{{ done }} of {{ r.step_ids|length }} finished{% if r.resumes %}, resumed {{ r.resumes }} times{% endif %}</td></tr>{% endif %}
 <tr><th>command</th><td colspan="3"><code>{{ r.command or "-" }}</code></td></tr>
 </table>
 
@@ -83,11 +84,12 @@ _TEMPLATE = """<!DOCTYPE html>
 <h2 id="recovery">Recovery</h2>
 {% if recovery_plots %}<div class="plots">{% for p in recovery_plots %}{{ p }}{% endfor %}</div>
 <table><tr><th>fault</th><th>kind</th><th>target</th><th>step</th><th>repeat</th><th>detect s</th><th>recover s</th>
-<th>restore s</th><th>steps lost</th><th>outcome</th></tr>
+<th>restore s</th><th>steps lost</th><th>outcome</th><th>notes (why a figure is absent)</th></tr>
 {% for f in r.recovery %}<tr><td>{{ f.fault_id }}</td><td>{{ f.fault }}</td><td>{{ f.target }}</td><td>{{ f.step or "-" }}</td>
 <td class="num">{{ f.repeat }}</td>{% for v in [f.timings.detect_s, f.timings.recover_s, f.timings.restore_s] %}
-<td class="num">{{ "%.3f"|format(v) if v is not none else "-" }}</td>{% endfor %}
-<td class="num">{{ f.timings.steps_lost if f.timings.steps_lost is not none else "-" }}</td><td>{{ f.outcome }}</td></tr>
+<td class="num">{{ "%.3f"|format(v) if v is not none else "—" }}</td>{% endfor %}
+<td class="num">{{ f.timings.steps_lost if f.timings.steps_lost is not none else "—" }}</td><td>{{ f.verdict or f.outcome }}</td>
+<td>{{ f.notes|join("; ") }}</td></tr>
 {% endfor %}</table>{% else %}<p class="muted">No faults were injected in this run.</p>{% endif %}
 
 <h2 id="fingerprint">Fingerprint and drift</h2>
