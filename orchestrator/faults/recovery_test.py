@@ -461,10 +461,11 @@ def _run(
         band = rmetrics.band_of(_completed(out_dir, offsets))
         for k in range(req.repeat):
             # Steps of the last repeat's recovery are not steady state: wait for a run in the band.
-            wait_steps(out_dir, offsets, req.settle_steps, after=time.monotonic(), timeout=120)
+            settle_from = time.monotonic()
+            wait_steps(out_dir, offsets, req.settle_steps, after=settle_from, timeout=120)
             unsteady = None
             if band is not None:
-                unsteady = wait_steady(out_dir, offsets, band, req.settle_steps, after=time.monotonic(),
+                unsteady = wait_steady(out_dir, offsets, band, req.settle_steps, after=settle_from,
                                        timeout=req.settle_timeout_s, gap_s=req.gap_s)  # fmt: skip
             offsets = measure_offsets(cluster, shells, aliases)
             rundir.event("clock_offsets", offsets=offsets, aliases=aliases, repeat=k)
@@ -486,7 +487,8 @@ def _run(
             results.append(result)
             record = _write_record(run_root, result, fault, req, out_dir, offsets)
             rundir.event("recovery_done", fault=record.fault_id, repeat=k, verdict=result.verdict,
-                         timings=record.timings.model_dump(), restarts=result.restarts)  # fmt: skip
+                         timings=record.timings.model_dump(), restarts=result.restarts,
+                         steady=result.steady)  # fmt: skip
             store.event("recovery_done", {})
     finally:
         job.stop()
