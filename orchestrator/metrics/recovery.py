@@ -11,15 +11,17 @@ With t0 the injection instant (docs/faults.md says the same, in the same words):
   With neither, nothing detected the fault: detect is absent (None) and a note says why; the
   stall is recorded as what it is (``stall_at_s``, ``stall_s``);
 - recover: the completion, by the last rank, of the first step that *every* rank began at or
-  after t0; after a restart it must be a step of a new generation; after a stall it must have been
-  begun by every rank after the (last) stall began and completed after it ended (the step in
-  flight across the stall is not a recovery);
+  after t0; after a restart it must be a step of a new generation; after a stall (the last one
+  longer than ``gap_s``) it must have been begun by every rank less than ``gap_s`` before the
+  stall ended: the step in flight across the stall is not a recovery;
 - restore: the first completion from recover on where the rolling median busbw (5 steps) is
-  back within 5% of the pre-fault median (one rank moves no bytes, busbw 0: step speed instead);
+  back within 5% of the pre-fault median, and after every completion below that band up to
+  ``gap_s`` after the fault ended (a flap dips again and again while held); one rank moves no
+  bytes (busbw 0): step speed instead;
 - steps lost: step numbers completed before and done again after a restart;
 - no interruption: no error, no new generation, and no gap longer than ``gap_s``: the probe rode
-  through. Then nothing recovered (recover is None); restore is the end of the busbw dip, if the
-  rolling median left the band at all.
+  through. Then nothing recovered (recover is None); restore is the end of the busbw dip (as
+  above, from the first completion below the band), if the rolling median left the band at all.
 """
 
 from __future__ import annotations
@@ -235,6 +237,14 @@ def _rolling_median(values: list[float], i: int) -> float:
     return statistics.median(values[max(0, i - ROLL + 1) : i + 1])
 
 
+def _back_in_band(seq: Sequence[Completed], in_band: list[bool], first: int, held_until: float) -> int | None:
+    """The first index from ``first`` on that is in band and after every out-of-band completion
+    up to ``held_until`` (a flap or throttle dips again and again while it is held)."""
+    outs = [i for i in range(first, len(seq)) if not in_band[i] and seq[i].end_last <= held_until]
+    start = max(first, outs[-1] + 1) if outs else first
+    return next((i for i in range(start, len(seq)) if in_band[i]), None)
+
+
 def analyse(
     recs: list[dict[str, Any]],
     *,
@@ -319,13 +329,14 @@ def analyse(
         base.notes.append(f"stalled: no step completed for {open_gap:.1f} s")
         return base
     levels = [band.level_of(c) for c in seq]
+    held_until = t0 if fault_end is None else max(fault_end, t0)
     in_band = [_rolling_median(levels, i) >= RESTORE_FRACTION * band.level for i in range(len(seq))]
     ratios = [_rolling_median(levels, i) / band.level for i in range(1, len(seq))]
     base.busbw_min_ratio = min(ratios) if ratios else None
     if not interrupted:
         base.verdict = "no-interruption"
         dip = next((i for i in range(1, len(seq)) if not in_band[i]), None)
-        back = None if dip is None else next((i for i in range(dip, len(seq)) if in_band[i]), None)
+        back = None if dip is None else _back_in_band(seq, in_band, dip, held_until + gap_s)
         if back is not None:
             base.restore_s = seq[back].end_last - t0
         tail = ", not back within the window" if dip is not None and back is None else ""
@@ -339,7 +350,8 @@ def analyse(
     def recovers(c: Completed) -> bool:
         if c.start_first < t0 or (restarts and c.gen <= gen_before):
             return False
-        return last_stall is None or (c.start_first >= last_stall[1] and c.end_last > last_stall[2])
+        # The step in flight across the stall (begun more than gap_s before it ended) is not one.
+        return last_stall is None or c.start_first >= last_stall[2] - gap_s
 
     # After a restart only the new generation's steps count (the old one may finish a step or two
     # between the call and the moment the fault lands, e.g. podman restart's stop timeout).
@@ -349,7 +361,7 @@ def analyse(
         base.notes.append(f"no step begun by every rank after the fault completed within {window_s:g} s")
         return base
     base.recover_s = post[rec_i].end_last - t0
-    back = next((i for i in range(rec_i + 1, len(seq)) if in_band[i]), None)  # seq = [pre[-1], *post]
+    back = _back_in_band(seq, in_band, rec_i + 1, held_until + gap_s)  # seq = [pre[-1], *post]
     if back is not None:
         base.restore_s = seq[back].end_last - t0
     done_before = {c.step for c in steps if c.gen <= gen_before and c.end_last < t0 + window_s}

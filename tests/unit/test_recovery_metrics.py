@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import lzma
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +261,37 @@ def test_medians_out_of_order_and_left_out_repeats_are_explained() -> None:
     (order,) = [n for n in notes if "median" in n and "above" in n]
     assert "detect median (2.750 s, n=2)" in order and "holds in 2 of the 2" in order
     assert order_notes(3.0, 1.0, 2.0) and not order_notes(1.0, 2.0, 3.0)
+
+
+PROBE = Path(__file__).parents[1] / "fixtures" / "probe"
+
+
+def _lab_flap() -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, float]]:
+    with lzma.open(PROBE / "lab-link-flap-hb.jsonl.xz", "rt", encoding="utf-8") as fh:
+        recs = [json.loads(line) for line in fh]
+    fault = json.loads((PROBE / "lab-link-flap-fault.json").read_text())
+    offsets = json.loads((PROBE / "lab-link-flap-offsets.json").read_text())["offsets"]
+    return recs, fault, offsets
+
+
+def test_recorded_lab_link_flap_reads_as_what_it_was() -> None:
+    recs, fault, offsets = _lab_flap()
+    t0, end = fault["injected_at_mono"], fault["t_revert_mono"]
+    r = analyse(recs, t0=t0, offsets=offsets, fault_id=fault["id"], kind="link-flap", fault_end=end)
+    steps = completed_steps(recs, offsets)
+    seq = [c for c in steps if c.end_last < t0][-1:] + [c for c in steps if c.end_last >= t0]
+    worst_gap = max(b.end_last - a.end_last for a, b in itertools.pairwise(seq))
+    assert r.held_s == pytest.approx(end - t0)
+    assert worst_gap <= 1.0  # so the probe rode through: no error, no restart, no stall
+    assert r.verdict == "no-interruption" and r.detect_s is None and r.recover_s is None
+    # the flap dipped busbw again and again while held: restore is after the deepest dip, not
+    # the first return to the band a few steps after the injection
+    bw = [c.busbw for c in seq]
+    rolling = [statistics.median(bw[max(0, i - 4) : i + 1]) for i in range(len(seq))]
+    deepest = seq[min(range(1, len(seq)), key=lambda i: rolling[i])].end_last - t0
+    assert r.busbw_min_ratio is not None and r.busbw_min_ratio < 0.95
+    assert r.restore_s is not None and r.restore_s > deepest
+    # the same lines with node1's offset missing: refused, never read with offset 0
+    with pytest.raises(FaultError, match="node1"):
+        analyse(recs, t0=t0, offsets={k: v for k, v in offsets.items() if k != "node1"}, fault_id="f",
+                kind="link-flap")  # fmt: skip
