@@ -15,9 +15,9 @@ With t0 the injection instant (docs/faults.md says the same, in the same words):
   longer than ``gap_s``) it must have been begun by every rank less than ``gap_s`` before the
   stall ended: the step in flight across the stall is not a recovery;
 - restore: the first completion from recover on where the rolling median busbw (5 steps) is
-  back within 5% of the pre-fault median, and after every completion below that band up to
-  ``gap_s`` after the fault ended (a flap dips again and again while held); one rank moves no
-  bytes (busbw 0): step speed instead;
+  back within 5% of the pre-fault median, and after every completion below that band while the
+  fault was held (a flap dips again and again while held); one rank moves no bytes (busbw 0):
+  step speed instead;
 - steps lost: step numbers completed before and done again after a restart;
 - no interruption: no error, no new generation, and no gap longer than ``gap_s``: the probe rode
   through. Then nothing recovered (recover is None); restore is the end of the busbw dip (as
@@ -336,7 +336,7 @@ def analyse(
     if not interrupted:
         base.verdict = "no-interruption"
         dip = next((i for i in range(1, len(seq)) if not in_band[i]), None)
-        back = None if dip is None else _back_in_band(seq, in_band, dip, held_until + gap_s)
+        back = None if dip is None else _back_in_band(seq, in_band, dip, held_until)
         if back is not None:
             base.restore_s = seq[back].end_last - t0
         tail = ", not back within the window" if dip is not None and back is None else ""
@@ -361,7 +361,7 @@ def analyse(
         base.notes.append(f"no step begun by every rank after the fault completed within {window_s:g} s")
         return base
     base.recover_s = post[rec_i].end_last - t0
-    back = _back_in_band(seq, in_band, rec_i + 1, held_until + gap_s)  # seq = [pre[-1], *post]
+    back = _back_in_band(seq, in_band, rec_i + 1, held_until)  # seq = [pre[-1], *post]
     if back is not None:
         base.restore_s = seq[back].end_last - t0
     done_before = {c.step for c in steps if c.gen <= gen_before and c.end_last < t0 + window_s}

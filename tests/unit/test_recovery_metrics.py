@@ -295,3 +295,19 @@ def test_recorded_lab_link_flap_reads_as_what_it_was() -> None:
     with pytest.raises(FaultError, match="node1"):
         analyse(recs, t0=t0, offsets={k: v for k, v in offsets.items() if k != "node1"}, fault_id="f",
                 kind="link-flap")  # fmt: skip
+
+
+def test_recorded_lab_pause_recovers_one_step_after_the_measured_hold() -> None:
+    # The planted-pause lab test, offline on a recorded pause: SIGSTOP of node2's rank 3 for 3 s.
+    with lzma.open(PROBE / "lab-pause-worker-hb.jsonl.xz", "rt", encoding="utf-8") as fh:
+        recs = [json.loads(line) for line in fh]
+    fault = json.loads((PROBE / "lab-pause-worker-fault.json").read_text())
+    offsets = json.loads((PROBE / "lab-pause-worker-offsets.json").read_text())["offsets"]
+    t0, end = fault["injected_at_mono"], fault["t_revert_mono"]
+    r = analyse(recs, t0=t0, offsets=offsets, fault_id=fault["id"], kind="pause-worker", fault_end=end)
+    assert r.verdict == "recovered" and r.held_s == pytest.approx(end - t0)
+    assert r.recover_s is not None and r.step_median_s is not None
+    assert abs(r.recover_s - (r.held_s + r.step_median_s)) <= 0.100
+    assert r.detect_s is None and r.stall_s is not None and r.stall_s > r.held_s - 0.1
+    assert r.restore_s is not None and r.restore_s >= r.recover_s
+    assert not [n for n in r.notes if n.startswith("order:")]
