@@ -186,6 +186,8 @@ def _recovery(rec: RunRecord) -> list[Markup]:
             by_rank.setdefault(hb.rank, []).append((hb.t_s, float(hb.step)))
         series = [svg.Series(f"rank {r}", sorted(p), lines=False) for r, p in sorted(by_rank.items())]
         marks = [svg.Marker(0.0, "fault", "#c62828")]
+        if f.stall_at_s is not None:  # a stall nothing detected is marked as what it is
+            marks.append(svg.Marker(f.stall_at_s, "stall", "#777777"))
         t = f.timings
         for label, v, colour in (("detect", t.detect_s, "#ff7f0e"), ("recover", t.recover_s, "#1f77b4"),
                                  ("restore", t.restore_s, "#2a8a2a")):  # fmt: skip

@@ -86,7 +86,7 @@ def _fake_run(recover: tuple[float, ...]) -> Any:
             t0 = T0 + 60 * k
             r = RecoveryResult(fault_id=f"kill-{k}", kind=req.kind, repeat=k, injected_at_mono=t0,
                                verdict="recovered", detect_s=0.2, recover_s=rec_s, restore_s=rec_s + 1,
-                               steps_lost=1, restarts=1)  # fmt: skip
+                               steps_lost=1, restarts=1, stall_s=rec_s - 0.5, stall_at_s=0.5)  # fmt: skip
             hbs, total = records.probe_heartbeats(_probe_lines(t0, (0.5, rec_s)), OFFSETS, t0=t0, end_s=8.0)
             record = records.to_record(
                 r, None, target=req.target, duration_s=req.duration_s, window_s=req.window_s,
@@ -140,7 +140,7 @@ def test_a_recovery_run_is_a_run_with_report_store_and_compare(
     kinds = _svg_kinds(html)
     assert kinds.count("timeline") == 2 and kinds.count("distribution") == 1
     assert "orch recovery-test" in html and "node2:1" in html
-    assert "2 of 2 done" in html and "0 of 0 finished" not in html
+    assert "2 of 2 done" in html and "0 of 0 finished" not in html and ">stall<" in html
     md = render(rec, "md", a)
     assert md.startswith("# orch recovery-test") and "repeats: 2 of 2 done" in md and "0 of 0" not in md
 
