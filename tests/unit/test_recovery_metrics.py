@@ -31,7 +31,7 @@ from orchestrator.models.fault import RecoveryResult
 
 STEP = 0.02
 WORLD = 2
-SCONTROL_NODES = Path(__file__).parents[1] / "fixtures" / "slurm" / "nodes-scontrol-show-node-o.txt"
+SCONTROL_NODES = Path(__file__).parents[1] / "fixtures" / "probe" / "scontrol-show-node-o.txt"
 
 
 def hb(gen: int, step: int, start: float, dt: float = STEP, bw: float = 1.0) -> list[dict[str, Any]]:
