@@ -23,7 +23,7 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.results import Collective, CollRow
 from orchestrator.plan import expand_steps, resolve_plan
-from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus
+from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus, inventory_backend
 from orchestrator.scheduler.local import LocalScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.stages.faults import StepFaults, check_plan_faults, fault_matches
@@ -95,7 +95,7 @@ def choose_backend(plan: Plan, cluster: Cluster) -> Literal["slurm", "local"]:
     """auto → local for an inventory of local hosts only, Slurm otherwise."""
     if plan.backend != "auto":
         return plan.backend
-    return "local" if all(n.is_local for n in cluster.nodes) else "slurm"
+    return inventory_backend(cluster)
 
 
 def make_scheduler(backend: Literal["slurm", "local"], cluster: Cluster) -> JobScheduler:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -14,12 +14,22 @@ from orchestrator.faults import service
 from orchestrator.faults.catalog import CATALOG
 from orchestrator.faults.recovery_test import RecoveryTestRequest, run_recovery_test
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
-from orchestrator.models.fault import FaultKind, FaultParams, FaultSpec, FaultTarget, parse_duration
+from orchestrator.models.fault import (
+    FaultKind,
+    FaultParams,
+    FaultSpec,
+    FaultTarget,
+    RecoverySummary,
+    parse_duration,
+)
 from orchestrator.store.rundir import new_run_id
 
 fault_app = typer.Typer(name="fault", help="Inject, list and sweep faults.", no_args_is_help=True)
 
-InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory.")]
+InventoryOpt = Annotated[
+    Path,
+    typer.Option("--inventory", "-i", help="Ansible inventory.", show_default="inventories/local.ini"),
+]
 
 
 @fault_app.command("list")
@@ -93,20 +103,35 @@ def sweep(inventory: InventoryOpt = DEFAULT_INVENTORY) -> None:
 
 
 def recovery_test(
-    fault: Annotated[str, typer.Option("--fault", help="fault kind")],
-    target: Annotated[str, typer.Option("--target", help="NODE[:IFACE|:RANK]")] = "",
+    fault: Annotated[str, typer.Option("--fault", help="fault kind (orch fault list)")],
+    target: Annotated[
+        str, typer.Option("--target", help="NODE[:IFACE|:RANK]; default: the second node")
+    ] = "",
     inventory: InventoryOpt = DEFAULT_INVENTORY,
-    repeat: Annotated[int, typer.Option("--repeat", "-k")] = 1,
-    duration: Annotated[str, typer.Option("--duration")] = "5s",
+    repeat: Annotated[int, typer.Option("--repeat", "-k", help="how many times to inject the fault")] = 1,
+    duration: Annotated[str, typer.Option("--duration", help="how long each fault is held, e.g. 5s")] = "5s",
     pg_timeout: Annotated[float, typer.Option("--pg-timeout", help="process-group timeout (s)")] = 30.0,
     window: Annotated[float, typer.Option("--window", help="max wait for recovery per repeat (s)")] = 60.0,
-    force: Annotated[bool, typer.Option("--force")] = False,
-    runs: Annotated[Path, typer.Option("--runs")] = Path("runs"),
+    force: Annotated[bool, typer.Option("--force", help="allow non-RDMA interfaces / many nodes")] = False,
+    out_dir: Annotated[Path, typer.Option("--out", help="Root of the run directories.")] = Path("runs"),
+    runs: Annotated[Path | None, typer.Option("--runs", hidden=True, help="deprecated: --out")] = None,
     launcher: Annotated[
-        str, typer.Option("--launcher", help="ssh: torchrun over SSH; slurm: one sbatch --requeue job")
-    ] = "ssh",
+        Literal["auto", "ssh", "slurm"],
+        typer.Option(
+            "--launcher",
+            help="slurm: one sbatch --requeue job; ssh: torchrun over SSH; auto: slurm when the inventory"
+            " has Slurm (orch_slurm_conf or remote hosts, as scale-test decides)",
+        ),
+    ] = "auto",
 ) -> None:
-    """Run the recovery probe, inject FAULT K times, print detect/recover/restore median and p95."""
+    """Run the recovery probe, inject FAULT K times, print detect/recover/restore per repeat and median."""
+    if runs is not None:
+        if out_dir != Path("runs") and out_dir != runs:
+            raise typer.BadParameter(
+                "give --out only (--runs is its deprecated old name)", param_hint="--runs"
+            )
+        err.print("warning: --runs is deprecated; use --out", markup=False, style="yellow")
+        out_dir = runs
     cluster = load_inventory(inventory)
     kind: FaultKind = fault  # type: ignore[assignment]
     if not target:
@@ -129,22 +154,39 @@ def recovery_test(
             "launcher": launcher,
         }
     )
-    root = runs / new_run_id(f"recovery-{kind}")
+    root = out_dir / new_run_id(f"recovery-{kind}")
     with service.node_shells(cluster) as shells:
         summary = run_recovery_test(cluster, shells, req, root, progress=lambda m: err.print(m, markup=False))
     for w in summary.warnings:
         err.print(f"warning: {w}", markup=False, style="yellow")
-    t = Table(title=f"recovery-test {kind} on {target} x{repeat} — {root}")
-    for col in ("", "n", "median s", "p95 s", "spread s"):
-        t.add_column(col)
-    for name, s in (("detect", summary.detect), ("recover", summary.recover), ("restore", summary.restore)):
-        t.add_row(
-            name, str(s.n), *(f"{v:.3f}" if v is not None else "-" for v in (s.median, s.p95, s.spread))
-        )
-    out.print(t)
-    out.print("verdicts: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.verdicts.items())), markup=False)
+    render_recovery(summary, f"recovery-test {kind} on {target} x{repeat} — {root}")
     if summary.verdicts.get("not-recovered") or summary.verdicts.get("no-data"):
         raise typer.Exit(EXIT_THRESHOLDS)
+
+
+def _s(v: float | None) -> str:
+    return f"{v:.3f}" if v is not None else "—"
+
+
+def render_recovery(summary: RecoverySummary, title: str) -> None:
+    """Per repeat (verdict, timings, why a figure is absent), then the medians and what they leave out."""
+    t = Table(title=title)
+    for col in ("repeat", "verdict", "detect s", "recover s", "restore s", "held s", "notes"):
+        t.add_column(col, justify="right" if col.endswith(" s") or col == "repeat" else "left")
+    for r in summary.results:
+        notes = [n for n in r.notes if not n.startswith("fault held ")]
+        t.add_row(str(r.repeat), r.verdict, _s(r.detect_s), _s(r.recover_s), _s(r.restore_s), _s(r.held_s),
+                  "; ".join(notes))  # fmt: skip
+    out.print(t)
+    t = Table(title="over the repeats that have each figure")
+    for col in ("", "n", "median s", "p95 s", "spread s"):
+        t.add_column(col)
+    for name, st in (("detect", summary.detect), ("recover", summary.recover), ("restore", summary.restore)):
+        t.add_row(name, str(st.n), _s(st.median), _s(st.p95), _s(st.spread))
+    out.print(t)
+    for note in summary.notes:
+        out.print(f"note: {note}", markup=False)
+    out.print("verdicts: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.verdicts.items())), markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from orchestrator.metrics.recovery import to_mono
 from orchestrator.models.fault import FaultRecord, RecoveryResult
 from orchestrator.models.recovery import Heartbeat, RecoveryOutcome, RecoveryRecord, RecoveryTimings
 
@@ -22,15 +23,17 @@ MAX_POINTS_PER_RANK = 300
 
 OUTCOME: dict[str, RecoveryOutcome] = {
     "recovered": "recovered",
-    "no-interruption": "recovered",
+    "no-interruption": "no_interruption",
     "not-recovered": "not_recovered",
     "no-data": "aborted",
 }
 
 
 def _mono(rec: dict[str, Any], offsets: dict[str, float]) -> float | None:
+    """The line's time on orch's clock; None for a line without a readable time. Raises
+    FaultError when its node has no measured clock offset (never offset 0)."""
     try:
-        return float(rec["wall"]) - offsets.get(str(rec.get("node", "")), 0.0)
+        return to_mono(rec, offsets)
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -102,7 +105,10 @@ def to_record(
     heartbeats_total: int | None = None,
     mono_to_wall: Callable[[float], datetime],
 ) -> RecoveryRecord:
-    """The run directory's record of one repeat: timings, verdict, probe figures, heartbeats."""
+    """The run directory's record of one repeat: timings, verdict, probe figures, heartbeats.
+
+    ``duration_s`` is the nominal hold, recorded only when the measured one (``r.held_s``) is not known.
+    """
     t0 = r.injected_at_mono
     reverted = fault.t_revert_mono if fault is not None else None
     return RecoveryRecord(
@@ -112,7 +118,7 @@ def to_record(
         repeat=r.repeat,
         injected_at=mono_to_wall(t0) if t0 is not None else datetime.now(UTC),
         reverted_at=mono_to_wall(reverted) if reverted is not None else None,
-        duration_s=duration_s,
+        duration_s=r.held_s if r.held_s is not None else duration_s,
         timings=RecoveryTimings(
             detect_s=r.detect_s, recover_s=r.recover_s, restore_s=r.restore_s, steps_lost=r.steps_lost
         ),
@@ -126,6 +132,9 @@ def to_record(
         busbw_pre_gbs=r.busbw_pre_gbs,
         busbw_min_ratio=r.busbw_min_ratio,
         clock_offsets_s=dict(r.clock_offsets_s),
+        stall_s=r.stall_s,
+        stall_at_s=r.stall_at_s,
+        steady=r.steady,
         inject_latency_s=fault.inject_latency_s if fault is not None else None,
         heartbeats_total=heartbeats_total,
     )

@@ -1,7 +1,9 @@
 """`orch recovery-test`: run the probe on every node, inject one fault kind K times, time recovery.
 
-Steady state first (enough steps at a stable rate), then per repeat: inject, hold for the
-duration, revert in ``finally``, wait (bounded) for recovery and restore, analyse the heartbeats.
+Warm-up first (``warmup_steps`` steps), then per repeat: wait (bounded) for steady state — a run of
+``settle_steps`` steps within the pre-fault band —, measure the nodes' clock offsets, inject, hold
+for the duration, revert in ``finally``, wait (bounded) for recovery and restore, analyse the
+heartbeats. A repeat injected before steady state came says so in its record (``steady: false``).
 A repeat that does not recover within the window is a "not-recovered" result, not a hang. The
 probe is stopped (stop file, then SIGTERM/SIGKILL of what orch started, by PID) whatever happens.
 """
@@ -46,6 +48,7 @@ from orchestrator.models.fault import (
 )
 from orchestrator.models.recovery import Heartbeat, RecoveryRecord
 from orchestrator.remote.local import LocalRunner
+from orchestrator.scheduler.base import inventory_backend
 from orchestrator.store.db import StoreListener, default_store_path
 from orchestrator.store.load import REQUEST_FILE
 from orchestrator.store.rundir import RunDir, atomic_write, who
@@ -74,13 +77,28 @@ class RecoveryTestRequest(StrictModel):
     transport: Transport = "socket"
     python: str = Field(default_factory=lambda: str(REPO / ".venv" / "bin" / "python"))
     warmup_steps: int = 30
-    settle_steps: int = 30
+    settle_steps: int = Field(
+        default=30, ge=2, description="before each injection: a run of this many steps in the pre-fault band"
+    )
+    settle_timeout_s: float = Field(default=30.0, gt=0, description="the longest wait for that run")
     window_s: float = 60.0
     gap_s: float = 1.0
     container: ContainerMode | None = None
-    launcher: Literal["ssh", "slurm"] = Field(
-        default="ssh", description="ssh: torchrun agents over the kept-open shells; slurm: sbatch --requeue"
+    launcher: Literal["auto", "ssh", "slurm"] = Field(
+        default="ssh",
+        description="ssh: torchrun agents over the kept-open shells; slurm: sbatch --requeue;"
+        " auto: slurm when the inventory has Slurm (resolve_launcher)",
     )
+
+
+def resolve_launcher(req: RecoveryTestRequest, cluster: Cluster) -> RecoveryTestRequest:
+    """``auto`` made concrete, as scale-test chooses its backend (scheduler.base.inventory_backend):
+    Slurm for an inventory with remote hosts or an ``orch_slurm_conf``; torchrun over SSH when every
+    host is local and no Slurm is named."""
+    if req.launcher != "auto":
+        return req
+    slurm = cluster.vars.orch_slurm_conf is not None or inventory_backend(cluster) == "slurm"
+    return req.model_copy(update={"launcher": "slurm" if slurm else "ssh"})
 
 
 class ProbeJob:
@@ -241,6 +259,11 @@ class SlurmProbeJob:
             return ""
         return self.slurm("squeue", "-h", "-j", self.job_id, "-o", "%T", check=False).strip()
 
+    def node_aliases(self) -> dict[str, str]:
+        """Slurm node name -> inventory name (the probe under Slurm names its node $SLURMD_NODENAME)."""
+        idents = {n.name: {n.name, str(n.address)} for n in self.cluster.nodes}
+        return rmetrics.slurm_node_aliases(self.slurm("scontrol", "show", "node", "-o", check=False), idents)
+
     def requeue(self, start_now: bool = True) -> None:
         """scontrol requeue; with start_now, lift Slurm's requeue BeginTime hold (about 120 s)."""
         assert self.job_id is not None
@@ -288,6 +311,31 @@ def wait_steps(
     )
 
 
+def wait_steady(
+    out_dir: Path,
+    offsets: dict[str, float],
+    band: rmetrics.Band,
+    n: int,
+    *,
+    after: float,
+    timeout: float,
+    gap_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> str | None:
+    """Wait (at most ``timeout``) for a steady run of ``n`` steps completed after ``after``.
+
+    Returns None once steady, else why the last look was not (the caller injects anyway and
+    records it). Raises FaultError when a heartbeat names a node without a clock offset.
+    """
+    deadline = clock() + timeout
+    while True:
+        why = rmetrics.steady_run(_completed(out_dir, offsets), band, n, after=after, gap_s=gap_s)
+        if why is None or clock() >= deadline:
+            return why
+        sleep(0.3)
+
+
 def run_recovery_test(
     cluster: Cluster,
     shells: Mapping[str, NodeShell],
@@ -319,6 +367,7 @@ def run_recovery_test(
         req = req.model_copy(
             update={"probe": req.probe.model_copy(update={"master_port": 20000 + secrets.randbelow(20000)})}
         )
+    req = resolve_launcher(req, cluster)
     if req.launcher == "slurm" and req.container is not None:
         raise ConfigError("--launcher slurm does not run the probe in containers")
     engine = FaultEngine(cluster, shells, record_dir=fault_dir)
@@ -392,16 +441,16 @@ def _run(
         rundir.event("warning", message=w)
     swept = engine.sweep()
     rundir.event("faults_swept", removed={r.node: r.found for r in swept if r.found})
-    offsets = {
-        n.name: rmetrics.measure_offset(rmetrics.node_wall_asker(shells[n.name])) for n in cluster.nodes
-    }
-    rundir.event("clock_offsets", offsets=offsets)
     out_dir = run_root / "probe"
     job: ProbeJob | SlurmProbeJob
     if req.launcher == "slurm":
         job = SlurmProbeJob(cluster, req, out_dir, run_root.name)
+        aliases = job.node_aliases()
     else:
         job = ProbeJob(cluster, shells, req, out_dir, run_root.name)
+        aliases = {}
+    offsets = measure_offsets(cluster, shells, aliases)
+    rundir.event("clock_offsets", offsets=offsets, aliases=aliases)
     results: list[RecoveryResult] = []
     try:
         progress("starting the probe")
@@ -409,14 +458,37 @@ def _run(
         rundir.event("probe_started", launcher=req.launcher, settings=req.probe.record(),
                      job_id=getattr(job, "job_id", None), pids=getattr(job, "pids", {}))  # fmt: skip
         wait_steps(out_dir, offsets, req.warmup_steps, after=0.0, timeout=180)
+        band = rmetrics.band_of(_completed(out_dir, offsets))
         for k in range(req.repeat):
-            wait_steps(out_dir, offsets, req.settle_steps, after=time.monotonic(), timeout=120)
+            # Steps of the last repeat's recovery are not steady state: wait for a run in the band.
+            settle_from = time.monotonic()
+            wait_steps(out_dir, offsets, req.settle_steps, after=settle_from, timeout=120)
+            unsteady = None
+            if band is not None:
+                unsteady = wait_steady(out_dir, offsets, band, req.settle_steps, after=settle_from,
+                                       timeout=req.settle_timeout_s, gap_s=req.gap_s)  # fmt: skip
+            offsets = measure_offsets(cluster, shells, aliases)
+            rundir.event("clock_offsets", offsets=offsets, aliases=aliases, repeat=k)
             progress(f"repeat {k + 1}/{req.repeat}: {req.kind} on {req.target}")
             result, fault = _one(engine, spec, req, out_dir, offsets, k)
+            result.steady = band is not None and unsteady is None
+            if unsteady is not None:
+                result.notes.append(
+                    f"steady state did not come within {req.settle_timeout_s:g} s before the injection"
+                    f" ({unsteady}); injected anyway"
+                )
+            elif band is None:
+                result.notes.append(
+                    "no pre-fault band (fewer than 3 warm-up steps): steady state not checked"
+                )
+            if result.injected_at_mono is not None:
+                pre = [c for c in _completed(out_dir, offsets) if c.end_last < result.injected_at_mono]
+                band = rmetrics.band_of(pre) or band
             results.append(result)
             record = _write_record(run_root, result, fault, req, out_dir, offsets)
             rundir.event("recovery_done", fault=record.fault_id, repeat=k, verdict=result.verdict,
-                         timings=record.timings.model_dump(), restarts=result.restarts)  # fmt: skip
+                         timings=record.timings.model_dump(), restarts=result.restarts,
+                         steady=result.steady)  # fmt: skip
             store.event("recovery_done", {})
     finally:
         job.stop()
@@ -429,6 +501,7 @@ def _run(
         recover=rmetrics.stat(r.recover_s for r in results),
         restore=rmetrics.stat(r.restore_s for r in results),
         results=results,
+        notes=rmetrics.summary_notes(results),
         fault_ids=[r.fault_id for r in results],
         probe_settings=req.probe.record(),
         warnings=warnings,
@@ -485,7 +558,7 @@ def _one(
             fault_end=fault_end,
             now=time.monotonic(),
         )
-        if result.restore_s is not None and time.monotonic() > t0 + result.restore_s + 2.0:
+        if rmetrics.watch_done(result, now=time.monotonic(), t0=t0, fault_end=fault_end, gap_s=req.gap_s):
             break
     assert result is not None
     result.injected_at_mono = t0
@@ -493,6 +566,18 @@ def _one(
         f"fault held {fault_end - t0:.3f} s; inject latency {rec.inject_latency_s or 0:.4f} s"
     )
     return result, rec
+
+
+def measure_offsets(
+    cluster: Cluster, shells: Mapping[str, NodeShell], aliases: Mapping[str, str]
+) -> dict[str, float]:
+    """Each node's clock offset (node wall - orch monotonic), under its inventory name and under
+    each Slurm name ``aliases`` maps to it. Raises RemoteError when a node does not answer."""
+    offsets = {
+        n.name: rmetrics.measure_offset(rmetrics.node_wall_asker(shells[n.name])) for n in cluster.nodes
+    }
+    offsets.update({alias: offsets[name] for alias, name in aliases.items() if name in offsets})
+    return offsets
 
 
 def _write_record(

@@ -282,6 +282,10 @@ class RecoveryResult(StrictModel):
     busbw_pre_gbs: float | None = None
     busbw_min_ratio: float | None = Field(default=None, description="worst rolling busbw / pre-fault")
     clock_offsets_s: dict[str, float] = Field(default_factory=dict, description="node wall - orch mono")
+    held_s: float | None = Field(default=None, description="measured hold: revert - injection instant")
+    stall_s: float | None = Field(default=None, description="longest gap between completed steps (> gap_s)")
+    stall_at_s: float | None = Field(default=None, description="when that gap began, from the injection")
+    steady: bool | None = Field(default=None, description="False: injected before steady state came")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -310,3 +314,6 @@ class RecoverySummary(StrictModel):
     fault_ids: list[str] = Field(default_factory=list, description="the repeats' recovery/<id>.json")
     probe_settings: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(
+        default_factory=list, description="repeats left out of a median, and medians out of order, with why"
+    )

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from orchestrator.models.base import StrictModel
 
-RecoveryOutcome = Literal["recovered", "not_recovered", "not_detected", "aborted"]
+RecoveryOutcome = Literal["recovered", "no_interruption", "not_recovered", "not_detected", "aborted"]
 
 
 class Heartbeat(StrictModel):
@@ -36,8 +36,12 @@ class Heartbeat(StrictModel):
 class RecoveryTimings(StrictModel):
     """The figures of one fault: seconds from injection to each milestone; None = never reached."""
 
-    detect_s: float | None = Field(default=None, ge=0, description="first error seen")
-    recover_s: float | None = Field(default=None, ge=0, description="first complete step by all ranks")
+    detect_s: float | None = Field(
+        default=None, ge=0, description="first error line or restart; None: nothing detected the fault"
+    )
+    recover_s: float | None = Field(
+        default=None, ge=0, description="first step every rank began after the fault (and stall) completed"
+    )
     restore_s: float | None = Field(default=None, ge=0, description="busbw back within 5% of pre-fault")
     steps_lost: int | None = Field(default=None, ge=0)
 
@@ -52,7 +56,9 @@ class RecoveryRecord(StrictModel):
     repeat: int = Field(default=0, ge=0)
     injected_at: datetime
     reverted_at: datetime | None = None
-    duration_s: float | None = Field(default=None, ge=0, description="how long the fault was held")
+    duration_s: float | None = Field(
+        default=None, ge=0, description="how long the fault was held: measured (revert - inject) when known"
+    )
     timings: RecoveryTimings = Field(default_factory=RecoveryTimings)
     outcome: RecoveryOutcome = "recovered"
     max_recovery_s: float | None = Field(default=None, description="the plan's limit, when it had one")
@@ -66,6 +72,9 @@ class RecoveryRecord(StrictModel):
     busbw_min_ratio: float | None = Field(default=None, description="worst rolling busbw / pre-fault")
     clock_offsets_s: dict[str, float] = Field(default_factory=dict, description="node wall - orch mono")
     inject_latency_s: float | None = None
+    stall_s: float | None = Field(default=None, description="longest gap between completed steps")
+    stall_at_s: float | None = Field(default=None, description="when that gap began, from the injection")
+    steady: bool | None = Field(default=None, description="False: injected before steady state came")
     heartbeats_total: int | None = Field(
         default=None, description="heartbeats in the window before thinning to `heartbeats`"
     )

@@ -34,15 +34,22 @@ def render(rec: RunRecord, fmt: Format, report_dir: Path | None = None) -> str:
     return rec.model_dump_json(indent=2) + "\n"
 
 
+def _progress_line(rec: RunRecord) -> str:
+    """How far the run got: steps of a scale-test, repeats of a recovery-test."""
+    if rec.request is not None:
+        return f"- repeats: {len(rec.recovery)} of {rec.request.get('repeat', '?')} done"
+    return f"- steps: {len([s for s in rec.steps if s.verdict != 'skipped'])} of {len(rec.step_ids)} finished"
+
+
 def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
     lines = [
-        f"# orch scale-test {rec.run_id}: **{rec.status}**",
+        f"# orch {'recovery-test' if rec.request else 'scale-test'} {rec.run_id}: **{rec.status}**",
         "",
         f"- plan `{rec.plan_name}`, backend {rec.backend}, "
         f"exit {rec.exit_code if rec.exit_code is not None else '-'}",
         f"- started {rec.started_at or '-'} by {rec.user or '-'} on {rec.host or '-'}; "
         f"finished {rec.finished_at or 'not finished'}",
-        f"- steps: {len([s for s in rec.steps if s.verdict != 'skipped'])} of {len(rec.step_ids)} finished",
+        _progress_line(rec),
         "- nodes: " + (", ".join(f"{n}={v}" for n, v in rec.nodes.items()) or "-"),
         "",
         "| step | ranks | collective | size | busbw GB/s | eff. | #wrong | verdict |",
@@ -67,12 +74,14 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
         lines += ["", "## Reasons and warnings", ""] + [f"- {sid}: {r}" for sid, r in reasons]
     if rec.recovery:
         lines += ["", "## Recovery", ""]
-        lines += ["| fault | target | repeat | detect s | recover s | restore s | outcome |"]
-        lines += ["|---|---|--:|--:|--:|--:|---|"]
+        lines += ["| fault | target | repeat | detect s | recover s | restore s | outcome | notes |"]
+        lines += ["|---|---|--:|--:|--:|--:|---|---|"]
         for f in rec.recovery:
             t = f.timings
-            vals = [f"{v:.3f}" if v is not None else "-" for v in (t.detect_s, t.recover_s, t.restore_s)]
-            lines.append(f"| {f.fault} | {f.target} | {f.repeat} | {' | '.join(vals)} | {f.outcome} |")
+            vals = [f"{v:.3f}" if v is not None else "—" for v in (t.detect_s, t.recover_s, t.restore_s)]
+            notes = "; ".join(f.notes).replace("|", "/")
+            head = f"| {f.fault} | {f.target} | {f.repeat} | {' | '.join(vals)} |"
+            lines.append(f"{head} {f.verdict or f.outcome} | {notes} |")
     logs = [(sid, p) for sid in rec.step_ids for p in step_logs(rec, sid)]
     if logs:
         lines += ["", "## Raw logs", ""]

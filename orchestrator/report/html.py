@@ -62,7 +62,8 @@ _TEMPLATE = """<!DOCTYPE html>
 <tr><th>started</th><td>{{ r.started_at or "-" }}</td><th>finished</th><td>{{ r.finished_at or "not finished" }}</td></tr>
 <tr><th>user</th><td>{{ r.user or "-" }}</td><th>host</th><td>{{ r.host or "-" }}</td></tr>
 <tr><th>wall time</th><td>{{ "%.1f s"|format(r.wall_s) if r.wall_s is not none else "-" }}</td>
-<th>steps</th><td>{{ done }} of {{ r.step_ids|length }} finished{% if r.resumes %}, resumed {{ plural(r.resumes, "time") }}{% endif %}</td></tr>
+{% if r.request %}<th>repeats</th><td>{{ r.recovery|length }} of {{ r.request.repeat }} done</td></tr>
+{% else %}<th>steps</th><td>{{ done }} of {{ r.step_ids|length }} finished{% if r.resumes %}, resumed {{ plural(r.resumes, "time") }}{% endif %}</td></tr>{% endif %}
 <tr><th>command</th><td colspan="3"><code>{{ r.command or "-" }}</code></td></tr>
 </table>
 
@@ -100,11 +101,12 @@ completion and correctness (#wrong) only.</p>{% else %}<p class="muted">No plan 
 <h2 id="recovery">Recovery</h2>
 {% if recovery_plots %}<div class="plots">{% for p in recovery_plots %}{{ p }}{% endfor %}</div>
 <table><tr><th>fault</th><th>kind</th><th>target</th><th>step</th><th>repeat</th><th>detect s</th><th>recover s</th>
-<th>restore s</th><th>steps lost</th><th>outcome</th></tr>
+<th>restore s</th><th>steps lost</th><th>outcome</th><th>notes (why a figure is absent)</th></tr>
 {% for f in r.recovery %}<tr><td>{{ f.fault_id }}</td><td>{{ f.fault }}</td><td>{{ f.target }}</td><td>{{ f.step or "-" }}</td>
 <td class="num">{{ f.repeat }}</td>{% for v in [f.timings.detect_s, f.timings.recover_s, f.timings.restore_s] %}
-<td class="num">{{ "%.3f"|format(v) if v is not none else "-" }}</td>{% endfor %}
-<td class="num">{{ f.timings.steps_lost if f.timings.steps_lost is not none else "-" }}</td><td>{{ f.outcome }}</td></tr>
+<td class="num">{{ "%.3f"|format(v) if v is not none else "—" }}</td>{% endfor %}
+<td class="num">{{ f.timings.steps_lost if f.timings.steps_lost is not none else "—" }}</td><td>{{ f.verdict or f.outcome }}</td>
+<td>{{ f.notes|join("; ") }}</td></tr>
 {% endfor %}</table>{% else %}<p class="muted">No faults were injected in this run.</p>{% endif %}
 
 <h2 id="fingerprint">Fingerprint and drift</h2>
@@ -204,6 +206,8 @@ def _recovery(rec: RunRecord) -> list[Markup]:
             by_rank.setdefault(hb.rank, []).append((hb.t_s, float(hb.step)))
         series = [svg.Series(f"rank {r}", sorted(p), lines=False) for r, p in sorted(by_rank.items())]
         marks = [svg.Marker(0.0, "fault", "#c62828")]
+        if f.stall_at_s is not None:  # a stall nothing detected is marked as what it is
+            marks.append(svg.Marker(f.stall_at_s, "stall", "#777777"))
         t = f.timings
         for label, v, colour in (("detect", t.detect_s, "#ff7f0e"), ("recover", t.recover_s, "#1f77b4"),
                                  ("restore", t.restore_s, "#2a8a2a")):  # fmt: skip

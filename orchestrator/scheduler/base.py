@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import Field
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.cluster import Cluster
 
 
 class JobStatus(StrEnum):
@@ -100,3 +101,8 @@ class JobScheduler(Protocol):
     def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
         """The nodes the scheduler will not run jobs on now (drained, down), with its word for why."""
         ...
+
+
+def inventory_backend(cluster: Cluster) -> Literal["slurm", "local"]:
+    """The backend an inventory implies: local for local hosts only, Slurm otherwise."""
+    return "local" if all(n.is_local for n in cluster.nodes) else "slurm"

@@ -209,8 +209,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _run(args, rank, world, hb, hb_path)
         except Exception as e:
-            _write(hb, {"ev": "error", "rank": rank, "error": f"{type(e).__name__}: {e}"[:500]})
+            error = f"{type(e).__name__}: {e}"[:500]
+            _write(hb, {"ev": "error", "rank": rank, "node": node_name(), "error": error})
             return 1
+
+
+def node_name() -> str:
+    """The node this rank runs on, as heartbeats name it: ORCH_NODE (the inventory name, set by
+    orch), else Slurm's $SLURMD_NODENAME (which recovery-test maps to an inventory name)."""
+    return os.environ.get("ORCH_NODE", os.environ.get("SLURMD_NODENAME", ""))
 
 
 def _write(hb: IO[str], rec: dict[str, Any]) -> None:
@@ -243,7 +250,7 @@ def _run(args: argparse.Namespace, rank: int, world: int, hb: IO[str], hb_path: 
         "world": world,
         "gen": gen,
         "pid": os.getpid(),
-        "node": os.environ.get("ORCH_NODE", os.environ.get("SLURMD_NODENAME", "")),
+        "node": node_name(),
         "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
         "slurm_restarts": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
     }

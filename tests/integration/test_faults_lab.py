@@ -111,11 +111,12 @@ def test_fault_against_live_probe(cluster: Cluster, shells: dict[str, NodeShell]
     summary = run_recovery_test(cluster, shells, req, tmp_path / f"run-{kind}")
     (r,) = summary.results
     assert r.verdict in ("recovered", "no-interruption"), r
-    assert r.recover_s is not None and r.restore_s is not None
     if r.verdict == "recovered":
-        assert r.detect_s is not None
+        assert r.recover_s is not None and r.restore_s is not None
+        # detect is an error line or a restart; a fault that only stalled the probe has none
+        assert r.detect_s is not None or (r.stall_s is not None and r.stall_s > 0), r
     else:
-        assert r.busbw_min_ratio is not None  # the dip is recorded
+        assert r.recover_s is None and r.busbw_min_ratio is not None  # nothing recovered; the dip
     if kind == "kill-worker":
         assert r.verdict == "recovered" and r.restarts >= 1
     assert (tmp_path / f"run-{kind}" / "faults" / f"recovery-{kind}.json").exists()
@@ -203,6 +204,8 @@ def test_pause_of_known_length_is_measured_within_100ms(cluster: Cluster, shells
     summary = run_recovery_test(cluster, shells, req, tmp_path / "run")
     assert len(summary.results) == 5
     for r in summary.results:
-        assert r.recover_s is not None and r.step_median_s is not None, r
-        expected = 5.0 + r.step_median_s
-        assert abs(r.recover_s - expected) <= 0.100, (r.recover_s, expected)
+        assert r.recover_s is not None and r.step_median_s is not None and r.held_s is not None, r
+        # the measured hold (revert - inject instants), not the nominal 5.0 s, plus one step
+        expected = r.held_s + r.step_median_s
+        assert abs(r.recover_s - expected) <= 0.100, (r.recover_s, expected, r.held_s)
+        assert r.detect_s is None and r.stall_s is not None  # nothing detects a pause; it stalls

@@ -32,7 +32,7 @@ def _orch(env: dict[str, str], *args: str, timeout: float = 400) -> subprocess.C
 def _recovery_run(lab: Lab, env: dict[str, str], runs: Path, repeat: int) -> Path:
     before = {p.name for p in runs.iterdir()} if runs.exists() else set()
     proc = _orch(env, "recovery-test", "-i", str(lab.inventory), "--fault", "kill-worker",
-                 "--target", "node2:2", "--repeat", str(repeat), "--runs", str(runs))  # fmt: skip
+                 "--target", "node2:2", "--repeat", str(repeat), "--out", str(runs))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (new,) = [p for p in runs.iterdir() if p.is_dir() and p.name not in before]
     return new
@@ -43,9 +43,13 @@ def test_recovery_run_reports_timeline_store_and_compare(lab: Lab, tmp_path: Pat
     runs = tmp_path / "runs"
     a = _recovery_run(lab, env, runs, 2)
 
-    events = [json.loads(x)["event"] for x in (a / "journal.jsonl").read_text().splitlines()]
+    journal = [json.loads(x) for x in (a / "journal.jsonl").read_text().splitlines()]
+    events = [e["event"] for e in journal]
     assert events[0] == "run_started" and events[-1] == "run_finished"
     assert events.count("recovery_done") == 2
+    # the lab inventory has Slurm: the probe ran as one sbatch job, and clocks were measured per repeat
+    assert journal[0]["backend"] == "slurm" and (a / "probe" / "probe.sbatch").exists()
+    assert [e.get("repeat") for e in journal if e["event"] == "clock_offsets"] == [None, 0, 1]
     records = [json.loads(p.read_text()) for p in sorted((a / "recovery").glob("*.json"))]
     assert len(records) == 2 and not list((a / "faults").glob("recovery-kill-worker-*.json"))
     for r in records:
@@ -61,6 +65,7 @@ def test_recovery_run_reports_timeline_store_and_compare(lab: Lab, tmp_path: Pat
     proc = _orch(env, "report", str(a), "--format", "html", "--out", str(tmp_path / "a.html"))
     assert proc.returncode == 0, proc.stderr
     html = (tmp_path / "a.html").read_text()
+    assert "2 of 2 done" in html and "0 of 0 finished" not in html
     timelines = re.findall(r'<svg class="plot" data-kind="timeline".*?</svg>', html, re.S)
     assert len(timelines) == 2
     for svg in timelines:

@@ -15,7 +15,7 @@ from test_report import _svg_kinds
 from orchestrator.errors import FaultError
 from orchestrator.faults import recovery_records as records
 from orchestrator.faults import recovery_test as rt
-from orchestrator.models.cluster import Cluster, Node
+from orchestrator.models.cluster import Cluster, ClusterVars, Node
 from orchestrator.models.fault import RecoveryResult, RecoverySummary, Stat
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.report.compare import compare_runs
@@ -86,7 +86,7 @@ def _fake_run(recover: tuple[float, ...]) -> Any:
             t0 = T0 + 60 * k
             r = RecoveryResult(fault_id=f"kill-{k}", kind=req.kind, repeat=k, injected_at_mono=t0,
                                verdict="recovered", detect_s=0.2, recover_s=rec_s, restore_s=rec_s + 1,
-                               steps_lost=1, restarts=1)  # fmt: skip
+                               steps_lost=1, restarts=1, stall_s=rec_s - 0.5, stall_at_s=0.5)  # fmt: skip
             hbs, total = records.probe_heartbeats(_probe_lines(t0, (0.5, rec_s)), OFFSETS, t0=t0, end_s=8.0)
             record = records.to_record(
                 r, None, target=req.target, duration_s=req.duration_s, window_s=req.window_s,
@@ -140,6 +140,9 @@ def test_a_recovery_run_is_a_run_with_report_store_and_compare(
     kinds = _svg_kinds(html)
     assert kinds.count("timeline") == 2 and kinds.count("distribution") == 1
     assert "orch recovery-test" in html and "node2:1" in html
+    assert "2 of 2 done" in html and "0 of 0 finished" not in html and ">stall<" in html
+    md = render(rec, "md", a)
+    assert md.startswith("# orch recovery-test") and "repeats: 2 of 2 done" in md and "0 of 0" not in md
 
     with sqlite3.connect(store_env) as c:
         rows = c.execute("SELECT fault_id, recover_s FROM recoveries ORDER BY repeat").fetchall()
@@ -176,3 +179,104 @@ def test_old_records_without_probe_fields_still_load(tmp_path: Path) -> None:
     old = {"fault_id": "f", "fault": "kill_worker", "target": "n", "injected_at": "2026-11-01T00:00:00+00:00"}
     rec = RecoveryRecord.model_validate(old)
     assert rec.verdict is None and rec.heartbeats == []
+
+
+def _summary(results: list[RecoveryResult]) -> RecoverySummary:
+    none = Stat(n=0)
+    verdicts = {v: sum(r.verdict == v for r in results) for v in {r.verdict for r in results}}
+    return RecoverySummary(kind="kill-worker", repeats=len(results), verdicts=verdicts, detect=none,
+                           recover=none, restore=none, results=results)  # fmt: skip
+
+
+@pytest.fixture
+def fake_cli(monkeypatch: pytest.MonkeyPatch) -> list[tuple[rt.RecoveryTestRequest, Path]]:
+    """orch recovery-test in process, without nodes: what reached run_recovery_test."""
+    from contextlib import nullcontext
+
+    from orchestrator.cli import fault as cli_fault
+
+    calls: list[tuple[rt.RecoveryTestRequest, Path]] = []
+
+    def fake_run(cluster: Cluster, shells: Any, req: rt.RecoveryTestRequest, root: Path,
+                 progress: Any = None) -> RecoverySummary:  # fmt: skip
+        calls.append((rt.resolve_launcher(req, cluster), root))
+        return _summary([RecoveryResult(fault_id="f0", kind="kill-worker", verdict="no-interruption",
+                                        notes=["no interruption: nothing to recover from"])])  # fmt: skip
+
+    monkeypatch.setattr(cli_fault, "run_recovery_test", fake_run)
+    monkeypatch.setattr(cli_fault, "load_inventory", lambda _p: _cluster())
+    monkeypatch.setattr(cli_fault.service, "node_shells", lambda _c: nullcontext({}))
+    return calls
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from orchestrator.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    got = capsys.readouterr()
+    return int(e.value.code or 0), got.out, got.err
+
+
+def test_recovery_test_cli_writes_under_out_and_keeps_runs_as_a_deprecated_alias(
+    tmp_path: Path, fake_cli: list[tuple[rt.RecoveryTestRequest, Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(["recovery-test", "--fault", "kill-worker", "--out", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    assert fake_cli[-1][1].parent == tmp_path / "a" and "deprecated" not in err
+    # a repeat without interruption reads as such, with its figures shown absent, not as a recovery
+    assert "no-interruption" in out and "—" in out and "nothing to recover from" in out
+    code, _, err = _cli(["recovery-test", "--fault", "kill-worker", "--runs", str(tmp_path / "b")], capsys)
+    assert code == 0 and fake_cli[-1][1].parent == tmp_path / "b" and "--runs is deprecated; use --out" in err
+    code, _, err = _cli(["recovery-test", "--fault", "kill-worker", "--runs", str(tmp_path / "b"),
+                         "--out", str(tmp_path / "c")], capsys)  # fmt: skip
+    assert code == 2 and len(fake_cli) == 2
+
+
+def test_recovery_test_help_shows_the_default_inventory_as_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(["recovery-test", "--help"], capsys)
+    assert code == 0 and "inventories/local.ini" in out.replace("\n", "").replace("│", "").replace(" ", "")
+    assert str(Path(rt.__file__).parents[2]) not in out and "--runs" not in out
+
+
+def test_the_launcher_defaults_to_slurm_when_the_inventory_has_slurm(tmp_path: Path) -> None:
+    req = rt.RecoveryTestRequest(kind="kill-worker", target="node2:1", launcher="auto")
+    remote = _cluster()  # ssh hosts, as scale-test's auto backend reads them: Slurm
+    assert rt.resolve_launcher(req, remote).launcher == "slurm"
+    local = Cluster(source=Path("x.ini"), nodes=[Node(name="localhost", address="localhost",
+                                                      connection="local")])  # fmt: skip
+    assert rt.resolve_launcher(req, local).launcher == "ssh"
+    conf = local.model_copy(update={"vars": ClusterVars(orch_slurm_conf=tmp_path / "slurm.conf")})
+    assert rt.resolve_launcher(req, conf).launcher == "slurm"
+    assert rt.resolve_launcher(req.model_copy(update={"launcher": "ssh"}), conf).launcher == "ssh"
+
+
+def test_clock_offsets_are_measured_per_node_and_under_slurm_names() -> None:
+    class Shell:
+        def __init__(self, off: float) -> None:
+            self.off = off
+
+        def run_script(self, script: str, timeout: float) -> Any:
+            import time
+            from types import SimpleNamespace
+
+            return SimpleNamespace(stdout=f"{time.monotonic() + self.off:.9f}\n")
+
+    shells = {"node1": Shell(50.0), "node2": Shell(70.0)}
+    offsets = rt.measure_offsets(_cluster(), shells, {"n2": "node2", "stray": "nosuch"})  # type: ignore[arg-type]
+    assert set(offsets) == {"node1", "node2", "n2"}
+    assert offsets["n2"] == offsets["node2"] and abs(offsets["node2"] - 70.0) < 0.05
+    assert abs(offsets["node1"] - 50.0) < 0.05
+
+
+def test_a_record_says_no_interruption_and_the_measured_hold() -> None:
+    r = RecoveryResult(fault_id="f", kind="throttle", verdict="no-interruption", injected_at_mono=T0,
+                       held_s=3.042, notes=["no interruption: nothing to recover from"])  # fmt: skip
+    rec = records.to_record(r, None, target="node2:fab0", duration_s=3.0, window_s=60.0, heartbeats=[],
+                            mono_to_wall=lambda m: datetime(2026, 12, 1, tzinfo=UTC))  # fmt: skip
+    assert rec.outcome == "no_interruption" and rec.verdict == "no-interruption"
+    assert rec.timings.recover_s is None and rec.duration_s == 3.042
+    stalled = r.model_copy(update={"verdict": "recovered", "recover_s": 5.1, "stall_s": 5.0})
+    rec = records.to_record(stalled, None, target="node2:3", duration_s=5.0, window_s=60.0, heartbeats=[],
+                            mono_to_wall=lambda m: datetime(2026, 12, 1, tzinfo=UTC))  # fmt: skip
+    assert rec.outcome == "recovered" and rec.stall_s == 5.0 and rec.timings.detect_s is None
