@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import err, out, write_out
 from orchestrator.errors import EXIT_INFRA, EXIT_OK
 from orchestrator.provision import fingerprint as fpmod
 from orchestrator.provision.runner import HostEvent, PlaybookResult
@@ -133,7 +133,7 @@ def register(app: typer.Typer) -> None:
                 "fingerprints": rep.fingerprints.model_dump(mode="json"),
                 "hosts": {h: o.status for h, o in rep.result.hosts.items()},
             }
-            typer.echo(json.dumps(doc, indent=2))
+            write_out(json.dumps(doc, indent=2) + "\n")
         else:
             for n in comp.nodes:
                 t = Table(title=f"{n.node} — {n.verdict}")
@@ -169,7 +169,7 @@ def register(app: typer.Typer) -> None:
         """Fields that differ between two saved fingerprints. Exit 1 when any differ."""
         changes = fpmod.diff(fpmod.load(a), fpmod.load(b))
         if as_json:
-            typer.echo(json.dumps([c.model_dump(mode="json") for c in changes], indent=2))
+            write_out(json.dumps([c.model_dump(mode="json") for c in changes], indent=2) + "\n")
         else:
             t = Table(title=f"{a} -> {b}: {len(changes)} change(s)")
             for col in ("node", "field", "before", "after"):
