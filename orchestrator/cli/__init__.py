@@ -30,7 +30,7 @@ _typer_click = (
 _typer_utils = importlib.import_module("typer._click.utils") if find_spec("typer._click") else click.utils
 # On a closed stdout (EPIPE) click swaps sys.stdout for this wrapper and exits 1; rich (typer's
 # help) points stdout at /dev/null and exits 1. Either way the reader had gone: see _reader_gone.
-_PACIFIED = cast(tuple[type, ...], (click.utils.PacifyFlushWrapper, _typer_utils.PacifyFlushWrapper))
+_PACIFIED = cast(type, _typer_utils.PacifyFlushWrapper)
 _EXIT = (click.exceptions.Exit, typer.Exit)
 _USAGE = (click.ClickException, _typer_click.ClickException)
 _ABORT = (click.exceptions.Abort, typer.Abort, KeyboardInterrupt)

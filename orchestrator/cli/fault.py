@@ -48,9 +48,13 @@ def inject(
     duration: Annotated[str, typer.Option("--duration", help="e.g. 5s, 250ms")] = "5s",
     margin: Annotated[float, typer.Option("--margin", help="node-side timer = duration + margin (s)")] = 2.0,
     force: Annotated[bool, typer.Option("--force", help="allow non-RDMA interfaces / many nodes")] = False,
-    probability: Annotated[float, typer.Option("--probability")] = 0.05,
-    rate: Annotated[str, typer.Option("--rate")] = "50mbit",
-    signal: Annotated[str, typer.Option("--signal")] = "KILL",
+    probability: Annotated[
+        float, typer.Option("--probability", help="loss: share of packets dropped (0-1)")
+    ] = 0.05,
+    rate: Annotated[str, typer.Option("--rate", help="throttle: tc rate, e.g. 50mbit")] = "50mbit",
+    signal: Annotated[
+        str, typer.Option("--signal", help="kill-worker: signal name, e.g. KILL, TERM")
+    ] = "KILL",
     runs: Annotated[Path, typer.Option("--runs", help="fault records go to RUNS/<id>/faults/")] = Path(
         "runs"
     ),
@@ -100,12 +104,12 @@ def recovery_test(
     fault: Annotated[str, typer.Option("--fault", help="fault kind")],
     target: Annotated[str, typer.Option("--target", help="NODE[:IFACE|:RANK]")] = "",
     inventory: InventoryOpt = DEFAULT_INVENTORY,
-    repeat: Annotated[int, typer.Option("--repeat", "-k")] = 1,
-    duration: Annotated[str, typer.Option("--duration")] = "5s",
+    repeat: Annotated[int, typer.Option("--repeat", "-k", help="injections, one after another")] = 1,
+    duration: Annotated[str, typer.Option("--duration", help="how long each fault holds, e.g. 5s")] = "5s",
     pg_timeout: Annotated[float, typer.Option("--pg-timeout", help="process-group timeout (s)")] = 30.0,
     window: Annotated[float, typer.Option("--window", help="max wait for recovery per repeat (s)")] = 60.0,
-    force: Annotated[bool, typer.Option("--force")] = False,
-    runs: Annotated[Path, typer.Option("--runs")] = Path("runs"),
+    force: Annotated[bool, typer.Option("--force", help="allow non-RDMA interfaces / many nodes")] = False,
+    runs: Annotated[Path, typer.Option("--runs", help="root of the run directories")] = Path("runs"),
     launcher: Annotated[
         str, typer.Option("--launcher", help="ssh: torchrun over SSH; slurm: one sbatch --requeue job")
     ] = "ssh",

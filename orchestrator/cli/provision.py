@@ -63,7 +63,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         out_dir: Annotated[Path, typer.Option("--out", help="Where run directories go.")] = Path("runs"),
         become: Annotated[bool, typer.Option("--become", help="Escalate privileges on the hosts.")] = False,
-        vault_password_file: Annotated[Path | None, typer.Option("--vault-password-file")] = None,
+        vault_password_file: Annotated[
+            Path | None, typer.Option("--vault-password-file", help="Ansible Vault password file.")
+        ] = None,
         become_password_file: Annotated[
             Path | None,
             typer.Option(
@@ -108,10 +110,12 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--inventory", "-i", help="Ansible inventory.")
         ] = None,
         stack: Annotated[str | None, typer.Option("--stack", help="Stack to compare with.")] = None,
-        limit: Annotated[str | None, typer.Option("--limit")] = None,
+        limit: Annotated[
+            str | None, typer.Option("--limit", help="Hosts or groups, comma-separated.")
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         save: Annotated[Path | None, typer.Option("--save", help="Also write the fingerprints here.")] = None,
-        out_dir: Annotated[Path, typer.Option("--out")] = Path("runs"),
+        out_dir: Annotated[Path, typer.Option("--out", help="Where run directories go.")] = Path("runs"),
     ) -> None:
         """Fingerprint the nodes: per-node table, compatibility matrix. Exit 1 when any node drifted."""
         if ctx.invoked_subcommand is not None:
@@ -164,7 +168,7 @@ def register(app: typer.Typer) -> None:
     def diff_cmd(
         a: Annotated[Path, typer.Argument(help="Older saved fingerprint (JSON).")],
         b: Annotated[Path, typer.Argument(help="Newer saved fingerprint (JSON).")],
-        as_json: Annotated[bool, typer.Option("--json")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     ) -> None:
         """Fields that differ between two saved fingerprints. Exit 1 when any differ."""
         changes = fpmod.diff(fpmod.load(a), fpmod.load(b))
