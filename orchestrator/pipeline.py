@@ -355,7 +355,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     sched = make_scheduler(backend, cluster)
     fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
     out_root = req.overrides.out_dir or req.out_dir
-    _check_before_run(stack_name(None, plan, cluster), out_root)
+    _check_before_run(stack_name(None, plan, cluster), out_root, backend, steps)
     rundir = RunDir.create(out_root, new_run_id(plan.name))
     rundir.write_model("plan.json", plan)
     rundir.write_model("inventory.json", cluster)
@@ -391,13 +391,19 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     return _execute(runner, t0)
 
 
-def _check_before_run(stack: str | None, out_root: Path) -> None:
+def _check_before_run(stack: str | None, out_root: Path, backend: str, steps: list[Step]) -> None:
     """Find the usage errors that would otherwise show only once a run exists (a run refused for a
-    typo would stay in `runs list` and `history` as failed): an unknown or invalid stack, a file
-    where the run directories go, a results store that is not one. Raises ConfigError."""
+    typo would stay in `runs list` and `history` as failed): an unknown or invalid stack, a
+    multi-node step on the local backend, a file where the run directories go, a results store
+    that is not one. Raises ConfigError."""
     from orchestrator.stacks import load_stack
     from orchestrator.store.db import ResultsStore, default_store_path
 
+    if backend == "local" and (multi := [s.id for s in steps if s.nnodes > 1]):
+        raise ConfigError(
+            f"steps {', '.join(multi)}: the local backend runs on one node only",
+            hint="use --backend slurm, or --nodes 1",
+        )
     if stack is not None:
         load_stack(stack)
     RunDir.check_base(out_root)

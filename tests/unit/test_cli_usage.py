@@ -121,12 +121,19 @@ def test_scale_test_out_a_file_is_a_usage_error(here: Path, capsys: pytest.Captu
         (["--stack", "none", "--plan", "nosuch"], "nosuch"),
         (["--stack", "none", "--nodes", "0"], "nodes"),
         (["--stack", "none", "--sizes", "bogus"], "bogus"),
+        (["--stack", "none", "-i", "LAB", "--backend", "local", "--nodes", "1,2"], "local backend"),
     ],
 )
 def test_scale_test_usage_errors_leave_no_run(
     here: Path, capsys: pytest.CaptureFixture[str], args: list[str], says: str
 ) -> None:
     out_dir = here / "runs"
+    lab_ini = here / "lab.ini"
+    lab_ini.write_text(
+        "[lab]\nnode1 ansible_host=198.18.0.11 fabric_address=198.18.1.11\n"
+        "node2 ansible_host=198.18.0.12 fabric_address=198.18.1.12\n"
+    )
+    args = [str(lab_ini) if a == "LAB" else a for a in args]
     code, _, err = run_cli(capsys, "scale-test", "--out", str(out_dir), *args)
     assert code == 2, err
     assert says in one_error_line(err)
