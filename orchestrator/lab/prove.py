@@ -49,7 +49,7 @@ def prove_node(cfg: LabConfig, node: NodeSpec) -> str | None:
         try:
             sh.connect()
         except RemoteError as e:
-            return f"SSH login failed: {e.message}"
+            return f"SSH login failed: {e.message.removeprefix(node.name + ': ')}"
         sock = shlex.quote(str(cfg.munge_socket))
         conf = shlex.quote(str(cfg.slurm_conf))
         try:
@@ -57,7 +57,7 @@ def prove_node(cfg: LabConfig, node: NodeSpec) -> str | None:
                 sh, "munge credential round trip", f"munge -n -S {sock} | unmunge -S {sock} >/dev/null"
             ) or _check(sh, "Slurm from the node (scontrol ping)", f"SLURM_CONF={conf} scontrol ping")
         except RemoteError as e:
-            return f"SSH command failed: {e.message}"
+            return f"SSH command failed: {e.message.removeprefix(node.name + ': ')}"
     finally:
         sh.close()
 

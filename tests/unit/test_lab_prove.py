@@ -47,7 +47,7 @@ def test_prove_node_names_what_failed(tmp_path: Path, monkeypatch: pytest.Monkey
     cfg = _cfg(tmp_path)
     node1, node2, node3 = cfg.node_specs
     assert prove.prove_node(cfg, node1) is None
-    assert prove.prove_node(cfg, node2) == "SSH login failed: node2: SSH refused: Authentication failed."
+    assert prove.prove_node(cfg, node2) == "SSH login failed: SSH refused: Authentication failed."
     assert prove.prove_node(cfg, node3) == (
         "munge credential round trip failed (exit 1): unmunge: Error: Invalid credential"
     )
