@@ -35,13 +35,14 @@ def store_path(store: Path | None) -> Path:
 
 
 def open_existing(store: Path | None) -> ResultsStore | None:
-    """The store to read from, never created: None when the default one does not exist yet.
+    """The store to read from, never created: None when there is none yet (no run recorded; an
+    ORCH_STORE set for every command, as cron does, names the store before the first run).
 
     Raises:
-        ConfigError: an explicit --store / ORCH_STORE that does not exist or is not a store.
+        ConfigError: --store / ORCH_STORE names a folder or a file that is not a results store.
     """
     path = store_path(store)
-    if store is None and not path.exists():
+    if not path.exists():
         return None
     return ResultsStore.open(path, create=False)
 

@@ -52,13 +52,17 @@ def test_runs_list_without_a_store_creates_none(here: Path, capsys: pytest.Captu
     assert not (here / "runs").exists()
 
 
-def test_runs_list_of_an_explicit_missing_store_is_refused(
-    here: Path, capsys: pytest.CaptureFixture[str]
+def test_runs_list_of_an_explicit_missing_store_names_it_and_creates_none(
+    here: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    code, _, err = run_cli(capsys, "runs", "list", "--store", "typo.db")
-    assert code == 2
-    assert "no results store at typo.db" in one_error_line(err)
-    assert not (here / "typo.db").exists()
+    code, out, _ = run_cli(capsys, "runs", "list", "--store", "typo.db")
+    assert code == 0
+    assert "no runs recorded yet (no results store at typo.db)" in out
+    monkeypatch.setenv("ORCH_STORE", str(here / "night" / "orch.db"))
+    code, out, _ = run_cli(capsys, "baseline", "list")
+    assert code == 0
+    assert f"no baselines (no results store at {here / 'night' / 'orch.db'})" in out
+    assert sorted(p.name for p in here.iterdir()) == []
 
 
 def test_user_at_host_shows_what_is_known() -> None:
