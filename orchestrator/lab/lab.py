@@ -330,7 +330,8 @@ def down(cfg: LabConfig, progress: Progress = _quiet) -> DownResult:
     with the lab prefix, lab daemons naming the state dir), so it also clears a crashed `up`.
 
     Raises:
-        LabError: no lab is recorded in ``cfg.state_dir`` but one runs from another state dir.
+        LabError: a lab runs from another state dir (down here would kill its daemons and take
+            its namespaces, which have fixed names).
     """
     t0 = time.monotonic()
     state = _load(cfg)
