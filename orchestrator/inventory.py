@@ -10,6 +10,7 @@ is collected and reported at once, one per line, naming the file, the host and t
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import ipaddress
 import logging
@@ -64,6 +65,7 @@ _READ = (
     "orch_stack",
 )
 _CLUSTER_VARS = ("orch_slurm_conf", "orch_lab_state", "orch_partition", "orch_stack")
+ORCH_VARS = tuple(sorted(v for v in _READ if v.startswith("orch_")))
 # Kept as written: Ansible resolves interpreter templates itself, on the node.
 _NOT_TEMPLATED = frozenset({"ansible_python_interpreter"})
 
@@ -84,6 +86,7 @@ class RawHost:
     groups: list[str]
     vars: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # values Ansible could not template
+    unknown_orch_vars: list[str] = field(default_factory=list)
 
 
 def load_inventory(path: Path) -> Cluster:
@@ -109,7 +112,7 @@ def build_cluster(source: Path, hosts: list[RawHost], groups: Mapping[str, list[
 
     Raises InventoryError listing every problem, one per line.
     """
-    problems: list[str] = []
+    problems: list[str] = [line for h in hosts for line in unknown_orch_var_problems(h)]
     nodes = [n for h in hosts if (n := build_node(h, problems)) is not None]
     problems += _cross_checks(nodes)
     cluster_vars = _cluster_vars(source, hosts, problems)
@@ -133,6 +136,18 @@ def _assumptions(hosts: list[RawHost]) -> list[str]:
         f"gpu_vendor is not set on {plural(len(no_vendor), 'host')} ({shown}): taken as 'none' (CPU ranks, "
         "no GPUs); set gpu_vendor=amd|nvidia|none"
     ]
+
+
+def unknown_orch_var_problems(host: RawHost) -> list[str]:
+    """A line for each orch_* variable orch does not know: the orch_ namespace is orch's, so a
+    name there that orch would not read is a typo (a setting silently ignored), refused with the
+    closest known name."""
+    lines = []
+    for var in host.unknown_orch_vars:
+        close = difflib.get_close_matches(var, ORCH_VARS, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else f"orch knows {', '.join(ORCH_VARS)}"
+        lines.append(f"host {host.name}: unknown orch variable {var} ({hint})")
+    return lines
 
 
 def build_node(host: RawHost, problems: list[str]) -> Node | None:
@@ -438,7 +453,16 @@ def _parse_with_ansible(source: Path) -> tuple[list[RawHost], dict[str, list[str
                     else:
                         failed.append(why)
                 groups = sorted({g.name for g in h.get_groups()})
-                hosts.append(RawHost(name=str(h.name), groups=groups, vars=picked, problems=failed))
+                unknown = sorted(k for k in merged if k.startswith("orch_") and k not in ORCH_VARS)
+                hosts.append(
+                    RawHost(
+                        name=str(h.name),
+                        groups=groups,
+                        vars=picked,
+                        problems=failed,
+                        unknown_orch_vars=unknown,
+                    )
+                )
             group_map = {
                 str(name): [str(h.name) for h in g.get_hosts()]
                 for name, g in inventory.groups.items()

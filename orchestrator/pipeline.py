@@ -354,7 +354,9 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     backend = choose_backend(plan, cluster)
     sched = make_scheduler(backend, cluster)
     fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
-    rundir = RunDir.create(req.overrides.out_dir or req.out_dir, new_run_id(plan.name))
+    out_root = req.overrides.out_dir or req.out_dir
+    _check_before_run(stack_name(None, plan, cluster), out_root, backend, steps)
+    rundir = RunDir.create(out_root, new_run_id(plan.name))
     rundir.write_model("plan.json", plan)
     rundir.write_model("inventory.json", cluster)
     atomic_write(rundir.root / "steps.json", _steps_json(steps))
@@ -387,6 +389,26 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
         res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
         res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
     return _execute(runner, t0)
+
+
+def _check_before_run(stack: str | None, out_root: Path, backend: str, steps: list[Step]) -> None:
+    """Find the usage errors that would otherwise show only once a run exists (a run refused for a
+    typo would stay in `runs list` and `history` as failed): an unknown or invalid stack, a
+    multi-node step on the local backend, a file where the run directories go, a results store
+    that is not one. Raises ConfigError."""
+    from orchestrator.stacks import load_stack
+    from orchestrator.store.db import ResultsStore, default_store_path
+
+    if backend == "local" and (multi := [s.id for s in steps if s.nnodes > 1]):
+        raise ConfigError(
+            f"steps {', '.join(multi)}: the local backend runs on one node only",
+            hint="use --backend slurm, or --nodes 1",
+        )
+    if stack is not None:
+        load_stack(stack)
+    RunDir.check_base(out_root)
+    with ResultsStore.open(default_store_path(out_root)):
+        pass
 
 
 def _steps_json(steps: list[Step]) -> str:

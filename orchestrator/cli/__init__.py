@@ -7,17 +7,19 @@ prints to the user or exits.
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 import traceback
 from importlib.util import find_spec
+from typing import cast
 
 import click
 import typer
 from pydantic import ValidationError
 
 from orchestrator import __version__
-from orchestrator.cli.common import err, state
+from orchestrator.cli.common import err, silence_stdout, state
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, OrchError
 
 # typer >= 0.24 bundles its own copy of click and raises that copy's exceptions; older typer
@@ -25,6 +27,10 @@ from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, OrchError
 _typer_click = (
     importlib.import_module("typer._click.exceptions") if find_spec("typer._click") else click.exceptions
 )
+_typer_utils = importlib.import_module("typer._click.utils") if find_spec("typer._click") else click.utils
+# On a closed stdout (EPIPE) click swaps sys.stdout for this wrapper and exits 1; rich (typer's
+# help) points stdout at /dev/null and exits 1. Either way the reader had gone: see _reader_gone.
+_PACIFIED = cast(type, _typer_utils.PacifyFlushWrapper)
 _EXIT = (click.exceptions.Exit, typer.Exit)
 _USAGE = (click.ClickException, _typer_click.ClickException)
 _ABORT = (click.exceptions.Abort, typer.Abort, KeyboardInterrupt)
@@ -98,11 +104,33 @@ def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _is_devnull() -> bool:
+    try:
+        st, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError):
+        return False
+    return (st.st_dev, st.st_ino, st.st_rdev) == (null.st_dev, null.st_ino, null.st_rdev)
+
+
+def _reader_gone(stdout_was_null: bool) -> bool:
+    return isinstance(sys.stdout, _PACIFIED) or (not stdout_was_null and _is_devnull())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script; never returns."""
     signal.signal(signal.SIGTERM, _terminate)
+    stdout_was_null = _is_devnull()
     try:
         rv = app(args=argv, standalone_mode=False)
+        sys.stdout.flush()
+    except (BrokenPipeError, SystemExit) as e:
+        # The reader of stdout has gone (`orch … | head -1`) while click or rich wrote (help,
+        # usage) or at the final flush; the results console handles it itself and keeps the
+        # command's exit code. Stop quietly, as `head` intended; any other exit goes on as it was.
+        if isinstance(e, SystemExit) and not _reader_gone(stdout_was_null):
+            raise
+        silence_stdout()
+        sys.exit(0)
     except _EXIT as e:
         sys.exit(e.exit_code)
     except _USAGE as e:

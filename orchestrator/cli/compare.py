@@ -10,7 +10,7 @@ from rich.table import Table
 
 from orchestrator.cli.common import err, out
 from orchestrator.cli.runs import RunArg, StoreOpt, store_path
-from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
+from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.report.compare import FLOOR, Comparison, K, compare_runs
 from orchestrator.store.db import resolve_run_dir
@@ -69,6 +69,13 @@ def compare_cmd(
 ) -> int:
     """Compare run B against run A (exit 1 when any row is worse beyond the noise band)."""
     a, b = _load(run_a, store), _load(run_b, store)
+    for rec in (a, b):
+        if not any(s.rows for s in rec.steps) and not rec.recovery:
+            raise ConfigError(
+                f"run {rec.run_id} has nothing to compare: no measurement in {rec.run_dir} "
+                f"({rec.status}, {len(rec.steps)} of {len(rec.step_ids)} steps finished)",
+                hint="compare runs that measured something (orch runs list)",
+            )
     c = compare_runs(
         a,
         b,

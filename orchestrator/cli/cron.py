@@ -85,7 +85,10 @@ def list_cmd(
 ) -> int:
     """orch's entries and their Slurm state."""
     mgr = _manager(inventory, mode)
-    for e, state in mgr.list(out_dir.resolve()):
+    entries = mgr.list(out_dir.resolve())
+    if not entries:
+        out.print(f"no orch cron entries ({mgr.mode})", markup=False)
+    for e, state in entries:
         how = "scrontab" if mgr.mode == "scrontab" else "sbatch --begin (resubmits itself)"
         limit = f"{e.time_limit_min} min" if e.time_limit_min else "no limit"
         out.print(f"{e.name}\t{e.at}\t{e.plan}\t{e.inventory}\t{how}\t{limit}\t{state}", markup=False)

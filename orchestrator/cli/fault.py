@@ -54,9 +54,13 @@ def inject(
     duration: Annotated[str, typer.Option("--duration", help="e.g. 5s, 250ms")] = "5s",
     margin: Annotated[float, typer.Option("--margin", help="node-side timer = duration + margin (s)")] = 2.0,
     force: Annotated[bool, typer.Option("--force", help="allow non-RDMA interfaces / many nodes")] = False,
-    probability: Annotated[float, typer.Option("--probability")] = 0.05,
-    rate: Annotated[str, typer.Option("--rate")] = "50mbit",
-    signal: Annotated[str, typer.Option("--signal")] = "KILL",
+    probability: Annotated[
+        float, typer.Option("--probability", help="loss: share of packets dropped (0-1)")
+    ] = 0.05,
+    rate: Annotated[str, typer.Option("--rate", help="throttle: tc rate, e.g. 50mbit")] = "50mbit",
+    signal: Annotated[
+        str, typer.Option("--signal", help="kill-worker: signal name, e.g. KILL, TERM")
+    ] = "KILL",
     runs: Annotated[Path, typer.Option("--runs", help="fault records go to RUNS/<id>/faults/")] = Path(
         "runs"
     ),

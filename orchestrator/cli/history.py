@@ -10,10 +10,9 @@ import typer
 from rich.table import Table
 
 from orchestrator.cli.common import Col, err, fitted_table, out, table_width
-from orchestrator.cli.runs import StoreOpt, store_path
-from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
+from orchestrator.cli.runs import StoreOpt, open_existing, store_path
+from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.report.history import History, history, render_history_html
-from orchestrator.store.db import ResultsStore
 from orchestrator.store.rundir import atomic_write
 from orchestrator.text import plural
 
@@ -29,13 +28,24 @@ def history_cmd(
     html: Annotated[
         Path | None, typer.Option("--html", help="Write the trend plots to this HTML file.")
     ] = None,
-    floor: Annotated[float, typer.Option("--floor", min=0.0)] = 0.05,
+    floor: Annotated[
+        float, typer.Option("--floor", min=0.0, help="Smallest regression band, relative (0.05 = 5%).")
+    ] = 0.05,
     store: StoreOpt = None,
 ) -> int:
     """Key figures over the runs of a plan; exit 1 when the latest run regressed beyond the noise band."""
     if since is not None and since.tzinfo is None:
         since = since.astimezone()
-    with ResultsStore.open(store_path(store)) as db:
+    opened = open_existing(store)
+    if opened is None:
+        if baseline:
+            raise ConfigError(f"no baseline named {baseline!r}: no results store at {store_path(store)}")
+        out.print(f"no runs recorded yet (no results store at {store_path(store)})", markup=False)
+        return EXIT_OK
+    with opened as db:
+        if baseline and db.baseline(baseline) is None:
+            known = ", ".join(b.name for b in db.baselines()) or "none"
+            raise ConfigError(f"no baseline named {baseline!r} (known: {known})", hint="orch baseline list")
         h = history(db, plan=plan, since=since, baseline=baseline, floor=floor)
     figs = h.figures
     colls = list(dict.fromkeys(f.split("@", 1)[0] for f in figs))

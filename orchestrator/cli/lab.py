@@ -14,7 +14,11 @@ from orchestrator.lab.config import DEFAULT_INVENTORY, DEFAULT_STATE_DIR
 
 lab_app = typer.Typer(name="lab", help="The virtual lab: N nodes in network namespaces with SSH and Slurm.")
 
-INVENTORY_OPT = typer.Option(DEFAULT_INVENTORY, "--inventory-out", help="Where to write the inventory.")
+INVENTORY_OPT = typer.Option(
+    DEFAULT_INVENTORY,
+    "--inventory-out",
+    help="Where to write the inventory (also written as <state-dir>/lab.ini).",
+)
 NO_ACCT_OPT = typer.Option(False, "--no-accounting", help="No slurmdbd/MariaDB (sacct then fails).")
 KEEP_OPT = typer.Option(False, "--keep-on-failure", help="Leave a failed lab as it is, for debugging.")
 STATE_DIR_OPT = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="Folder for the lab's state, keys, logs.")
@@ -40,6 +44,10 @@ def _config(
 def _show(st: LabStatus) -> None:
     if st.running is False and not st.daemons:
         out.print(f"no lab recorded in {st.state_dir}")
+        if st.elsewhere:
+            out.print(
+                f"a lab runs from state dir {st.elsewhere} (`orch lab status --state-dir {st.elsewhere}`)"
+            )
         if st.leftovers:
             out.print(f"leftovers of a dead lab: {' '.join(st.leftovers)} (`orch lab down` clears them)")
         return
@@ -79,7 +87,11 @@ def up_cmd(
             f"lab already running ({len(result.status.nodes)} nodes) in {cfg.state_dir}; nothing changed"
         )
     else:
-        out.print(f"lab up: {nodes} nodes in {result.seconds:.1f} s; inventory {cfg.inventory_out}")
+        out.print(
+            f"lab up: {nodes} nodes in {result.seconds:.1f} s (SSH, munge and Slurm proven on each); "
+            f"inventory {cfg.state_inventory}"
+            + (f" and {cfg.inventory_out}" if cfg.inventory_out != cfg.state_inventory else "")
+        )
         out.print(f"export SLURM_CONF={cfg.slurm_conf}")
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import err, out, write_out
 from orchestrator.errors import EXIT_INFRA, EXIT_OK
 from orchestrator.provision import fingerprint as fpmod
 from orchestrator.provision.runner import HostEvent, PlaybookResult
@@ -63,7 +63,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         out_dir: Annotated[Path, typer.Option("--out", help="Where run directories go.")] = Path("runs"),
         become: Annotated[bool, typer.Option("--become", help="Escalate privileges on the hosts.")] = False,
-        vault_password_file: Annotated[Path | None, typer.Option("--vault-password-file")] = None,
+        vault_password_file: Annotated[
+            Path | None, typer.Option("--vault-password-file", help="Ansible Vault password file.")
+        ] = None,
         become_password_file: Annotated[
             Path | None,
             typer.Option(
@@ -108,10 +110,12 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--inventory", "-i", help="Ansible inventory.")
         ] = None,
         stack: Annotated[str | None, typer.Option("--stack", help="Stack to compare with.")] = None,
-        limit: Annotated[str | None, typer.Option("--limit")] = None,
+        limit: Annotated[
+            str | None, typer.Option("--limit", help="Hosts or groups, comma-separated.")
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         save: Annotated[Path | None, typer.Option("--save", help="Also write the fingerprints here.")] = None,
-        out_dir: Annotated[Path, typer.Option("--out")] = Path("runs"),
+        out_dir: Annotated[Path, typer.Option("--out", help="Where run directories go.")] = Path("runs"),
     ) -> None:
         """Fingerprint the nodes: per-node table, compatibility matrix. Exit 1 when any node drifted."""
         if ctx.invoked_subcommand is not None:
@@ -133,7 +137,7 @@ def register(app: typer.Typer) -> None:
                 "fingerprints": rep.fingerprints.model_dump(mode="json"),
                 "hosts": {h: o.status for h, o in rep.result.hosts.items()},
             }
-            typer.echo(json.dumps(doc, indent=2))
+            write_out(json.dumps(doc, indent=2) + "\n")
         else:
             for n in comp.nodes:
                 t = Table(title=f"{n.node} — {n.verdict}")
@@ -164,12 +168,12 @@ def register(app: typer.Typer) -> None:
     def diff_cmd(
         a: Annotated[Path, typer.Argument(help="Older saved fingerprint (JSON).")],
         b: Annotated[Path, typer.Argument(help="Newer saved fingerprint (JSON).")],
-        as_json: Annotated[bool, typer.Option("--json")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     ) -> None:
         """Fields that differ between two saved fingerprints. Exit 1 when any differ."""
         changes = fpmod.diff(fpmod.load(a), fpmod.load(b))
         if as_json:
-            typer.echo(json.dumps([c.model_dump(mode="json") for c in changes], indent=2))
+            write_out(json.dumps([c.model_dump(mode="json") for c in changes], indent=2) + "\n")
         else:
             t = Table(title=f"{a} -> {b}: {len(changes)} change(s)")
             for col in ("node", "field", "before", "after"):

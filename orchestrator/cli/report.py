@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import err
+from orchestrator.cli.common import err, write_out
 from orchestrator.cli.runs import RunArg, StoreOpt, store_path
+from orchestrator.errors import ConfigError
 from orchestrator.report.formats import EXTENSIONS, FORMATS, Format, render
 from orchestrator.store.db import resolve_run_dir
 from orchestrator.store.load import load_run
@@ -36,8 +36,13 @@ def report_cmd(
     if out_file is None and f == "html":
         out_file = run_dir / f"report.{EXTENSIONS[f]}"
     if out_file is None or str(out_file) == "-":
-        sys.stdout.write(render(rec, f, Path.cwd()))
+        write_out(render(rec, f, Path.cwd()))
         return 0
+    if out_file.is_dir():
+        raise ConfigError(
+            f"--out {out_file} is a folder",
+            hint=f"name a file, e.g. {out_file / ('report.' + EXTENSIONS[f])}",
+        )
     atomic_write(out_file, render(rec, f, out_file.parent))
     err.print(f"{f} report of {rec.run_id} ({rec.status}) -> {out_file}", markup=False)
     return 0

@@ -34,18 +34,44 @@ def store_path(store: Path | None) -> Path:
     return store or default_store_path()
 
 
+def open_existing(store: Path | None) -> ResultsStore | None:
+    """The store to read from, never created: None when there is none yet (no run recorded; an
+    ORCH_STORE set for every command, as cron does, names the store before the first run).
+
+    Raises:
+        ConfigError: --store / ORCH_STORE names a folder or a file that is not a results store.
+    """
+    path = store_path(store)
+    if not path.exists():
+        return None
+    return ResultsStore.open(path, create=False)
+
+
+def user_at_host(user: str | None, host: str | None) -> str:
+    """``user@host`` with what is known; "-" when neither is."""
+    if user is None and host is None:
+        return "-"
+    return f"{user or '-'}@{host or '-'}"
+
+
 @runs_app.command("list")
 def list_cmd(
     store: StoreOpt = None,
     plan: Annotated[str | None, typer.Option("--plan", help="Only runs of this plan.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1)] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Show at most this many runs.")] = 50,
     scan: Annotated[
         Path | None, typer.Option("--scan", help="Ingest every run directory under this folder first.")
     ] = None,
 ) -> int:
     """Runs in the results store, newest first (an unfinished, dead run shows as interrupted)."""
     path = store_path(store)
-    with ResultsStore.open(path) as db:
+    if scan is not None and not scan.is_dir():
+        raise ConfigError(f"--scan {scan}: no such folder")
+    opened = ResultsStore.open(path) if scan is not None else open_existing(store)
+    if opened is None:
+        out.print(f"no runs recorded yet (no results store at {path})", markup=False)
+        return 0
+    with opened as db:
         if scan is not None:
             for d in sorted(p.parent for p in scan.glob("*/journal.jsonl")):
                 db.ingest(d)
@@ -70,7 +96,7 @@ def list_cmd(
             f"{r.steps_done}/{r.steps_planned}",
             r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-",
             f"{r.wall_s:.1f}" if r.wall_s is not None else "-",
-            f"{r.user}@{r.host}",
+            user_at_host(r.user, r.host),
         ]
         for r in rows
     ]
@@ -88,7 +114,7 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
         f"run {rec.run_id}: [{colour}]{rec.status}[/] (plan {rec.plan_name}, {rec.backend}) — {rec.run_dir}"
     )
     out.print(
-        f"started {rec.started_at or '-'} by {rec.user or '-'}@{rec.host or '-'}; "
+        f"started {rec.started_at or '-'} by {user_at_host(rec.user, rec.host)}; "
         f"finished {rec.finished_at or 'no'}; resumed {rec.resumes}x",
         markup=False,
     )
@@ -152,9 +178,21 @@ def ingest_cmd(
 
 @runs_app.command("cleanup")
 def cleanup_cmd(
-    runs: Annotated[Path, typer.Option("--runs", help="Root of the run directories.")] = Path("runs"),
+    runs: Annotated[
+        Path | None,
+        typer.Option("--runs", help="Root of the run directories (default: runs).", show_default=False),
+    ] = None,
 ) -> int:
     """Cancel Slurm jobs left by runs whose orch process died (SIGKILL): the journal names them."""
+    if runs is None:
+        runs = Path("runs")
+        if not runs.is_dir():
+            out.print("no orphan jobs (no runs folder here)", markup=False)
+            return 0
+    elif not runs.is_dir():
+        raise ConfigError(
+            f"--runs {runs}: no such folder", hint="name the folder that holds the run directories"
+        )
     reports = cleanup_orphans(runs)
     for r in reports:
         out.print(f"{r.run_id}: cancelled {', '.join(r.cancelled) or 'none (all ended)'}", markup=False)
@@ -169,7 +207,7 @@ def baseline_set(
     name: Annotated[
         str | None, typer.Option("--name", help="Baseline name (default: the run's plan).")
     ] = None,
-    note: Annotated[str | None, typer.Option("--note")] = None,
+    note: Annotated[str | None, typer.Option("--note", help="A note kept with the baseline.")] = None,
     store: StoreOpt = None,
 ) -> int:
     """Name a run as a baseline (plans refer to it in thresholds.baseline; compare accepts the name)."""
@@ -189,7 +227,11 @@ def baseline_set(
 @baseline_app.command("list")
 def baseline_list(store: StoreOpt = None) -> int:
     """Named baselines."""
-    with ResultsStore.open(store_path(store)) as db:
+    opened = open_existing(store)
+    if opened is None:
+        out.print(f"no baselines (no results store at {store_path(store)})", markup=False)
+        return 0
+    with opened as db:
         for b in db.baselines():
             out.print(f"{b.name}\t{b.run_id}\t{b.set_at:%Y-%m-%d %H:%M}\t{b.note or ''}", markup=False)
     return 0

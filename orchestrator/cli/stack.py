@@ -8,7 +8,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from orchestrator.cli.common import out
+from orchestrator.cli.common import out, write_out
 from orchestrator.stacks import list_stacks, load_stack, schema_text
 
 
@@ -38,4 +38,4 @@ def register(app: typer.Typer) -> None:
     @app.command("schema")
     def schema_cmd(kind: Annotated[str, typer.Argument(help="stack or plan")]) -> None:
         """Print the JSON Schema of stack or plan files (for editors)."""
-        typer.echo(schema_text(kind), nl=False)
+        write_out(schema_text(kind))

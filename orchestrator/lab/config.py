@@ -136,6 +136,11 @@ class LabConfig(StrictModel):
         return self.state_dir / "ssh" / "id_ed25519"
 
     @property
+    def state_inventory(self) -> Path:
+        """The inventory's copy in the state dir (written whatever --inventory-out says)."""
+        return self.state_dir / "lab.ini"
+
+    @property
     def state_file(self) -> Path:
         """The JSON record of what `up` made (LabState)."""
         return self.state_dir / "state.json"

@@ -151,6 +151,21 @@ def stray_processes(state_dir: Path) -> list[psutil.Process]:
     return found
 
 
+def running_state_dirs() -> list[Path]:
+    """State dirs of labs whose daemons run now (found through SLURM_CONF in their environment)."""
+    found: set[Path] = set()
+    for p in psutil.process_iter(["name"]):
+        try:
+            if (p.info["name"] or "") not in LAB_EXECUTABLES:
+                continue
+            conf = p.environ().get("SLURM_CONF", "")
+        except psutil.Error:
+            continue
+        if conf.endswith("/slurm.conf") and (Path(conf).parent / "state.json").is_file():
+            found.add(Path(conf).parent)
+    return sorted(found)
+
+
 def _env_names(proc: psutil.Process, marker: str) -> bool:
     # slurmdbd takes no config flag: it finds the lab through SLURM_CONF in its environment.
     try:

@@ -95,9 +95,11 @@ def prepare(cfg: LabConfig, db_password: str) -> None:
         _write(dbd, render.slurmdbd_conf(cfg, db_password), 0o600)
     elif dbd.exists():
         dbd.unlink()
-    inv = cfg.inventory_out
-    inv.parent.mkdir(parents=True, exist_ok=True)
-    _write(inv, render.inventory(cfg))
+    inventory = render.inventory(cfg)
+    _write(cfg.state_inventory, inventory)
+    if cfg.inventory_out != cfg.state_inventory:
+        cfg.inventory_out.parent.mkdir(parents=True, exist_ok=True)
+        _write(cfg.inventory_out, inventory)
 
 
 def remove_runtime(cfg: LabConfig) -> None:

@@ -7,9 +7,10 @@ import secrets
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from orchestrator.errors import LabError
-from orchestrator.lab import accounting, daemons, files, netns, preflight, shell
+from orchestrator.lab import accounting, daemons, files, netns, preflight, prove, shell
 from orchestrator.lab.config import FABRIC_BRIDGE, MGMT_BRIDGE, LabConfig
 from orchestrator.lab.state import DaemonRecord, LabState, load_state, save_state
 from orchestrator.models.base import StrictModel
@@ -54,6 +55,7 @@ class LabStatus(StrictModel):
     nodes: list[NodeStatus] = []
     daemons: list[DaemonStatus] = []
     leftovers: list[str] = []
+    elsewhere: str | None = None
 
 
 class UpResult(StrictModel):
@@ -108,6 +110,9 @@ def status(cfg: LabConfig) -> LabStatus:
     state = _load(cfg)
     present = set(netns.lab_namespaces())
     if state is None:
+        other = _running_elsewhere(cfg)
+        if other is not None:
+            return LabStatus(state_dir=str(cfg.state_dir), running=False, healthy=False, elsewhere=str(other))
         leftovers = sorted(present) + netns.lab_links()
         return LabStatus(state_dir=str(cfg.state_dir), running=False, healthy=False, leftovers=leftovers)
     scfg = state.config
@@ -139,6 +144,22 @@ def status(cfg: LabConfig) -> LabStatus:
     )
 
 
+def _running_elsewhere(cfg: LabConfig) -> Path | None:
+    """The state dir of a lab whose daemons run now from another state dir than ``cfg``'s."""
+    mine = cfg.state_dir.resolve()
+    others = [d for d in daemons.running_state_dirs() if d.resolve() != mine]
+    return others[0] if others else None
+
+
+def _refuse_if_elsewhere(cfg: LabConfig, action: str) -> None:
+    other = _running_elsewhere(cfg)
+    if other is not None:
+        raise LabError(
+            f"a lab runs from state dir {other}, not {cfg.state_dir}; {action} would destroy it",
+            hint=f"pass --state-dir {other} (one lab per machine)",
+        )
+
+
 def _has_remains(cfg: LabConfig) -> bool:
     return bool(
         cfg.state_file.exists()
@@ -155,14 +176,21 @@ def up(cfg: LabConfig, progress: Progress = _quiet, *, keep_on_failure: bool = F
     failure, whatever was started is taken down again (unless ``keep_on_failure``, for debugging)
     and the error names the log to read.
 
+    Before it returns, the lab is proven end to end (SSH with orch's own connection, munge and
+    Slurm on every node); a lab that fails the proof is taken down like any failed `up`.
+
     Raises:
-        LabError: not root, packages missing, a port taken, a daemon failing, or nodes not idle in time.
+        ConfigError: the state dir (or a folder above it) cannot be used by sshd or munged.
+        LabError: not root, packages missing, a port taken, another lab running from another state
+            dir, a daemon failing, nodes not idle in time, or a node failing the proof (named).
     """
     t0 = time.monotonic()
     preflight.check(cfg.accounting)
+    preflight.check_state_dir(cfg.state_dir)
     old = _load(cfg)
     if old is not None and _healthy(old):
         return UpResult(already_running=True, seconds=time.monotonic() - t0, status=status(cfg))
+    _refuse_if_elsewhere(cfg, "`up` here")
     if _has_remains(cfg):
         progress("clearing remains of an earlier lab")
         down(old.config if old is not None else cfg, progress)
@@ -268,9 +296,11 @@ def _start(cfg: LabConfig, state: LabState, progress: Progress) -> None:
             _record(cfg, state, record)
 
     _wait_idle(cfg, progress)
+    t_prove = time.monotonic()
+    prove.prove(cfg, env)
+    progress(f"SSH, munge and Slurm proven on every node in {time.monotonic() - t_prove:.1f} s")
     state.complete = True
     save_state(state, cfg.state_file)
-    progress(f"lab up: {cfg.nodes} nodes idle; inventory {cfg.inventory_out}")
 
 
 def _wait_idle(cfg: LabConfig, progress: Progress) -> None:
@@ -298,9 +328,14 @@ def down(cfg: LabConfig, progress: Progress = _quiet) -> DownResult:
 
     Works from the record when there is one, and from what exists otherwise (namespaces and links
     with the lab prefix, lab daemons naming the state dir), so it also clears a crashed `up`.
+
+    Raises:
+        LabError: a lab runs from another state dir (down here would kill its daemons and take
+            its namespaces, which have fixed names).
     """
     t0 = time.monotonic()
     state = _load(cfg)
+    _refuse_if_elsewhere(cfg, "`down` here")
     if state is not None:
         cfg = state.config
     stopped: list[int] = []

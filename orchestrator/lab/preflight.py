@@ -1,11 +1,13 @@
-"""Checks before `up`: root, and every binary the lab needs, named by its Debian package."""
+"""Checks before `up`: root, every binary the lab needs (named by its Debian package), a usable state dir."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
+from pathlib import Path
 
-from orchestrator.errors import LabError
+from orchestrator.errors import ConfigError, LabError
 
 # binary -> Debian package that ships it
 REQUIRED: dict[str, str] = {
@@ -61,4 +63,60 @@ def check(accounting: bool) -> None:
         raise LabError(
             f"missing Debian packages: {' '.join(missing)}",
             hint=f"apt-get update && apt-get install -y {ALL_PACKAGES}",
+        )
+
+
+def state_dir_problem(state_dir: Path, *, owner_uid: int = 0, top: Path = Path("/")) -> str | None:
+    """Why the lab's daemons could not use ``state_dir``, or None when they can.
+
+    The lab keeps root's authorized_keys, munge's key and socket and MariaDB's datadir under the
+    state dir. sshd (StrictModes) refuses an authorized_keys file when any folder above it is not
+    owned by root or is writable by group or others (the sticky bit of /tmp does not count), and
+    munged and mariadbd run as their own users, so every folder above must let others through
+    (o+x). Each existing folder from ``top`` down to the state dir is checked; folders still to
+    be made are created by `up` with mode 755. ``owner_uid`` and ``top`` exist for the tests.
+    """
+    target = state_dir.resolve()
+    chain = [target, *target.parents]
+    top = top.resolve()
+    if top in chain:
+        chain = chain[: chain.index(top) + 1]
+    for folder in reversed(chain):
+        try:
+            st = folder.stat()
+        except FileNotFoundError:
+            break
+        except OSError as e:
+            return f"cannot inspect {folder}: {e.strerror}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{folder} is not a folder"
+        if st.st_uid != owner_uid:
+            return f"{folder} is owned by uid {st.st_uid}, not root (sshd StrictModes refuses keys below it)"
+        if folder == target:
+            break  # `up` sets the state dir's own mode
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & 0o022:
+            return (
+                f"{folder} is writable by group or others (mode {mode:o}); "
+                "sshd StrictModes refuses the lab's authorized_keys below it"
+            )
+        if not mode & 0o001:
+            return (
+                f"{folder} does not let other users through (mode {mode:o}); "
+                "munged and mariadbd, which run as their own users, cannot reach the state dir"
+            )
+    return None
+
+
+def check_state_dir(state_dir: Path) -> None:
+    """Refuse a state dir the lab's daemons cannot use.
+
+    Raises:
+        ConfigError: the state dir or a folder above it has the wrong owner or mode (named).
+    """
+    problem = state_dir_problem(state_dir)
+    if problem is not None:
+        raise ConfigError(
+            f"state dir {state_dir} cannot hold the lab: {problem}",
+            hint="choose one whose every parent is root's, mode 755 (e.g. the default /var/lib/orch-lab)",
         )

@@ -84,6 +84,9 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+_STORE_HINT = "--store (or ORCH_STORE) names the SQLite results store, e.g. runs/orch.db"
+
+
 def default_store_path(runs_root: Path | None = None) -> Path:
     """$ORCH_STORE when set, else <runs_root>/orch.db (runs_root defaults to ./runs)."""
     env = os.environ.get(STORE_ENV)
@@ -128,8 +131,18 @@ class ResultsStore:
         self.conn, self.path = conn, path
 
     @classmethod
-    def open(cls, path: Path) -> ResultsStore:
-        """Open (create, migrate) the store at path; raises InfraError or ConfigError (too new)."""
+    def open(cls, path: Path, *, create: bool = True) -> ResultsStore:
+        """Open (create unless ``create`` is False, migrate) the store at path.
+
+        Raises:
+            ConfigError: path is a folder or not an SQLite file (a wrong --store / ORCH_STORE), the
+                store is missing and ``create`` is False, or its schema is too new.
+            InfraError: SQLite or the filesystem fails.
+        """
+        if path.is_dir():
+            raise ConfigError(f"results store {path} is a folder", hint=_STORE_HINT)
+        if not create and not path.exists():
+            raise ConfigError(f"no results store at {path}", hint=_STORE_HINT)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
@@ -139,6 +152,10 @@ class ResultsStore:
             conn.execute("PRAGMA foreign_keys=ON")
             store = cls(conn, path)
             store.migrate()
+        except sqlite3.DatabaseError as e:
+            if getattr(e, "sqlite_errorname", "") == "SQLITE_NOTADB":
+                raise ConfigError(f"results store {path} is not an SQLite file", hint=_STORE_HINT) from e
+            raise InfraError(f"results store {path}: {e}", hint="check the file, or move it away") from e
         except sqlite3.Error as e:
             raise InfraError(f"results store {path}: {e}", hint="check the file, or move it away") from e
         except OSError as e:

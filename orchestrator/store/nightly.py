@@ -251,7 +251,11 @@ class CronManager:
         return f"Slurm job {job} ({entry.job_name}) begins {begin}, then resubmits itself daily"
 
     def list(self, out_dir: Path) -> list[tuple[CronEntry, str]]:
-        """(entry, Slurm state) of every orch entry."""
+        """(entry, Slurm state) of every orch entry.
+
+        Raises:
+            SchedulerError: squeue fails (Slurm unreachable), so no state can be told.
+        """
         if self.mode == "scrontab":
             text = self._crontab()
             queued = self._squeue()
@@ -264,7 +268,8 @@ class CronManager:
         return out
 
     def _squeue(self) -> dict[str, str]:
-        text = self._run(["squeue", "-h", "-o", "%j|%i|%T|%S"], check=False)
+        # A failing squeue must not read as "not queued": the entries' state would be a guess.
+        text = self._run(["squeue", "-h", "-o", "%j|%i|%T|%S"])
         out: dict[str, str] = {}
         for line in text.splitlines():
             parts = line.split("|")

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.errors import InfraError
+from orchestrator.errors import ConfigError, InfraError
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -62,13 +62,35 @@ class RunDir:
 
     @classmethod
     def create(cls, base: Path, run_id: str) -> RunDir:
-        """Make a new run directory under base; raises InfraError when it cannot."""
+        """Make a new run directory under base.
+
+        Raises:
+            ConfigError: base (or a folder above it) is a file (see check_base).
+            InfraError: the folder cannot be made.
+        """
+        cls.check_base(base)
         root = base / run_id
         try:
             root.mkdir(parents=True, exist_ok=False)
         except OSError as e:
             raise InfraError(f"cannot create run directory {root}: {e.strerror}") from e
         return cls(root)
+
+    @staticmethod
+    def check_base(base: Path) -> None:
+        """Refuse a root of run directories that is a file, or lies below one (a usage error).
+
+        Raises:
+            ConfigError: names the file in the way.
+        """
+        for folder in (base, *base.parents):
+            if folder.exists():
+                if not folder.is_dir():
+                    raise ConfigError(
+                        f"run directories cannot go under {base}: {folder} is a file",
+                        hint="--out names a folder for the run directories (default: runs)",
+                    )
+                return
 
     @property
     def run_id(self) -> str:

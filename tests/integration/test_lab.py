@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import psutil
 import pytest
 
-from orchestrator.lab import up
+from orchestrator.lab import status, up
 from orchestrator.lab.config import LINK_PREFIX, NETNS_PREFIX
 from orchestrator.lab.daemons import stray_processes
 
@@ -196,6 +196,30 @@ def test_opt_is_private_per_node(lab: Lab) -> None:
         assert not Path("/opt", name).exists()
     finally:
         lab.ssh(first, "rm", "-f", f"/opt/{name}", check=False)
+
+
+def test_up_refuses_a_state_dir_sshd_would_reject(lab: Lab) -> None:
+    # /tmp is world-writable: sshd's StrictModes would refuse every login with keys below it.
+    state_dir = Path("/tmp", f"orch-lab-{uuid.uuid4().hex[:8]}")
+    proc = orch("lab", "up", "--state-dir", str(state_dir))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "/tmp is writable by group or others" in lines[0], proc.stderr
+    assert not state_dir.exists()
+    assert status(lab.config).healthy
+
+
+def test_status_and_down_from_another_state_dir_name_the_running_lab(lab: Lab) -> None:
+    other = f"/var/lib/orch-lab-other-{uuid.uuid4().hex[:8]}"
+    proc = orch("lab", "status", "--state-dir", other)
+    assert proc.returncode == 3
+    assert f"a lab runs from state dir {lab.state_dir}" in proc.stdout
+    assert "leftovers" not in proc.stdout
+    down = orch("lab", "down", "--state-dir", other)
+    assert down.returncode == 3
+    assert f"a lab runs from state dir {lab.state_dir}" in down.stderr
+    assert status(lab.config).healthy
+    assert (lab.state_dir / "lab.ini").read_text() == lab.inventory.read_text()
 
 
 # ---- lifecycle: these take labs down and up; each restores the shared lab afterwards ----

@@ -55,7 +55,7 @@ def test_canary_secrets_are_nowhere(lab: Lab, tmp_path: Path) -> None:
     bp.write_text(canaries["become-password"] + "\n")
     enc = subprocess.run(
         [VAULT, "encrypt_string", "--vault-password-file", str(pw), canaries["vault-var"],
-         "--name", "orch_canary"],
+         "--name", "site_canary"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     (inv_dir / "group_vars" / "all" / "vault.yml").write_text(enc.stdout)
@@ -71,7 +71,7 @@ def test_canary_secrets_are_nowhere(lab: Lab, tmp_path: Path) -> None:
     # The vault variable is really decrypted (else the test would prove nothing about it).
     shown = subprocess.run(
         [str(Path(sys.executable).with_name("ansible")), "-i", inventory, "node1", "-m", "debug",
-         "-a", "var=orch_canary", "--vault-password-file", str(pw)],
+         "-a", "var=site_canary", "--vault-password-file", str(pw)],
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
     assert canaries["vault-var"] in shown.stdout

@@ -232,6 +232,14 @@ def test_unknown_host_vars_ignored(tmp_path: Path) -> None:
     assert load_inventory(path).names == ["n1"]
 
 
+def test_unknown_orch_variable_refused_with_the_closest_name(tmp_path: Path) -> None:
+    # orch_ is orch's namespace: a typo there would be a setting silently ignored.
+    path = write(tmp_path, "[g]\nn1 my_own_var=1\n\n[all:vars]\norch_stak=cpu-gloo\norch_zzz=1\n")
+    message = refused(path)
+    assert "host n1: unknown orch variable orch_stak (did you mean orch_stack?)" in message
+    assert "host n1: unknown orch variable orch_zzz (orch knows orch_lab_state, orch_partition" in message
+
+
 def test_select_and_node(tmp_path: Path) -> None:
     cluster = load_inventory(FIXTURES / "gpu-cluster" / "hosts.ini")
     assert [n.name for n in cluster.select("login01,amd")][:2] == ["login01", "gpu01"]
