@@ -13,6 +13,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.store.db import ResultsStore, default_store_path, resolve_run_dir
 from orchestrator.store.load import load_run
+from orchestrator.store.location import StoreLocation, parse_store
 from orchestrator.store.orphans import cleanup_orphans
 
 runs_app = typer.Typer(name="runs", help="Recorded runs: list, show, resume.", no_args_is_help=True)
@@ -21,17 +22,20 @@ baseline_app = typer.Typer(
 )
 
 StoreOpt = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
-        "--store", envvar="ORCH_STORE", help="Results store (default: runs/orch.db).", show_default=False
+        "--store",
+        envvar="ORCH_STORE",
+        help="Results store: a SQLite file (default: runs/orch.db) or a postgresql:// URL without password.",
+        show_default=False,
     ),
 ]
 RunArg = Annotated[str, typer.Argument(help="Run directory, run id (or prefix), or baseline name.")]
 _COLOUR = {"accepted": "green", "pass": "green", "failed": "red", "fail": "red", "running": "cyan"}
 
 
-def store_path(store: Path | None) -> Path:
-    return store or default_store_path()
+def store_path(store: str | None) -> StoreLocation:
+    return parse_store(store) if store else default_store_path()
 
 
 @runs_app.command("list")

@@ -26,6 +26,7 @@ from pydantic import Field, field_validator
 from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.models.base import StrictModel
 from orchestrator.remote.base import CommandRunner
+from orchestrator.store.location import parse_store
 from orchestrator.store.rundir import atomic_write
 
 CronMode = Literal["scrontab", "sbatch-begin"]
@@ -41,7 +42,7 @@ class CronEntry(StrictModel):
     inventory: Path
     plan: str
     out_dir: Path
-    store: Path
+    store: str = Field(description="results store: absolute path, or a postgresql:// URL without password")
     orch: str = Field(description="absolute path of the orch executable")
     workdir: Path
     slurm_conf: Path | None = None
@@ -60,6 +61,18 @@ class CronEntry(StrictModel):
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
             raise ValueError(f"cron name {v!r}: letters, digits, '_', '.', '-' only")
+        return v
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _store(cls, v: object) -> object:
+        if isinstance(v, Path):
+            return str(v)
+        try:
+            if isinstance(v, str):
+                parse_store(v)  # refuses a URL with a password: this one is written into scripts
+        except ConfigError as e:
+            raise ValueError(f"{e.message} ({e.hint})" if e.hint else e.message) from e
         return v
 
     @field_validator("job_args")
@@ -96,7 +109,7 @@ class CronEntry(StrictModel):
         ]
 
     def env(self) -> dict[str, str]:
-        env = {"ORCH_STORE": str(self.store)}
+        env = {"ORCH_STORE": self.store}
         if self.slurm_conf:
             env["SLURM_CONF"] = str(self.slurm_conf)
         return env
