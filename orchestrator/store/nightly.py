@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.models.base import StrictModel
@@ -36,6 +36,9 @@ _TIMEOUT = 30.0
 
 class CronEntry(StrictModel):
     """One nightly schedule."""
+
+    # A refused store URL carries a password: keep it out of the error's text.
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     name: str
     at: str = Field(description="HH:MM, local time of the Slurm controller")
