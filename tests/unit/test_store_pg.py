@@ -148,3 +148,17 @@ def test_service_file_names_the_server(pg: PgServer, pg_db: str, tmp_path: Path,
     with ResultsStore.open(url) as s:
         assert s.version == SCHEMA_VERSION
         assert s.conn.execute("SELECT current_database() AS d").fetchall()[0]["d"] == db
+
+
+def test_scale_test_refuses_a_password_store_before_it_makes_a_run_directory(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ORCH_STORE": "postgresql://orch:hunter2@127.0.0.1/orch"}
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "scale-test", "--plan", "smoke", "--out",
+                           str(tmp_path / "runs")], capture_output=True, text=True, env=env, timeout=120,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "hunter2" not in proc.stdout + proc.stderr and ".pgpass" in proc.stdout + proc.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
