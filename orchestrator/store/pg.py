@@ -71,26 +71,31 @@ class PgConnection:
     def __init__(self, conn: Any, url: PgUrl) -> None:
         self._conn, self.url = conn, url
 
-    def _run(self, sql: str, batches: Iterable[Sequence[Any]]) -> Cursor:
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
         import psycopg
 
-        rows: list[Row] = []
         try:
             with self._conn.cursor() as cur:
-                for args in batches:
-                    cur.execute(sql.replace("?", "%s"), args)
-                    if cur.description is not None:
-                        names = [d.name for d in cur.description]
-                        rows += [Row(names, r) for r in cur.fetchall()]
+                cur.execute(sql.replace("?", "%s"), args)
+                if cur.description is None:
+                    return Cursor([])
+                names = [d.name for d in cur.description]
+                return Cursor([Row(names, r) for r in cur.fetchall()])
         except psycopg.Error as e:
             raise InfraError(f"results store {self.url}: {e}".strip()) from e
-        return Cursor(rows)
-
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
-        return self._run(sql, [args])
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> Cursor:
-        return self._run(sql, seq)
+        """One statement over many rows (psycopg batches them in pipeline mode); returns no rows."""
+        import psycopg
+
+        rows = list(seq)
+        if rows:
+            try:
+                with self._conn.cursor() as cur:
+                    cur.executemany(sql.replace("?", "%s"), rows)
+            except psycopg.Error as e:
+                raise InfraError(f"results store {self.url}: {e}".strip()) from e
+        return Cursor([])
 
     def close(self) -> None:
         self._conn.close()
