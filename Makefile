@@ -8,7 +8,7 @@ LAB_NODES ?= 3
 BENCH_NODES ?= 16
 BENCH_RUNS ?= /tmp/orch-bench-runs
 APT_PACKAGES := python3-venv slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client \
-	iproute2 iptables podman runc iperf3 procps psmisc chromium
+	iproute2 iptables podman runc iperf3 procps psmisc chromium postgresql
 
 .PHONY: run test venv deps lint unit integration lab-up lab-down bench clean fuzz
 

@@ -356,11 +356,12 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
     out_root = req.overrides.out_dir or req.out_dir
     _check_before_run(stack_name(None, plan, cluster), out_root, backend, steps)
+    store = _store_listener(out_root)  # before the run directory: a refused ORCH_STORE leaves none
     rundir = RunDir.create(out_root, new_run_id(plan.name))
     rundir.write_model("plan.json", plan)
     rundir.write_model("inventory.json", cluster)
     atomic_write(rundir.root / "steps.json", _steps_json(steps))
-    listeners = [*listeners, _store_listener(rundir.root.parent)]
+    listeners = [*listeners, store]
     rundir.event(
         "run_started", run_id=rundir.run_id, plan=plan.name, backend=backend, steps=[s.id for s in steps],
         **_who(),

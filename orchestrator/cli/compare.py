@@ -20,7 +20,7 @@ from orchestrator.store.rundir import atomic_write
 _COLOUR = {"better": "green", "same": "white", "worse": "red"}
 
 
-def _load(ref: str, store: Path | None) -> RunRecord:
+def _load(ref: str, store: str | None) -> RunRecord:
     return load_run(resolve_run_dir(ref, store_path(store)))
 
 

@@ -15,6 +15,7 @@ from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.local import LocalRunner
 from orchestrator.store.db import default_store_path
+from orchestrator.store.location import store_ref
 from orchestrator.store.nightly import CronEntry, CronManager, CronMode, time_limit_min
 
 _HELP = (
@@ -62,7 +63,7 @@ def install_cmd(
         inventory=inventory.resolve(),
         plan=plan,
         out_dir=out_dir.resolve(),
-        store=default_store_path(out_dir.resolve()).resolve(),
+        store=store_ref(default_store_path(out_dir.resolve())),
         orch=str(Path(orch).resolve()),
         workdir=Path.cwd(),
         slurm_conf=None,

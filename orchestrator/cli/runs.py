@@ -13,6 +13,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.store.db import ResultsStore, default_store_path, resolve_run_dir
 from orchestrator.store.load import load_run
+from orchestrator.store.location import StoreLocation, parse_store
 from orchestrator.store.orphans import cleanup_orphans
 
 runs_app = typer.Typer(name="runs", help="Recorded runs: list, show, resume.", no_args_is_help=True)
@@ -21,20 +22,23 @@ baseline_app = typer.Typer(
 )
 
 StoreOpt = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
-        "--store", envvar="ORCH_STORE", help="Results store (default: runs/orch.db).", show_default=False
+        "--store",
+        envvar="ORCH_STORE",
+        help="Results store: a SQLite file (default: runs/orch.db) or a postgresql:// URL without password.",
+        show_default=False,
     ),
 ]
 RunArg = Annotated[str, typer.Argument(help="Run directory, run id (or prefix), or baseline name.")]
 _COLOUR = {"accepted": "green", "pass": "green", "failed": "red", "fail": "red", "running": "cyan"}
 
 
-def store_path(store: Path | None) -> Path:
-    return store or default_store_path()
+def store_path(store: str | None) -> StoreLocation:
+    return parse_store(store) if store else default_store_path()
 
 
-def open_existing(store: Path | None) -> ResultsStore | None:
+def open_existing(store: str | None) -> ResultsStore | None:
     """The store to read from, never created: None when there is none yet (no run recorded; an
     ORCH_STORE set for every command, as cron does, names the store before the first run).
 
@@ -42,8 +46,8 @@ def open_existing(store: Path | None) -> ResultsStore | None:
         ConfigError: --store / ORCH_STORE names a folder or a file that is not a results store.
     """
     path = store_path(store)
-    if not path.exists():
-        return None
+    if isinstance(path, Path) and not path.exists():
+        return None  # a PostgreSQL store is always there to be asked
     return ResultsStore.open(path, create=False)
 
 

@@ -4,14 +4,17 @@ The run directory stays the source of truth; the store is an index over many run
 baselines and comparisons. `ingest(run_dir)` rebuilds a run's rows from its directory alone, in
 one transaction, so it can be repeated at any time (after each step, after a crash, on a copied
 run directory). WAL mode: readers (orch runs list) never block the writer (a running scale-test).
+On a network filesystem (NFS, Lustre, ...: netfs.py reads the mount table) WAL is unsafe, and the
+store uses the rollback journal (DELETE) instead; a team's shared history can live in PostgreSQL
+(pg.py), with the same schema, migrations and SQL.
 
-Location: $ORCH_STORE, else `orch.db` beside the run directories (runs/orch.db).
+Location: $ORCH_STORE (a path or a postgresql:// URL without password, location.py), else
+`orch.db` beside the run directories (runs/orch.db).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -25,10 +28,13 @@ from pydantic import Field
 from orchestrator.errors import ConfigError, InfraError, OrchError
 from orchestrator.metrics.verdict import BaselineBusbw
 from orchestrator.models.base import StrictModel
+from orchestrator.store import pg
 from orchestrator.store.load import RunRecord, load_run
-
-STORE_ENV = "ORCH_STORE"
-STORE_NAME = "orch.db"
+from orchestrator.store.location import STORE_ENV as STORE_ENV
+from orchestrator.store.location import STORE_NAME as STORE_NAME
+from orchestrator.store.location import PgUrl, StoreLocation, default_store, parse_store
+from orchestrator.store.netfs import JournalMode, Mount, journal_mode_for
+from orchestrator.store.pg import PgConnection
 
 # Forward-only migrations: MIGRATIONS[i] takes the schema from version i to i + 1. Never edit a
 # released entry; append a new one. PRAGMA user_version holds the version.
@@ -84,15 +90,15 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-_STORE_HINT = "--store (or ORCH_STORE) names the SQLite results store, e.g. runs/orch.db"
+_STORE_HINT = (
+    "--store (or ORCH_STORE) names the results store: a SQLite file such as runs/orch.db, "
+    "or a postgresql:// URL"
+)
 
 
-def default_store_path(runs_root: Path | None = None) -> Path:
-    """$ORCH_STORE when set, else <runs_root>/orch.db (runs_root defaults to ./runs)."""
-    env = os.environ.get(STORE_ENV)
-    if env:
-        return Path(env)
-    return (runs_root or Path("runs")) / STORE_NAME
+def default_store_path(runs_root: Path | None = None) -> StoreLocation:
+    """$ORCH_STORE when set (a path or a postgresql:// URL), else <runs_root>/orch.db."""
+    return default_store(runs_root)
 
 
 class RunRow(StrictModel):
@@ -127,30 +133,48 @@ def _dt(text: object) -> datetime | None:
 class ResultsStore:
     """An open results store; use as a context manager (ResultsStore.open(path))."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, conn: sqlite3.Connection | PgConnection, path: StoreLocation) -> None:
         self.conn, self.path = conn, path
+        # SQLite only: "wal", or "delete" on a network filesystem (then netfs_mount is that mount).
+        self.journal_mode: JournalMode | None = None
+        self.netfs_mount: Mount | None = None
 
     @classmethod
-    def open(cls, path: Path, *, create: bool = True) -> ResultsStore:
-        """Open (create unless ``create`` is False, migrate) the store at path.
+    def open(cls, path: StoreLocation | str, *, create: bool = True) -> ResultsStore:
+        """Open (create unless ``create`` is False, migrate) the store at path: a SQLite file or a
+        PostgreSQL URL.
 
         Raises:
             ConfigError: path is a folder or not an SQLite file (a wrong --store / ORCH_STORE), the
-                store is missing and ``create`` is False, or its schema is too new.
-            InfraError: SQLite or the filesystem fails.
+                store is missing and ``create`` is False, a URL carries a password, or the schema
+                is too new.
+            InfraError: the database or the filesystem fails.
         """
+        path = parse_store(path) if isinstance(path, str) else path
+        if isinstance(path, PgUrl):
+            from orchestrator.store.pg import connect
+
+            store = cls(connect(path), path)
+            try:
+                store.migrate()
+            except BaseException:
+                store.conn.close()
+                raise
+            return store
         if path.is_dir():
             raise ConfigError(f"results store {path} is a folder", hint=_STORE_HINT)
         if not create and not path.exists():
             raise ConfigError(f"no results store at {path}", hint=_STORE_HINT)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            mode, mount = journal_mode_for(path)
             conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA journal_mode={mode.upper()}")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
             store = cls(conn, path)
+            store.journal_mode, store.netfs_mount = mode, mount
             store.migrate()
         except sqlite3.DatabaseError as e:
             if getattr(e, "sqlite_errorname", "") == "SQLITE_NOTADB":
@@ -171,8 +195,11 @@ class ResultsStore:
         self.conn.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self.conn.execute("BEGIN IMMEDIATE")
+    def _tx(self) -> Iterator[sqlite3.Connection | PgConnection]:
+        if isinstance(self.conn, PgConnection):
+            self.conn.begin()
+        else:
+            self.conn.execute("BEGIN IMMEDIATE")
         try:
             yield self.conn
         except BaseException:
@@ -182,6 +209,8 @@ class ResultsStore:
 
     @property
     def version(self) -> int:
+        if isinstance(self.conn, PgConnection):
+            return self.conn.user_version()
         return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
 
     def migrate(self) -> None:
@@ -195,10 +224,15 @@ class ResultsStore:
         while self.version < SCHEMA_VERSION:
             target = self.version + 1
             with self._tx() as c:
+                if self.version != target - 1:  # another process migrated while we waited for the lock
+                    continue
                 for stmt in MIGRATIONS[target - 1].split(";"):
                     if stmt.strip():
-                        c.execute(stmt)
-                c.execute(f"PRAGMA user_version = {target}")
+                        c.execute(pg.ddl(stmt) if isinstance(c, PgConnection) else stmt)
+                if isinstance(c, PgConnection):
+                    c.set_user_version(target)
+                else:
+                    c.execute(f"PRAGMA user_version = {target}")
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -229,8 +263,8 @@ class ResultsStore:
                      json.dumps(s.reasons)),
                 )  # fmt: skip
                 c.executemany(
-                    "INSERT OR REPLACE INTO coll_rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    [
+                    "INSERT INTO coll_rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    _last_wins(4, [
                         (rid, st.id, r.collective, r.size_bytes, r.nranks, r.dtype,
                          r.out_of_place.time_us, r.out_of_place.algbw_gbs, r.out_of_place.busbw_gbs,
                          r.out_of_place.wrong,
@@ -239,7 +273,7 @@ class ResultsStore:
                          r.in_place.busbw_gbs if r.in_place else None,
                          r.in_place.wrong if r.in_place else None)
                         for r in s.rows
-                    ],
+                    ]),
                 )  # fmt: skip
                 c.executemany(
                     "INSERT INTO summaries VALUES (?,?,?,?,?,?,?,?)",
@@ -252,15 +286,17 @@ class ResultsStore:
             c.executemany(
                 "INSERT INTO node_verdicts VALUES (?,?,?)", [(rid, n, v) for n, v in rec.nodes.items()]
             )
-            c.executemany("INSERT OR REPLACE INTO fingerprints VALUES (?,?,?,?)", _fingerprint_rows(rid, rec))
             c.executemany(
-                "INSERT OR REPLACE INTO recoveries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                [
+                "INSERT INTO fingerprints VALUES (?,?,?,?)", _last_wins(3, _fingerprint_rows(rid, rec))
+            )
+            c.executemany(
+                "INSERT INTO recoveries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                _last_wins(2, [
                     (rid, f.fault_id, f.fault, f.target, f.step, f.repeat, f.injected_at.isoformat(),
                      f.timings.detect_s, f.timings.recover_s, f.timings.restore_s, f.timings.steps_lost,
                      f.outcome)
                     for f in rec.recovery
-                ],
+                ]),
             )  # fmt: skip
         return rec
 
@@ -270,15 +306,16 @@ class ResultsStore:
             raise ConfigError(f"run {run_id} is not in the results store {self.path}")
         b = Baseline(name=name, run_id=run_id, set_at=datetime.now(UTC), note=note)
         with self._tx() as c:
+            c.execute("DELETE FROM baselines WHERE name = ?", (b.name,))
             c.execute(
-                "INSERT OR REPLACE INTO baselines VALUES (?,?,?,?)",
+                "INSERT INTO baselines VALUES (?,?,?,?)",
                 (b.name, b.run_id, b.set_at.isoformat(), b.note),
             )
         return b
 
     # --- reading -------------------------------------------------------------------------------
 
-    def _run_row(self, r: sqlite3.Row) -> RunRow:
+    def _run_row(self, r: sqlite3.Row | pg.Row) -> RunRow:
         return RunRow(
             run_id=r["run_id"], run_dir=Path(r["run_dir"]), plan=r["plan"], backend=r["backend"],
             status=r["status"], exit_code=r["exit_code"], started_at=_dt(r["started_at"]),
@@ -297,7 +334,7 @@ class ResultsStore:
         if since:
             sql += " AND started_at >= ?"
             args.append(since.isoformat())
-        sql += " ORDER BY started_at DESC, run_id DESC"
+        sql += " ORDER BY started_at DESC NULLS LAST, run_id DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
         return [self._run_row(r) for r in self.conn.execute(sql, args)]
@@ -353,7 +390,16 @@ class ResultsStore:
         return [dict(r) for r in rows if r["run_id"] in wanted]
 
     def integrity_ok(self) -> bool:
+        """SQLite's integrity_check; PostgreSQL checks its own pages, and answers a query."""
+        if isinstance(self.conn, PgConnection):
+            return bool(self.conn.execute("SELECT 1 AS ok").fetchall()[0]["ok"] == 1)
         return bool(self.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok")
+
+
+def _last_wins(key_len: int, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """rows without repeats of their primary key (the first key_len values), the last one kept:
+    what SQLite's INSERT OR REPLACE did, in SQL both dialects share."""
+    return list({r[:key_len]: r for r in rows}.values())
 
 
 def _like_prefix(text: str) -> str:
@@ -372,19 +418,19 @@ def _fingerprint_rows(run_id: str, rec: RunRecord) -> list[tuple[str, str, str, 
     return rows
 
 
-def resolve_run_dir(ref: str, store_path: Path | None = None) -> Path:
+def resolve_run_dir(ref: str, store_path: StoreLocation | None = None) -> Path:
     """A run directory from a path, a run id (or prefix) or a baseline name; raises ConfigError."""
     path = Path(ref)
     if (path / "journal.jsonl").exists() or (path / "plan.json").exists():
         return path
     sp = store_path or default_store_path()
-    if sp.exists():
+    if isinstance(sp, PgUrl) or sp.exists():
         with ResultsStore.open(sp) as store:
             row = store.run(ref)
         if row is not None:
             return row.run_dir
-    guess = sp.parent / ref
-    if (guess / "journal.jsonl").exists():
+    guess = sp.parent / ref if isinstance(sp, Path) else None
+    if guess is not None and (guess / "journal.jsonl").exists():
         return guess
     raise ConfigError(f"no run {ref!r}: not a run directory, nor a run or baseline in {sp}",
                       hint="orch runs list")  # fmt: skip
@@ -398,7 +444,7 @@ class StoreListener:
     ingest` rebuilds the store); it is journaled as store_error.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: StoreLocation) -> None:
         self.path = path
         self.run_dir: Path | None = None
 

@@ -21,11 +21,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.models.base import StrictModel
 from orchestrator.remote.base import CommandRunner
+from orchestrator.store.location import parse_store
 from orchestrator.store.rundir import atomic_write
 
 CronMode = Literal["scrontab", "sbatch-begin"]
@@ -36,12 +37,15 @@ _TIMEOUT = 30.0
 class CronEntry(StrictModel):
     """One nightly schedule."""
 
+    # A refused store URL carries a password: keep it out of the error's text.
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     name: str
     at: str = Field(description="HH:MM, local time of the Slurm controller")
     inventory: Path
     plan: str
     out_dir: Path
-    store: Path
+    store: str = Field(description="results store: absolute path, or a postgresql:// URL without password")
     orch: str = Field(description="absolute path of the orch executable")
     workdir: Path
     slurm_conf: Path | None = None
@@ -60,6 +64,18 @@ class CronEntry(StrictModel):
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
             raise ValueError(f"cron name {v!r}: letters, digits, '_', '.', '-' only")
+        return v
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _store(cls, v: object) -> object:
+        if isinstance(v, Path):
+            return str(v)
+        try:
+            if isinstance(v, str):
+                parse_store(v)  # refuses a URL with a password: this one is written into scripts
+        except ConfigError as e:
+            raise ValueError(f"{e.message} ({e.hint})" if e.hint else e.message) from e
         return v
 
     @field_validator("job_args")
@@ -96,7 +112,7 @@ class CronEntry(StrictModel):
         ]
 
     def env(self) -> dict[str, str]:
-        env = {"ORCH_STORE": str(self.store)}
+        env = {"ORCH_STORE": self.store}
         if self.slurm_conf:
             env["SLURM_CONF"] = str(self.slurm_conf)
         return env
