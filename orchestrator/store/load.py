@@ -148,7 +148,8 @@ def load_run(run_dir: Path) -> RunRecord:
             res = _model(StepResult, step_result_path(run_dir, sid), warnings)
             if res is not None:
                 steps.append(res)
-        V.apply_efficiency([s.summary for s in steps])
+    # Re-derived from the summaries, so runs written before the like-with-like rule read right too.
+    V.apply_efficiency([(s.step, s.summary) for s in steps])
     if not step_ids:
         step_ids = [s.step.id for s in steps]
 
