@@ -54,10 +54,12 @@ def history_cmd(
             cells.append(f"[red]{txt} ▼[/]" if (n.run_id, f) in flagged else txt)
         table.add_row(f"{n.started_at:%Y-%m-%d %H:%M}" if n.started_at else "-", n.run_id, n.status, *cells)
     out.print(table)
+    for note in h.notes:
+        out.print(note, markup=False)
     for r in h.regressions:
         out.print(
             f"REGRESSION {r.run_id} {r.figure}: {r.value:.4g} GB/s = {r.ratio:.2f} x {r.against} "
-            f"({r.reference:.4g}); band ±{r.band:.0%}",
+            f"({r.reference:.4g}); band ±{r.band:.0%} from {r.earlier} earlier runs",
             markup=False,
             style="red",
         )
