@@ -139,7 +139,7 @@ def recovery_test(
     for w in summary.warnings:
         err.print(f"warning: {w}", markup=False, style="yellow")
     t = Table(title=f"recovery-test {kind} on {target} x{repeat} — {root}")
-    for col in ("", "n", "median s", "p95 s", "spread s"):
+    for col in ("", "n", "median s", "p95 s (n>=20)", "spread s"):
         t.add_column(col)
     for name, s in (("detect", summary.detect), ("recover", summary.recover), ("restore", summary.restore)):
         t.add_row(
