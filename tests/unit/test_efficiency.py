@@ -85,3 +85,16 @@ def test_per_iteration_spread_widens_the_band() -> None:
     c = pairs[2][1]["all_reduce"]
     assert c.noise is not None and c.noise > 0.3  # 3 x hypot(0.5, 0.5) / sqrt(20) = 0.47 in ln
     assert V.efficiency_failures(resolve_plan("acceptance"), pairs[2][1])[0] == []
+
+
+def test_sizes_rounded_per_rank_count_still_compare() -> None:
+    # Seen on the lab: all_gather of 1 MiB prints 1048576 B on 2 ranks and 1048560 B on 3 ranks
+    # (whole 16-byte blocks per rank); n3xg1 must still be held against n2xg1.
+    ladder = _ladder(3, [1])
+    pairs = [(s, _summary({"all_reduce": 1.0})) for s in ladder]
+    pairs[2][1]["all_reduce"].size_bytes = 1048560
+    V.apply_efficiency(pairs)
+    assert pairs[2][1]["all_reduce"].reference == "n2xg1"
+    pairs[2][1]["all_reduce"].size_bytes = 1 << 19  # a different requested size is not compared
+    V.apply_efficiency(pairs)
+    assert pairs[2][1]["all_reduce"].reference is None
