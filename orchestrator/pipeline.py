@@ -464,6 +464,7 @@ def _execute(runner: _Runner, t0: float) -> RunResult:
 def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
     results = runner.results
     V.apply_efficiency([(r.step, r.summary) for r in results])
+    V.apply_line_rate([(r.step, r.summary) for r in results], runner.cluster.vars.orch_fabric_gbps)
     for res in results:
         fails, notes = V.efficiency_failures(runner.plan, res.summary)
         if fails and res.verdict == "pass":

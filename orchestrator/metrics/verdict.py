@@ -54,6 +54,9 @@ class CollSummary(StrictModel):
     latency_us: Percentiles | None = Field(
         default=None, description="per-iteration time at this size, out-of-place (collbench only)"
     )
+    line_fraction: float | None = Field(
+        default=None, description="busbw / the fabric's line rate (orch_fabric_gbps), multi-node steps only"
+    )
 
     def reference_label(self) -> str:
         """'inter-node vs n2xg1', 'intra-node (reference)' or '-' (for tables and reports)."""
@@ -163,6 +166,14 @@ def apply_efficiency(
             s.efficiency = scaling_efficiency(s.busbw_gbs, ref.busbw_gbs)
             se = 0.0 if ref_step.id == st.id else math.hypot(_time_se(s), _time_se(ref))
             s.noise = math.expm1(noise.band(se, floor, k))
+
+
+def apply_line_rate(steps: Sequence[tuple[Step, dict[Collective, CollSummary]]], gbps: float | None) -> None:
+    """Fill line_fraction = busbw / line rate (GB/s = Gbit/s / 8) for steps over the fabric (2+
+    nodes); one-node steps run over the node's own links, which the line rate does not describe."""
+    for st, summ in steps:
+        for s in summ.values():
+            s.line_fraction = s.busbw_gbs * 8.0 / gbps if gbps and st.nnodes >= 2 else None
 
 
 def _same_size(a: int, b: int) -> bool:

@@ -90,10 +90,10 @@ _TEMPLATE = """<!DOCTYPE html>
 node, inter-node against the 2-node step with the same ranks per node; a 1-rank step is never a reference. A step fails
 the minimum only below it by more than the noise band.</p>
 <table id="efficiency"><tr><th>step</th><th>collective</th><th>size</th><th>busbw GB/s</th><th>scaling</th><th>against</th>
-<th>reference busbw GB/s</th><th>efficiency</th><th>noise band</th><th>latency µs (per iteration, slowest rank)</th></tr>
+<th>reference busbw GB/s</th><th>efficiency</th><th>noise band</th><th>busbw / line rate</th><th>latency µs (per iteration, slowest rank)</th></tr>
 {% for e in eff_rows %}<tr><td>{{ e.step }}</td><td>{{ e.coll }}</td><td class="num">{{ e.size }}</td><td class="num">{{ e.busbw }}</td>
 <td>{{ e.scaling }}</td><td>{{ e.reference }}</td><td class="num">{{ e.ref_busbw }}</td><td class="num">{{ e.eff }}</td>
-<td class="num">{{ e.band }}</td><td>{{ e.latency }}</td></tr>
+<td class="num">{{ e.band }}</td><td class="num">{{ e.line }}</td><td>{{ e.latency }}</td></tr>
 {% endfor %}</table>
 
 {% endif %}
@@ -215,6 +215,7 @@ def _eff_rows(rec: RunRecord) -> list[dict[str, str]]:
                 "ref_busbw": f"{c.reference_busbw_gbs:.4g}" if c.reference_busbw_gbs is not None else "-",
                 "eff": efficiency_cell(c), "band": f"±{c.noise:.0%}" if c.noise is not None else "-",
                 "latency": latency_cell(c),
+                "line": f"{c.line_fraction:.0%}" if c.line_fraction is not None else "-",
             })  # fmt: skip
     return rows
 

@@ -149,7 +149,9 @@ def load_run(run_dir: Path) -> RunRecord:
             if res is not None:
                 steps.append(res)
     # Re-derived from the summaries, so runs written before the like-with-like rule read right too.
-    V.apply_efficiency([(s.step, s.summary) for s in steps])
+    pairs = [(s.step, s.summary) for s in steps]
+    V.apply_efficiency(pairs)
+    V.apply_line_rate(pairs, cluster.vars.orch_fabric_gbps if cluster else None)
     if not step_ids:
         step_ids = [s.step.id for s in steps]
 

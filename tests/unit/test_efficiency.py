@@ -98,3 +98,13 @@ def test_sizes_rounded_per_rank_count_still_compare() -> None:
     pairs[2][1]["all_reduce"].size_bytes = 1 << 19  # a different requested size is not compared
     V.apply_efficiency(pairs)
     assert pairs[2][1]["all_reduce"].reference is None
+
+
+def test_line_rate_fraction_only_over_the_fabric() -> None:
+    ladder = _ladder(2, [1, 2])
+    pairs = [(s, _summary({"all_reduce": 25.0})) for s in ladder]
+    V.apply_line_rate(pairs, 400.0)  # 400 Gbit/s = 50 GB/s
+    got = {s.id: summ["all_reduce"].line_fraction for s, summ in pairs}
+    assert got == {"n1xg1": None, "n1xg2": None, "n2xg1": 0.5, "n2xg2": 0.5}
+    V.apply_line_rate(pairs, None)
+    assert all(summ["all_reduce"].line_fraction is None for _, summ in pairs)

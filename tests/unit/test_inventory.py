@@ -351,6 +351,16 @@ def test_cluster_var_differing_between_hosts(tmp_path: Path) -> None:
     assert "orch_partition" in message
 
 
+def test_fabric_line_rate_is_a_positive_number(tmp_path: Path) -> None:
+    ok = load_inventory(write(tmp_path, "[g]\na\nb\n[all:vars]\norch_fabric_gbps=400\n"))
+    assert ok.vars.orch_fabric_gbps == 400.0
+    message = refused(write(tmp_path, "[g]\na orch_fabric_gbps=fast\n", name="bad.ini"))
+    assert "host a" in message and "orch_fabric_gbps='fast'" in message
+    two = "[g]\na orch_fabric_gbps=200\nb orch_fabric_gbps=400\n"
+    message = refused(write(tmp_path, two, name="two.ini"))
+    assert "orch_fabric_gbps differs" in message
+
+
 # --- CLI --------------------------------------------------------------------------------------------
 
 
