@@ -14,6 +14,7 @@ import difflib
 import io
 import ipaddress
 import logging
+import math
 import re
 import shlex
 from collections.abc import Iterator, Mapping
@@ -63,6 +64,7 @@ _READ = (
     "orch_lab_state",
     "orch_partition",
     "orch_stack",
+    "orch_fabric_gbps",
 )
 _CLUSTER_VARS = ("orch_slurm_conf", "orch_lab_state", "orch_partition", "orch_stack")
 ORCH_VARS = tuple(sorted(v for v in _READ if v.startswith("orch_")))
@@ -378,7 +380,31 @@ def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> Cl
         if var in values:
             p = Path(values[var]).expanduser()
             values[var] = p if p.is_absolute() else base / p
+    if (gbps := _fabric_gbps(hosts, problems)) is not None:
+        values["orch_fabric_gbps"] = gbps
     return ClusterVars.model_validate(values)
+
+
+def _fabric_gbps(hosts: list[RawHost], problems: list[str]) -> float | None:
+    """orch_fabric_gbps: a positive number (Gbit/s), the same on every host that has it."""
+    seen: dict[float, str] = {}
+    for h in hosts:
+        value = h.vars.get("orch_fabric_gbps")
+        if value is None:
+            continue
+        try:
+            gbps = float(value)
+        except (TypeError, ValueError):
+            gbps = float("nan")
+        if isinstance(value, bool) or not (math.isfinite(gbps) and gbps > 0):
+            problems.append(f"host {h.name}: orch_fabric_gbps={value!r} must be a positive number (Gbit/s)")
+            continue
+        seen.setdefault(gbps, h.name)
+    if len(seen) > 1:
+        pairs = ", ".join(f"{host} has {v:g}" for v, host in seen.items())
+        problems.append(f"orch_fabric_gbps differs between hosts ({pairs}); set it once in [all:vars]")
+        return None
+    return next(iter(seen), None)
 
 
 # --- Ansible ---------------------------------------------------------------------------------------

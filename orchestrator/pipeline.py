@@ -486,13 +486,14 @@ def _execute(runner: _Runner, t0: float) -> RunResult:
 
 def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
     results = runner.results
-    summaries = [r.summary for r in results]
-    V.apply_efficiency(summaries)
+    V.apply_efficiency([(r.step, r.summary) for r in results])
+    V.apply_line_rate([(r.step, r.summary) for r in results], runner.cluster.vars.orch_fabric_gbps)
     for res in results:
-        fails = V.efficiency_failures(runner.plan, res.summary)
+        fails, notes = V.efficiency_failures(runner.plan, res.summary)
         if fails and res.verdict == "pass":
             res.verdict = "fail"
         res.reasons += fails
+        res.warnings += [n for n in notes if n not in res.warnings]
     _apply_baseline(runner)
     used = {n for r in results for n in r.step.nodes}  # a node no step used gets no verdict
     nodes: dict[str, V.Verdict] = {

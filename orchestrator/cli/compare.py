@@ -25,8 +25,11 @@ def _load(ref: str, store: str | None) -> RunRecord:
 
 
 def render_table(c: Comparison, only_changed: bool) -> Table:
-    table = Table(title=f"B {c.b} ({c.b_plan}) vs A {c.a} ({c.a_plan})")
-    for col in ("step", "collective", "size", "A GB/s", "B GB/s", "B/A", "band", "verdict"):
+    table = Table(
+        title=f"B {c.b} ({c.b_plan}, {c.runs_b} run{'s' if c.runs_b > 1 else ''}) vs "
+        f"A {c.a} ({c.a_plan}, {c.runs_a} run{'s' if c.runs_a > 1 else ''}); medians, robust band"
+    )
+    for col in ("step", "collective", "size", "A GB/s", "B GB/s", "B/A", "band", "verdict", "note"):
         table.add_column(
             col, justify="right" if col in {"size", "A GB/s", "B GB/s", "B/A", "band"} else "left"
         )
@@ -42,6 +45,7 @@ def render_table(c: Comparison, only_changed: bool) -> Table:
             f"{r.ratio:.3f}" if r.ratio is not None else "-",
             f"±{r.band:.0%}" if r.band is not None else "-",
             f"[{_COLOUR.get(r.verdict, 'magenta')}]{r.verdict}[/]",
+            r.note or "",
         )
     return table
 
@@ -91,7 +95,8 @@ def compare_cmd(
     for r in c.recovery:
         a_s, b_s, band = (_secs(v) for v in (r.a_median_s, r.b_median_s, r.band_s))
         out.print(
-            f"recovery {r.fault} {r.phase}: median A {a_s} s, B {b_s} s (band {band} s) -> {r.verdict}",
+            f"recovery {r.fault} {r.phase}: median A {a_s} s (n={r.n_a}), B {b_s} s (n={r.n_b}) "
+            f"(band {band} s) -> {r.verdict}",
             markup=False,
         )
     counts = c.counts()

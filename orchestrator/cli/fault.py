@@ -183,7 +183,7 @@ def render_recovery(summary: RecoverySummary, title: str) -> None:
                   "; ".join(notes))  # fmt: skip
     out.print(t)
     t = Table(title="over the repeats that have each figure")
-    for col in ("", "n", "median s", "p95 s", "spread s"):
+    for col in ("", "n", "median s", "p95 s (n>=20)", "spread s"):
         t.add_column(col)
     for name, st in (("detect", summary.detect), ("recover", summary.recover), ("restore", summary.restore)):
         t.add_row(name, str(st.n), _s(st.median), _s(st.p95), _s(st.spread))

@@ -53,10 +53,12 @@ def history_cmd(
     shown = {c: [f for f in figs if f.startswith(c + "@")][-1] for c in colls}
     for table in history_tables(h, shown, plan, out.width):
         out.print(table)
+    for note in h.notes:
+        out.print(note, markup=False, soft_wrap=False)
     for r in h.regressions:
         out.print(
             f"REGRESSION {r.run_id} {r.figure}: {r.value:.4g} GB/s = {r.ratio:.2f} x {r.against} "
-            f"({r.reference:.4g}); band ±{r.band:.0%}",
+            f"({r.reference:.4g}); band ±{r.band:.0%} from {r.earlier} earlier runs",
             markup=False,
             style="red",
         )

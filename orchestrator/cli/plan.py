@@ -142,7 +142,10 @@ def plan_summary(plan: Plan) -> str:
     if th.baseline:
         parts.append(f">={th.baseline.min_fraction:g} x baseline {th.baseline.name}")
     if th.min_scaling_efficiency:
-        parts.append(f"scaling efficiency>={th.min_scaling_efficiency:g}")
+        parts.append(
+            f"scaling efficiency>={th.min_scaling_efficiency:g} beyond the noise band (1 node: vs the "
+            "fewest ranks above 1; 2+ nodes: vs 2 nodes at the same ranks per node)"
+        )
     return "\n".join(
         [
             f"collectives: {', '.join(plan.collectives)}",

@@ -28,6 +28,7 @@ from orchestrator.cli.plan import (
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.models.plan import format_size
 from orchestrator.pipeline import RunResult, ScaleTestRequest, scale_test
+from orchestrator.report.common import efficiency_cell, latency_cell, reference_cell
 from orchestrator.text import plural
 
 
@@ -71,7 +72,9 @@ class ProgressPrinter:
 def render_result(result: RunResult) -> None:
     """The final table: per step and collective, busbw at the largest size, efficiency, verdict."""
     table = Table(title=f"orch scale-test {result.run_id} ({result.plan}, {result.backend})")
-    for col in ("step", "ranks", "job", "collective", "size", "busbw GB/s", "eff.", "#wrong", "verdict"):
+    cols = ("step", "ranks", "job", "collective", "size", "busbw GB/s", "eff.", "against", "latency µs",
+            "#wrong", "verdict")  # fmt: skip
+    for col in cols:
         table.add_column(
             col, justify="right" if col in {"ranks", "size", "busbw GB/s", "eff.", "#wrong"} else "left"
         )
@@ -86,7 +89,9 @@ def render_result(result: RunResult) -> None:
                 s.collective if s else "-",
                 format_size(s.size_bytes) if s else "-",
                 f"{s.busbw_gbs:.3f}" if s else "-",
-                f"{s.efficiency:.2f}" if s and s.efficiency is not None else "-",
+                efficiency_cell(s),
+                reference_cell(s),
+                latency_cell(s),
                 str(s.wrong) if s else "-",
                 res.verdict if first else "",
             )

@@ -11,6 +11,7 @@ from rich.table import Table
 from orchestrator.cli.common import Col, err, fitted_table, out
 from orchestrator.errors import ConfigError
 from orchestrator.models.plan import format_size
+from orchestrator.report.common import efficiency_cell, reference_cell
 from orchestrator.store.db import ResultsStore, default_store_path, resolve_run_dir
 from orchestrator.store.load import load_run
 from orchestrator.store.location import StoreLocation, parse_store
@@ -123,15 +124,15 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
         markup=False,
     )
     table = Table()
-    for col in ("step", "ranks", "job", "verdict", "collective", "size", "busbw GB/s", "eff."):
+    for col in ("step", "ranks", "job", "verdict", "collective", "size", "busbw GB/s", "eff.", "against"):
         table.add_column(col)
     for sid in rec.step_ids:
         s = rec.step(sid)
         if s is None:
             if sid in rec.unreadable:
-                table.add_row(sid, "-", "-", "[red]unreadable[/]", rec.unreadable[sid], "", "", "")
+                table.add_row(sid, "-", "-", "[red]unreadable[/]", rec.unreadable[sid], "", "", "", "")
             else:
-                table.add_row(sid, "-", "-", "[yellow]not run[/]", "", "", "", "")
+                table.add_row(sid, "-", "-", "[yellow]not run[/]", "", "", "", "", "")
             continue
         for i, c in enumerate(s.summary.values() or [None]):
             first = i == 0
@@ -143,7 +144,8 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
                 c.collective if c else "-",
                 format_size(c.size_bytes) if c else "-",
                 f"{c.busbw_gbs:.3f}" if c else "-",
-                f"{c.efficiency:.2f}" if c and c.efficiency is not None else "-",
+                efficiency_cell(c),
+                reference_cell(c),
             )
     out.print(table)
     for s in rec.steps:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import FaultError, RemoteError
+from orchestrator.metrics.percentiles import percentile
 from orchestrator.models.fault import RecoveryResult, Stat
 
 ROLL = 5
@@ -403,14 +404,12 @@ def watch_done(r: RecoveryResult, *, now: float, t0: float, fault_end: float, ga
 
 
 def stat(values: Iterable[float | None]) -> Stat:
-    """median, p95 (linear interpolation) and spread of the values that are not None."""
+    """median, p95 and spread of the values that are not None; p95 only from 20 values on
+    (orchestrator.metrics.percentiles: under that it would be the maximum)."""
     xs = sorted(v for v in values if v is not None)
     if not xs:
         return Stat(n=0)
-    k = (len(xs) - 1) * 0.95
-    lo, hi = math.floor(k), math.ceil(k)
-    p95 = xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-    return Stat(n=len(xs), median=statistics.median(xs), p95=p95, spread=xs[-1] - xs[0])
+    return Stat(n=len(xs), median=statistics.median(xs), p95=percentile(xs, 0.95), spread=xs[-1] - xs[0])
 
 
 def summary_notes(results: Sequence[RecoveryResult]) -> list[str]:

@@ -5,24 +5,32 @@ Only the run decides what is fatal: a step's failure is data (verdict + reasons)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
 
+from orchestrator.metrics import noise
 from orchestrator.metrics.busbw import scaling_efficiency
 from orchestrator.models.base import StrictModel
-from orchestrator.models.plan import BaselineThreshold, BusbwThreshold, Plan
-from orchestrator.models.results import Collective, CollRow, run_size
+from orchestrator.models.plan import BaselineThreshold, BusbwThreshold, Plan, Step
+from orchestrator.models.results import Collective, CollRow, Percentiles, run_size
 
 Verdict = Literal["pass", "fail", "infra", "skipped"]
 # Worst first: a node or run takes the worst verdict of its parts.
 _SEVERITY: dict[str, int] = {"infra": 3, "fail": 2, "skipped": 1, "pass": 0}
+# Scaling efficiency is judged only beyond its noise band: max(ln(1 + EFF_FLOOR), EFF_K x se).
+EFF_FLOOR = 0.05
+EFF_K = 3.0
 
 
 def worst(verdicts: list[Verdict]) -> Verdict:
     """The most severe verdict of the list (pass for an empty list)."""
     return max(verdicts, key=lambda v: _SEVERITY[v], default="pass")
+
+
+Scaling = Literal["intra-node", "inter-node"]
 
 
 class CollSummary(StrictModel):
@@ -34,6 +42,26 @@ class CollSummary(StrictModel):
     algbw_gbs: float
     wrong: int = 0
     efficiency: float | None = Field(default=None, description="busbw / busbw of the reference step")
+    scaling: Scaling | None = Field(
+        default=None, description="which scaling the efficiency measures (see apply_efficiency)"
+    )
+    reference: str | None = Field(default=None, description="id of the step the efficiency is against")
+    reference_busbw_gbs: float | None = None
+    noise: float | None = Field(
+        default=None, description="relative noise band of the efficiency (e.g. 0.05 = +-5%)"
+    )
+    latency_us: Percentiles | None = Field(
+        default=None, description="per-iteration time at this size, out-of-place (collbench only)"
+    )
+    line_fraction: float | None = Field(
+        default=None, description="busbw / the fabric's line rate (orch_fabric_gbps), multi-node steps only"
+    )
+
+    def reference_label(self) -> str:
+        """'inter-node vs n2xg1', 'intra-node (reference)' or '-' (for tables and reports)."""
+        if self.scaling is None or self.reference is None:
+            return "-"
+        return f"{self.scaling} vs {self.reference}"
 
 
 def summarize(rows: list[CollRow]) -> dict[Collective, CollSummary]:
@@ -49,6 +77,7 @@ def summarize(rows: list[CollRow]) -> dict[Collective, CollSummary]:
                 busbw_gbs=row.out_of_place.busbw_gbs,
                 algbw_gbs=row.out_of_place.algbw_gbs,
                 wrong=wrong + (prev.wrong if prev else 0),
+                latency_us=row.out_of_place.latency_us,
             )
         else:
             prev.wrong += wrong
@@ -116,27 +145,97 @@ def threshold_failures(plan: Plan, rows: list[CollRow], summary: dict[Collective
     return reasons
 
 
-def apply_efficiency(steps: list[dict[Collective, CollSummary]]) -> None:
-    """Fill efficiency in place: per collective, against the first step with busbw > 0."""
-    reference: dict[Collective, float] = {}
-    for summary in steps:
-        for coll, s in summary.items():
-            if coll not in reference and s.busbw_gbs > 0:
-                reference[coll] = s.busbw_gbs
-            if coll in reference:
-                s.efficiency = scaling_efficiency(s.busbw_gbs, reference[coll])
+def reference_step(step: Step, ladder: Sequence[Step]) -> tuple[Scaling, Step] | None:
+    """The step `step` is held against, and which scaling that measures; None when none applies.
+
+    Like is compared with like: a one-node step (intra-node: NVLink/xGMI or shared memory) with
+    the one-node step of the fewest ranks above 1; a multi-node step (inter-node: the fabric)
+    with the 2-node step of the same ranks per node. A 1-rank step is never a reference nor
+    judged: there every collective is a local copy (sendrecv, broadcast) or moves nothing (the
+    busbw factor of the reductions is 0 at n = 1).
+    """
+    if step.world_size < 2:
+        return None
+    if step.nnodes == 1:
+        one_node = [s for s in ladder if s.nnodes == 1 and s.world_size >= 2]
+        ref = min(one_node, key=lambda s: (s.world_size, s.index), default=None)
+        return ("intra-node", ref) if ref is not None else None
+    two_node = [s for s in ladder if s.nnodes == 2 and s.ranks_per_node == step.ranks_per_node]
+    return ("inter-node", two_node[0]) if two_node else None
 
 
-def efficiency_failures(plan: Plan, summary: dict[Collective, CollSummary]) -> list[str]:
-    """Reasons this step misses the plan's minimum scaling efficiency."""
+def apply_efficiency(
+    steps: Sequence[tuple[Step, dict[Collective, CollSummary]]], floor: float = EFF_FLOOR, k: float = EFF_K
+) -> None:
+    """Fill efficiency, scaling, reference and noise in place for each (step, summary) pair.
+
+    Per collective at the largest size: busbw of the step / busbw of its reference step
+    (reference_step). The noise band is noise.band over the two steps' per-iteration times
+    (collbench) at that size: se = hypot of each step's 1.4826 x MAD of ln time / sqrt(n); without
+    per-iteration times only the floor applies.
+    """
+    ladder = [st for st, _ in steps]
+    by_id = {st.id: summ for st, summ in steps}
+    for st, summ in steps:
+        found = reference_step(st, ladder)
+        for coll, s in summ.items():
+            s.efficiency = s.scaling = s.reference = s.reference_busbw_gbs = s.noise = None
+            if found is None:
+                continue
+            kind, ref_step = found
+            ref = by_id.get(ref_step.id, {}).get(coll)
+            if ref is None or ref.busbw_gbs <= 0 or not _same_size(ref.size_bytes, s.size_bytes):
+                continue
+            s.scaling, s.reference, s.reference_busbw_gbs = kind, ref_step.id, ref.busbw_gbs
+            s.efficiency = scaling_efficiency(s.busbw_gbs, ref.busbw_gbs)
+            se = 0.0 if ref_step.id == st.id else math.hypot(_time_se(s), _time_se(ref))
+            s.noise = math.expm1(noise.band(se, floor, k))
+
+
+def apply_line_rate(steps: Sequence[tuple[Step, dict[Collective, CollSummary]]], gbps: float | None) -> None:
+    """Fill line_fraction = busbw / line rate (GB/s = Gbit/s / 8) for steps over the fabric (2+
+    nodes); one-node steps run over the node's own links, which the line rate does not describe."""
+    for st, summ in steps:
+        for s in summ.values():
+            s.line_fraction = s.busbw_gbs * 8.0 / gbps if gbps and st.nnodes >= 2 else None
+
+
+def _same_size(a: int, b: int) -> bool:
+    """Whether two printed sizes are the same requested size: all_gather, reduce_scatter and
+    alltoall round it down to whole 16-byte blocks per rank, so 1 MiB prints as 1048560 B on 3
+    ranks and 1048576 B on 2 (seen on the lab). Requested sizes differ by a factor >= 2."""
+    return abs(a - b) <= 0.05 * max(a, b)
+
+
+def _time_se(s: CollSummary) -> float:
+    """Standard error of ln(mean time) from the per-iteration spread; 0.0 when it is unknown."""
+    lat = s.latency_us
+    if lat is None or lat.n < 2 or lat.log_sigma is None:
+        return 0.0
+    return lat.log_sigma / math.sqrt(lat.n)
+
+
+def efficiency_failures(plan: Plan, summary: dict[Collective, CollSummary]) -> tuple[list[str], list[str]]:
+    """(reasons this step misses the plan's minimum scaling efficiency beyond the noise band,
+    notes for efficiencies under the minimum but within the band, which are not judged)."""
     limit = plan.thresholds.min_scaling_efficiency
     if limit is None:
-        return []
-    return [
-        f"{c}: scaling efficiency {s.efficiency:.2f} < {limit:g}"
-        for c, s in summary.items()
-        if s.efficiency is not None and s.efficiency < limit
-    ]
+        return [], []
+    fails: list[str] = []
+    notes: list[str] = []
+    for c, s in summary.items():
+        if s.efficiency is None or s.efficiency >= limit:
+            continue
+        what = (
+            f"{c}: {s.scaling} scaling efficiency {s.efficiency:.2f} against {s.reference} "
+            f"(busbw {s.busbw_gbs:.3g} / {s.reference_busbw_gbs or 0:.3g} GB/s)"
+        )
+        band = s.noise or 0.0
+        if s.efficiency < limit / (1.0 + band):
+            fails.append(f"{what} < {limit:g} beyond the noise band +-{band:.0%}")
+        else:
+            notes.append(f"{what} is under {limit:g} but within the noise band +-{band:.0%}: not judged")
+    return fails, notes
 
 
 BaselineBusbw = dict[tuple[str, str, int], float]

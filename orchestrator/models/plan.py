@@ -210,7 +210,12 @@ class Thresholds(StrictModel):
     busbw: list[BusbwThreshold] = Field(default_factory=list)
     baseline: BaselineThreshold | None = None
     min_scaling_efficiency: float | None = Field(
-        default=None, gt=0, le=10, description="busbw(step) / busbw(first step), at the largest size"
+        default=None,
+        gt=0,
+        le=10,
+        description="busbw(step) / busbw(reference step) at the largest size: one-node steps against the "
+        "one-node step of the fewest ranks above 1, multi-node steps against the 2-node step of the same "
+        "ranks per node; judged beyond the noise band only",
     )
 
 

@@ -57,6 +57,20 @@ def run_size(collective: Collective, size_bytes: int, nranks: int, elt: int = 4)
     plan validation use it to match a threshold's size to the row it means.
     """
     return layout(collective, size_bytes, elt, nranks).size_bytes
+class Percentiles(StrictModel):
+    """A distribution summary that carries its n (orchestrator.metrics.percentiles makes it).
+
+    A percentile is None where n is too small to show it: p95 under 20 samples, p99 under 100.
+    """
+
+    n: int = Field(ge=0)
+    mean: float | None = None
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    log_sigma: float | None = Field(
+        default=None, description="1.4826 x MAD of ln(value): the robust relative spread of the samples"
+    )
 
 
 class PlaceResult(StrictModel):
@@ -66,6 +80,11 @@ class PlaceResult(StrictModel):
     algbw_gbs: float = Field(ge=0)
     busbw_gbs: float = Field(ge=0)
     wrong: int | None = Field(default=None, ge=0, description="#wrong; None where the tool printed N/A")
+    latency_us: Percentiles | None = Field(
+        default=None,
+        description="per-iteration time (µs, slowest rank of each iteration) over the timed iterations; "
+        "collbench only (nccl-tests prints the average alone)",
+    )
 
 
 class CollRow(StrictModel):

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.metrics import percentiles
 from orchestrator.metrics import verdict as V
 from orchestrator.models.plan import format_size
 from orchestrator.pipeline import StepResult
@@ -20,10 +21,16 @@ class ScalingPoint:
     busbw_gbs: float
     efficiency: float | None
     step: str
+    scaling: V.Scaling | None = None
+    reference: str | None = None
 
 
 def scaling_points(rec: RunRecord) -> tuple[str, list[ScalingPoint]]:
-    """Largest-size busbw per step, against nodes (ranks when every step has one node)."""
+    """Largest-size busbw per step, against nodes (ranks when every step has one node).
+
+    Each point keeps its efficiency with the scaling it measures and the reference step: on a
+    mixed ladder the one-node steps carry intra-node efficiency, the others inter-node.
+    """
     steps = [s for s in rec.steps if s.summary]
     by_nodes = len({s.step.nnodes for s in steps}) > 1
     pts: list[ScalingPoint] = []
@@ -31,8 +38,26 @@ def scaling_points(rec: RunRecord) -> tuple[str, list[ScalingPoint]]:
         for coll, summ in s.summary.items():
             name = f"{coll} x{s.step.ranks_per_node}/node" if by_nodes else coll
             x = s.step.nnodes if by_nodes else s.step.world_size
-            pts.append(ScalingPoint(name, x, summ.busbw_gbs, summ.efficiency, s.step.id))
+            pts.append(ScalingPoint(name, x, summ.busbw_gbs, summ.efficiency, s.step.id, summ.scaling,
+                                    summ.reference))  # fmt: skip
     return ("nodes" if by_nodes else "ranks (1 node)"), pts
+
+
+def efficiency_cell(s: V.CollSummary | None) -> str:
+    """The efficiency as tables print it: '0.93', or '-' where no like-with-like reference exists."""
+    return f"{s.efficiency:.2f}" if s is not None and s.efficiency is not None else "-"
+
+
+def reference_cell(s: V.CollSummary | None) -> str:
+    """What the efficiency is against: 'inter-node vs n2xg1', or '-'."""
+    return s.reference_label() if s is not None else "-"
+
+
+def latency_cell(s: V.CollSummary | None) -> str:
+    """Per-iteration latency (µs) at the largest size with its n, or '-' (nccl-tests gives none)."""
+    if s is None or s.latency_us is None:
+        return "-"
+    return percentiles.label(s.latency_us, fmt=".0f")
 
 
 @dataclass(frozen=True)
@@ -73,7 +98,13 @@ def threshold_cases(rec: RunRecord) -> list[Case]:
         for name in threshold_names(rec):
             mine = [r for r in th_reasons if _reason_matches(name, r)]
             outcome: V.Verdict = "fail" if mine else ("skipped" if res.verdict == "infra" else "pass")
-            cases.append(Case(cls, name, outcome, "; ".join(mine)))
+            message = "; ".join(mine)
+            if name.startswith("scaling efficiency"):
+                refs = sorted({c.reference_label() for c in res.summary.values() if c.reference})
+                name += f" ({', '.join(refs) or 'no reference'})"
+                if not refs and outcome == "pass":
+                    outcome, message = "skipped", "no like-with-like reference for this step (e.g. 1 rank)"
+            cases.append(Case(cls, name, outcome, message))
     return cases
 
 

@@ -1,18 +1,21 @@
-"""`orch compare`: two runs of the same plan side by side, with a verdict per row.
+"""`orch compare`: two setups side by side, with a verdict per row (docs/results.md, "Noise").
 
-Noise rule (docs/results.md): per row, d = ln(busbw_B / busbw_A). Per-iteration spread is not
-recorded, so the noise of d is estimated from what repeats there are:
-  1. repeated runs, when given (`--repeat-a/--repeat-b`): per row, the variance of ln busbw over
-     each side's runs, var_A + var_B (a side without repeats counts as noisy as the other), at
-     least the mean of that over the row's step and collective. Given repeats, this is the noise;
-  2. without repeats, within the pair: for each step and collective, the spread of d from one
-     message size to the next, sigma = 1.4826 * median|d_i - d_(i-1)| / sqrt(2). A uniform change
-     moves every d alike and leaves this small; row-to-row jitter makes it large — and so does a
-     real change that hits only some sizes (a throttle above its burst), which is why (1) wins;
-  3. the median of (2) over all groups, so that a group of few sizes is not judged on its own.
-The band is max(ln(1 + floor), k * sigma) with floor 5% and k = 3. d beyond +band is
-"better", beyond -band "worse", else "same". Recovery times (lower is better) compare medians over
-the repeats, with the band the larger spread (max - min) of the two sides, at least the floor.
+Each side is one run or several (`--repeat-a/--repeat-b`: further runs of the same setup,
+ideally interleaved A, B, A, B so that drift hits both). Per row (step, collective, size):
+  centre   the median of ln busbw over each side's runs; d = centre_B - centre_A;
+  spread   with repeats: sigma = 1.4826 x MAD of the row's ln busbw around its own side's median
+           (both sides pooled, orchestrator.metrics.noise), taken as at least the median of that
+           over all rows, so that one wild repeat widens only its own row and a row whose few
+           runs agreed by chance does not get a band of nothing;
+           without repeats: within the pair, for each step and collective, the spread of d from
+           one size to the next, 1.4826 x median|d_i - d_(i-1)| / sqrt(2), at least the median of
+           that over all groups;
+  band     max(ln(1 + floor), k x se), se = sigma x hypot(c(n_A), c(n_B)) with c(n) the standard
+           error of a median of n runs (noise.median_se_factor); floor 5%, k 3.
+A row beyond +band is "better", beyond -band "worse", else "same" -- and, as in AMD's RCCL
+regression detector, a change stands only where it holds at 2 or more adjacent sizes of the same
+step and collective; a lone row beyond the band stays "same", with a note. Recovery times (lower
+is better) compare the medians over the repeats, with the same robust spread in seconds.
 """
 
 from __future__ import annotations
@@ -24,24 +27,29 @@ from typing import Literal
 
 from pydantic import Field
 
+from orchestrator.metrics import noise
 from orchestrator.models.base import StrictModel
 from orchestrator.store.load import RunRecord
 
 RowVerdict = Literal["better", "same", "worse", "missing", "n/a"]
 FLOOR = 0.05
 K = 3.0
-_MAD = 1.4826
+MIN_ADJACENT = 2
+"""A busbw change is flagged only when it holds at this many adjacent sizes."""
 
 
 class CompareRow(StrictModel):
     step: str
     collective: str
     size_bytes: int
-    a_gbs: float | None
-    b_gbs: float | None
+    a_gbs: float | None = Field(description="A's centre: the median over its runs")
+    b_gbs: float | None = Field(description="B's centre: the median over its runs")
     ratio: float | None = Field(description="B / A")
     band: float | None = Field(description="relative half-width of 'same', e.g. 0.12 = +-12%")
     verdict: RowVerdict
+    n_a: int = Field(default=1, description="runs of A that have this row")
+    n_b: int = Field(default=1, description="runs of B that have this row")
+    note: str | None = None
 
 
 class RecoveryRow(StrictModel):
@@ -52,6 +60,8 @@ class RecoveryRow(StrictModel):
     ratio: float | None
     band_s: float | None
     verdict: RowVerdict
+    n_a: int = 0
+    n_b: int = 0
 
 
 class Comparison(StrictModel):
@@ -63,6 +73,9 @@ class Comparison(StrictModel):
     recovery: list[RecoveryRow] = Field(default_factory=list)
     floor: float
     k: float
+    runs_a: int = 1
+    runs_b: int = 1
+    sigma: float | None = Field(default=None, description="pooled spread of ln busbw (median over rows)")
     warnings: list[str] = Field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
@@ -85,22 +98,14 @@ def _busbw(rec: RunRecord) -> dict[Key, float]:
     }
 
 
+def _logs(maps: list[dict[Key, float]], key: Key) -> list[float]:
+    return noise.log_values(m[key] for m in maps if key in m)
+
+
 def _neighbour_sigma(ds: list[float]) -> float | None:
     if len(ds) < 3:
         return None
-    return _MAD * statistics.median(abs(b - a) for a, b in itertools.pairwise(ds)) / math.sqrt(2)
-
-
-def _repeat_var(runs: list[RunRecord]) -> dict[Key, float]:
-    if len(runs) < 2:
-        return {}
-    maps = [_busbw(r) for r in runs]
-    out: dict[Key, float] = {}
-    for key in maps[0]:
-        vals = [math.log(m[key]) for m in maps if m.get(key, 0) > 0]
-        if len(vals) >= 2:
-            out[key] = statistics.variance(vals)
-    return out
+    return noise.MAD_SCALE * statistics.median(abs(b - a) for a, b in itertools.pairwise(ds)) / math.sqrt(2)
 
 
 def compare_runs(
@@ -113,63 +118,57 @@ def compare_runs(
     k: float = K,
 ) -> Comparison:
     """Compare b against a (ratios are B/A); repeats are further runs of each side's setup."""
-    ma, mb = _busbw(a), _busbw(b)
-    var_a = _repeat_var([a, *(repeats_a or [])])
-    var_b = _repeat_var([b, *(repeats_b or [])])
-    keys = sorted(set(ma) | set(mb), key=lambda t: (_step_order(a, b, t[0]), t[1], t[2]))
-    d: dict[Key, float] = {
-        key: math.log(mb[key] / ma[key]) for key in keys if ma.get(key, 0) > 0 and mb.get(key, 0) > 0
-    }
-    group_sigma: dict[tuple[str, str], float] = {}
-    for step, coll in {(s, c) for s, c, _ in d}:
-        ds = [d[key] for key in keys if key in d and key[0] == step and key[1] == coll]
-        sig = _neighbour_sigma(ds)
-        if sig is not None:
-            group_sigma[(step, coll)] = sig
-    global_sigma = statistics.median(group_sigma.values()) if group_sigma else 0.0
-    rep_var = _pooled_repeat_var(d, var_a, var_b)
-    min_band = math.log1p(floor)
+    runs_a, runs_b = [a, *(repeats_a or [])], [b, *(repeats_b or [])]
+    maps_a, maps_b = [_busbw(r) for r in runs_a], [_busbw(r) for r in runs_b]
+    ma, mb = maps_a[0], maps_b[0]
+    all_keys = set().union(*maps_a, *maps_b)
+    keys = sorted(all_keys, key=lambda t: (_step_order(a, b, t[0]), t[1], t[2]))
+    la = {key: _logs(maps_a, key) for key in keys}
+    lb = {key: _logs(maps_b, key) for key in keys}
+    d = {key: statistics.median(lb[key]) - statistics.median(la[key]) for key in keys if la[key] and lb[key]}
+    repeated = len(runs_a) > 1 or len(runs_b) > 1
+    row_sigma: dict[Key, float] = {}
+    if repeated:
+        for key in d:
+            sig = noise.mad_sigma(noise.residuals([g for g in (la[key], lb[key]) if len(g) >= 2]))
+            if sig is not None:
+                row_sigma[key] = sig
+        pooled = noise.pooled_sigma(row_sigma.values())
+    else:
+        groups: dict[tuple[str, str], float] = {}
+        for step, coll in {(s, c) for s, c, _ in d}:
+            sig = _neighbour_sigma([d[key] for key in keys if key in d and key[:2] == (step, coll)])
+            if sig is not None:
+                groups[(step, coll)] = sig
+        pooled = noise.pooled_sigma(groups.values())
+        row_sigma = {key: groups[key[:2]] for key in d if key[:2] in groups}
     rows: list[CompareRow] = []
     for key in keys:
-        va, vb = ma.get(key), mb.get(key)
-        if va is None or vb is None or key not in d:
-            # a row only one run has, or one without a usable ratio (e.g. busbw 0 on one rank)
-            gap: RowVerdict = "missing" if va is None or vb is None else "n/a"
-            rows.append(
-                CompareRow(
-                    step=key[0],
-                    collective=key[1],
-                    size_bytes=key[2],
-                    a_gbs=va,
-                    b_gbs=vb,
-                    ratio=None,
-                    band=None,
-                    verdict=gap,
-                )
-            )
+        va, vb = _centre(la[key]), _centre(lb[key])
+        present_a, present_b = any(key in m for m in maps_a), any(key in m for m in maps_b)
+        if key not in d:
+            # a row only one side has, or one without a usable ratio (e.g. busbw 0 on one rank)
+            gap: RowVerdict = "missing" if not (present_a and present_b) else "n/a"
+            rows.append(CompareRow(
+                step=key[0], collective=key[1], size_bytes=key[2],
+                a_gbs=va if va is not None else ma.get(key), b_gbs=vb if vb is not None else mb.get(key),
+                ratio=None, band=None, verdict=gap, n_a=len(la[key]), n_b=len(lb[key]),
+            ))  # fmt: skip
             continue
-        if rep_var:
-            sigma = math.sqrt(rep_var.get(key, 0.0))
-        else:
-            sigma = max(group_sigma.get((key[0], key[1]), 0.0), global_sigma)
-        band = max(min_band, k * sigma)
+        sigma = max(row_sigma.get(key, 0.0), pooled)
+        se = noise.difference_se(sigma, len(la[key]), len(lb[key])) if repeated else sigma
+        band = noise.band(se, floor, k)
         verdict: RowVerdict = "better" if d[key] > band else "worse" if d[key] < -band else "same"
-        rows.append(
-            CompareRow(
-                step=key[0],
-                collective=key[1],
-                size_bytes=key[2],
-                a_gbs=va,
-                b_gbs=vb,
-                ratio=vb / va,
-                band=math.expm1(band),
-                verdict=verdict,
-            )
-        )
+        rows.append(CompareRow(
+            step=key[0], collective=key[1], size_bytes=key[2], a_gbs=va, b_gbs=vb,
+            ratio=math.exp(d[key]), band=math.expm1(band), verdict=verdict,
+            n_a=len(la[key]), n_b=len(lb[key]),
+        ))  # fmt: skip
+    _require_adjacent(rows)
     warnings = []
     if a.plan_name != b.plan_name:
         warnings.append(f"different plans: {a.plan_name} vs {b.plan_name}")
-    for r in (a, b):
+    for r in (*runs_a, *runs_b):
         if r.status != "accepted":
             warnings.append(f"run {r.run_id} is {r.status}")
     return Comparison(
@@ -178,31 +177,44 @@ def compare_runs(
         a_plan=a.plan_name,
         b_plan=b.plan_name,
         rows=rows,
-        recovery=_compare_recovery(a, b, floor),
+        recovery=_compare_recovery(runs_a, runs_b, floor, k),
         floor=floor,
         k=k,
+        runs_a=len(runs_a),
+        runs_b=len(runs_b),
+        sigma=pooled,
         warnings=warnings,
     )
 
 
-def _pooled_repeat_var(
-    d: dict[Key, float], var_a: dict[Key, float], var_b: dict[Key, float]
-) -> dict[Key, float]:
-    """Variance of d per row from the repeats: var_A + var_B (a side without repeats is taken to
-    be as noisy as the other), at least the mean over the row's step and collective, so that a
-    row whose two or three runs agreed by chance does not get a band of nothing."""
-    if not var_a and not var_b:
-        return {}
-    row: dict[Key, float] = {}
-    for key in d:
-        va, vb = var_a.get(key), var_b.get(key)
-        if va is not None or vb is not None:
-            row[key] = (va if va is not None else vb or 0.0) + (vb if vb is not None else va or 0.0)
-    groups: dict[tuple[str, str], list[float]] = {}
-    for key, v in row.items():
-        groups.setdefault((key[0], key[1]), []).append(v)
-    pooled = {g: statistics.fmean(vs) for g, vs in groups.items()}
-    return {key: max(row.get(key, 0.0), pooled.get((key[0], key[1]), 0.0)) for key in d}
+def _centre(logs: list[float]) -> float | None:
+    return math.exp(statistics.median(logs)) if logs else None
+
+
+def _require_adjacent(rows: list[CompareRow]) -> None:
+    """Keep 'better'/'worse' only where the same verdict holds at MIN_ADJACENT adjacent sizes of
+    the same step and collective (in size order); a lone one becomes 'same' with a note."""
+    groups: dict[tuple[str, str], list[CompareRow]] = {}
+    for r in rows:
+        groups.setdefault((r.step, r.collective), []).append(r)
+    for group in groups.values():
+        group.sort(key=lambda r: r.size_bytes)
+        run_of: list[int] = [0] * len(group)
+        i = 0
+        while i < len(group):
+            j = i
+            while j + 1 < len(group) and group[j + 1].verdict == group[i].verdict:
+                j += 1
+            for m in range(i, j + 1):
+                run_of[m] = j - i + 1
+            i = j + 1
+        for r, length in zip(group, run_of, strict=True):
+            if r.verdict in ("better", "worse") and length < MIN_ADJACENT:
+                r.note = (
+                    f"{r.verdict} beyond the band at this size only "
+                    f"(a change must hold at {MIN_ADJACENT} adjacent sizes)"
+                )
+                r.verdict = "same"
 
 
 def _step_order(a: RunRecord, b: RunRecord, step: str) -> int:
@@ -223,36 +235,39 @@ def _phases(rec: RunRecord) -> dict[tuple[str, str], list[float]]:
     return out
 
 
-def _compare_recovery(a: RunRecord, b: RunRecord, floor: float) -> list[RecoveryRow]:
-    pa, pb = _phases(a), _phases(b)
+def _compare_recovery(
+    runs_a: list[RunRecord], runs_b: list[RunRecord], floor: float, k: float
+) -> list[RecoveryRow]:
+    """Per fault and phase: the medians over every repeat of each side, and a robust band:
+    k x 1.4826 x MAD of the repeats around their side's median (both sides pooled) x the
+    standard error factor of a median, at least floor x A's median."""
+    pa: dict[tuple[str, str], list[float]] = {}
+    pb: dict[tuple[str, str], list[float]] = {}
+    for runs, into in ((runs_a, pa), (runs_b, pb)):
+        for rec in runs:
+            for key, vals in _phases(rec).items():
+                into.setdefault(key, []).extend(vals)
     rows: list[RecoveryRow] = []
     for key in sorted(set(pa) | set(pb)):
-        va, vb = pa.get(key), pb.get(key)
+        va, vb = pa.get(key, []), pb.get(key, [])
         if not va or not vb:
             rows.append(
                 RecoveryRow(
-                    fault=key[0],
-                    phase=key[1],
+                    fault=key[0], phase=key[1],
                     a_median_s=statistics.median(va) if va else None,
                     b_median_s=statistics.median(vb) if vb else None,
-                    ratio=None,
-                    band_s=None,
-                    verdict="missing",
+                    ratio=None, band_s=None, verdict="missing", n_a=len(va), n_b=len(vb),
                 )
-            )
+            )  # fmt: skip
             continue
         ma, mb = statistics.median(va), statistics.median(vb)
-        band = max(max(va) - min(va), max(vb) - min(vb), floor * ma)
+        sigma = noise.mad_sigma(noise.residuals([g for g in (va, vb) if len(g) >= 2])) or 0.0
+        band = max(k * noise.difference_se(sigma, len(va), len(vb)), floor * ma)
         verdict: RowVerdict = "worse" if mb - ma > band else "better" if ma - mb > band else "same"
         rows.append(
             RecoveryRow(
-                fault=key[0],
-                phase=key[1],
-                a_median_s=ma,
-                b_median_s=mb,
-                ratio=mb / ma if ma > 0 else None,
-                band_s=band,
-                verdict=verdict,
+                fault=key[0], phase=key[1], a_median_s=ma, b_median_s=mb,
+                ratio=mb / ma if ma > 0 else None, band_s=band, verdict=verdict, n_a=len(va), n_b=len(vb),
             )
-        )
+        )  # fmt: skip
     return rows

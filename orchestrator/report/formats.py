@@ -10,7 +10,17 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.models.plan import format_size
-from orchestrator.report.common import Case, rel_link, scaling_points, step_logs, step_notes, threshold_cases
+from orchestrator.report.common import (
+    Case,
+    efficiency_cell,
+    latency_cell,
+    reference_cell,
+    rel_link,
+    scaling_points,
+    step_logs,
+    step_notes,
+    threshold_cases,
+)
 from orchestrator.store.load import RunRecord
 
 Format = Literal["html", "md", "json", "junit", "openmetrics"]
@@ -52,23 +62,28 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
         _progress_line(rec),
         "- nodes: " + (", ".join(f"{n}={v}" for n, v in rec.nodes.items()) or "-"),
         "",
-        "| step | ranks | collective | size | busbw GB/s | eff. | #wrong | verdict |",
-        "|---|--:|---|--:|--:|--:|--:|---|",
+        "| step | ranks | collective | size | busbw GB/s | eff. | against | latency µs | #wrong | verdict |",
+        "|---|--:|---|--:|--:|--:|---|---|--:|---|",
     ]
     finished = {s.step.id: s for s in rec.steps}
     for sid in rec.step_ids:
         s = finished.get(sid)
         if s is None or not s.summary:
-            lines.append(f"| {sid} | {s.step.world_size if s else '-'} | - | - | - | - | - | "
+            lines.append(f"| {sid} | {s.step.world_size if s else '-'} | - | - | - | - | - | - | - | "
                          f"{s.verdict if s else 'not run'} |")  # fmt: skip
             continue
         for i, c in enumerate(s.summary.values()):
-            eff = f"{c.efficiency:.2f}" if c.efficiency is not None else "-"
             lines.append(
                 f"| {sid if i == 0 else ''} | {s.step.world_size if i == 0 else ''} | {c.collective} | "
-                f"{format_size(c.size_bytes)} | {c.busbw_gbs:.3f} | {eff} | {c.wrong} | "
-                f"{s.verdict if i == 0 else ''} |"
+                f"{format_size(c.size_bytes)} | {c.busbw_gbs:.3f} | {efficiency_cell(c)} | "
+                f"{reference_cell(c)} | {latency_cell(c)} | {c.wrong} | {s.verdict if i == 0 else ''} |"
             )
+    lines += [
+        "",
+        "eff.: busbw at the largest size over busbw of the step named under 'against' (intra-node: "
+        "one node, against its smallest multi-rank step; inter-node: against the 2-node step of the "
+        "same ranks per node). Latency: per iteration, slowest rank, with its n.",
+    ]
     reasons = [(s.step.id, r) for s in rec.steps for r in step_notes(s)]
     if reasons:
         lines += ["", "## Reasons and warnings", ""] + [f"- {sid}: {r}" for sid, r in reasons]
@@ -170,8 +185,9 @@ def render_openmetrics(rec: RunRecord) -> str:
             fams["orch_algbw_gigabytes_per_second"][2].append((rl, r.out_of_place.algbw_gbs))
     for p in scaling_points(rec)[1]:
         if p.efficiency is not None:
-            fams["orch_scaling_efficiency_ratio"][2].append(({**base, "step": p.step, "series": p.series},
-                                                             p.efficiency))  # fmt: skip
+            fams["orch_scaling_efficiency_ratio"][2].append(
+                ({**base, "step": p.step, "series": p.series, "scaling": p.scaling or "",
+                  "reference": p.reference or ""}, p.efficiency))  # fmt: skip
     for node, nv in rec.nodes.items():
         fams["orch_node_passed"][2].append(
             ({**base, "node": node, "verdict": nv}, 1.0 if nv == "pass" else 0.0)

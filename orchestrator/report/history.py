@@ -1,28 +1,31 @@
-"""`orch history`: key figures of one plan over nights, and regressions beyond the noise band.
+"""`orch history`: key figures of one plan over its runs, and regressions beyond the noise band.
 
 Key figure: busbw at the largest size of each (step, collective). The latest run is checked
-against the previous run and, when named, a baseline. Noise band: the night-to-night spread of
-each figure over the window, sigma = 1.4826 * median|ln x_i - ln x_(i-1)| (the spread of a
-difference of two nights), band = max(ln(1 + floor), k * sigma), floor 5%, k 3; with fewer than
-three earlier nights only the floor applies.
+against the previous run and, when named, a baseline. Noise band, per figure, from the history
+itself (orchestrator.metrics.noise): sigma = 1.4826 x MAD of ln busbw over the earlier runs in
+the window, se = sigma x sqrt(2) (one run against one run), band = max(ln(1 + floor), k x se),
+floor 5%, k 3. Nothing is flagged until MIN_EARLIER earlier runs exist to know the noise; the
+history says how many there are. The reference is called "previous night" only when the two
+runs started at least NIGHT_GAP apart, "previous run" otherwise.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from datetime import datetime
+from datetime import datetime, timedelta
 from html import escape
-from itertools import pairwise
 
 from pydantic import Field
 
+from orchestrator.metrics import noise
 from orchestrator.models.base import StrictModel
 from orchestrator.report import svg
 from orchestrator.store.db import ResultsStore
 from orchestrator.text import plural
 
-_MAD = 1.4826
+MIN_EARLIER = 5
+"""Earlier runs needed before any regression is flagged."""
+NIGHT_GAP = timedelta(hours=20)
 
 
 class Night(StrictModel):
@@ -37,9 +40,10 @@ class Regression(StrictModel):
     figure: str
     value: float
     reference: float
-    against: str = Field(description="'previous night' or 'baseline NAME'")
+    against: str = Field(description="'previous run', 'previous night' or 'baseline NAME'")
     ratio: float
     band: float
+    earlier: int = Field(default=0, description="earlier runs the band was estimated from")
 
 
 class History(StrictModel):
@@ -48,6 +52,9 @@ class History(StrictModel):
     regressions: list[Regression]
     floor: float
     k: float
+    earlier_runs: int = Field(default=0, description="finished runs before the latest one")
+    min_earlier: int = MIN_EARLIER
+    notes: list[str] = Field(default_factory=list)
 
     @property
     def figures(self) -> list[str]:
@@ -61,12 +68,18 @@ def _figures(store: ResultsStore, run_ids: list[str]) -> dict[str, dict[str, flo
     return out
 
 
-def _band(series: list[float], floor: float, k: float) -> float:
-    logs = [math.log(v) for v in series if v > 0]
-    if len(logs) < 3:
-        return math.log1p(floor)
-    sigma = _MAD * statistics.median(abs(b - a) for a, b in pairwise(logs))
-    return max(math.log1p(floor), k * sigma)
+def _band(earlier: list[float], floor: float, k: float) -> float:
+    """The band of one figure from its earlier values (robust spread of ln busbw, sqrt 2 for a
+    difference of two runs)."""
+    sigma = noise.mad_sigma(noise.log_values(earlier)) or 0.0
+    return noise.band(sigma * math.sqrt(2.0), floor, k)
+
+
+def previous_label(prev: Night, last: Night) -> str:
+    """'previous night' when the two runs started NIGHT_GAP or more apart, else 'previous run'."""
+    if prev.started_at and last.started_at and last.started_at - prev.started_at >= NIGHT_GAP:
+        return "previous night"
+    return "previous run"
 
 
 def history(
@@ -85,47 +98,41 @@ def history(
     nights = [
         Night(run_id=r.run_id, started_at=r.started_at, status=r.status, figures=figs[r.run_id]) for r in rows
     ]
-    regressions: list[Regression] = []
+    earlier_runs = max(0, len(nights) - 1)
+    notes: list[str] = []
+    if nights and earlier_runs < MIN_EARLIER:
+        notes.append(
+            f"{earlier_runs} earlier run{'s' if earlier_runs != 1 else ''} in the window: no regression is "
+            f"flagged until {MIN_EARLIER} exist to know the noise"
+        )
+        return History(plan=plan, nights=nights, regressions=[], floor=floor, k=k,
+                       earlier_runs=earlier_runs, notes=notes)  # fmt: skip
+    refs: list[tuple[str, dict[str, float]]] = []
     if len(nights) >= 2:
-        last, prev = nights[-1], nights[-2]
-        for fig, value in last.figures.items():
-            earlier = [n.figures[fig] for n in nights[:-1] if fig in n.figures]
-            band = _band(earlier, floor, k)
-            ref = prev.figures.get(fig)
-            if ref and ref > 0 and value > 0 and math.log(value / ref) < -band:
-                regressions.append(
-                    Regression(
-                        run_id=last.run_id,
-                        figure=fig,
-                        value=value,
-                        reference=ref,
-                        against="previous night",
-                        ratio=value / ref,
-                        band=math.expm1(band),
-                    )
-                )
+        refs.append((previous_label(nights[-2], nights[-1]), nights[-2].figures))
     if baseline and nights:
         b = store.baseline(baseline)
         if b is not None:
-            ref_figs = _figures(store, [b.run_id])[b.run_id]
-            last = nights[-1]
-            for fig, value in last.figures.items():
-                ref = ref_figs.get(fig)
-                earlier = [n.figures[fig] for n in nights[:-1] if fig in n.figures]
-                band = _band(earlier, floor, k)
-                if ref and ref > 0 and value > 0 and math.log(value / ref) < -band:
-                    regressions.append(
-                        Regression(
-                            run_id=last.run_id,
-                            figure=fig,
-                            value=value,
-                            reference=ref,
-                            against=f"baseline {baseline}",
-                            ratio=value / ref,
-                            band=math.expm1(band),
-                        )
+            refs.append((f"baseline {baseline}", _figures(store, [b.run_id])[b.run_id]))
+    regressions: list[Regression] = []
+    last = nights[-1] if nights else None
+    for against, ref_figs in refs:
+        assert last is not None
+        for fig, value in last.figures.items():
+            earlier = [n.figures[fig] for n in nights[:-1] if fig in n.figures]
+            ref = ref_figs.get(fig)
+            if len(earlier) < MIN_EARLIER or not ref or ref <= 0 or value <= 0:
+                continue
+            band = _band(earlier, floor, k)
+            if math.log(value / ref) < -band:
+                regressions.append(
+                    Regression(
+                        run_id=last.run_id, figure=fig, value=value, reference=ref, against=against,
+                        ratio=value / ref, band=math.expm1(band), earlier=len(earlier),
                     )
-    return History(plan=plan, nights=nights, regressions=regressions, floor=floor, k=k)
+                )  # fmt: skip
+    return History(plan=plan, nights=nights, regressions=regressions, floor=floor, k=k,
+                   earlier_runs=earlier_runs, notes=notes)  # fmt: skip
 
 
 def render_history_html(h: History) -> str:
@@ -182,7 +189,9 @@ def render_history_html(h: History) -> str:
         "svg .grid{stroke:#eee}"
         "svg .line{fill:none;stroke-width:1.6} svg.plot{font-size:11px}</style></head><body>"
         f"<h1>orch history: {escape(h.plan or 'all plans')} ({plural(len(h.nights), 'run')})</h1>"
-        f"<h2>Regressions of the latest run</h2><ul>{regs}</ul>"
+        f"<h2>Regressions of the latest run</h2>"
+        + "".join(f"<p>{escape(n)}</p>" for n in h.notes)
+        + f"<ul>{regs}</ul>"
         f'<div class="plots">{"".join(plots)}</div>'
         f"<h2>Key figures (busbw GB/s at the largest size)</h2><table><tr><th>started</th><th>run</th>"
         f"<th>status</th>{head}</tr>{''.join(body)}</table></body></html>\n"

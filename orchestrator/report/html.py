@@ -19,6 +19,9 @@ from orchestrator.models.results import COLLECTIVES
 from orchestrator.plan import plan_to_yaml
 from orchestrator.report import svg
 from orchestrator.report.common import (
+    ScalingPoint,
+    efficiency_cell,
+    latency_cell,
     rel_link,
     scaling_points,
     step_logs,
@@ -95,7 +98,16 @@ completion and correctness (#wrong) only.</p>{% else %}<p class="muted">No plan 
 <td class="num">{{ v }}</td>{% endfor %}</tr>{% endfor %}</table>{% endfor %}</details>
 
 <h2 id="scaling">Scaling</h2>
-<div class="plots">{{ scaling_plot }}{{ eff_plot }}</div>
+<div class="plots">{{ scaling_plot }}{% for p in eff_plots %}{{ p }}{% endfor %}</div>
+<p class="muted">Efficiency compares like with like: intra-node (one node) against the smallest multi-rank step on one
+node, inter-node against the 2-node step with the same ranks per node; a 1-rank step is never a reference. A step fails
+the minimum only below it by more than the noise band.</p>
+<table id="efficiency"><tr><th>step</th><th>collective</th><th>size</th><th>busbw GB/s</th><th>scaling</th><th>against</th>
+<th>reference busbw GB/s</th><th>efficiency</th><th>noise band</th><th>busbw / line rate</th><th>latency µs (per iteration, slowest rank)</th></tr>
+{% for e in eff_rows %}<tr><td>{{ e.step }}</td><td>{{ e.coll }}</td><td class="num">{{ e.size }}</td><td class="num">{{ e.busbw }}</td>
+<td>{{ e.scaling }}</td><td>{{ e.reference }}</td><td class="num">{{ e.ref_busbw }}</td><td class="num">{{ e.eff }}</td>
+<td class="num">{{ e.band }}</td><td class="num">{{ e.line }}</td><td>{{ e.latency }}</td></tr>
+{% endfor %}</table>
 
 {% endif %}
 <h2 id="recovery">Recovery</h2>
@@ -175,25 +187,54 @@ def _coll_plots(rec: RunRecord) -> tuple[list[Markup], list[tuple[str, dict[str,
     return plots, tables
 
 
-def _scaling(rec: RunRecord) -> tuple[Markup, Markup]:
+def _scaling(rec: RunRecord) -> tuple[Markup, list[Markup]]:
+    """busbw at the largest size per step, and one efficiency plot per scaling (intra, inter)."""
     x_label, pts = scaling_points(rec)
     names = list(dict.fromkeys(p.series for p in pts))
     bw = [svg.Series(n, sorted((float(p.x), p.busbw_gbs) for p in pts if p.series == n)) for n in names]
-    eff = [
-        svg.Series(
-            n, sorted((float(p.x), p.efficiency) for p in pts if p.series == n and p.efficiency is not None)
-        )
-        for n in names
-    ]
-    lim = rec.plan.thresholds.min_scaling_efficiency if rec.plan else None
-    if lim is not None and pts:
-        xs = sorted({float(p.x) for p in pts})
-        eff.append(svg.Series(f"threshold {lim:g}", [(xs[0], lim), (xs[-1], lim)], dashed=True))
     a = svg.line_chart(bw, title="busbw at the largest size", x_label=x_label, y_label="busbw (GB/s)",
                        x_log=True, x_base=2, x_fmt=lambda v: f"{v:g}", y_fmt=_bw_fmt, kind="scaling")  # fmt: skip
-    b = svg.line_chart(eff, title="scaling efficiency", x_label=x_label, y_label="busbw / reference step",
-                       x_log=True, x_base=2, x_fmt=lambda v: f"{v:g}", kind="efficiency")  # fmt: skip
-    return _svg(a), _svg(b)
+    lim = rec.plan.thresholds.min_scaling_efficiency if rec.plan else None
+    by_step = {s.step.id: s.step for s in rec.steps}
+    plots: list[Markup] = []
+    for kind, axis in (("intra-node", "ranks on one node"), ("inter-node", "nodes")):
+        mine = [p for p in pts if p.scaling == kind and p.efficiency is not None and p.step in by_step]
+        if not mine:
+            continue
+
+        def x_of(p: ScalingPoint) -> float:
+            st = by_step[p.step]
+            return float(st.world_size if st.nnodes == 1 else st.nnodes)
+
+        groups: dict[str, list[ScalingPoint]] = {}
+        for p in mine:
+            rpn = by_step[p.step].ranks_per_node
+            label = p.series.split(" ", 1)[0] + (f" x{rpn}/node" if kind == "inter-node" else "")
+            groups.setdefault(f"{label} vs {p.reference}", []).append(p)
+        eff = [svg.Series(n, sorted((x_of(p), p.efficiency or 0.0) for p in g)) for n, g in groups.items()]
+        if lim is not None:
+            xs = sorted({x_of(p) for p in mine})
+            eff.append(svg.Series(f"threshold {lim:g}", [(xs[0], lim), (xs[-1], lim)], dashed=True))
+        plots.append(_svg(svg.line_chart(
+            eff, title=f"{kind} scaling efficiency", x_label=axis, y_label="busbw / reference step",
+            x_log=True, x_base=2, x_fmt=lambda v: f"{v:g}", kind="efficiency",
+        )))  # fmt: skip
+    return _svg(a), plots
+
+
+def _eff_rows(rec: RunRecord) -> list[dict[str, str]]:
+    rows = []
+    for s in rec.steps:
+        for c in s.summary.values():
+            rows.append({
+                "step": s.step.id, "coll": c.collective, "size": format_size(c.size_bytes),
+                "busbw": f"{c.busbw_gbs:.4g}", "scaling": c.scaling or "-", "reference": c.reference or "-",
+                "ref_busbw": f"{c.reference_busbw_gbs:.4g}" if c.reference_busbw_gbs is not None else "-",
+                "eff": efficiency_cell(c), "band": f"±{c.noise:.0%}" if c.noise is not None else "-",
+                "latency": latency_cell(c),
+                "line": f"{c.line_fraction:.0%}" if c.line_fraction is not None else "-",
+            })  # fmt: skip
+    return rows
 
 
 def _recovery(rec: RunRecord) -> list[Markup]:
@@ -244,7 +285,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
             "reasons": step_notes(s) if s else ["not run"], "logs": logs,
         })  # fmt: skip
     coll_plots, coll_tables = _coll_plots(rec)
-    scaling_plot, eff_plot = _scaling(rec)
+    scaling_plot, eff_plots = _scaling(rec)
     inv = [
         [n.name, n.address, n.fabric_address or "-", n.gpu_vendor, n.gpus_per_node, ",".join(n.rdma_ifaces) or "-",
          n.container_runtime]
@@ -256,7 +297,8 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
     return _tmpl.render(
         r=rec, css=_CSS, version=__version__, now=datetime.now(UTC).isoformat(timespec="seconds"),
         done=len([s for s in rec.steps if s.verdict != "skipped"]), steps=steps,
-        coll_plots=coll_plots, coll_tables=coll_tables, scaling_plot=scaling_plot, eff_plot=eff_plot,
+        coll_plots=coll_plots, coll_tables=coll_tables, scaling_plot=scaling_plot, eff_plots=eff_plots,
+        eff_rows=_eff_rows(rec),
         recovery_plots=_recovery(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
         plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
         (json.dumps(rec.request, indent=2) if rec.request else "(plan.json missing)"),

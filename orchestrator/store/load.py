@@ -168,7 +168,10 @@ def load_run(run_dir: Path) -> RunRecord:
                 steps.append(res)
             elif len(warnings) > before:
                 unreadable[sid] = _shown(path, run_dir)
-        V.apply_efficiency([s.summary for s in steps])
+    # Re-derived from the summaries, so runs written before the like-with-like rule read right too.
+    pairs = [(s.step, s.summary) for s in steps]
+    V.apply_efficiency(pairs)
+    V.apply_line_rate(pairs, cluster.vars.orch_fabric_gbps if cluster else None)
     if not step_ids:
         step_ids = [s.step.id for s in steps]
 

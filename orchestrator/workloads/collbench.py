@@ -10,8 +10,11 @@ environment. Backend gloo on CPU, nccl on CUDA GPUs (RCCL on ROCm), device cuda:
 Sizes follow nccl-tests: the size column is max(send, recv) bytes of one rank; all_gather,
 reduce_scatter and alltoall split it into nranks blocks rounded down to 16 bytes. Times are the
 average over the timed iterations, and the maximum of that over ranks (nccl-tests' `-a 3`; its
-default `-a 1` averages over ranks). Rank 0 prints, per collective, a table in nccl-tests' layout
-followed by a `#orch-json <CollRow>` line per row.
+default `-a 1` averages over ranks). Each rank also times every iteration (wall clock on CPU, CUDA
+events on GPU, so no extra synchronisation); the slowest rank of each iteration is the latency of
+that iteration, and each row carries their n, mean, p50, p95 and p99 (orchestrator.metrics.
+percentiles hides p95 under 20 iterations and p99 under 100). Rank 0 prints, per collective, a
+table in nccl-tests' layout (unchanged) followed by a `#orch-json <CollRow>` line per row.
 
 Where torch has no native form of a placement, collbench emulates it with one local copy that is
 part of the timed operation: out-of-place all_reduce and broadcast (copy send->recv, then the
@@ -47,6 +50,7 @@ from typing import Any
 
 from orchestrator.errors import ConfigError
 from orchestrator.metrics.busbw import algbw_gbs, busbw_factor
+from orchestrator.metrics.percentiles import summarize
 from orchestrator.models.results import COLLECTIVES, Collective, CollRow, Layout, PlaceResult, layout
 from orchestrator.plan import parse_sizes
 
@@ -172,16 +176,20 @@ def make_row(
     nranks: int,
     times_us: dict[str, float],
     wrong: dict[str, int | None],
+    iter_us: dict[str, list[float]] | None = None,
 ) -> CollRow:
-    """A CollRow from measured times (µs) and #wrong per placement ('out', 'in')."""
+    """A CollRow from measured times (µs), #wrong and, when given, the per-iteration times (µs)
+    per placement ('out', 'in')."""
 
     def place(key: str) -> PlaceResult:
         alg = algbw_gbs(lay.size_bytes, times_us[key])
+        its = (iter_us or {}).get(key)
         return PlaceResult(
             time_us=times_us[key],
             algbw_gbs=alg,
             busbw_gbs=alg * busbw_factor(collective, nranks),
             wrong=wrong[key],
+            latency_us=summarize(its) if its else None,
         )
 
     redop = _REDOP[collective]
@@ -436,18 +444,35 @@ class _Bench:
 
     # -- measurement ----------------------------------------------------------------------------
 
-    def time_op(self, op: Callable[[], object]) -> float:
-        """Average µs per op over the timed iterations, max over ranks."""
+    def time_op(self, op: Callable[[], object]) -> tuple[float, list[float]]:
+        """Average µs per op over the timed iterations (max over ranks), and each iteration's µs
+        (max over ranks: the iteration ends for the job when its slowest rank is done)."""
+        torch, iters = self.torch, self.args.iters
         for _ in range(self.args.warmup):
             op()
         self.sync()
         self.barrier()
+        cuda = self.device.type == "cuda"
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)] if cuda else []
+        marks: list[float] = []
         t0 = time.perf_counter()
-        for _ in range(self.args.iters):
+        if cuda:
+            events[0].record()
+        for i in range(iters):
             op()
+            if cuda:
+                events[i + 1].record()
+            else:
+                marks.append(time.perf_counter())
         self.sync()
-        local = (time.perf_counter() - t0) / self.args.iters * 1e6
-        return self.allreduce_scalar(local, self.dist.ReduceOp.MAX)
+        local = (time.perf_counter() - t0) / iters * 1e6
+        if cuda:
+            each = [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(iters)]  # ms -> µs
+        else:
+            each = [(b - a) * 1e6 for a, b in zip([t0, *marks[:-1]], marks, strict=True)]
+        per_iter = torch.tensor(each, dtype=torch.float64, device=self.device)
+        self.dist.all_reduce(per_iter, op=self.dist.ReduceOp.MAX)
+        return self.allreduce_scalar(local, self.dist.ReduceOp.MAX), [float(v) for v in per_iter.tolist()]
 
     def check(
         self, c: Collective, place: str, lay: Layout, op: Callable[[], object], get: Callable[[], Any]
@@ -489,11 +514,12 @@ class _Bench:
             lay = layout(c, size, self.elt, n)
             ops = self.ops(c, lay)
             times: dict[str, float] = {}
+            iter_us: dict[str, list[float]] = {}
             wrong: dict[str, int | None] = {}
             for place, (op, get) in ops.items():
-                times[place] = self.time_op(op)  # on zeroed buffers: values never overflow
+                times[place], iter_us[place] = self.time_op(op)  # on zeroed buffers: no overflow
                 wrong[place] = self.check(c, place, lay, op, get) if self.args.check else None
-            row = make_row(c, lay, self.args.dtype, n, times, wrong)
+            row = make_row(c, lay, self.args.dtype, n, times, wrong, iter_us)
             rows.append(row)
             self.emit(format_row(row))
             self.emit(ORCH_JSON_PREFIX + row.model_dump_json())

@@ -65,6 +65,10 @@ def check_rows(rows: list[CollRow], nranks: int) -> None:
             assert p.algbw_gbs == pytest.approx(r.size_bytes / (p.time_us * 1e3), rel=1e-12)
             if nranks > 1 or r.collective in ("broadcast", "sendrecv"):
                 assert p.busbw_gbs > 0
+            # every timed iteration (2) kept: p50 with its n; p95/p99 hidden under 20 and 100
+            lat = p.latency_us
+            assert lat is not None and lat.n == 2 and lat.p50 is not None and lat.p50 > 0
+            assert lat.p95 is None and lat.p99 is None
 
 
 def test_collbench_one_rank(tmp_path: Path) -> None:

@@ -77,25 +77,62 @@ def test_recovery_times_are_compared(tmp_path: Path) -> None:
     assert rows == {("kill_worker", "detect"): "same", ("kill_worker", "recover"): "worse"}
 
 
+def _history_store(
+    tmp_path: Path, n: int, gap: timedelta, spread: float = 0.02, last_factor: float = 0.5
+) -> ResultsStore:
+    """n runs of 'nightly', gap apart; the last one has all_reduce on n1xg4 scaled by last_factor."""
+    t0 = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
+    s = ResultsStore.open(tmp_path / "orch.db")
+    for i in range(n):
+        scale = _jitter(i, spread)
+        if i == n - 1:
+            hit = ("n1xg4", "all_reduce")
+            scale = {k: v * (last_factor if k[:2] == hit else 1.0) for k, v in scale.items()}
+        s.ingest(make_run(tmp_path, f"night{i}", plan_name="nightly", scale=scale, started=t0 + gap * i))
+    return s
+
+
 def test_history_flags_a_regression_of_the_latest_night(tmp_path: Path) -> None:
     t0 = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
-    with ResultsStore.open(tmp_path / "orch.db") as s:
-        for i in range(5):
-            scale = _jitter(i, 0.02)
-            if i == 4:
-                scale = {k: v * (0.5 if k[:2] == ("n1xg4", "all_reduce") else 1.0) for k, v in scale.items()}
-            s.ingest(
-                make_run(
-                    tmp_path, f"night{i}", plan_name="nightly", scale=scale, started=t0 + timedelta(days=i)
-                )
-            )
+    with _history_store(tmp_path, 7, timedelta(days=1)) as s:
         h = history(s, plan="nightly")
-        assert [n.run_id for n in h.nights] == [f"night{i}" for i in range(5)]
+        assert [n.run_id for n in h.nights] == [f"night{i}" for i in range(7)]
+        assert h.earlier_runs == 6 and not h.notes
         assert {r.figure for r in h.regressions} == {"all_reduce@n1xg4"}
+        assert {r.against for r in h.regressions} == {"previous night"}
         s.set_baseline("golden", "night0")
-        h0 = history(s, plan="nightly", since=t0 + timedelta(days=1), baseline="golden")
+        h0 = history(s, plan="nightly", baseline="golden")
         assert {r.against for r in h0.regressions} == {"previous night", "baseline golden"}
-        assert not history(s, plan="nightly", since=t0 + timedelta(days=10)).regressions
+        # a window with fewer than 5 earlier runs flags nothing and says how many there are
+        short = history(s, plan="nightly", since=t0 + timedelta(days=3))
+        assert short.earlier_runs == 3 and not short.regressions
+        assert "3 earlier runs" in short.notes[0] and "5" in short.notes[0]
+
+
+def test_history_of_three_runs_started_together_flags_nothing(tmp_path: Path) -> None:
+    # The issue: three identical local runs started together read as 4 REGRESSIONs "of the
+    # previous night", 0.25x to 0.82x, against a band of +-5%. With so few runs the noise is unknown.
+    with _history_store(tmp_path, 3, timedelta(minutes=1), spread=0.6, last_factor=1.0) as s:
+        h = history(s, plan="nightly")
+        assert not h.regressions
+        assert h.earlier_runs == 2 and "2 earlier runs" in h.notes[0]
+
+
+def test_history_of_runs_minutes_apart_says_previous_run_and_takes_its_band_from_the_noise(
+    tmp_path: Path,
+) -> None:
+    with _history_store(tmp_path, 8, timedelta(minutes=5)) as s:
+        h = history(s, plan="nightly")
+        assert {r.against for r in h.regressions} == {"previous run"}
+        assert {r.figure for r in h.regressions} == {"all_reduce@n1xg4"}
+    # the same drop inside a history whose own spread is +-40% is within its band
+    with _history_store(tmp_path / "noisy", 8, timedelta(minutes=5), spread=0.4) as s:
+        h = history(s, plan="nightly")
+        assert not h.regressions
+    # a drop far beyond that spread is flagged, with the history's own (wide) band
+    with _history_store(tmp_path / "noisy2", 8, timedelta(minutes=5), spread=0.4, last_factor=0.02) as s:
+        (r,) = history(s, plan="nightly").regressions
+        assert r.figure == "all_reduce@n1xg4" and r.band > 0.5 and r.earlier == 7
 
 
 def test_with_repeats_a_change_of_only_the_large_sizes_is_worse(tmp_path: Path) -> None:

@@ -237,7 +237,8 @@ def test_unknown_orch_variable_refused_with_the_closest_name(tmp_path: Path) -> 
     path = write(tmp_path, "[g]\nn1 my_own_var=1\n\n[all:vars]\norch_stak=cpu-gloo\norch_zzz=1\n")
     message = refused(path)
     assert "host n1: unknown orch variable orch_stak (did you mean orch_stack?)" in message
-    assert "host n1: unknown orch variable orch_zzz (orch knows orch_lab_state, orch_partition" in message
+    known = "orch knows orch_fabric_gbps, orch_lab_state, orch_partition"
+    assert f"host n1: unknown orch variable orch_zzz ({known}" in message
 
 
 def test_select_and_node(tmp_path: Path) -> None:
@@ -357,6 +358,16 @@ def test_all_problems_reported_together(tmp_path: Path) -> None:
 def test_cluster_var_differing_between_hosts(tmp_path: Path) -> None:
     message = refused(write(tmp_path, "[g]\na orch_partition=p1\nb orch_partition=p2\n"))
     assert "orch_partition" in message
+
+
+def test_fabric_line_rate_is_a_positive_number(tmp_path: Path) -> None:
+    ok = load_inventory(write(tmp_path, "[g]\na\nb\n[all:vars]\norch_fabric_gbps=400\n"))
+    assert ok.vars.orch_fabric_gbps == 400.0
+    message = refused(write(tmp_path, "[g]\na orch_fabric_gbps=fast\n", name="bad.ini"))
+    assert "host a" in message and "orch_fabric_gbps='fast'" in message
+    two = "[g]\na orch_fabric_gbps=200\nb orch_fabric_gbps=400\n"
+    message = refused(write(tmp_path, two, name="two.ini"))
+    assert "orch_fabric_gbps differs" in message
 
 
 # --- CLI --------------------------------------------------------------------------------------------

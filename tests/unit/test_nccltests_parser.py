@@ -140,3 +140,23 @@ def test_mutations_raise_only_parse_error(index: int, seed: int, ops: int) -> No
         assert e.raw == text
         return
     assert isinstance(run, ParsedRun)
+
+
+def test_collbench_latency_percentiles_reach_the_rows_with_their_n() -> None:
+    # a recorded collbench run of 20 iterations (tests/fixtures/collbench/a-vs-a/SOURCE.md)
+    from orchestrator.metrics.verdict import summarize
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "collbench" / "a-vs-a" / "run1-rank0.log"
+    text = path.read_text()
+    rows = parse_nccl_tests(text).rows
+    assert rows and all(r.out_of_place.latency_us is not None for r in rows)
+    for r in rows:
+        lat = r.out_of_place.latency_us
+        assert lat is not None and lat.n == 20 and lat.p50 is not None and lat.p95 is not None
+        assert lat.p99 is None  # 20 samples: p99 would be the maximum
+        assert lat.p50 <= lat.p95
+    summ = summarize(rows)
+    assert {c.latency_us.n for c in summ.values() if c.latency_us} == {20}
+    # the nccl-tests text table is unchanged: 13 columns per data line
+    data = [ln.split() for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert data and all(len(d) == 13 for d in data)

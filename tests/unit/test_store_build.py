@@ -126,7 +126,7 @@ def make_run(
         )
         results.append(res)
     if finished:
-        V.apply_efficiency([r.summary for r in results])
+        V.apply_efficiency([(r.step, r.summary) for r in results])
         result = RunResult(
             run_id=run_id,
             run_dir=rd.root,
