@@ -108,7 +108,7 @@ def test_a_bad_opt_in_value_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "n1 ansible_ssh_common_args='-o UserKnownHostsFile=/k -o StrictHostKeyChecking=yes -o ProxyJump=bastion'",
+        "n1 ansible_ssh_common_args='-o UserKnownHostsFile=/k -o StrictHostKeyChecking=yes -J bastion'",
         "n1 ansible_python_interpreter=/usr/bin/python3",
         'n1 ansible_python_interpreter="{{ ansible_playbook_python }}"',
         "n1 ansible_ssh_extra_args='-o ControlMaster=auto'",
