@@ -349,7 +349,7 @@ class _Interrupt:
 
     ansible-runner polls the flag (cancel_callback) and then SIGKILLs the playbook's process
     group; the handler has already sent SIGTERM to every process below orch that the run
-    started, and stop() makes sure none of them is left (SIGKILL after STOP_GRACE_S).
+    started, and leaving the block makes sure none of them is left (SIGKILL after STOP_GRACE_S).
     """
 
     def __init__(self) -> None:
@@ -368,7 +368,10 @@ class _Interrupt:
 
     def handle(self, signum: int, frame: object) -> None:
         self.flag.set()
-        self.tree = self.started()  # before the playbook dies and its workers lose their parent
+        # Taken before the playbook dies and its workers lose their parent; a second Ctrl-C adds
+        # to what the first one found.
+        known = {p.pid for p in self.tree}
+        self.tree += [p for p in self.started() if p.pid not in known]
         signal_all(self.tree)
 
     def __enter__(self) -> _Interrupt:
