@@ -513,9 +513,10 @@ def _refuse_lookups(templar: Any) -> None:
 
     `{{ lookup('pipe', ...) }}` in a host variable would otherwise run a command on this machine
     each time orch merely loads the inventory (`orch inventory show`, `orch plan show`). The value
-    then stays as written and is refused by validation. Plain expressions (`{{ inventory_hostname
-    }}.mgmt`) still render. The environment belongs to this templar alone (one per inventory load,
-    not shared).
+    then stays as written: a variable orch checks word by word refuses it, an ssh argument or
+    program path refuses it in _controller_commands, any other variable is left to Ansible.
+    Plain expressions (`{{ inventory_hostname }}.mgmt`) still render. The environment belongs
+    to this templar alone (one per inventory load, not shared).
     """
     env = getattr(getattr(templar, "_engine", None), "environment", None)
     if env is None or not hasattr(env, "globals"):
