@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -168,6 +169,13 @@ def playbooks(procs: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
+def _sid(p: psutil.Process) -> int | None:
+    try:
+        return os.getsid(p.pid)
+    except OSError:
+        return None
+
+
 def gone(procs: list[psutil.Process]) -> bool:
     return not playbooks(procs)
 
@@ -228,6 +236,7 @@ def test_interrupted_provision_and_scale_test_leave_no_secret(lab: Lab, tmp_path
             tree = interrupt(p, sig, partial(playing, runs / name), f"{name}: the play to start")
             ansible = playbooks(tree)
             assert ansible, f"{name}: no ansible-playbook under orch at the signal (the test would not bite)"
+            t0 = time.monotonic()
             if sig == signal.SIGINT:
                 assert p.wait(timeout=60) == 130, err_tail(name)
                 psutil.wait_procs(ansible, timeout=5)
@@ -235,6 +244,9 @@ def test_interrupted_provision_and_scale_test_leave_no_secret(lab: Lab, tmp_path
             else:
                 p.wait(timeout=10)
                 wait_for(partial(gone, ansible), f"{name}: ansible-playbook to end", 60)
+            sessions = {q.pid: _sid(q) for q in ansible}
+            print(f"{name}: {len(ansible)} ansible-playbook processes in {len(set(sessions.values()))} "
+                  f"sessions, all gone {time.monotonic() - t0:.1f} s after the signal")  # fmt: skip
         # An interrupted play may have stopped half-way: put the nodes back as other tests need them.
         again = subprocess.run(
             [*ORCH, "provision", "-i", inv, "--stack", "cpu-gloo", "--out", str(runs / "again")],
