@@ -184,23 +184,32 @@ def unqueued(lab: Lab, ids: list[str]) -> bool:
     return not queued(lab, ids)
 
 
-def interrupt(proc: subprocess.Popen[bytes], sig: signal.Signals, ready: Callable[[], bool],
-              what: str) -> list[psutil.Process]:  # fmt: skip
-    """Wait until ready(), then send sig to orch; its process tree as it was at that moment."""
-    wait_for(ready, what, 240)
-    tree = alive(psutil.Process(proc.pid).children(recursive=True))
-    proc.send_signal(sig)
-    return tree
+def interrupt(proc: subprocess.Popen[bytes], sig: signal.Signals,
+              ready: Callable[[list[psutil.Process]], bool], what: str) -> list[psutil.Process]:  # fmt: skip
+    """Send sig to orch as soon as ready(its process tree); that tree, as it was then."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        try:
+            tree = alive(psutil.Process(proc.pid).children(recursive=True))
+        except psutil.Error:
+            tree = []
+        if ready(tree):
+            proc.send_signal(sig)
+            return tree
+        assert proc.poll() is None, f"orch ended (exit {proc.returncode}) before {what}"
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
 
 
-def playing(out: Path) -> bool:
-    """ansible-runner wrote its command file and the play has begun (an event is written)."""
-    return bool(list(out.glob("*/ansible/artifacts/*/command"))) and bool(
-        list(out.glob("*/ansible/artifacts/*/job_events/*.json"))
-    )
+def playing(out: Path, tree: list[psutil.Process]) -> bool:
+    """ansible-runner wrote its command file and a worker runs a task: ansible-playbook processes
+    in two sessions at least (each worker is a session of its own)."""
+    if not list(out.glob("*/ansible/artifacts/*/command")):
+        return False
+    return len({_sid(q) for q in playbooks(tree)} - {None}) >= 2
 
 
-def submitted(out: Path) -> bool:
+def submitted(out: Path, tree: list[psutil.Process]) -> bool:
     """scale-test journaled its first step_submitted."""
     dirs = run_dirs(out)
     return bool(dirs) and any(e["event"] == "step_submitted" for e in journal(dirs[0]))
@@ -235,7 +244,8 @@ def test_interrupted_provision_and_scale_test_leave_no_secret(lab: Lab, tmp_path
             p = spawn(name, "provision", "-i", inv, "--stack", "cpu-gloo", "--out", str(runs / name))
             tree = interrupt(p, sig, partial(playing, runs / name), f"{name}: the play to start")
             ansible = playbooks(tree)
-            assert ansible, f"{name}: no ansible-playbook under orch at the signal (the test would not bite)"
+            # The premise: a worker in a session of its own, which a kill of one process group misses.
+            assert len({_sid(q) for q in ansible}) >= 2, f"{name}: no worker under orch at the signal"
             t0 = time.monotonic()
             if sig == signal.SIGINT:
                 assert p.wait(timeout=60) == 130, err_tail(name)
