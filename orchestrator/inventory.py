@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 # The embedded default: this machine alone, CPU ranks, no Slurm.
 DEFAULT_INVENTORY = Path(__file__).resolve().parent.parent / "inventories" / "local.ini"
 
+# Host variable by which an inventory opts in to options that make ssh or Ansible run commands on
+# this machine (ProxyCommand …, templates in interpreter paths): refused without it.
+ALLOW_COMMANDS_VAR = "orch_allow_controller_commands"
+
 # The variables orch reads from each host (after Ansible merged group_vars and host_vars).
 # Legacy Ansible spellings come second and are used only when the modern one is unset.
 _READ = (
@@ -53,7 +57,14 @@ _READ = (
     "ansible_private_key_file",
     "ansible_ssh_common_args",
     "ansible_ssh_extra_args",
+    "ansible_ssh_args",
+    "ansible_sftp_extra_args",
+    "ansible_scp_extra_args",
     "ansible_python_interpreter",
+    "ansible_shell_executable",
+    "ansible_ssh_executable",
+    "ansible_become_exe",
+    ALLOW_COMMANDS_VAR,
     "gpu_vendor",
     "gpus_per_node",
     "rdma_ifaces",
@@ -68,8 +79,24 @@ _READ = (
 )
 _CLUSTER_VARS = ("orch_slurm_conf", "orch_lab_state", "orch_partition", "orch_stack")
 ORCH_VARS = tuple(sorted(v for v in _READ if v.startswith("orch_")))
-# Kept as written: Ansible resolves interpreter templates itself, on the node.
-_NOT_TEMPLATED = frozenset({"ansible_python_interpreter"})
+# Programs Ansible runs (here or on the node) whose paths it templates first, on this machine.
+_EXEC_VARS = ("ansible_shell_executable", "ansible_ssh_executable", "ansible_become_exe")
+_INTERPRETER = re.compile(r"ansible_\w+_interpreter")
+# ssh options given on ssh's command line by Ansible.
+_SSH_ARGS_VARS = (
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_ssh_args",
+    "ansible_sftp_extra_args",
+    "ansible_scp_extra_args",
+)
+# ssh options that run a command on this machine: refused in any case, as `-o X=…`, `-oX …`,
+# `-o "X …"` or hidden in a cluster of flags (`-vo X=…`), unless the inventory opts in.
+_SSH_COMMAND_OPTIONS = re.compile(r"proxycommand|localcommand|permitlocalcommand|knownhostscommand", re.I)
+# The one template an interpreter path may hold without opting in: Ansible's own Python.
+_PLAYBOOK_PYTHON = re.compile(r"\{\{\s*ansible_playbook_python\s*\}\}")
+# Kept as written: Ansible resolves interpreter and program templates itself.
+_NOT_TEMPLATED = frozenset({"ansible_python_interpreter", *_EXEC_VARS})
 
 _SSH = frozenset(
     {"ssh", "smart", "paramiko", "paramiko_ssh", "ansible.builtin.ssh", "ansible.builtin.paramiko_ssh"}
@@ -195,6 +222,9 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
             connection = "local"
         elif conn not in _SSH:
             bad("ansible_connection", "is not one orch can use (ssh, local)")
+
+    if not _allows_commands(v, bad):
+        _controller_commands(v, bad)
 
     key_var = _first(v, "ansible_ssh_private_key_file", "ansible_private_key_file")
     key_file = _opt_str(v, key_var, bad)
@@ -330,6 +360,45 @@ def _known_hosts_file(v: Mapping[str, Any], bad: Any) -> str | None:
     return found
 
 
+def _allows_commands(v: Mapping[str, Any], bad: Any) -> bool:
+    """The host's orch_allow_controller_commands: true, false (the default), else a problem."""
+    raw = v.get(ALLOW_COMMANDS_VAR)
+    if raw is None or raw is False:
+        return False
+    if raw is True:
+        return True
+    word = str(raw).strip().lower()
+    if word in ("true", "yes", "1"):
+        return True
+    if word not in ("false", "no", "0"):
+        bad(ALLOW_COMMANDS_VAR, "is not true or false")
+    return False
+
+
+def _controller_commands(v: Mapping[str, Any], bad: Any) -> None:
+    """Refuse what would make ssh or Ansible run a command on this machine during a playbook.
+
+    ssh options ProxyCommand, LocalCommand, PermitLocalCommand, KnownHostsCommand in any ssh
+    arguments variable; any template left in them after orch's own rendering (a lookup: orch
+    never runs one, Ansible would); any template in an interpreter or program path but
+    `{{ ansible_playbook_python }}` (Ansible templates it on this machine before running it).
+    """
+    hint = f"(runs a command on this machine when Ansible connects; set {ALLOW_COMMANDS_VAR}=true to allow)"
+    for var in _SSH_ARGS_VARS:
+        raw = v.get(var)
+        if raw is None:
+            continue
+        text = str(raw)
+        if m := _SSH_COMMAND_OPTIONS.search(text):
+            bad(var, f"has the ssh option {m.group(0)} {hint}")
+        elif "{{" in text or "{%" in text:
+            bad(var, f"has a template orch cannot resolve without running it {hint}")
+    for var in sorted(k for k in v if k in _EXEC_VARS or _INTERPRETER.fullmatch(k)):
+        text = str(v[var])
+        if "{{" in _PLAYBOOK_PYTHON.sub("", text) or "{%" in text:
+            bad(var, f"has a template in a program path {hint}")
+
+
 # --- checks across hosts --------------------------------------------------------------------------
 
 
@@ -461,7 +530,7 @@ def _parse_with_ansible(source: Path) -> tuple[list[RawHost], dict[str, list[str
             templar = None
             for h in inventory.hosts.values():
                 merged = manager.get_vars(host=h, include_hostvars=False)
-                raw = {k: merged[k] for k in _READ if k in merged}
+                raw = {k: merged[k] for k in merged if k in _READ or _INTERPRETER.fullmatch(str(k))}
                 host_templar = None
                 if any(_templated(k, v) for k, v in raw.items()):
                     if templar is None:
@@ -517,10 +586,11 @@ def _refuse_lookups(templar: Any) -> None:
     """Make lookup()/query()/q() fail in this templar: reading an inventory must run nothing.
 
     `{{ lookup('pipe', ...) }}` in a host variable would otherwise run a command on this machine
-    each time orch merely loads the inventory (`orch inventory show`, `orch plan show`). The host
-    is then refused, naming the variable and the refused lookup. Plain expressions (`{{ inventory_hostname
-    }}.mgmt`) still render. The environment belongs to this templar alone (one per inventory load,
-    not shared).
+    each time orch merely loads the inventory (`orch inventory show`, `orch plan show`). Where the
+    value is templated here, the host is then refused, naming the variable and the refused lookup;
+    ssh arguments and program paths, which Ansible templates itself, are kept as written and
+    refused in _controller_commands. Plain expressions (`{{ inventory_hostname }}.mgmt`) still
+    render. The environment belongs to this templar alone (one per inventory load, not shared).
     """
     env = getattr(getattr(templar, "_engine", None), "environment", None)
     if env is None or not hasattr(env, "globals"):
@@ -574,7 +644,12 @@ def _compile_once(templar: Any) -> None:
 
 
 def _templated(name: str, value: Any) -> bool:
-    return name not in _NOT_TEMPLATED and isinstance(value, str) and ("{{" in value or "{%" in value)
+    return (
+        name not in _NOT_TEMPLATED
+        and not _INTERPRETER.fullmatch(name)
+        and isinstance(value, str)
+        and ("{{" in value or "{%" in value)
+    )
 
 
 def _render(templar: Any, name: str, value: Any) -> tuple[Any, str | None]:

@@ -7,8 +7,6 @@ LAB-NOTES.md. Each wrapper ends in ``exec``, so the PID that Popen returns is th
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shlex
 import subprocess
 import time
@@ -108,21 +106,6 @@ def spawn(
     return record
 
 
-def stop_processes(procs: list[psutil.Process], *, grace: float = 8.0) -> list[int]:
-    """SIGTERM ``procs``, wait up to ``grace`` seconds, SIGKILL what is left; return PIDs killed."""
-    me = _self_and_ancestors()
-    procs = [p for p in procs if p.pid not in me]
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=5)
-    return [p.pid for p in procs]
-
-
 def pids_to_processes(pids: list[int]) -> list[psutil.Process]:
     """Live processes for ``pids`` (vanished ones are skipped)."""
     out = []
@@ -172,16 +155,6 @@ def _env_names(proc: psutil.Process, marker: str) -> bool:
         return marker in proc.environ().get("SLURM_CONF", "")
     except psutil.Error:
         return False
-
-
-def _self_and_ancestors() -> set[int]:
-    pids = {os.getpid()}
-    try:
-        for parent in psutil.Process().parents():
-            pids.add(parent.pid)
-    except psutil.Error:
-        pass
-    return pids
 
 
 def wait_for(what: str, probe: Callable[[], bool], *, timeout: float, log: Path | None = None) -> None:

@@ -14,6 +14,7 @@ from orchestrator.lab import accounting, daemons, files, netns, preflight, prove
 from orchestrator.lab.config import FABRIC_BRIDGE, MGMT_BRIDGE, LabConfig
 from orchestrator.lab.state import DaemonRecord, LabState, load_state, save_state
 from orchestrator.models.base import StrictModel
+from orchestrator.remote.proctree import stop_processes
 
 Progress = Callable[[str], None]
 IDLE_TIMEOUT_S = 90.0
@@ -343,18 +344,18 @@ def down(cfg: LabConfig, progress: Progress = _quiet) -> DownResult:
     recorded = [p for d in (state.daemons if state else []) if (p := d.process()) is not None]
     if recorded:
         progress(f"stopping {len(recorded)} lab daemons")
-        stopped += daemons.stop_processes(recorded)
+        stopped += stop_processes(recorded)
 
     namespaces = netns.lab_namespaces()
     inside = [pid for ns in namespaces for pid in netns.namespace_pids(ns)]
     if inside:
         progress(f"stopping {len(inside)} processes left in lab namespaces")
-        stopped += daemons.stop_processes(daemons.pids_to_processes(inside), grace=3)
+        stopped += stop_processes(daemons.pids_to_processes(inside), grace=3)
 
     strays = daemons.stray_processes(cfg.state_dir)
     if strays:
         progress(f"stopping {len(strays)} unrecorded lab daemons")
-        stopped += daemons.stop_processes(strays, grace=3)
+        stopped += stop_processes(strays, grace=3)
 
     if namespaces:
         progress(f"removing {len(namespaces)} namespaces")

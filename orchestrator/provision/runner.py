@@ -8,8 +8,15 @@ the per-host outcome from the events. Nothing here prints or exits.
 
 Secrets: ansible-runner is told not to write env/ files (suppress_env_files), facts are cached in
 memory only, `no_log` results are censored by Ansible itself, and every event is scrubbed of the
-known secret values before it is written. The `command` file ansible-runner writes keeps the
-command line but not the process environment.
+known secret values before it is written. ansible-runner seeds Ansible's environment with a copy
+of orch's whole environment and writes it to artifacts/<ident>/command the moment it starts: orch
+replaces that environment, before the run starts, by what Ansible needs (envpolicy.tool_env plus
+what orch and ansible-runner set), so HF_TOKEN and the like are never written, even when the run
+is killed. The command file and the artifacts are scrubbed again before and after, in `finally`.
+
+Interrupts: Ctrl-C or SIGTERM during a run stops the whole ansible-playbook tree at once (its
+workers run in their own sessions, so ansible-runner's kill of the playbook's process group alone
+would leave them and their ssh running), SIGKILL after a short grace, then KeyboardInterrupt.
 """
 
 from __future__ import annotations
@@ -26,13 +33,16 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import psutil
 from pydantic import Field
 
+from orchestrator.envpolicy import MASK, tool_env
 from orchestrator.errors import ProvisionError
 from orchestrator.models.base import StrictModel
+from orchestrator.remote.proctree import descendants, signal_all, stop_processes
 
 HostStatus = Literal["ok", "changed", "failed", "unreachable", "skipped"]
-MASK = "********"
+STOP_GRACE_S = 3.0
 _EVENT_STATUS: dict[str, HostStatus] = {
     "runner_on_ok": "ok",
     "runner_on_failed": "failed",
@@ -128,7 +138,9 @@ def build_envvars(request: PlaybookRequest) -> dict[str, str]:
         "ANSIBLE_NO_TARGET_SYSLOG": "1",
         "ANSIBLE_DEPRECATION_WARNINGS": "0",
         "ANSIBLE_SYSTEM_WARNINGS": "0",
-        # The user's host key policy stays: orch never turns host key checking off.
+        # The user's host key policy stays: orch never turns host key checking off (and
+        # ansible-runner turns it off when the variable is unset: say so explicitly).
+        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING") or "True",
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(Path("/tmp") / f"orch-cp-{os.getuid()}"),
         # Ansible's default plus keepalives: a ControlMaster whose node went away (link down, no
         # RST) otherwise keeps every later ssh multiplexed on it waiting for minutes, and
@@ -198,7 +210,20 @@ def runner_kwargs(request: PlaybookRequest) -> dict[str, Any]:
         "suppress_env_files": True,
         "fact_cache_type": "memory",
         "rotate_artifacts": 0,
+        # How often ansible-runner's loop wakes to look at the cancel flag (default 5 s).
+        "settings": {"pexpect_timeout": 1},
     }
+
+
+def ansible_env(prepared: Mapping[str, str], parent: Mapping[str, str]) -> dict[str, str]:
+    """The environment ansible-playbook gets, from the one ansible-runner prepared.
+
+    ansible-runner starts from a copy of `parent` (orch's os.environ) and adds its own and orch's
+    settings. Every variable it copied unchanged from `parent` that is not on the tool allow-list
+    (envpolicy.tool_env) is dropped; what orch or ansible-runner set stays.
+    """
+    allowed = tool_env(parent)
+    return {k: v for k, v in prepared.items() if k in allowed or parent.get(k) != v}
 
 
 def scrub(value: Any, secrets: Iterable[str]) -> Any:
@@ -244,6 +269,15 @@ def strip_command_env(command_file: Path) -> None:
     if isinstance(doc, dict) and isinstance(doc.get("env"), dict):
         doc["env"] = sorted(doc["env"])  # names only: enough to debug, nothing to leak
         command_file.write_text(json.dumps(doc))
+
+
+def scrub_artifacts(work_dir: Path, secrets: Iterable[str]) -> None:
+    """Names only in every artifacts/*/command under work_dir, and no secret in any file there.
+
+    Run before a playbook (a run killed earlier left its files as they were) and after it."""
+    for command_file in sorted((work_dir / "artifacts").glob("*/command")):
+        strip_command_env(command_file)
+    scrub_tree(work_dir, secrets)
 
 
 def _failure_message(res: Mapping[str, Any]) -> str:
@@ -310,20 +344,59 @@ def outcomes(events: Iterable[Mapping[str, Any]]) -> dict[str, HostOutcome]:
 # --- the one impure function -----------------------------------------------------------------------
 
 
-def _signal_handlers() -> dict[int, Any]:
-    """The current SIGINT/SIGTERM handlers (only the main thread may change them)."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+class _Interrupt:
+    """Orch's SIGINT/SIGTERM handler while a playbook runs: flag the cancel, stop the tree now.
+
+    ansible-runner polls the flag (cancel_callback) and then SIGKILLs the playbook's process
+    group; the handler has already sent SIGTERM to every process below orch that the run
+    started, and leaving the block makes sure none of them is left (SIGKILL after STOP_GRACE_S).
+    """
+
+    def __init__(self) -> None:
+        self.flag = threading.Event()
+        self.before = {p.pid for p in psutil.Process().children()}
+        self.tree: list[psutil.Process] = []
+        self.saved: dict[int, Any] = {}
+
+    def started(self) -> list[psutil.Process]:
+        """The run's processes: orch's children that were not there before, and below them."""
+        try:
+            new = [p for p in psutil.Process().children() if p.pid not in self.before]
+        except psutil.Error:
+            new = []
+        return descendants(new)
+
+    def handle(self, signum: int, frame: object) -> None:
+        self.flag.set()
+        # Taken before the playbook dies and its workers lose their parent; a second Ctrl-C adds
+        # to what the first one found.
+        known = {p.pid for p in self.tree}
+        self.tree += [p for p in self.started() if p.pid not in known]
+        signal_all(self.tree)
+
+    def __enter__(self) -> _Interrupt:
+        # Only the main thread may set handlers; elsewhere the caller's own handling stays.
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self.saved[s] = signal.getsignal(s)
+                signal.signal(s, self.handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.saved.items():
+            signal.signal(signum, handler)
+        if self.flag.is_set():
+            stop_processes(descendants([*self.tree, *self.started()]), grace=STOP_GRACE_S)
 
 
 def execute(request: PlaybookRequest, listener: Listener | None = None) -> PlaybookResult:
     """Run the playbook with ansible-runner; hosts that fail are reported, the others go on.
 
-    Raises ProvisionError when ansible-runner itself cannot start (not when a host fails).
+    Raises ProvisionError when ansible-runner itself cannot start (not when a host fails), and
+    KeyboardInterrupt when SIGINT or SIGTERM stopped the run (nothing of it is left running).
     """
     try:
-        import ansible_runner
+        from ansible_runner.interface import init_runner
     except ImportError as e:  # pragma: no cover - a dependency
         raise ProvisionError("ansible-runner is not installed", hint="pip install ansible-runner") from e
 
@@ -346,22 +419,25 @@ def execute(request: PlaybookRequest, listener: Listener | None = None) -> Playb
         return True
 
     start = time.monotonic()
-    # ansible-runner installs its own SIGINT/SIGTERM handlers (they cancel the playbook) and never
-    # puts the old ones back: without this, Ctrl-C after a provision or fingerprint stage would be
-    # swallowed and scale-test could no longer cancel its jobs.
-    saved = _signal_handlers()
+    scrub_artifacts(request.work_dir, secrets)
+    # Passing our own cancel_callback keeps ansible-runner from installing its SIGINT/SIGTERM
+    # handlers (it never puts the old ones back); _Interrupt restores the caller's on the way out.
     try:
-        r = ansible_runner.run(**runner_kwargs(request), event_handler=on_event)
-    except Exception as e:
-        raise ProvisionError(f"ansible-runner could not run {request.playbook}: {e}") from e
+        with _Interrupt() as interrupt:
+            try:
+                r = init_runner(
+                    **runner_kwargs(request), event_handler=on_event, cancel_callback=interrupt.flag.is_set
+                )
+                r.config.env = ansible_env(r.config.env, os.environ)
+                if not interrupt.flag.is_set():
+                    r.run()
+            except Exception as e:
+                raise ProvisionError(f"ansible-runner could not run {request.playbook}: {e}") from e
     finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
-    if r.status == "canceled":
+        scrub_artifacts(request.work_dir, secrets)
+    if interrupt.flag.is_set() or r.status == "canceled":
         raise KeyboardInterrupt
     artifacts = request.work_dir / "artifacts" / request.ident
-    strip_command_env(artifacts / "command")
-    scrub_tree(request.work_dir, secrets)
     hosts = outcomes(events)
     if not hosts and r.rc not in (0, None):
         tail = (

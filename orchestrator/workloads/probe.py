@@ -33,6 +33,7 @@ from typing import IO, Any
 
 from pydantic import Field
 
+from orchestrator.envpolicy import record_env
 from orchestrator.metrics.busbw import busbw_factor
 from orchestrator.models.base import StrictModel
 from orchestrator.models.plan import parse_size
@@ -63,9 +64,9 @@ class ProbeSettings(StrictModel):
         return env
 
     def record(self) -> dict[str, str]:
-        """Flat strings for records and reports."""
+        """Flat strings for records and reports (values of allow-listed variables only)."""
         flat = {k: str(v) for k, v in self.model_dump(exclude={"extra_env"}).items()}
-        flat.update({f"env.{k}": v for k, v in self.env().items()})
+        flat.update({f"env.{k}": v for k, v in record_env(self.env()).items()})
         return flat
 
 
@@ -258,7 +259,8 @@ def _run(args: argparse.Namespace, rank: int, world: int, hb: IO[str], hb_path: 
         "size": args.size,
         "backend": args.backend,
         "pg_timeout_s": args.pg_timeout,
-        **{k: v for k, v in os.environ.items() if k.startswith(("GLOO_", "NCCL_", "TORCH_"))},
+        # The transport settings the rank really ran with; values only where envpolicy allows.
+        **record_env(os.environ, prefixes=("GLOO_", "NCCL_", "TORCH_")),
     }
     _write(hb, {"ev": "start", **common, "settings": settings})
     dist.init_process_group(args.backend, store=pg_store, rank=rank, world_size=world, timeout=timeout)

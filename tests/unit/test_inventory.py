@@ -237,8 +237,8 @@ def test_unknown_orch_variable_refused_with_the_closest_name(tmp_path: Path) -> 
     path = write(tmp_path, "[g]\nn1 my_own_var=1\n\n[all:vars]\norch_stak=cpu-gloo\norch_zzz=1\n")
     message = refused(path)
     assert "host n1: unknown orch variable orch_stak (did you mean orch_stack?)" in message
-    known = "orch knows orch_fabric_gbps, orch_lab_state, orch_partition"
-    assert f"host n1: unknown orch variable orch_zzz ({known}" in message
+    assert "host n1: unknown orch variable orch_zzz (orch knows " in message
+    assert "orch_lab_state, orch_partition" in message
 
 
 def test_select_and_node(tmp_path: Path) -> None:

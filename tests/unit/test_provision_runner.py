@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from orchestrator.provision import runner as R
@@ -28,7 +36,8 @@ def test_kwargs_never_write_env_files_and_keep_host_keys(tmp_path: Path) -> None
     assert kw["cmdline"] == "--check --diff"
     assert kw["limit"] == "node1"
     assert kw["passwords"] is None
-    assert "ANSIBLE_HOST_KEY_CHECKING" not in kw["envvars"]
+    # ansible-runner turns host key checking off when the variable is unset: orch sets it.
+    assert kw["envvars"]["ANSIBLE_HOST_KEY_CHECKING"] in ("True", os.environ.get("ANSIBLE_HOST_KEY_CHECKING"))
     assert kw["envvars"]["ANSIBLE_ROLES_PATH"].endswith("pb/roles")
 
 
@@ -105,8 +114,6 @@ def test_secrets_canary_never_lands_in_artifacts(tmp_path: Path) -> None:
     vf = tmp_path / "vault"
     vf.write_text("CANARY-VAULT-91bc\n")
     seen: list[R.HostEvent] = []
-    import os
-
     os.environ["ORCH_TEST_CANARY"] = "CANARY-VAULT-91bc"
     try:
         res = R.execute(_req(tmp_path, vault_password_file=vf), seen.append)
@@ -130,3 +137,150 @@ def test_ssh_keepalives_so_a_stale_control_master_cannot_hang_a_run(
     assert "ControlMaster=auto" in args and "ServerAliveInterval=" in args and "ServerAliveCountMax=" in args
     monkeypatch.setenv("ANSIBLE_SSH_ARGS", "-o ControlMaster=no")
     assert R.build_envvars(_req(tmp_path))["ANSIBLE_SSH_ARGS"] == "-o ControlMaster=no"
+
+
+def test_user_host_key_policy_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
+    assert R.build_envvars(_req(tmp_path))["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
+    assert R.build_envvars(_req(tmp_path))["ANSIBLE_HOST_KEY_CHECKING"] == "False"
+
+
+def test_ansible_env_drops_what_runner_copied_from_orch_unless_allow_listed() -> None:
+    parent = {
+        "PATH": "/usr/bin",
+        "HOME": "/root",
+        "HF_TOKEN": "canary1",
+        "AWS_SECRET_ACCESS_KEY": "canary2",
+        "NCCL_SOME_TOKEN": "canary3",
+        "ANSIBLE_NET_PASSWORD": "canary4",
+        "ANSIBLE_CONFIG": "/etc/a.cfg",
+        "PYTHONPATH": "/somewhere",
+    }
+    # What ansible-runner prepares: a copy of os.environ, then its own and orch's settings.
+    prepared = {
+        **parent,
+        "PATH": "/venv/bin:/usr/bin",
+        "ANSIBLE_STDOUT_CALLBACK": "awx_display",
+        "ANSIBLE_CALLBACK_PLUGINS": "/x/callbacks",
+        "RUNNER_OMIT_EVENTS": "False",
+    }
+    out = R.ansible_env(prepared, parent)
+    assert out == {
+        "PATH": "/venv/bin:/usr/bin",
+        "HOME": "/root",
+        "ANSIBLE_CONFIG": "/etc/a.cfg",
+        "ANSIBLE_STDOUT_CALLBACK": "awx_display",
+        "ANSIBLE_CALLBACK_PLUGINS": "/x/callbacks",
+        "RUNNER_OMIT_EVENTS": "False",
+    }
+
+
+def test_scrub_artifacts_before_a_run_cleans_what_a_killed_run_left(tmp_path: Path) -> None:
+    old = tmp_path / "work" / "artifacts" / "old"
+    old.mkdir(parents=True)
+    (old / "command").write_text(json.dumps({"command": ["x"], "env": {"HF_TOKEN": "canary"}}))
+    (old / "stdout").write_text("become pw: s3cr3t\n")
+    R.scrub_artifacts(tmp_path / "work", ["s3cr3t"])
+    assert "canary" not in (old / "command").read_text()
+    assert "s3cr3t" not in (old / "stdout").read_text()
+
+
+_LOCAL_INV = "localhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+
+
+@pytest.mark.slow
+def test_ansible_never_sees_orch_secrets_and_the_command_file_never_holds_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the play runs (before orch could strip anything), Ansible's own environment and the
+    command file ansible-runner wrote at its start are read by the play itself."""
+    canary = f"hfcanary{secrets.token_hex(6)}"
+    monkeypatch.setenv("HF_TOKEN", canary)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", canary)
+    pb = tmp_path / "pb"
+    pb.mkdir()
+    cmd = tmp_path / "work" / "artifacts" / "run" / "command"
+    (pb / "p.yml").write_text(textwrap.dedent(f"""\
+        - hosts: all
+          gather_facts: false
+          tasks:
+            - name: Ansible's environment has no secret of orch's
+              ansible.builtin.assert:
+                that:
+                  - lookup('env', 'HF_TOKEN') == ''
+                  - lookup('env', 'AWS_SECRET_ACCESS_KEY') == ''
+                  - lookup('env', 'HOME') != ''
+            - name: the command file, as written at the start, holds no secret
+              ansible.builtin.assert:
+                that:
+                  - "'{canary[:8]}' + '{canary[8:]}' not in lookup('file', '{cmd}')"
+                  - "'HOME' in lookup('file', '{cmd}')"
+        """))  # fmt: skip
+    (tmp_path / "hosts").write_text(_LOCAL_INV)
+    res = R.execute(_req(tmp_path))
+    assert res.hosts["localhost"].status == "ok", res.hosts["localhost"].message
+    assert res.hosts["localhost"].ok == 2
+
+
+_DRIVER = """
+import sys
+from pathlib import Path
+from orchestrator.provision.runner import PlaybookRequest, execute
+req = PlaybookRequest(playbook="p.yml", playbooks_dir=Path(sys.argv[1]), inventory=Path(sys.argv[2]),
+                      work_dir=Path(sys.argv[3]))
+try:
+    execute(req)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.slow
+def test_sigint_stops_the_whole_playbook_tree(tmp_path: Path) -> None:
+    """Ansible's workers run in sessions of their own: the interrupt must reach them too."""
+    pb = tmp_path / "pb"
+    pb.mkdir()
+    marker = f"orchsleep{secrets.token_hex(4)}"
+    (pb / "p.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        f"    - ansible.builtin.command:\n        argv: [bash, -c, 'sleep 300; true', {marker}]\n"
+    )
+    (tmp_path / "hosts").write_text(_LOCAL_INV)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER, str(pb), str(tmp_path / "hosts"), str(tmp_path / "work")], env=env
+    )
+    tree: list[psutil.Process] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not any(marker in " ".join(p.cmdline()) for p in tree):
+        time.sleep(0.3)
+        try:
+            tree = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            tree = []
+        tree = [p for p in tree if _alive(p)]
+    assert any(marker in " ".join(p.cmdline()) for p in tree), "the play never started its task"
+    # The premise: the play's processes span more than one session, so no single killpg stops them.
+    assert len({_sid(p) for p in tree} - {None}) >= 2
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    left = [(p.pid, " ".join(p.cmdline())) for p in alive if _alive(p)]
+    for p in alive:
+        p.kill()
+    assert not left, left
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _sid(p: psutil.Process) -> int | None:
+    try:
+        return os.getsid(p.pid)
+    except OSError:
+        return None
