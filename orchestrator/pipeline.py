@@ -20,8 +20,10 @@ from orchestrator.inventory import load_inventory
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.names import LongId
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.results import Collective, CollRow
+from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
 from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus
 from orchestrator.scheduler.local import LocalScheduler
@@ -80,7 +82,7 @@ class StepResult(StrictModel):
 
 
 class RunResult(StrictModel):
-    run_id: str
+    run_id: LongId
     run_dir: Path
     plan: str
     backend: Literal["slurm", "local"]
@@ -139,7 +141,7 @@ def job_spec(
         argv += ["--socket-ifname", ifaces.pop()]
     gpus = step.ranks_per_node if dist_backend == "nccl" else 0
     return JobSpec(
-        name=f"{plan.name}-{step.id}",
+        name=f"orch-{plan.name}-{step.id}",
         step_id=step.id,
         nodes=[] if backend == "local" else step.nodes,
         nnodes=step.nnodes,
@@ -409,16 +411,17 @@ def resume_run(
     """Run, in run_dir, the steps of an earlier run that have no finished result; the finished
     ones are kept as they are. Raises ConfigError when nothing is left to run or the directory is
     not a run, and Interrupted on Ctrl-C."""
-    from orchestrator.store.load import finished_steps, ladder_steps, load_run
+    from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model
 
     listeners = listeners or []
     t0 = time.monotonic()
     record = load_run(run_dir)
     if record.status == "running":
         raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
-    if record.plan is None or record.cluster is None:
-        raise ConfigError(f"{run_dir}: plan.json or inventory.json is missing; cannot resume")
-    plan, cluster = record.plan, record.cluster
+    # Everything read back from the run folder is checked again here, strictly: a plan name or a
+    # step id becomes a job name and a folder, so an edited file is refused, naming the value.
+    plan = require_model(Plan, run_dir / "plan.json")
+    cluster = require_model(Cluster, run_dir / "inventory.json")
     steps = ladder_steps(run_dir) or expand_steps(plan, cluster)
     done = finished_steps(run_dir, [s.id for s in steps])
     if all(s.id in done for s in steps) and record.status != "interrupted":
@@ -426,13 +429,14 @@ def resume_run(
     # An interrupted run whose steps all finished (killed while writing its result) is finished
     # here without running anything: the runner finds no open step and writes the result.
     rundir = RunDir(run_dir)
-    attempts = rundir.root / "attempts"
+    attempts = under(rundir.root, "attempts", what="attempts folder")
     for s in steps:
-        old = rundir.root / "steps" / s.id
+        old = under(rundir.root, "steps", s.id, what="step folder")
         if s.id not in done and old.exists() and any(old.iterdir()):
             # Keep the killed attempt's logs, away from where the new attempt writes its own.
             attempts.mkdir(exist_ok=True)
-            old.rename(attempts / f"{s.id}.{len(list(attempts.glob(f'{s.id}.*'))) + 1}")
+            n = len(list(attempts.glob(f"{s.id}.*"))) + 1
+            old.rename(under(attempts, f"{s.id}.{n}", what="attempt folder"))
     backend = choose_backend(plan, cluster)
     sched = make_scheduler(backend, cluster)
     listeners = [*listeners, _store_listener(rundir.root.parent)]

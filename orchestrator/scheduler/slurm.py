@@ -21,10 +21,15 @@ from orchestrator.scheduler import slurm_state
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _UNAVAILABLE_STATE = re.compile(r"drain|down|fail|maint|inval|future|unknown|power", re.IGNORECASE)
 _TEMPLATES = Path(__file__).parent / "templates"
 # Slurm commands are quick; a slurmctld that does not answer within this is an infrastructure fault.
 CMD_TIMEOUT_S = 30.0
+# What a job takes from orch's own environment (sbatch --export): names whose values are not
+# secret and that a job needs to find its programs and write its files. Everything else the job
+# needs is exported by name in the script's body (JobSpec.env); Slurm adds its SLURM_* variables.
+JOB_ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
 
 
 def _env() -> jinja2.Environment:
@@ -50,9 +55,20 @@ def slurm_time(seconds: int) -> str:
     return f"{days}-{hms}" if days else hms
 
 
+def slurm_pattern(path: Path) -> str:
+    """path as a literal in a Slurm filename pattern (--output): '%' doubled, so only the
+    replacement symbols orch appends (%j, %t) are replaced."""
+    return str(path).replace("%", "%%")
+
+
 def _check_word(what: str, value: str) -> None:
-    if not _SAFE_WORD.match(value):
+    if not _SAFE_WORD.match(value) or value.startswith("-"):
         raise ConfigError(f"{what} {value!r} is not a valid Slurm name (letters, digits, _ . - only)")
+
+
+def _check_env_name(key: str) -> None:
+    if not _ENV_NAME.fullmatch(key):
+        raise ConfigError(f"environment variable name {key!r} is not valid")
 
 
 class SlurmScheduler:
@@ -67,47 +83,85 @@ class SlurmScheduler:
         runner: CommandRunner | None = None,
         use_sacct: bool | None = None,
     ) -> None:
-        env = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
-        self.runner: CommandRunner = runner or LocalRunner(env)
+        self.env = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
+        self.runner: CommandRunner = runner or LocalRunner()
         self._use_sacct = use_sacct  # None: find out on first poll
         self._submitted_at: datetime | None = None
         self._template = _env().get_template("sbatch.sh.j2")
 
     # -- pure -----------------------------------------------------------------------------
     def render(self, spec: JobSpec) -> str:
-        """The sbatch script for spec."""
+        """The sbatch script for spec; raises ConfigError when a value cannot go into it safely."""
+        # JobSpec already holds the job name and step id to the identifier pattern; what else goes
+        # on an #SBATCH line is checked here.
         for node in spec.nodes:
             _check_word("node", node)
         if spec.partition:
             _check_word("partition", spec.partition)
-        for key in spec.env:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ConfigError(f"environment variable name {key!r} is not valid")
+        for key in [*spec.env, *spec.task_env, *spec.task_env.values()]:
+            _check_env_name(key)
+        wrapper = ""
+        if spec.task_env:
+            # A constant bash snippet (names only, checked above); the argv follows as "$@".
+            sets = " ".join(f'{k}="${v}"' for k, v in sorted(spec.task_env.items()))
+            wrapper = f'export {sets}; exec "$@"'
+        daily_at = spec.begin.strftime("%H:%M") if spec.begin and spec.daily else ""
         return str(
             self._template.render(
                 spec=spec,
                 version=__version__,
-                job_name=f"orch-{spec.name}",
-                time_limit=slurm_time(spec.time_limit_s),
+                time_limit=slurm_time(spec.time_limit_s) if spec.time_limit_s else "",
+                rank_output=f"{slurm_pattern(spec.workdir)}/rank-%t.log",
+                task_wrapper=wrapper,
+                resubmit=self.sbatch_argv(spec) if daily_at else [],
+                daily_at=daily_at,
+                script=self.script_path(spec),
             )
         )
+
+    @staticmethod
+    def script_path(spec: JobSpec) -> Path:
+        """Where submit writes the job script."""
+        return spec.script or spec.workdir / "job.sbatch"
+
+    @staticmethod
+    def sbatch_argv(spec: JobSpec) -> list[str]:
+        """The sbatch command of spec, without --begin, --dependency and the script: what goes on
+        the command line rather than on #SBATCH lines (paths, the environment allow-list)."""
+        output = spec.output or spec.workdir / "slurm-%j.out"
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--export={','.join(JOB_ENV_ALLOW)}",
+            f"--output={slurm_pattern(output.parent)}/{output.name}",
+        ]
+        if spec.append_output:
+            argv.append("--open-mode=append")
+        return [*argv, *spec.extra_args]
 
     # -- commands -------------------------------------------------------------------------
     def _run(self, argv: list[str]) -> CmdResult:
         try:
-            return self.runner.run(argv, timeout=CMD_TIMEOUT_S)
+            return self.runner.run(argv, timeout=CMD_TIMEOUT_S, env=self.env or None)
         except RemoteError as e:
             raise SchedulerError(str(e), hint="is slurmctld running and SLURM_CONF right?") from e
 
     def submit(self, spec: JobSpec, *, after: str | None = None) -> str:
-        """Write the script into spec.workdir and sbatch it; returns the job id."""
+        """Write the script (script_path(spec)) and sbatch it; returns the job id.
+
+        Raises ConfigError when spec cannot be rendered safely, SchedulerError when sbatch refuses.
+        """
+        script = self.script_path(spec)
+        text = self.render(spec)
         spec.workdir.mkdir(parents=True, exist_ok=True)
-        script = spec.workdir / "job.sbatch"
-        script.write_text(self.render(spec))
-        argv = ["sbatch", "--parsable"]
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(text)
+        argv = self.sbatch_argv(spec)
         if after:
             _check_word("job id", after)
             argv.append(f"--dependency=afterany:{after}")
+        if spec.begin:
+            argv.append(f"--begin={spec.begin.strftime('%Y-%m-%dT%H:%M:%S')}")
         argv.append(str(script))
         if self._submitted_at is None:
             self._submitted_at = datetime.now()
@@ -168,6 +222,42 @@ class SlurmScheduler:
         """scancel the jobs; ids Slurm no longer knows are fine."""
         if job_ids:
             self._run(["scancel", *job_ids])
+
+    def queue_state(self, job_id: str) -> str:
+        """squeue's state word for the job now ('' once it left the queue, or squeue fails)."""
+        _check_word("job id", job_id)
+        res = self._run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+        return res.stdout.strip() if res.ok else ""
+
+    def requeue(self, job_id: str) -> None:
+        """scontrol requeue (the job must have been submitted with requeue); raises SchedulerError."""
+        _check_word("job id", job_id)
+        res = self._run(["scontrol", "requeue", job_id])
+        if not res.ok:
+            raise SchedulerError(f"cannot requeue job {job_id}: {res.brief()}")
+
+    def start_now(self, job_id: str) -> None:
+        """Lift a pending job's BeginTime (Slurm holds a requeued job about 120 s); best effort."""
+        _check_word("job id", job_id)
+        self._run(["scontrol", "update", f"jobid={job_id}", "starttime=now"])
+
+    def queued_named(self, prefix: str) -> dict[str, str]:
+        """'job ID STATE (begins START)' of every queued job whose name starts with prefix, by name."""
+        _check_word("job name prefix", prefix)
+        res = self._run(["squeue", "-h", "-o", "%j|%i|%T|%S"])
+        out: dict[str, str] = {}
+        for line in res.stdout.splitlines() if res.ok else []:
+            parts = line.split("|")
+            if len(parts) == 4 and parts[0].startswith(prefix):
+                out[parts[0]] = f"job {parts[1]} {parts[2]} (begins {parts[3]})"
+        return out
+
+    def cancel_named(self, name: str) -> None:
+        """scancel every job of this name; raises SchedulerError when scancel fails."""
+        _check_word("job name", name)
+        res = self._run(["scancel", "--name", name])
+        if not res.ok:
+            raise SchedulerError(f"cannot cancel jobs named {name}: {res.brief()}")
 
     def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
         """Nodes sinfo shows drained, down, failed, in maintenance or not responding (state ends in *)."""

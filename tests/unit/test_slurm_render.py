@@ -14,7 +14,7 @@ from orchestrator.scheduler.slurm import SlurmScheduler, slurm_time
 
 def spec(**kw: object) -> JobSpec:
     base: dict[str, object] = {
-        "name": "smoke-n2xg1",
+        "name": "orch-smoke-n2xg1",
         "step_id": "n2xg1",
         "nodes": ["node1", "node2"],
         "nnodes": 2,
