@@ -184,7 +184,7 @@ class _Runner:
         self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
         base_port = 20000 + secrets.randbelow(20000)
         self.specs = [
-            job_spec(s, plan, cluster, backend, rundir.step_dir(s.id), python, base_port + i, env)
+            job_spec(s, plan, cluster, backend, rundir.step_dir(s.id).absolute(), python, base_port + i, env)
             for i, s in enumerate(steps)
         ]
         self.pending_since: dict[str, float] = {}

@@ -49,7 +49,7 @@ from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.db import StoreListener, default_store_path
 from orchestrator.store.load import REQUEST_FILE
-from orchestrator.store.rundir import RunDir, atomic_write, who
+from orchestrator.store.rundir import RunDir, atomic_write, check_run_id, who
 from orchestrator.workloads.probe import ProbeSettings, torchrun_argv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -207,7 +207,8 @@ def probe_job_spec(
     """The probe as one Slurm job: one torchrun agent per node (srun, one task per node), static
     rendezvous on master_addr, ``--requeue``. Each agent's node rank is its SLURM_NODEID (through
     PET_NODE_RANK, which torchrun reads). The job name is ``probe-<run_id>`` (outside ``orch-*``,
-    which some tooling cancels wholesale). Raises ValidationError when run_id is not a valid id."""
+    which some tooling cancels wholesale). Raises ConfigError when run_id is not a valid run id."""
+    check_run_id(run_id)
     argv = torchrun_argv(
         s, python=python, out_dir=out_dir, node_rank=None, nnodes=len(nodelist), master_addr=master_addr,
         run_id=run_id,
@@ -243,7 +244,7 @@ class SlurmProbeJob:
     """
 
     def __init__(self, cluster: Cluster, req: RecoveryTestRequest, out_dir: Path, run_id: str) -> None:
-        self.cluster, self.req, self.out_dir, self.run_id = cluster, req, out_dir, run_id
+        self.cluster, self.req, self.out_dir, self.run_id = cluster, req, out_dir, check_run_id(run_id)
         self.sched = SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
         self.job_id: str | None = None
 

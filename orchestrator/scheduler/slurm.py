@@ -100,6 +100,11 @@ class SlurmScheduler:
             _check_word("partition", spec.partition)
         for key in [*spec.env, *spec.task_env, *spec.task_env.values()]:
             _check_env_name(key)
+        for path in (spec.workdir, spec.output):
+            if path is not None and "\\" in str(path):
+                # Slurm reads a backslash in an output path as "replace nothing": every rank's
+                # rank-%t.log would be one file.
+                raise ConfigError(f"path {str(path)!r}: Slurm cannot take a backslash in an output path")
         wrapper = ""
         if spec.task_env:
             # A constant bash snippet (names only, checked above); the argv follows as "$@".
