@@ -38,9 +38,10 @@ def sacct_states(lab: Lab, job_ids: list[str]) -> dict[str, str]:
 
 
 def test_smoke_ladder_through_slurm(lab: Lab, tmp_path: Path) -> None:
-    proc = orch(lab, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "2", "--out", str(tmp_path))
+    out = tmp_path / "my runs"  # a space: paths never go on #SBATCH lines, so this works
+    proc = orch(lab, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "2", "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = result_of(tmp_path)
+    result = result_of(out)
     assert [s["step"]["id"] for s in result["steps"]] == ["n1xg2", "n2xg2", "n3xg2"]
     jobs = [s["job_id"] for s in result["steps"]]
     assert set(sacct_states(lab, jobs).values()) == {"COMPLETED"}
@@ -180,3 +181,31 @@ def test_plan_fault_injected_during_its_step_and_reverted(lab: Lab, tmp_path: Pa
     assert _tc(lab, "node2") == before
     result = json.loads((run_dir / "result.json").read_text())
     assert any("roce-drop" in w for w in result["steps"][0]["warnings"])
+
+
+def test_job_gets_the_allowed_environment_only(
+    lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sbatch --export=<allow-list>: a secret in orch's environment stays out of the job, while
+    srun --export=ALL still hands every task PATH, the script's exports and Slurm's variables."""
+    from orchestrator.scheduler.base import JobSpec
+    from orchestrator.scheduler.slurm import SlurmScheduler
+
+    monkeypatch.setenv("ORCH_TEST_SECRET", "canary-b1d3f0")
+    sched = SlurmScheduler(slurm_conf=Path(lab.env["SLURM_CONF"]))
+    spec = JobSpec(name="orch-envcheck-n2", step_id="n2", nodes=["node1", "node2"], nnodes=2,
+                   ranks_per_node=1, argv=["/usr/bin/env"], env={"ORCH_WANTED": "yes it is"},
+                   master_addr="198.18.0.11", master_port=29999, time_limit_s=60,
+                   workdir=tmp_path / "a dir; $(x)")  # fmt: skip
+    job = sched.submit(spec)
+    deadline = time.monotonic() + 60
+    while not (state := sched.poll([job])[job]).status.terminal and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert state.raw_state == "COMPLETED", state
+    for rank in (0, 1):
+        env = dict(ln.split("=", 1) for ln in (spec.workdir / f"rank-{rank}.log").read_text().splitlines()
+                   if "=" in ln)  # fmt: skip
+        assert "ORCH_TEST_SECRET" not in env and "canary-b1d3f0" not in "".join(env.values())
+        assert env["ORCH_WANTED"] == "yes it is" and env["MASTER_ADDR"] == "198.18.0.11"
+        assert env["PATH"] and env["SLURM_PROCID"] == str(rank)
+    assert (spec.workdir / f"slurm-{job}.out").exists()
