@@ -198,6 +198,9 @@ class _Runner:
         atomic_write(self.rundir.step_dir(res.step.id) / "result.json", res.model_dump_json(indent=2) + "\n")
 
     def run(self) -> None:
+        """Submit, poll, judge. Whatever ends it early (Ctrl-C, a scheduler that stopped
+        answering, a bug) cancels every job of the run still queued or running first; Ctrl-C
+        becomes Interrupted, anything else is raised as it was."""
         try:
             if self.faults is not None:
                 self.faults.start()
@@ -205,15 +208,27 @@ class _Runner:
                 self._submit_all()
             self._loop()
         except KeyboardInterrupt as e:
-            live = [r.job_id for r in self.results if r.job_id and not (r.job and r.job.status.terminal)]
-            self.sched.cancel([j for j in live if j])
+            live = self._cancel_live()
             self._log("interrupted", cancelled=live)
-            raise Interrupted(
-                "interrupted; jobs cancelled: " + (", ".join(j for j in live if j) or "none")
-            ) from e
+            raise Interrupted("interrupted; jobs cancelled: " + (", ".join(live) or "none")) from e
+        except BaseException as e:
+            live = self._cancel_live()
+            self._log("run_error", error=f"{type(e).__name__}: {e}", cancelled=live)
+            raise
         finally:
             if self.faults is not None:
                 self.faults.close()  # reverts any fault still active, whatever ended the run
+
+    def _cancel_live(self) -> list[str]:
+        """Cancel the run's jobs that are not known to have ended; returns their ids. A cancel
+        that fails (the scheduler is what failed) is journaled, never raised over the cause."""
+        live = [r.job_id for r in self.results if r.job_id and not (r.job and r.job.status.terminal)]
+        ids = [j for j in live if j]
+        try:
+            self.sched.cancel(ids)
+        except OrchError as e:
+            self.rundir.event("cancel_failed", jobs=ids, error=str(e))
+        return ids
 
     def _submit(self, i: int, after: str | None) -> None:
         res, spec = self.results[i], self.specs[i]
@@ -456,16 +471,30 @@ def resume_run(
 
 
 def _execute(runner: _Runner, t0: float) -> RunResult:
-    """Run the ladder and write the result; on Ctrl-C the result is written, then Interrupted raised."""
+    """Run the ladder and write the result. On Ctrl-C the result is written, then Interrupted
+    raised; on any other error (jobs cancelled by the runner) the result is written as an
+    infrastructure failure with run_finished journaled, then the error is raised as it was."""
     try:
         runner.run()
     except Interrupted:
         _finish(runner, t0, interrupted=True)
         raise
+    except Exception as e:
+        code = e.exit_code if isinstance(e, OrchError) else EXIT_INFRA
+        for res in runner.results:
+            if res.ended_mono is None:
+                res.reasons.append(f"the run ended before this step: {e}")
+        try:
+            _finish(runner, t0, interrupted=False, error=(code, str(e)))
+        except OrchError as finish_error:  # e.g. the disk is full: the first error is the one to see
+            runner.rundir.event("run_finished", status="infra", exit_code=code, error=str(finish_error))
+        raise
     return _finish(runner, t0, interrupted=False)
 
 
-def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
+def _finish(
+    runner: _Runner, t0: float, *, interrupted: bool, error: tuple[int, str] | None = None
+) -> RunResult:
     results = runner.results
     summaries = [r.summary for r in results]
     V.apply_efficiency(summaries)
@@ -485,6 +514,8 @@ def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
     if interrupted:
         status: Literal["accepted", "failed", "infra", "interrupted"] = "interrupted"
         code = 130
+    elif error is not None:
+        status, code = ("infra" if error[0] == EXIT_INFRA else "failed"), error[0]
     elif overall == "infra" or overall == "skipped":
         status, code = "infra", EXIT_INFRA
     elif overall == "fail":
@@ -503,7 +534,8 @@ def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
         wall_s=time.monotonic() - t0,
     )
     atomic_write(runner.rundir.root / "result.json", result.model_dump_json(indent=2) + "\n")
-    runner.rundir.event("run_finished", status=status, exit_code=code, wall_s=result.wall_s)
+    extra = {"error": error[1]} if error is not None else {}
+    runner.rundir.event("run_finished", status=status, exit_code=code, wall_s=result.wall_s, **extra)
     _emit(runner.listeners, "run_finished", status=status, exit_code=code)
     return result
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -22,6 +24,9 @@ from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus,
 
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What squeue / scontrol / sacct say of a job id the controller no longer knows (not a failure).
+_UNKNOWN_JOB = "Invalid job id"
+_NO_ACCOUNTING = "accounting storage is disabled"
 _UNAVAILABLE_STATE = re.compile(r"drain|down|fail|maint|inval|future|unknown|power", re.IGNORECASE)
 _TEMPLATES = Path(__file__).parent / "templates"
 # Slurm commands are quick; a slurmctld that does not answer within this is an infrastructure fault.
@@ -82,8 +87,13 @@ class SlurmScheduler:
         slurm_conf: Path | None = None,
         runner: CommandRunner | None = None,
         use_sacct: bool | None = None,
+        max_failures: int = 5,
+        failure_window_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.env = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
+        self.max_failures, self.failure_window_s, self._clock = max_failures, failure_window_s, clock
+        self._failures: dict[str, tuple[int, float]] = {}  # command -> (failures in a row, since)
         self.runner: CommandRunner = runner or LocalRunner()
         self._use_sacct = use_sacct  # None: find out on first poll
         self._submitted_at: datetime | None = None
@@ -179,7 +189,13 @@ class SlurmScheduler:
         return job_id
 
     def poll(self, job_ids: list[str]) -> dict[str, JobState]:
-        """State of each job: sacct when accounting works, else squeue, then scontrol."""
+        """State of each job: sacct when accounting works, else squeue, then scontrol.
+
+        A failing sacct, squeue or scontrol (slurmctld or slurmdbd restarting, a timeout) is
+        retried at the next poll, as ReFrame does, with the other commands as fallbacks meanwhile;
+        a job id the controller no longer knows is not a failure. Raises SchedulerError once one
+        command has failed `max_failures` polls in a row over at least `failure_window_s`.
+        """
         if not job_ids:
             return {}
         states: dict[str, JobState] = {}
@@ -194,30 +210,66 @@ class SlurmScheduler:
             states[job_id] = self._poll_scontrol(job_id)
         return states
 
+    def _query(
+        self, what: str, argv: list[str], benign: tuple[str, ...] = (_UNKNOWN_JOB,)
+    ) -> CmdResult | None:
+        """Run a polling command; None when it failed (counted, see poll), else its result, which
+        may still be a non-zero exit whose stderr says one of `benign` (e.g. a job id the
+        controller no longer knows)."""
+        try:
+            res = self._run(argv)
+        except SchedulerError as e:
+            self._failed(what, str(e))
+            return None
+        if res.ok or any(b.lower() in res.stderr.lower() for b in benign):
+            self._failures.pop(what, None)
+            return res
+        self._failed(what, res.brief())
+        return None
+
+    def _failed(self, what: str, why: str) -> None:
+        count, since = self._failures.get(what, (0, self._clock()))
+        count += 1
+        self._failures[what] = (count, since)
+        waited = self._clock() - since
+        if count >= self.max_failures and waited >= self.failure_window_s:
+            raise SchedulerError(
+                f"{what} failed {count} times in a row over {waited:.0f} s: {why}",
+                hint="is slurmctld (and slurmdbd, for sacct) running and SLURM_CONF right?",
+            )
+
     def _poll_sacct(self, job_ids: list[str]) -> dict[str, JobState]:
         argv = ["sacct", *slurm_state.SACCT_ARGS, "-j", ",".join(job_ids)]
         if self._submitted_at is not None:
             argv += ["-S", self._submitted_at.strftime("%Y-%m-%dT%H:%M:%S")]
-        res = self._run(argv)
-        if not res.ok:
-            if "accounting storage is disabled" in res.stderr.lower() or self._use_sacct is None:
+        if self._use_sacct is None:
+            # First use: a sacct that fails now means no accounting here; squeue/scontrol serve.
+            res = self._run(argv)
+            if not res.ok:
                 self._use_sacct = False
                 return {}
-            raise SchedulerError(f"sacct failed: {res.brief()}")
+        else:
+            if (found := self._query("sacct", argv, (_UNKNOWN_JOB, _NO_ACCOUNTING))) is None:
+                return {}
+            res = found
+            if not res.ok and _NO_ACCOUNTING in res.stderr.lower():
+                self._use_sacct = False
+                return {}
         self._use_sacct = True
         return {k: v for k, v in slurm_state.parse_sacct(res.stdout).items() if k in job_ids}
 
     def _poll_squeue(self, job_ids: list[str]) -> dict[str, JobState]:
-        res = self._run(["squeue", *slurm_state.SQUEUE_ARGS, "-j", ",".join(job_ids)])
-        if not res.ok:
+        res = self._query("squeue", ["squeue", *slurm_state.SQUEUE_ARGS, "-j", ",".join(job_ids)])
+        if res is None or not res.ok:
             # squeue exits non-zero for job ids it no longer knows; scontrol is asked next.
             return {}
         return {k: v for k, v in slurm_state.parse_squeue(res.stdout).items() if k in job_ids}
 
     def _poll_scontrol(self, job_id: str) -> JobState:
-        res = self._run(["scontrol", "show", "job", job_id])
-        if not res.ok:
-            return JobState(job_id=job_id, status=JobStatus.UNKNOWN, raw_state="UNKNOWN", reason=res.brief())
+        res = self._query("scontrol", ["scontrol", "show", "job", job_id])
+        if res is None or not res.ok:
+            why = res.brief() if res is not None else "scontrol failed"
+            return JobState(job_id=job_id, status=JobStatus.UNKNOWN, raw_state="UNKNOWN", reason=why)
         found = slurm_state.parse_scontrol(res.stdout)
         if job_id in found:
             return found[job_id]

@@ -60,6 +60,9 @@ class CronEntry(StrictModel):
     time_limit_min: int | None = Field(
         default=None, ge=1, description="Slurm --time of the entry's job: the plan's run timeout + margin"
     )
+    pythonpath: str | None = Field(
+        default=None, description="PYTHONPATH orch was installed with: the job runs the same orch"
+    )
 
     @field_validator("job_args")
     @classmethod
@@ -95,6 +98,8 @@ class CronEntry(StrictModel):
         env = {"ORCH_STORE": str(self.store)}
         if self.slurm_conf:
             env["SLURM_CONF"] = str(self.slurm_conf)
+        if self.pythonpath:
+            env["PYTHONPATH"] = self.pythonpath
         return env
 
     def log_path(self) -> Path:
