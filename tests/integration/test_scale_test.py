@@ -209,3 +209,59 @@ def test_job_gets_the_allowed_environment_only(
         assert env["ORCH_WANTED"] == "yes it is" and env["MASTER_ADDR"] == "198.18.0.11"
         assert env["PATH"] and env["SLURM_PROCID"] == str(rank)
     assert (spec.workdir / f"slurm-{job}.out").exists()
+
+
+def test_sacct_failing_mid_ladder_ends_the_run_with_exit_3_and_no_job_left(lab: Lab, tmp_path: Path) -> None:
+    """sacct starts failing (a wrapper first in PATH) once the first step runs: orch retries, then
+    gives up with exit 3, having cancelled the steps still queued or running, and the journal ends
+    with run_finished."""
+    import shutil
+
+    real = shutil.which("sacct", path=lab.env.get("PATH"))
+    assert real
+    flag = tmp_path / "sacct-fails-now"
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    (wrappers / "sacct").write_text(
+        f"#!/bin/sh\nif [ -e '{flag}' ]; then echo 'sacct: error: test wrapper: failing' >&2; exit 1; fi\n"
+        f'exec {real} "$@"\n'
+    )
+    (wrappers / "sacct").chmod(0o755)
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [*ORCH, "scale-test", "-i", str(lab.inventory), "--nodes", "1,2,3", "--gpus-per-node", "1",
+         "--collectives", "all_reduce", "--sizes", "1M:16M:x4", "--iters", "40", "--out", str(out)],
+        env={**lab.env, "PATH": f"{wrappers}:{lab.env['PATH']}", "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        journal: Path | None = None
+        while time.monotonic() < deadline:
+            journal = next(iter(out.glob("*/journal.jsonl")), None)
+            if journal and '"state":"RUNNING"' in journal.read_text():  # sacct has answered
+                break
+            time.sleep(0.2)
+        assert journal is not None, "no step started"
+        flag.touch()
+        t_fail = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=120)
+        took = time.monotonic() - t_fail
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, stdout + stderr
+    assert "sacct failed" in stderr, stderr
+    events = [json.loads(x) for x in journal.read_text().splitlines()]
+    assert events[-1]["event"] == "run_finished" and events[-1]["exit_code"] == 3
+    (error,) = [e for e in events if e["event"] == "run_error"]
+    assert error["cancelled"], "no job was live when orch gave up"
+    jobs = [e["job_id"] for e in events if e["event"] == "step_submitted"]
+    deadline = time.monotonic() + 20  # scancel is asynchronous (COMPLETING for a moment)
+    left = "?"
+    while left and time.monotonic() < deadline:
+        queued = lab.slurm("squeue", "--noheader", "-o", "%i %T", "-j", ",".join(jobs), check=False)
+        left = queued.stdout.strip()
+        time.sleep(0.5)
+    assert not left, left
+    print(f"\nsacct failing: orch exited 3 after {took:.1f} s, cancelled {error['cancelled']}")
