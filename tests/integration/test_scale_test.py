@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -211,22 +212,26 @@ def test_job_gets_the_allowed_environment_only(
     assert (spec.workdir / f"slurm-{job}.out").exists()
 
 
-def test_sacct_failing_mid_ladder_ends_the_run_with_exit_3_and_no_job_left(lab: Lab, tmp_path: Path) -> None:
-    """sacct starts failing (a wrapper first in PATH) once the first step runs: orch retries, then
-    gives up with exit 3, having cancelled the steps still queued or running, and the journal ends
-    with run_finished."""
+@pytest.mark.parametrize("failing", [["sacct"], ["sacct", "squeue", "scontrol"]], ids=["sacct", "all-three"])
+def test_sacct_failing_mid_ladder_ends_the_run_with_exit_3_and_no_job_left(
+    lab: Lab, tmp_path: Path, failing: list[str]
+) -> None:
+    """sacct (then also squeue and scontrol) starts failing, through wrappers first in PATH, once
+    the first step runs: orch retries, then gives up with exit 3 in bounded time, having cancelled
+    the steps still queued or running, and the journal ends with run_finished."""
     import shutil
 
-    real = shutil.which("sacct", path=lab.env.get("PATH"))
-    assert real
-    flag = tmp_path / "sacct-fails-now"
+    flag = tmp_path / "fail-now"
     wrappers = tmp_path / "bin"
     wrappers.mkdir()
-    (wrappers / "sacct").write_text(
-        f"#!/bin/sh\nif [ -e '{flag}' ]; then echo 'sacct: error: test wrapper: failing' >&2; exit 1; fi\n"
-        f'exec {real} "$@"\n'
-    )
-    (wrappers / "sacct").chmod(0o755)
+    for cmd in failing:
+        real = shutil.which(cmd, path=lab.env.get("PATH"))
+        assert real
+        (wrappers / cmd).write_text(
+            f"#!/bin/sh\nif [ -e '{flag}' ]; then echo '{cmd}: error: test wrapper' >&2; exit 1; fi\n"
+            f'exec {real} "$@"\n'
+        )
+        (wrappers / cmd).chmod(0o755)
     out = tmp_path / "runs"
     proc = subprocess.Popen(
         [*ORCH, "scale-test", "-i", str(lab.inventory), "--nodes", "1,2,3", "--gpus-per-node", "1",
@@ -251,7 +256,7 @@ def test_sacct_failing_mid_ladder_ends_the_run_with_exit_3_and_no_job_left(lab: 
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3, stdout + stderr
-    assert "sacct failed" in stderr, stderr
+    assert re.search(r"(sacct|squeue|scontrol) failed \d+ times in a row", stderr), stderr
     events = [json.loads(x) for x in journal.read_text().splitlines()]
     assert events[-1]["event"] == "run_finished" and events[-1]["exit_code"] == 3
     (error,) = [e for e in events if e["event"] == "run_error"]
@@ -264,4 +269,4 @@ def test_sacct_failing_mid_ladder_ends_the_run_with_exit_3_and_no_job_left(lab: 
         left = queued.stdout.strip()
         time.sleep(0.5)
     assert not left, left
-    print(f"\nsacct failing: orch exited 3 after {took:.1f} s, cancelled {error['cancelled']}")
+    print(f"\n{'+'.join(failing)} failing: orch exited 3 after {took:.1f} s, cancelled {error['cancelled']}")
