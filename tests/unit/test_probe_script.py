@@ -40,7 +40,7 @@ def test_sbatch_lines() -> None:
         "#SBATCH --requeue",
     ]
     assert "export ORCH_PROBE_RUN=r1" in lines and "export MASTER_ADDR=198.18.1.11" in lines
-    assert "cd /w" in lines
+    assert "cd -- /w" in lines
     assert not any(ln.startswith("#SBATCH --job-name=orch-") for ln in lines)
 
 
