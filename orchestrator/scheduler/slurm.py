@@ -316,6 +316,18 @@ class SlurmScheduler:
         if not res.ok:
             raise SchedulerError(f"cannot cancel jobs named {name}: {res.brief()}")
 
+    def scrontab(self) -> str:
+        """The user's scrontab ('' when there is none: `scrontab -l` then says so and exits 1)."""
+        res = self._run(["scrontab", "-l"])
+        return res.stdout if res.ok else ""
+
+    def set_scrontab(self, path: Path | None) -> None:
+        """Install the scrontab file at path, or remove the user's scrontab (None); raises
+        SchedulerError when scrontab refuses it."""
+        res = self._run(["scrontab", str(path)] if path is not None else ["scrontab", "-r"])
+        if not res.ok:
+            raise SchedulerError(f"scrontab failed: {res.brief()}")
+
     def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
         """Nodes sinfo shows drained, down, failed, in maintenance or not responding (state ends in *)."""
         if not nodes:

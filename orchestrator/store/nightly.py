@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from orchestrator.errors import ConfigError, SchedulerError
+from orchestrator.errors import ConfigError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.names import Name, is_name
 from orchestrator.paths import under
@@ -36,7 +36,6 @@ from orchestrator.store.rundir import atomic_write
 CronMode = Literal["scrontab", "sbatch-begin"]
 # Paths that may go on a #SCRON line as they are (read by scrontab, not by a shell).
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./+-]+")
-_TIMEOUT = 30.0
 
 
 class CronEntry(StrictModel):
@@ -240,15 +239,8 @@ class CronManager:
         self.sched = SlurmScheduler(slurm_conf=slurm_conf, runner=runner)
         self.mode: CronMode = mode or ("scrontab" if shutil.which("scrontab") else "sbatch-begin")
 
-    def _run(self, argv: list[str], *, check: bool = True) -> str:
-        res = self.runner.run(argv, timeout=_TIMEOUT, env=self.env)
-        if check and not res.ok:
-            raise SchedulerError(f"{shlex.join(argv)} failed: {res.brief()}")
-        return res.stdout
-
     def _crontab(self) -> str:
-        res = self.runner.run(["scrontab", "-l"], timeout=_TIMEOUT, env=self.env)
-        return res.stdout if res.ok else ""  # "no crontab for USER" is an empty one
+        return self.sched.scrontab()
 
     def install(self, entry: CronEntry, now: datetime | None = None) -> str:
         """Install (or replace) entry; returns a one-line description. Raises SchedulerError."""
@@ -257,7 +249,7 @@ class CronManager:
             text = strip_block(self._crontab(), entry.name) + render_scrontab_block(entry)
             tmp = entry.out_dir / "cron" / f".{entry.name}.scrontab"
             atomic_write(tmp, text)
-            self._run(["scrontab", str(tmp)])
+            self.sched.set_scrontab(tmp)
             return f"scrontab entry {entry.name}: {entry.at} daily"
         self.remove(entry.name, entry.out_dir, missing_ok=True)
         spec = cron_job_spec(entry, now)
@@ -293,7 +285,7 @@ class CronManager:
                 rest = strip_block(text, name)
                 tmp = out_dir / "cron" / f".{name}.scrontab"
                 atomic_write(tmp, rest)
-                self._run(["scrontab", str(tmp)] if rest.strip() else ["scrontab", "-r"])
+                self.sched.set_scrontab(tmp if rest.strip() else None)
         else:
             script = under(out_dir, "cron", f"{name}.sbatch", what="cron script")
             queued = self._squeue()
