@@ -20,8 +20,10 @@ from orchestrator.inventory import load_inventory
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.names import LongId
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.results import Collective, CollRow
+from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
 from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus, inventory_backend
 from orchestrator.scheduler.local import LocalScheduler
@@ -80,7 +82,7 @@ class StepResult(StrictModel):
 
 
 class RunResult(StrictModel):
-    run_id: str
+    run_id: LongId
     run_dir: Path
     plan: str
     backend: Literal["slurm", "local"]
@@ -139,7 +141,7 @@ def job_spec(
         argv += ["--socket-ifname", ifaces.pop()]
     gpus = step.ranks_per_node if dist_backend == "nccl" else 0
     return JobSpec(
-        name=f"{plan.name}-{step.id}",
+        name=f"orch-{plan.name}-{step.id}",
         step_id=step.id,
         nodes=[] if backend == "local" else step.nodes,
         nnodes=step.nnodes,
@@ -182,7 +184,7 @@ class _Runner:
         self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
         base_port = 20000 + secrets.randbelow(20000)
         self.specs = [
-            job_spec(s, plan, cluster, backend, rundir.step_dir(s.id), python, base_port + i, env)
+            job_spec(s, plan, cluster, backend, rundir.step_dir(s.id).absolute(), python, base_port + i, env)
             for i, s in enumerate(steps)
         ]
         self.pending_since: dict[str, float] = {}
@@ -196,6 +198,9 @@ class _Runner:
         atomic_write(self.rundir.step_dir(res.step.id) / "result.json", res.model_dump_json(indent=2) + "\n")
 
     def run(self) -> None:
+        """Submit, poll, judge. Whatever ends it early (Ctrl-C, a scheduler that stopped
+        answering, a bug) cancels every job of the run still queued or running first; Ctrl-C
+        becomes Interrupted, anything else is raised as it was."""
         try:
             if self.faults is not None:
                 self.faults.start()
@@ -203,15 +208,27 @@ class _Runner:
                 self._submit_all()
             self._loop()
         except KeyboardInterrupt as e:
-            live = [r.job_id for r in self.results if r.job_id and not (r.job and r.job.status.terminal)]
-            self.sched.cancel([j for j in live if j])
+            live = self._cancel_live()
             self._log("interrupted", cancelled=live)
-            raise Interrupted(
-                "interrupted; jobs cancelled: " + (", ".join(j for j in live if j) or "none")
-            ) from e
+            raise Interrupted("interrupted; jobs cancelled: " + (", ".join(live) or "none")) from e
+        except BaseException as e:
+            live = self._cancel_live()
+            self._log("run_error", error=f"{type(e).__name__}: {e}", cancelled=live)
+            raise
         finally:
             if self.faults is not None:
                 self.faults.close()  # reverts any fault still active, whatever ended the run
+
+    def _cancel_live(self) -> list[str]:
+        """Cancel the run's jobs that are not known to have ended; returns their ids. A cancel
+        that fails (the scheduler is what failed) is journaled, never raised over the cause."""
+        live = [r.job_id for r in self.results if r.job_id and not (r.job and r.job.status.terminal)]
+        ids = [j for j in live if j]
+        try:
+            self.sched.cancel(ids)
+        except OrchError as e:
+            self.rundir.event("cancel_failed", jobs=ids, error=str(e))
+        return ids
 
     def _submit(self, i: int, after: str | None) -> None:
         res, spec = self.results[i], self.specs[i]
@@ -432,16 +449,17 @@ def resume_run(
     """Run, in run_dir, the steps of an earlier run that have no finished result; the finished
     ones are kept as they are. Raises ConfigError when nothing is left to run or the directory is
     not a run, and Interrupted on Ctrl-C."""
-    from orchestrator.store.load import finished_steps, ladder_steps, load_run
+    from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model
 
     listeners = listeners or []
     t0 = time.monotonic()
     record = load_run(run_dir)
     if record.status == "running":
         raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
-    if record.plan is None or record.cluster is None:
-        raise ConfigError(f"{run_dir}: plan.json or inventory.json is missing; cannot resume")
-    plan, cluster = record.plan, record.cluster
+    # Everything read back from the run folder is checked again here, strictly: a plan name or a
+    # step id becomes a job name and a folder, so an edited file is refused, naming the value.
+    plan = require_model(Plan, run_dir / "plan.json")
+    cluster = require_model(Cluster, run_dir / "inventory.json")
     steps = ladder_steps(run_dir) or expand_steps(plan, cluster)
     done = finished_steps(run_dir, [s.id for s in steps])
     if all(s.id in done for s in steps) and record.status != "interrupted":
@@ -449,13 +467,14 @@ def resume_run(
     # An interrupted run whose steps all finished (killed while writing its result) is finished
     # here without running anything: the runner finds no open step and writes the result.
     rundir = RunDir(run_dir)
-    attempts = rundir.root / "attempts"
+    attempts = under(rundir.root, "attempts", what="attempts folder")
     for s in steps:
-        old = rundir.root / "steps" / s.id
+        old = under(rundir.root, "steps", s.id, what="step folder")
         if s.id not in done and old.exists() and any(old.iterdir()):
             # Keep the killed attempt's logs, away from where the new attempt writes its own.
             attempts.mkdir(exist_ok=True)
-            old.rename(attempts / f"{s.id}.{len(list(attempts.glob(f'{s.id}.*'))) + 1}")
+            n = len(list(attempts.glob(f"{s.id}.*"))) + 1
+            old.rename(under(attempts, f"{s.id}.{n}", what="attempt folder"))
     backend = choose_backend(plan, cluster)
     sched = make_scheduler(backend, cluster)
     listeners = [*listeners, _store_listener(rundir.root.parent)]
@@ -475,16 +494,30 @@ def resume_run(
 
 
 def _execute(runner: _Runner, t0: float) -> RunResult:
-    """Run the ladder and write the result; on Ctrl-C the result is written, then Interrupted raised."""
+    """Run the ladder and write the result. On Ctrl-C the result is written, then Interrupted
+    raised; on any other error (jobs cancelled by the runner) the result is written as an
+    infrastructure failure with run_finished journaled, then the error is raised as it was."""
     try:
         runner.run()
     except Interrupted:
         _finish(runner, t0, interrupted=True)
         raise
+    except Exception as e:
+        code = e.exit_code if isinstance(e, OrchError) else EXIT_INFRA
+        for res in runner.results:
+            if res.ended_mono is None:
+                res.reasons.append(f"the run ended before this step: {e}")
+        try:
+            _finish(runner, t0, interrupted=False, error=(code, str(e)))
+        except OrchError as finish_error:  # e.g. the disk is full: the first error is the one to see
+            runner.rundir.event("run_finished", status="infra", exit_code=code, error=str(finish_error))
+        raise
     return _finish(runner, t0, interrupted=False)
 
 
-def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
+def _finish(
+    runner: _Runner, t0: float, *, interrupted: bool, error: tuple[int, str] | None = None
+) -> RunResult:
     results = runner.results
     V.apply_efficiency([(r.step, r.summary) for r in results])
     V.apply_line_rate([(r.step, r.summary) for r in results], runner.cluster.vars.orch_fabric_gbps)
@@ -505,6 +538,8 @@ def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
     if interrupted:
         status: Literal["accepted", "failed", "infra", "interrupted"] = "interrupted"
         code = 130
+    elif error is not None:
+        status, code = ("infra" if error[0] == EXIT_INFRA else "failed"), error[0]
     elif overall == "infra" or overall == "skipped":
         status, code = "infra", EXIT_INFRA
     elif overall == "fail":
@@ -523,7 +558,8 @@ def _finish(runner: _Runner, t0: float, *, interrupted: bool) -> RunResult:
         wall_s=time.monotonic() - t0,
     )
     atomic_write(runner.rundir.root / "result.json", result.model_dump_json(indent=2) + "\n")
-    runner.rundir.event("run_finished", status=status, exit_code=code, wall_s=result.wall_s)
+    extra = {"error": error[1]} if error is not None else {}
+    runner.rundir.event("run_finished", status=status, exit_code=code, wall_s=result.wall_s, **extra)
     _emit(runner.listeners, "run_finished", status=status, exit_code=code)
     return result
 

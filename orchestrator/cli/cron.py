@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -70,6 +71,9 @@ def install_cmd(
         extra_args=list(extra or []),
         time_limit_min=limit,
         job_args=list(job_arg or []),
+        # The job gets only an allow-list of this environment (sbatch --export): it runs the same
+        # orch as this command only if it gets the same PYTHONPATH.
+        pythonpath=os.environ.get("PYTHONPATH") or None,
     )
     mgr = _manager(inventory, mode)
     if mgr.env.get("SLURM_CONF"):

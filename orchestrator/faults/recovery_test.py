@@ -47,12 +47,12 @@ from orchestrator.models.fault import (
     Transport,
 )
 from orchestrator.models.recovery import Heartbeat, RecoveryRecord
-from orchestrator.remote.local import LocalRunner
-from orchestrator.scheduler.base import inventory_backend
+from orchestrator.scheduler.base import JobSpec, inventory_backend
+from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.db import StoreListener, default_store_path
 from orchestrator.store.load import REQUEST_FILE
-from orchestrator.store.rundir import RunDir, atomic_write, who
-from orchestrator.workloads.probe import ProbeSettings, sbatch_script, torchrun_argv
+from orchestrator.store.rundir import RunDir, atomic_write, check_run_id, who
+from orchestrator.workloads.probe import ProbeSettings, torchrun_argv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -211,69 +211,102 @@ class ProbeJob:
             )
 
 
+def probe_job_spec(
+    s: ProbeSettings,
+    *,
+    python: str,
+    out_dir: Path,
+    run_id: str,
+    workdir: Path,
+    master_addr: str,
+    nodelist: list[str],
+) -> JobSpec:
+    """The probe as one Slurm job: one torchrun agent per node (srun, one task per node), static
+    rendezvous on master_addr, ``--requeue``. Each agent's node rank is its SLURM_NODEID (through
+    PET_NODE_RANK, which torchrun reads). The job name is ``probe-<run_id>`` (outside ``orch-*``,
+    which some tooling cancels wholesale). Raises ConfigError when run_id is not a valid run id."""
+    check_run_id(run_id)
+    argv = torchrun_argv(
+        s, python=python, out_dir=out_dir, node_rank=None, nnodes=len(nodelist), master_addr=master_addr,
+        run_id=run_id,
+    )  # fmt: skip
+    return JobSpec(
+        name=f"probe-{run_id}",
+        step_id="probe",
+        nodes=nodelist,
+        nnodes=len(nodelist),
+        ranks_per_node=1,
+        argv=argv,
+        env={**s.env(), "ORCH_PROBE_RUN": run_id, "PYTHONPATH": str(workdir)},
+        master_addr=master_addr,
+        workdir=workdir,
+        launch="srun",
+        rank_logs=False,
+        task_env={"PET_NODE_RANK": "SLURM_NODEID", "ORCH_NODE": "SLURMD_NODENAME"},
+        kill_on_bad_exit=False,
+        exclusive=False,
+        requeue=True,
+        output=out_dir / "slurm-%j.out",
+        append_output=True,
+        script=out_dir / "probe.sbatch",
+    )
+
+
 class SlurmProbeJob:
     """The probe as one Slurm job (``sbatch --requeue``, one torchrun agent per node via srun).
 
     A requeue (``scontrol requeue``, or Slurm's own after a node failure) restarts every agent;
-    the probe counts it as a new generation and resumes after its last complete step.
+    the probe counts it as a new generation and resumes after its last complete step. Every Slurm
+    command goes through the one Slurm client (scheduler/slurm.py).
     """
 
     def __init__(self, cluster: Cluster, req: RecoveryTestRequest, out_dir: Path, run_id: str) -> None:
-        self.cluster, self.req, self.out_dir, self.run_id = cluster, req, out_dir, run_id
-        conf = cluster.vars.orch_slurm_conf
-        self.env = {"SLURM_CONF": str(conf)} if conf else {}
-        self.runner = LocalRunner()
+        self.cluster, self.req, self.out_dir, self.run_id = cluster, req, out_dir, check_run_id(run_id)
+        self.sched = SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
         self.job_id: str | None = None
 
-    def slurm(self, *argv: str, check: bool = True) -> str:
-        """Run a Slurm client command; raises SchedulerError when ``check`` and it fails."""
-        res = self.runner.run(list(argv), timeout=30, env=self.env)
-        if check and not res.ok:
-            raise SchedulerError(f"{shlex.join(argv)} failed: {res.brief()}")
-        return res.stdout
-
-    def script(self) -> str:
+    def spec(self) -> JobSpec:
         first = self.cluster.nodes[0]
-        return sbatch_script(
+        return probe_job_spec(
             self.req.probe,
             python=self.req.python,
             out_dir=self.out_dir,
-            nnodes=len(self.cluster.nodes),
             run_id=self.run_id,
             workdir=REPO,
             master_addr=str(first.fabric_address or first.address),
             nodelist=[n.name for n in self.cluster.nodes],
         )
 
+    def script(self) -> str:
+        return self.sched.render(self.spec())
+
     def start(self) -> None:
         """Submit the job; raises SchedulerError when sbatch refuses it."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "stop").unlink(missing_ok=True)
-        path = self.out_dir / "probe.sbatch"
-        atomic_write(path, self.script())
-        self.job_id = self.slurm("sbatch", "--parsable", str(path)).strip().split(";")[0]
+        self.job_id = self.sched.submit(self.spec())
 
     def state(self) -> str:
         """squeue's state of the job ('' once it left the queue)."""
         if self.job_id is None:
             return ""
-        return self.slurm("squeue", "-h", "-j", self.job_id, "-o", "%T", check=False).strip()
+        return self.sched.queue_state(self.job_id)
 
     def node_aliases(self) -> dict[str, str]:
         """Slurm node name -> inventory name (the probe under Slurm names its node $SLURMD_NODENAME)."""
         idents = {n.name: {n.name, str(n.address)} for n in self.cluster.nodes}
-        return rmetrics.slurm_node_aliases(self.slurm("scontrol", "show", "node", "-o", check=False), idents)
+        return rmetrics.slurm_node_aliases(self.sched.show_nodes(), idents)
 
     def requeue(self, start_now: bool = True) -> None:
         """scontrol requeue; with start_now, lift Slurm's requeue BeginTime hold (about 120 s)."""
         assert self.job_id is not None
-        self.slurm("scontrol", "requeue", self.job_id)
+        self.sched.requeue(self.job_id)
         if not start_now:
             return
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.state() != "PENDING":
             time.sleep(0.25)
-        self.slurm("scontrol", "update", f"jobid={self.job_id}", "starttime=now", check=False)
+        self.sched.start_now(self.job_id)
 
     def stop(self, grace_s: float = 20.0) -> None:
         """Stop file, wait for the job to end, then scancel it."""
@@ -284,7 +317,8 @@ class SlurmProbeJob:
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and self.state() in ("RUNNING", "COMPLETING"):
             time.sleep(0.5)
-        self.slurm("scancel", self.job_id, check=False)
+        with contextlib.suppress(SchedulerError):
+            self.sched.cancel([self.job_id])
 
 
 def _completed(out_dir: Path, offsets: dict[str, float]) -> list[rmetrics.Completed]:

@@ -14,6 +14,7 @@ from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.fault import PlanFault
+from orchestrator.models.names import Name
 from orchestrator.models.results import COLLECTIVES, PlanCollective
 
 Backend = Literal["slurm", "local", "auto"]
@@ -222,7 +223,7 @@ class Thresholds(StrictModel):
 class Plan(StrictModel):
     """A resolved test plan (a YAML file plus CLI overrides)."""
 
-    name: str = Field(min_length=1)
+    name: Name = Field(description="becomes part of run ids and job names (see models/names.py)")
     description: str = ""
     ladder: Ladder = Field(default_factory=Ladder)
     collectives: list[PlanCollective] = Field(default_factory=lambda: list(COLLECTIVES), min_length=1)
@@ -281,7 +282,7 @@ class PlanOverrides(StrictModel):
 class Step(StrictModel):
     """One point of the ladder on a given cluster: one job of nnodes x ranks_per_node ranks."""
 
-    id: str = Field(description="e.g. n2xg1: 2 nodes x 1 rank per node")
+    id: Name = Field(description="e.g. n2xg1: 2 nodes x 1 rank per node")
     index: int = Field(ge=0, description="position in the ladder, from 0")
     nnodes: int = Field(ge=1)
     ranks_per_node: int = Field(ge=1)

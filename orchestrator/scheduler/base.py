@@ -5,14 +5,17 @@ Backends (slurm.py, local.py) implement JobScheduler; the pipeline only talks to
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.names import LongId, Name
 
 
 class JobStatus(StrEnum):
@@ -32,21 +35,83 @@ class JobStatus(StrEnum):
 
 
 class JobSpec(StrictModel):
-    """One step of the ladder as a job: N nodes x R ranks running one argv per rank."""
+    """One job: N nodes x R ranks running one argv per rank (a step of the ladder, the recovery
+    probe), or one batch command (the nightly entry's job).
 
-    name: str
-    step_id: str
+    Every text field that reaches a job script is either an identifier (models/names.py; the job
+    name, step id, node names, partition, environment variable names), a number, or a value that
+    the script quotes (argv, environment values, paths). Paths never go on `#SBATCH` lines.
+    """
+
+    name: LongId = Field(description="the scheduler's job name, e.g. orch-smoke-n2xg1")
+    step_id: Name
     nodes: list[str] = Field(description="inventory node names the job must run on; empty = any")
     nnodes: int = Field(ge=1)
     ranks_per_node: int = Field(ge=1)
     gpus_per_node: int = Field(default=0, ge=0, description="GPUs to request (gres); 0 on CPU stacks")
-    argv: list[str] = Field(min_length=1, description="command each rank runs")
+    argv: list[str] = Field(min_length=1, description="command each rank runs (launch=batch: the script)")
     env: dict[str, str] = Field(default_factory=dict)
-    master_addr: str = Field(description="address rank 0 listens on for rendezvous")
-    master_port: int = Field(ge=1024, le=65535)
-    time_limit_s: int = Field(ge=1)
-    workdir: Path = Field(description="where the job script and per-rank logs are written")
+    master_addr: str | None = Field(default=None, description="address rank 0 listens on for rendezvous")
+    master_port: int | None = Field(default=None, ge=1024, le=65535)
+    time_limit_s: int | None = Field(default=None, ge=1, description="None: the partition's limit")
+    workdir: Path = Field(description="the job's working directory; its script and rank logs by default")
     partition: str | None = None
+    # What the recovery probe and the nightly job need besides a ladder step:
+    launch: Literal["srun", "batch"] = Field(
+        default="srun", description="srun: every rank runs argv; batch: the batch script runs argv once"
+    )
+    rank_logs: bool = Field(default=True, description="srun writes rank-<t>.log in workdir (else: output)")
+    task_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="per-task variables set from Slurm's own, e.g. ORCH_NODE from SLURMD_NODENAME",
+    )
+    kill_on_bad_exit: bool = True
+    exclusive: bool = True
+    requeue: bool = Field(default=False, description="Slurm may requeue it (node failure, scontrol requeue)")
+    cpus_per_task: int | None = Field(default=None, ge=1)
+    begin: datetime | None = Field(default=None, description="sbatch --begin: not started before this")
+    daily: bool = Field(default=False, description="when it starts, it submits itself again for tomorrow")
+    output: Path | None = Field(default=None, description="Slurm's output file (%j allowed); default workdir")
+    append_output: bool = False
+    log: Path | None = Field(default=None, description="launch=batch: the command's output is appended here")
+    script: Path | None = Field(default=None, description="where submit writes it (workdir/job.sbatch)")
+    notes: list[str] = Field(default_factory=list, description="comment lines written into the script")
+    extra_args: list[str] = Field(
+        default_factory=list, description="more sbatch options, --option=value of plain characters"
+    )
+
+    @field_validator("notes")
+    @classmethod
+    def _one_line(cls, v: list[str]) -> list[str]:
+        for note in v:
+            if not note.isprintable():
+                raise ValueError(f"note {note[:80]!r}: one line of printable text only")
+        return v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _plain_options(cls, v: list[str]) -> list[str]:
+        return check_sbatch_options(v)
+
+
+def check_sbatch_options(options: list[str]) -> list[str]:
+    """options when each is --option=value of plain characters and not one orch sets itself;
+    raises ValueError naming the first that is not."""
+    for a in options:
+        m = _EXTRA_ARG.fullmatch(a)
+        if not m:
+            raise ValueError(f"sbatch option {a!r}: expected --option=value of plain characters")
+        if m.group(1) in MANAGED_OPTIONS:
+            raise ValueError(f"sbatch option {a!r}: orch sets --{m.group(1)} itself")
+    return options
+
+
+# Options orch sets on every job itself; a user's extra option may not replace them.
+MANAGED_OPTIONS = frozenset(
+    {"export", "export-file", "output", "error", "input", "chdir", "job-name", "begin", "dependency",
+     "wrap", "get-user-env", "requeue", "no-requeue", "open-mode", "parsable"}
+)  # fmt: skip
+_EXTRA_ARG = re.compile(r"--([a-z][a-z-]*)=[A-Za-z0-9_.,:\[\]-]+")
 
 
 class JobState(StrictModel):

@@ -55,7 +55,7 @@ class _Job:
     timer: threading.Timer | None = None
 
 
-def launch_plan(spec: JobSpec, port: int) -> list[RankLaunch]:
+def launch_plan(spec: JobSpec, port: int | None) -> list[RankLaunch]:
     """Per-rank argv and added env for spec, with MASTER_PORT=port (pure; no side effects).
 
     argv[0] `python` or `python3` is replaced by this interpreter (sys.executable), so ranks run
@@ -75,8 +75,9 @@ def launch_plan(spec: JobSpec, port: int) -> list[RankLaunch]:
             LOCAL_WORLD_SIZE=str(spec.ranks_per_node),
             NODE_RANK=str(r // spec.ranks_per_node),
             MASTER_ADDR=LOCAL_ADDR,
-            MASTER_PORT=str(port),
         )
+        if port is not None:
+            env["MASTER_PORT"] = str(port)
         node = spec.nodes[r // spec.ranks_per_node] if len(spec.nodes) == spec.nnodes else None
         out.append(RankLaunch(rank=r, node=node, argv=argv, env=env))
     return out
@@ -180,7 +181,7 @@ class LocalScheduler:
 
     def _start(self, job_id: str, job: _Job) -> None:
         spec = job.spec
-        port = spec.master_port if port_is_free(spec.master_port) else free_port()
+        port = spec.master_port if spec.master_port and port_is_free(spec.master_port) else free_port()
         spec.workdir.mkdir(parents=True, exist_ok=True)
         (spec.workdir / "launch.txt").write_text(self.render(spec.model_copy(update={"master_port": port})))
         job.started = time.monotonic()
@@ -204,9 +205,10 @@ class LocalScheduler:
             self._kill(job)
             job.ended = time.monotonic()
             raise SchedulerError(f"local: cannot start {spec.argv[0]!r} for {job_id}: {e}") from e
-        job.timer = threading.Timer(spec.time_limit_s, self._on_timeout, args=(job,))
-        job.timer.daemon = True
-        job.timer.start()
+        if spec.time_limit_s is not None:
+            job.timer = threading.Timer(spec.time_limit_s, self._on_timeout, args=(job,))
+            job.timer.daemon = True
+            job.timer.start()
 
     def _on_timeout(self, job: _Job) -> None:
         with self._lock:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -21,10 +23,18 @@ from orchestrator.scheduler import slurm_state
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What squeue / scontrol / sacct say of a job id the controller no longer knows (not a failure).
+_UNKNOWN_JOB = "Invalid job id"
+_NO_ACCOUNTING = "accounting storage is disabled"
 _UNAVAILABLE_STATE = re.compile(r"drain|down|fail|maint|inval|future|unknown|power", re.IGNORECASE)
 _TEMPLATES = Path(__file__).parent / "templates"
 # Slurm commands are quick; a slurmctld that does not answer within this is an infrastructure fault.
 CMD_TIMEOUT_S = 30.0
+# What a job takes from orch's own environment (sbatch --export): names whose values are not
+# secret and that a job needs to find its programs and write its files. Everything else the job
+# needs is exported by name in the script's body (JobSpec.env); Slurm adds its SLURM_* variables.
+JOB_ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
 
 
 def _env() -> jinja2.Environment:
@@ -50,9 +60,20 @@ def slurm_time(seconds: int) -> str:
     return f"{days}-{hms}" if days else hms
 
 
+def slurm_pattern(path: Path) -> str:
+    """path as a literal in a Slurm filename pattern (--output): '%' doubled, so only the
+    replacement symbols orch appends (%j, %t) are replaced."""
+    return str(path).replace("%", "%%")
+
+
 def _check_word(what: str, value: str) -> None:
-    if not _SAFE_WORD.match(value):
+    if not _SAFE_WORD.match(value) or value.startswith("-"):
         raise ConfigError(f"{what} {value!r} is not a valid Slurm name (letters, digits, _ . - only)")
+
+
+def _check_env_name(key: str) -> None:
+    if not _ENV_NAME.fullmatch(key):
+        raise ConfigError(f"environment variable name {key!r} is not valid")
 
 
 class SlurmScheduler:
@@ -66,48 +87,96 @@ class SlurmScheduler:
         slurm_conf: Path | None = None,
         runner: CommandRunner | None = None,
         use_sacct: bool | None = None,
+        max_failures: int = 5,
+        failure_window_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        env = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
-        self.runner: CommandRunner = runner or LocalRunner(env)
+        self.env = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
+        self.max_failures, self.failure_window_s, self._clock = max_failures, failure_window_s, clock
+        self._failures: dict[str, tuple[int, float]] = {}  # command -> (failures in a row, since)
+        self.runner: CommandRunner = runner or LocalRunner()
         self._use_sacct = use_sacct  # None: find out on first poll
         self._submitted_at: datetime | None = None
         self._template = _env().get_template("sbatch.sh.j2")
 
     # -- pure -----------------------------------------------------------------------------
     def render(self, spec: JobSpec) -> str:
-        """The sbatch script for spec."""
+        """The sbatch script for spec; raises ConfigError when a value cannot go into it safely."""
+        # JobSpec already holds the job name and step id to the identifier pattern; what else goes
+        # on an #SBATCH line is checked here.
         for node in spec.nodes:
             _check_word("node", node)
         if spec.partition:
             _check_word("partition", spec.partition)
-        for key in spec.env:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ConfigError(f"environment variable name {key!r} is not valid")
+        for key in [*spec.env, *spec.task_env, *spec.task_env.values()]:
+            _check_env_name(key)
+        for path in (spec.workdir, spec.output):
+            if path is not None and "\\" in str(path):
+                # Slurm reads a backslash in an output path as "replace nothing": every rank's
+                # rank-%t.log would be one file.
+                raise ConfigError(f"path {str(path)!r}: Slurm cannot take a backslash in an output path")
+        wrapper = ""
+        if spec.task_env:
+            # A constant bash snippet (names only, checked above); the argv follows as "$@".
+            sets = " ".join(f'{k}="${v}"' for k, v in sorted(spec.task_env.items()))
+            wrapper = f'export {sets}; exec "$@"'
+        daily_at = spec.begin.strftime("%H:%M") if spec.begin and spec.daily else ""
         return str(
             self._template.render(
                 spec=spec,
                 version=__version__,
-                job_name=f"orch-{spec.name}",
-                time_limit=slurm_time(spec.time_limit_s),
+                time_limit=slurm_time(spec.time_limit_s) if spec.time_limit_s else "",
+                rank_output=f"{slurm_pattern(spec.workdir)}/rank-%t.log",
+                task_wrapper=wrapper,
+                resubmit=self.sbatch_argv(spec) if daily_at else [],
+                daily_at=daily_at,
+                script=self.script_path(spec),
             )
         )
+
+    @staticmethod
+    def script_path(spec: JobSpec) -> Path:
+        """Where submit writes the job script."""
+        return spec.script or spec.workdir / "job.sbatch"
+
+    @staticmethod
+    def sbatch_argv(spec: JobSpec) -> list[str]:
+        """The sbatch command of spec, without --begin, --dependency and the script: what goes on
+        the command line rather than on #SBATCH lines (paths, the environment allow-list)."""
+        output = spec.output or spec.workdir / "slurm-%j.out"
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--export={','.join(JOB_ENV_ALLOW)}",
+            f"--output={slurm_pattern(output.parent)}/{output.name}",
+        ]
+        if spec.append_output:
+            argv.append("--open-mode=append")
+        return [*argv, *spec.extra_args]
 
     # -- commands -------------------------------------------------------------------------
     def _run(self, argv: list[str]) -> CmdResult:
         try:
-            return self.runner.run(argv, timeout=CMD_TIMEOUT_S)
+            return self.runner.run(argv, timeout=CMD_TIMEOUT_S, env=self.env or None)
         except RemoteError as e:
             raise SchedulerError(str(e), hint="is slurmctld running and SLURM_CONF right?") from e
 
     def submit(self, spec: JobSpec, *, after: str | None = None) -> str:
-        """Write the script into spec.workdir and sbatch it; returns the job id."""
+        """Write the script (script_path(spec)) and sbatch it; returns the job id.
+
+        Raises ConfigError when spec cannot be rendered safely, SchedulerError when sbatch refuses.
+        """
+        script = self.script_path(spec)
+        text = self.render(spec)
         spec.workdir.mkdir(parents=True, exist_ok=True)
-        script = spec.workdir / "job.sbatch"
-        script.write_text(self.render(spec))
-        argv = ["sbatch", "--parsable"]
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(text)
+        argv = self.sbatch_argv(spec)
         if after:
             _check_word("job id", after)
             argv.append(f"--dependency=afterany:{after}")
+        if spec.begin:
+            argv.append(f"--begin={spec.begin.strftime('%Y-%m-%dT%H:%M:%S')}")
         argv.append(str(script))
         if self._submitted_at is None:
             self._submitted_at = datetime.now()
@@ -120,7 +189,13 @@ class SlurmScheduler:
         return job_id
 
     def poll(self, job_ids: list[str]) -> dict[str, JobState]:
-        """State of each job: sacct when accounting works, else squeue, then scontrol."""
+        """State of each job: sacct when accounting works, else squeue, then scontrol.
+
+        A failing sacct, squeue or scontrol (slurmctld or slurmdbd restarting, a timeout) is
+        retried at the next poll, as ReFrame does, with the other commands as fallbacks meanwhile;
+        a job id the controller no longer knows is not a failure. Raises SchedulerError once one
+        command has failed `max_failures` polls in a row over at least `failure_window_s`.
+        """
         if not job_ids:
             return {}
         states: dict[str, JobState] = {}
@@ -135,30 +210,66 @@ class SlurmScheduler:
             states[job_id] = self._poll_scontrol(job_id)
         return states
 
+    def _query(
+        self, what: str, argv: list[str], benign: tuple[str, ...] = (_UNKNOWN_JOB,)
+    ) -> CmdResult | None:
+        """Run a polling command; None when it failed (counted, see poll), else its result, which
+        may still be a non-zero exit whose stderr says one of `benign` (e.g. a job id the
+        controller no longer knows)."""
+        try:
+            res = self._run(argv)
+        except SchedulerError as e:
+            self._failed(what, str(e))
+            return None
+        if res.ok or any(b.lower() in res.stderr.lower() for b in benign):
+            self._failures.pop(what, None)
+            return res
+        self._failed(what, res.brief())
+        return None
+
+    def _failed(self, what: str, why: str) -> None:
+        count, since = self._failures.get(what, (0, self._clock()))
+        count += 1
+        self._failures[what] = (count, since)
+        waited = self._clock() - since
+        if count >= self.max_failures and waited >= self.failure_window_s:
+            raise SchedulerError(
+                f"{what} failed {count} times in a row over {waited:.0f} s: {why}",
+                hint="is slurmctld (and slurmdbd, for sacct) running and SLURM_CONF right?",
+            )
+
     def _poll_sacct(self, job_ids: list[str]) -> dict[str, JobState]:
         argv = ["sacct", *slurm_state.SACCT_ARGS, "-j", ",".join(job_ids)]
         if self._submitted_at is not None:
             argv += ["-S", self._submitted_at.strftime("%Y-%m-%dT%H:%M:%S")]
-        res = self._run(argv)
-        if not res.ok:
-            if "accounting storage is disabled" in res.stderr.lower() or self._use_sacct is None:
+        if self._use_sacct is None:
+            # First use: a sacct that fails now means no accounting here; squeue/scontrol serve.
+            res = self._run(argv)
+            if not res.ok:
                 self._use_sacct = False
                 return {}
-            raise SchedulerError(f"sacct failed: {res.brief()}")
+        else:
+            if (found := self._query("sacct", argv, (_UNKNOWN_JOB, _NO_ACCOUNTING))) is None:
+                return {}
+            res = found
+            if not res.ok and _NO_ACCOUNTING in res.stderr.lower():
+                self._use_sacct = False
+                return {}
         self._use_sacct = True
         return {k: v for k, v in slurm_state.parse_sacct(res.stdout).items() if k in job_ids}
 
     def _poll_squeue(self, job_ids: list[str]) -> dict[str, JobState]:
-        res = self._run(["squeue", *slurm_state.SQUEUE_ARGS, "-j", ",".join(job_ids)])
-        if not res.ok:
+        res = self._query("squeue", ["squeue", *slurm_state.SQUEUE_ARGS, "-j", ",".join(job_ids)])
+        if res is None or not res.ok:
             # squeue exits non-zero for job ids it no longer knows; scontrol is asked next.
             return {}
         return {k: v for k, v in slurm_state.parse_squeue(res.stdout).items() if k in job_ids}
 
     def _poll_scontrol(self, job_id: str) -> JobState:
-        res = self._run(["scontrol", "show", "job", job_id])
-        if not res.ok:
-            return JobState(job_id=job_id, status=JobStatus.UNKNOWN, raw_state="UNKNOWN", reason=res.brief())
+        res = self._query("scontrol", ["scontrol", "show", "job", job_id])
+        if res is None or not res.ok:
+            why = res.brief() if res is not None else "scontrol failed"
+            return JobState(job_id=job_id, status=JobStatus.UNKNOWN, raw_state="UNKNOWN", reason=why)
         found = slurm_state.parse_scontrol(res.stdout)
         if job_id in found:
             return found[job_id]
@@ -168,6 +279,63 @@ class SlurmScheduler:
         """scancel the jobs; ids Slurm no longer knows are fine."""
         if job_ids:
             self._run(["scancel", *job_ids])
+
+    def show_nodes(self) -> str:
+        """`scontrol show node -o`: one line per node, as Slurm names them ('' when it fails)."""
+        res = self._run(["scontrol", "show", "node", "-o"])
+        return res.stdout if res.ok else ""
+
+    def queue_state(self, job_id: str) -> str:
+        """squeue's state word for the job now ('' once it left the queue, or squeue fails)."""
+        _check_word("job id", job_id)
+        res = self._run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+        return res.stdout.strip() if res.ok else ""
+
+    def requeue(self, job_id: str) -> None:
+        """scontrol requeue (the job must have been submitted with requeue); raises SchedulerError."""
+        _check_word("job id", job_id)
+        res = self._run(["scontrol", "requeue", job_id])
+        if not res.ok:
+            raise SchedulerError(f"cannot requeue job {job_id}: {res.brief()}")
+
+    def start_now(self, job_id: str) -> None:
+        """Lift a pending job's BeginTime (Slurm holds a requeued job about 120 s); best effort."""
+        _check_word("job id", job_id)
+        self._run(["scontrol", "update", f"jobid={job_id}", "starttime=now"])
+
+    def queued_named(self, prefix: str) -> dict[str, str]:
+        """'job ID STATE (begins START)' of every queued job whose name starts with prefix, by name.
+
+        Raises SchedulerError when squeue fails: "not queued" would then be a guess."""
+        _check_word("job name prefix", prefix)
+        res = self._run(["squeue", "-h", "-o", "%j|%i|%T|%S"])
+        if not res.ok:
+            raise SchedulerError(f"squeue failed: {res.brief()}")
+        out: dict[str, str] = {}
+        for line in res.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) == 4 and parts[0].startswith(prefix):
+                out[parts[0]] = f"job {parts[1]} {parts[2]} (begins {parts[3]})"
+        return out
+
+    def cancel_named(self, name: str) -> None:
+        """scancel every job of this name; raises SchedulerError when scancel fails."""
+        _check_word("job name", name)
+        res = self._run(["scancel", "--name", name])
+        if not res.ok:
+            raise SchedulerError(f"cannot cancel jobs named {name}: {res.brief()}")
+
+    def scrontab(self) -> str:
+        """The user's scrontab ('' when there is none: `scrontab -l` then says so and exits 1)."""
+        res = self._run(["scrontab", "-l"])
+        return res.stdout if res.ok else ""
+
+    def set_scrontab(self, path: Path | None) -> None:
+        """Install the scrontab file at path, or remove the user's scrontab (None); raises
+        SchedulerError when scrontab refuses it."""
+        res = self._run(["scrontab", str(path)] if path is not None else ["scrontab", "-r"])
+        if not res.ok:
+            raise SchedulerError(f"scrontab failed: {res.brief()}")
 
     def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
         """Nodes sinfo shows drained, down, failed, in maintenance or not responding (state ends in *)."""

@@ -19,8 +19,10 @@ from orchestrator.errors import ConfigError
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.names import ID_MAX, LongId, is_name
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
+from orchestrator.paths import under
 from orchestrator.pipeline import RunResult, StepResult
 from orchestrator.store.rundir import RunDir
 from orchestrator.text import plural
@@ -36,7 +38,7 @@ M = TypeVar("M", bound=StrictModel)
 class RunRecord(StrictModel):
     """Everything a report needs about one run, rebuilt from its directory."""
 
-    run_id: str
+    run_id: LongId
     run_dir: Path
     plan_name: str
     backend: str
@@ -79,7 +81,29 @@ class RunRecord(StrictModel):
 
 
 def step_result_path(run_dir: Path, step_id: str) -> Path:
-    return run_dir / "steps" / step_id / STEP_RESULT
+    """steps/<step_id>/result.json; raises ConfigError when step_id would leave the run folder."""
+    return under(run_dir, "steps", step_id, STEP_RESULT, what="step result")
+
+
+def invalid(path: Path, e: ValidationError) -> str:
+    """'FILE: FIELD = VALUE: why' for the first error of e (what a refusal names)."""
+    first = e.errors()[0]
+    loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+    value = repr(first.get("input"))
+    return f"{path}: {loc} = {value[:200]}: {first['msg']}"
+
+
+def require_model(cls: type[M], path: Path) -> M:
+    """The model in the JSON file at path; raises ConfigError naming the file, the field and the
+    value when it is missing, unreadable or invalid (resume trusts nothing a run folder says)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror or e}); cannot resume") from e
+    try:
+        return cls.model_validate_json(text)
+    except ValidationError as e:
+        raise ConfigError(invalid(path, e), hint="the run folder was edited or is damaged") from e
 
 
 def _shown(path: Path, root: Path | None) -> str:
@@ -110,7 +134,8 @@ def _model(cls: type[M], path: Path, warnings: list[str], root: Path | None = No
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        warnings.append(f"{_shown(path, root)}: invalid ({plural(e.error_count(), 'error')})")
+        errors = plural(e.error_count(), "error")
+        warnings.append(f"{_shown(path, root)}: invalid ({errors}; {invalid(path, e)})")
         return None
 
 
@@ -146,22 +171,27 @@ def load_run(run_dir: Path) -> RunRecord:
     result = _model(RunResult, result_path, warnings, run_dir) if finish is not None else None
     result_unreadable = len(warnings) > before
 
-    step_ids = [str(s) for s in started.get("steps", [])]
+    # Step ids name folders of the run: one that is not a plain name is never used as a path.
+    step_ids = [str(s) for s in started.get("steps", []) if is_name(str(s))]
     planned = _json_file(run_dir / STEPS_FILE, warnings, run_dir)
     ladder: list[Step] = []
     if planned is not None:
         try:
             ladder = [Step.model_validate(s) for s in planned.get("steps", [])]
             step_ids = [s.id for s in ladder]
-        except ValidationError:
-            warnings.append(f"{STEPS_FILE}: invalid")
+        except ValidationError as e:
+            warnings.append(f"{STEPS_FILE}: invalid ({invalid(run_dir / STEPS_FILE, e)})")
     unreadable: dict[str, str] = {}
     if result is not None:
         steps = list(result.steps)
     else:
         steps = []
         for sid in step_ids:
-            path = step_result_path(run_dir, sid)
+            try:
+                path = step_result_path(run_dir, sid)
+            except ConfigError as e:
+                warnings.append(e.message)
+                continue
             before = len(warnings)
             res = _model(StepResult, path, warnings, run_dir)
             if res is not None:
@@ -213,8 +243,11 @@ def load_run(run_dir: Path) -> RunRecord:
         except (TypeError, ValueError):
             return None
 
+    run_id = str(started.get("run_id") or run_dir.name)
+    if not is_name(run_id, ID_MAX):
+        raise ConfigError(f"{rd.journal_path}: run_id = {run_id[:200]!r} is not a valid run id")
     return RunRecord(
-        run_id=str(started.get("run_id") or run_dir.name),
+        run_id=run_id,
         run_dir=run_dir,
         plan_name=str(started.get("plan") or (plan.name if plan else "?")),
         backend=str(started.get("backend") or "?"),
@@ -245,18 +278,35 @@ def load_run(run_dir: Path) -> RunRecord:
 
 
 def finished_steps(run_dir: Path, step_ids: list[str]) -> dict[str, StepResult]:
-    """The per-step results written as each step ended (verdict not skipped), by step id."""
+    """The per-step results written as each step ended (verdict not skipped), by step id.
+
+    Raises ConfigError naming the file and the value when a result.json is invalid or is not the
+    result of the step whose folder holds it.
+    """
     out: dict[str, StepResult] = {}
     for sid in step_ids:
-        res = _model(StepResult, step_result_path(run_dir, sid), [])
-        if res is not None and res.verdict != "skipped":
+        path = step_result_path(run_dir, sid)
+        if not path.exists():
+            continue
+        res = require_model(StepResult, path)
+        if res.step.id != sid:
+            raise ConfigError(f"{path}: step.id = {res.step.id!r} is not the folder's step {sid!r}")
+        if res.verdict != "skipped":
             out[sid] = res
     return out
 
 
+class _Ladder(StrictModel):
+    steps: list[Step]
+
+
 def ladder_steps(run_dir: Path) -> list[Step] | None:
-    """The ladder the run planned (steps.json), or None for a run directory without one."""
-    data = _json_file(run_dir / STEPS_FILE, [])
-    if data is None:
+    """The ladder the run planned (steps.json), or None for a run directory without one.
+
+    Raises ConfigError naming the file and the value when it is invalid (a step id that is not a
+    plain name, e.g. '../../x', is refused here, before any path is built from it).
+    """
+    path = run_dir / STEPS_FILE
+    if not path.exists():
         return None
-    return [Step.model_validate(s) for s in data.get("steps", [])]
+    return require_model(_Ladder, path).steps

@@ -14,6 +14,7 @@ results store, so every night lands in `orch history`. Two ways to have Slurm ru
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -23,15 +24,19 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from orchestrator.errors import ConfigError, SchedulerError
+from orchestrator.errors import ConfigError
 from orchestrator.models.base import StrictModel
+from orchestrator.models.names import Name, is_name
+from orchestrator.paths import under
 from orchestrator.remote.base import CommandRunner
+from orchestrator.scheduler.base import JobSpec, check_sbatch_options
+from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.location import parse_store
 from orchestrator.store.rundir import atomic_write
 
 CronMode = Literal["scrontab", "sbatch-begin"]
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_TIMEOUT = 30.0
+# Paths that may go on a #SCRON line as they are (read by scrontab, not by a shell).
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./+-]+")
 
 
 class CronEntry(StrictModel):
@@ -40,7 +45,7 @@ class CronEntry(StrictModel):
     # A refused store URL carries a password: keep it out of the error's text.
     model_config = ConfigDict(hide_input_in_errors=True)
 
-    name: str
+    name: Name
     at: str = Field(description="HH:MM, local time of the Slurm controller")
     inventory: Path
     plan: str
@@ -58,13 +63,9 @@ class CronEntry(StrictModel):
     time_limit_min: int | None = Field(
         default=None, ge=1, description="Slurm --time of the entry's job: the plan's run timeout + margin"
     )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
-            raise ValueError(f"cron name {v!r}: letters, digits, '_', '.', '-' only")
-        return v
+    pythonpath: str | None = Field(
+        default=None, description="PYTHONPATH orch was installed with: the job runs the same orch"
+    )
 
     @field_validator("store", mode="before")
     @classmethod
@@ -81,10 +82,7 @@ class CronEntry(StrictModel):
     @field_validator("job_args")
     @classmethod
     def _job_args(cls, v: list[str]) -> list[str]:
-        for a in v:
-            if not re.fullmatch(r"--[a-z][a-z-]*=[A-Za-z0-9_.,:\[\]-]+", a):
-                raise ValueError(f"job arg {a!r}: expected --option=value of plain characters")
-        return v
+        return check_sbatch_options(v)
 
     @field_validator("at")
     @classmethod
@@ -115,6 +113,8 @@ class CronEntry(StrictModel):
         env = {"ORCH_STORE": self.store}
         if self.slurm_conf:
             env["SLURM_CONF"] = str(self.slurm_conf)
+        if self.pythonpath:
+            env["PYTHONPATH"] = self.pythonpath
         return env
 
     def log_path(self) -> Path:
@@ -125,13 +125,26 @@ def _exports(entry: CronEntry) -> str:
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(entry.env().items()))
 
 
+def _scron_output(entry: CronEntry) -> list[str]:
+    """#SCRON --output=PATH when PATH is plain: #SCRON lines are read by scrontab, not by a shell,
+    so nothing quotes them; any other path leaves Slurm's own output where Slurm puts it (the
+    command's log still goes to log_path, through the quoted cron line)."""
+    path = str(entry.out_dir / "cron" / f"{entry.name}-%j.out")
+    return [f"#SCRON --output={path}"] if _PLAIN_PATH.fullmatch(path) else []
+
+
 def render_scrontab_block(entry: CronEntry) -> str:
-    """The entry's lines in a scrontab file (a crontab line plus #SCRON options)."""
+    """The entry's lines in a scrontab file (a crontab line plus #SCRON options).
+
+    Raises ConfigError when the cron line would hold a '%' (cron reads it as a newline) or a
+    character that is not printable."""
     hh, mm = entry.at.split(":")
     line = (
         f"cd {shlex.quote(str(entry.workdir))} && {_exports(entry)} {shlex.join(entry.command())} "
         f">> {shlex.quote(str(entry.log_path()))} 2>&1"
     )
+    if "%" in line or not line.isprintable():
+        raise ConfigError(f"cron line {line[:200]!r}: '%' and control characters cannot go into a cron line")
     return (
         "\n".join(
             [
@@ -141,7 +154,7 @@ def render_scrontab_block(entry: CronEntry) -> str:
                 "#SCRON --ntasks=1",
                 "#SCRON --cpus-per-task=1",
                 *(f"#SCRON {a}" for a in time_args(entry)),
-                f"#SCRON --output={entry.out_dir / 'cron' / (entry.name + '-%j.out')}",
+                *_scron_output(entry),
                 f"{int(mm)} {int(hh)} * * * {line}",
                 f"# END orch-cron {entry.name}",
             ]
@@ -192,43 +205,45 @@ def time_limit_min(run_timeout_s: int | None, step_timeout_s: int, n_steps: int,
     return -(-(run_s + margin_s) // 60)
 
 
+def script_path(entry: CronEntry) -> Path:
+    """<out>/cron/<name>.sbatch, absolute: the job resubmits it from its own working directory."""
+    return under(entry.out_dir.resolve(), "cron", f"{entry.name}.sbatch", what="cron script")
+
+
+def cron_job_spec(entry: CronEntry, now: datetime | None = None) -> JobSpec:
+    """The self-resubmitting job of sbatch-begin mode: held to the next HH:MM; when it starts, it
+    submits itself again for tomorrow (the same sbatch command), then runs the plan."""
+    return JobSpec(
+        name=entry.job_name,
+        step_id="cron",
+        nodes=[],
+        nnodes=1,
+        ranks_per_node=1,
+        cpus_per_task=1,
+        argv=entry.command(),
+        env=entry.env(),
+        workdir=entry.workdir,
+        time_limit_s=entry.time_limit_min * 60 if entry.time_limit_min else None,
+        launch="batch",
+        exclusive=False,
+        # Never requeued by Slurm: a requeue after the node stopped answering re-ran the plan and,
+        # on the lab, met the old job still on the node ("Duplicate jobid", node drained).
+        requeue=False,
+        begin=next_occurrence(entry.at, now or datetime.now()),
+        daily=True,
+        output=entry.out_dir.resolve() / "cron" / f"{entry.name}-%j.out",
+        log=entry.log_path(),
+        script=script_path(entry),
+        # ASCII JSON on one line: a comment of the script, whatever the paths hold.
+        notes=["orch-cron-entry " + json.dumps(entry.model_dump(mode="json"), ensure_ascii=True)],
+        extra_args=entry.job_args,
+    )
+
+
 def cron_sbatch_argv(entry: CronEntry) -> list[str]:
     """The sbatch command of sbatch-begin mode, without --begin and the script: the same for the
-    first submission (CronManager.install) and the daily resubmission (render_sbatch_script)."""
-    return [
-        "sbatch",
-        "--parsable",
-        "--job-name",
-        entry.job_name,
-        "--ntasks=1",
-        "--cpus-per-task=1",
-        "--no-requeue",
-        *time_args(entry),
-        "--output",
-        str(entry.out_dir / "cron" / f"{entry.name}-%j.out"),
-    ]
-
-
-def render_sbatch_script(entry: CronEntry, script: Path) -> str:
-    """The self-resubmitting batch script of sbatch-begin mode."""
-    hh, mm = entry.at.split(":")
-    resubmit = shlex.join(cron_sbatch_argv(entry))
-    return (
-        "\n".join(
-            [
-                "#!/bin/bash",
-                f"# orch-cron-entry {entry.model_dump_json()}",
-                "# Slurm starts this at the --begin time; it schedules tomorrow first, then runs the plan.",
-                "set -u",
-                f"export {_exports(entry)}",
-                f"cd {shlex.quote(str(entry.workdir))}",
-                f'{resubmit} --begin="$(date -d "tomorrow {int(hh):02d}:{int(mm):02d}" +%Y-%m-%dT%H:%M:%S)" '
-                f"{shlex.quote(str(script))}",
-                f"exec {shlex.join(entry.command())} >> {shlex.quote(str(entry.log_path()))} 2>&1",
-            ]
-        )
-        + "\n"
-    )
+    first submission (CronManager.install) and the daily resubmission (in the job's script)."""
+    return SlurmScheduler.sbatch_argv(cron_job_spec(entry))
 
 
 class CronManager:
@@ -237,17 +252,11 @@ class CronManager:
     def __init__(self, runner: CommandRunner, slurm_conf: Path | None, mode: CronMode | None = None) -> None:
         self.runner = runner
         self.env = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
+        self.sched = SlurmScheduler(slurm_conf=slurm_conf, runner=runner)
         self.mode: CronMode = mode or ("scrontab" if shutil.which("scrontab") else "sbatch-begin")
 
-    def _run(self, argv: list[str], *, check: bool = True) -> str:
-        res = self.runner.run(argv, timeout=_TIMEOUT, env=self.env)
-        if check and not res.ok:
-            raise SchedulerError(f"{shlex.join(argv)} failed: {res.brief()}")
-        return res.stdout
-
     def _crontab(self) -> str:
-        res = self.runner.run(["scrontab", "-l"], timeout=_TIMEOUT, env=self.env)
-        return res.stdout if res.ok else ""  # "no crontab for USER" is an empty one
+        return self.sched.scrontab()
 
     def install(self, entry: CronEntry, now: datetime | None = None) -> str:
         """Install (or replace) entry; returns a one-line description. Raises SchedulerError."""
@@ -256,14 +265,12 @@ class CronManager:
             text = strip_block(self._crontab(), entry.name) + render_scrontab_block(entry)
             tmp = entry.out_dir / "cron" / f".{entry.name}.scrontab"
             atomic_write(tmp, text)
-            self._run(["scrontab", str(tmp)])
+            self.sched.set_scrontab(tmp)
             return f"scrontab entry {entry.name}: {entry.at} daily"
         self.remove(entry.name, entry.out_dir, missing_ok=True)
-        script = (entry.out_dir / "cron" / f"{entry.name}.sbatch").resolve()
-        atomic_write(script, render_sbatch_script(entry, script))
-        script.chmod(0o755)
-        begin = next_occurrence(entry.at, now or datetime.now()).strftime("%Y-%m-%dT%H:%M:%S")
-        job = self._run([*cron_sbatch_argv(entry), f"--begin={begin}", str(script)]).strip().split(";")[0]
+        spec = cron_job_spec(entry, now)
+        job = self.sched.submit(spec)
+        begin = spec.begin.strftime("%Y-%m-%dT%H:%M:%S") if spec.begin else "now"
         return f"Slurm job {job} ({entry.job_name}) begins {begin}, then resubmits itself daily"
 
     def list(self, out_dir: Path) -> list[tuple[CronEntry, str]]:
@@ -284,17 +291,12 @@ class CronManager:
         return out
 
     def _squeue(self) -> dict[str, str]:
-        # A failing squeue must not read as "not queued": the entries' state would be a guess.
-        text = self._run(["squeue", "-h", "-o", "%j|%i|%T|%S"])
-        out: dict[str, str] = {}
-        for line in text.splitlines():
-            parts = line.split("|")
-            if len(parts) == 4 and parts[0].startswith("orchcron-"):
-                out[parts[0]] = f"job {parts[1]} {parts[2]} (begins {parts[3]})"
-        return out
+        return self.sched.queued_named("orchcron-")
 
     def remove(self, name: str, out_dir: Path, *, missing_ok: bool = False) -> bool:
         """Remove the entry; returns whether there was one. Raises ConfigError if none (unless missing_ok)."""
+        if not is_name(name):
+            raise ConfigError(f"{name!r} is not a cron entry name", hint="orch cron list")
         found = False
         if self.mode == "scrontab":
             text = self._crontab()
@@ -303,13 +305,13 @@ class CronManager:
                 rest = strip_block(text, name)
                 tmp = out_dir / "cron" / f".{name}.scrontab"
                 atomic_write(tmp, rest)
-                self._run(["scrontab", str(tmp)] if rest.strip() else ["scrontab", "-r"])
+                self.sched.set_scrontab(tmp if rest.strip() else None)
         else:
-            script = out_dir / "cron" / f"{name}.sbatch"
+            script = under(out_dir, "cron", f"{name}.sbatch", what="cron script")
             queued = self._squeue()
             if f"orchcron-{name}" in queued:
                 found = True
-                self._run(["scancel", "--name", f"orchcron-{name}"])
+                self.sched.cancel_named(f"orchcron-{name}")
             if script.exists():
                 found = True
                 script.unlink()

@@ -21,6 +21,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from orchestrator.errors import ConfigError, InfraError
+from orchestrator.models.names import ID_MAX, check_name
+from orchestrator.paths import under
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -41,7 +43,15 @@ def atomic_write(path: Path, text: str) -> None:
 def new_run_id(plan_name: str) -> str:
     """A sortable, unique id: UTC time, plan name, a short random suffix."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{plan_name}-{secrets.token_hex(2)}"
+    return check_run_id(f"{stamp}-{plan_name}-{secrets.token_hex(2)}")
+
+
+def check_run_id(run_id: str) -> str:
+    """run_id when it is a valid run id (models/names.py); raises ConfigError naming it."""
+    try:
+        return check_name(run_id, what="run id", max_len=ID_MAX)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
 
 
 def who() -> dict[str, Any]:
@@ -65,11 +75,12 @@ class RunDir:
         """Make a new run directory under base.
 
         Raises:
-            ConfigError: base (or a folder above it) is a file (see check_base).
+            ConfigError: base (or a folder above it) is a file (see check_base), or run_id is not
+                a valid run id (or would leave base).
             InfraError: the folder cannot be made.
         """
         cls.check_base(base)
-        root = base / run_id
+        root = under(base, check_run_id(run_id), what="run directory")
         try:
             root.mkdir(parents=True, exist_ok=False)
         except OSError as e:
@@ -97,7 +108,8 @@ class RunDir:
         return self.root.name
 
     def step_dir(self, step_id: str) -> Path:
-        path = self.root / "steps" / step_id
+        """steps/<step_id>/ of the run, made if missing; raises ConfigError when step_id would leave it."""
+        path = under(self.root, "steps", step_id, what="step folder")
         path.mkdir(parents=True, exist_ok=True)
         return path
 

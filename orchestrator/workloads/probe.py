@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import time
 from datetime import timedelta
@@ -75,19 +74,22 @@ def torchrun_argv(
     *,
     python: str,
     out_dir: Path,
-    node_rank: int,
+    node_rank: int | None,
     nnodes: int,
     master_addr: str,
     run_id: str,
 ) -> list[str]:
-    """argv of one node's torchrun agent (static rendezvous: c10d hangs on the lab)."""
+    """argv of one node's torchrun agent (static rendezvous: c10d hangs on the lab).
+
+    node_rank None: torchrun takes it from PET_NODE_RANK (one argv for every node of a Slurm job).
+    """
     return [
         python,
         "-m",
         "torch.distributed.run",
         f"--nnodes={nnodes}",
         f"--nproc-per-node={s.nproc_per_node}",
-        f"--node-rank={node_rank}",
+        *([f"--node-rank={node_rank}"] if node_rank is not None else []),
         f"--master-addr={master_addr}",
         f"--master-port={s.master_port}",
         f"--max-restarts={s.max_restarts}",
@@ -106,54 +108,6 @@ def torchrun_argv(
         "--step-sleep",
         f"{s.step_sleep_s:g}",
     ]
-
-
-def sbatch_script(
-    s: ProbeSettings,
-    *,
-    python: str,
-    out_dir: Path,
-    nnodes: int,
-    run_id: str,
-    workdir: Path,
-    master_addr: str | None = None,
-    nodelist: list[str] | None = None,
-    job_name: str | None = None,
-    extra_env: dict[str, str] | None = None,
-) -> str:
-    """A batch script that runs the probe under Slurm with --requeue (recovery via the scheduler).
-
-    One torchrun agent per node (srun, one task per node), static rendezvous on ``master_addr``
-    (default: the first host of the allocation, which must then resolve). A requeued job starts
-    fresh agents; the probe counts that as a new generation and resumes after the last step every
-    rank completed. The job name defaults to ``probe-<run_id>`` (outside ``orch-*``, which some
-    tooling cancels wholesale).
-    """
-    env = {**s.env(), "ORCH_PROBE_RUN": run_id, "PYTHONPATH": str(workdir), **(extra_env or {})}
-    env_lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-    argv = torchrun_argv(
-        s, python=python, out_dir=out_dir, node_rank=0, nnodes=nnodes, master_addr="@MASTER@", run_id=run_id
-    )
-    inner = shlex.join(argv).replace("--node-rank=0", "--node-rank=$SLURM_NODEID")
-    inner = inner.replace("@MASTER@", "$MASTER_ADDR")
-    master = (
-        f"MASTER_ADDR={shlex.quote(master_addr)}\n"
-        if master_addr
-        else 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)\n'
-    )
-    task = "export ORCH_NODE=$SLURMD_NODENAME; exec " + inner
-    nodes = f"#SBATCH --nodelist={','.join(nodelist)}\n" if nodelist else ""
-    return (
-        "#!/bin/bash\n"
-        f"#SBATCH --job-name={job_name or 'probe-' + run_id}\n#SBATCH --nodes={nnodes}\n"
-        f"#SBATCH --ntasks-per-node=1\n{nodes}"
-        "#SBATCH --requeue\n"
-        f"#SBATCH --chdir={workdir}\n#SBATCH --output={out_dir}/slurm-%j.out\n#SBATCH --open-mode=append\n"
-        f"{env_lines}"
-        f"{master}"
-        "export MASTER_ADDR\n"
-        f"srun --kill-on-bad-exit=0 bash -c {shlex.quote(task)}\n"
-    )
 
 
 # --- the worker --------------------------------------------------------------------------------

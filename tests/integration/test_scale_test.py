@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -39,9 +40,10 @@ def sacct_states(lab: Lab, job_ids: list[str]) -> dict[str, str]:
 
 
 def test_smoke_ladder_through_slurm(lab: Lab, tmp_path: Path) -> None:
-    proc = orch(lab, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "2", "--out", str(tmp_path))
+    out = tmp_path / "my runs"  # a space: paths never go on #SBATCH lines, so this works
+    proc = orch(lab, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "2", "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = result_of(tmp_path)
+    result = result_of(out)
     assert [s["step"]["id"] for s in result["steps"]] == ["n1xg2", "n2xg2", "n3xg2"]
     jobs = [s["job_id"] for s in result["steps"]]
     assert set(sacct_states(lab, jobs).values()) == {"COMPLETED"}
@@ -223,3 +225,89 @@ def test_acceptance_plan_names_every_efficiency_reference(lab: Lab, tmp_path: Pa
     names = {tc.get("name") for tc in ET.fromstring(junit).iter("testcase")}
     want = {"inter-node vs n2xg1", "inter-node vs n2xg2", "intra-node vs n1xg2"}
     assert {f"scaling efficiency >= 0.8 ({w})" for w in want} <= names
+def test_job_gets_the_allowed_environment_only(
+    lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sbatch --export=<allow-list>: a secret in orch's environment stays out of the job, while
+    srun --export=ALL still hands every task PATH, the script's exports and Slurm's variables."""
+    from orchestrator.scheduler.base import JobSpec
+    from orchestrator.scheduler.slurm import SlurmScheduler
+
+    monkeypatch.setenv("ORCH_TEST_SECRET", "canary-b1d3f0")
+    sched = SlurmScheduler(slurm_conf=Path(lab.env["SLURM_CONF"]))
+    spec = JobSpec(name="orch-envcheck-n2", step_id="n2", nodes=["node1", "node2"], nnodes=2,
+                   ranks_per_node=1, argv=["/usr/bin/env"], env={"ORCH_WANTED": "yes it is"},
+                   master_addr="198.18.0.11", master_port=29999, time_limit_s=60,
+                   workdir=tmp_path / "a dir; $(x)")  # fmt: skip
+    job = sched.submit(spec)
+    deadline = time.monotonic() + 60
+    while not (state := sched.poll([job])[job]).status.terminal and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert state.raw_state == "COMPLETED", state
+    for rank in (0, 1):
+        env = dict(ln.split("=", 1) for ln in (spec.workdir / f"rank-{rank}.log").read_text().splitlines()
+                   if "=" in ln)  # fmt: skip
+        assert "ORCH_TEST_SECRET" not in env and "canary-b1d3f0" not in "".join(env.values())
+        assert env["ORCH_WANTED"] == "yes it is" and env["MASTER_ADDR"] == "198.18.0.11"
+        assert env["PATH"] and env["SLURM_PROCID"] == str(rank)
+    assert (spec.workdir / f"slurm-{job}.out").exists()
+
+
+@pytest.mark.parametrize("failing", [["sacct"], ["sacct", "squeue", "scontrol"]], ids=["sacct", "all-three"])
+def test_sacct_failing_mid_ladder_ends_the_run_with_exit_3_and_no_job_left(
+    lab: Lab, tmp_path: Path, failing: list[str]
+) -> None:
+    """sacct (then also squeue and scontrol) starts failing, through wrappers first in PATH, once
+    the first step runs: orch retries, then gives up with exit 3 in bounded time, having cancelled
+    the steps still queued or running, and the journal ends with run_finished."""
+    import shutil
+
+    flag = tmp_path / "fail-now"
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    for cmd in failing:
+        real = shutil.which(cmd, path=lab.env.get("PATH"))
+        assert real
+        (wrappers / cmd).write_text(
+            f"#!/bin/sh\nif [ -e '{flag}' ]; then echo '{cmd}: error: test wrapper' >&2; exit 1; fi\n"
+            f'exec {real} "$@"\n'
+        )
+        (wrappers / cmd).chmod(0o755)
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [*ORCH, "scale-test", "-i", str(lab.inventory), "--nodes", "1,2,3", "--gpus-per-node", "1",
+         "--collectives", "all_reduce", "--sizes", "1M:16M:x4", "--iters", "40", "--out", str(out)],
+        env={**lab.env, "PATH": f"{wrappers}:{lab.env['PATH']}", "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        journal: Path | None = None
+        while time.monotonic() < deadline:
+            journal = next(iter(out.glob("*/journal.jsonl")), None)
+            if journal and '"state":"RUNNING"' in journal.read_text():  # sacct has answered
+                break
+            time.sleep(0.2)
+        assert journal is not None, "no step started"
+        flag.touch()
+        t_fail = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=120)
+        took = time.monotonic() - t_fail
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, stdout + stderr
+    assert re.search(r"(sacct|squeue|scontrol) failed \d+ times in a row", stderr), stderr
+    events = [json.loads(x) for x in journal.read_text().splitlines()]
+    assert events[-1]["event"] == "run_finished" and events[-1]["exit_code"] == 3
+    (error,) = [e for e in events if e["event"] == "run_error"]
+    assert error["cancelled"], "no job was live when orch gave up"
+    jobs = [e["job_id"] for e in events if e["event"] == "step_submitted"]
+    deadline = time.monotonic() + 20  # scancel is asynchronous (COMPLETING for a moment)
+    left = "?"
+    while left and time.monotonic() < deadline:
+        queued = lab.slurm("squeue", "--noheader", "-o", "%i %T", "-j", ",".join(jobs), check=False)
+        left = queued.stdout.strip()
+        time.sleep(0.5)
+    assert not left, left
+    print(f"\n{'+'.join(failing)} failing: orch exited 3 after {took:.1f} s, cancelled {error['cancelled']}")

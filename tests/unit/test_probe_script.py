@@ -1,4 +1,7 @@
-"""The probe's Slurm --requeue batch script and its generation bookkeeping (no Slurm needed)."""
+"""The probe's Slurm --requeue batch script and its generation bookkeeping (no Slurm needed).
+
+The script is rendered by the one Slurm client (scheduler/slurm.py) from the probe's JobSpec.
+"""
 
 from __future__ import annotations
 
@@ -7,42 +10,81 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from orchestrator.workloads.probe import ProbeSettings, last_completed_step, last_generation, sbatch_script
+from orchestrator.faults.recovery_test import probe_job_spec
+from orchestrator.scheduler.slurm import SlurmScheduler
+from orchestrator.workloads.probe import ProbeSettings, last_completed_step, last_generation
 
 
 def _script(**kw: object) -> str:
-    return sbatch_script(ProbeSettings(master_port=23456), python="/v/bin/python", out_dir=Path("/o d"),
-                         nnodes=3, run_id="r1", workdir=Path("/w"), **kw)  # type: ignore[arg-type]
+    spec = probe_job_spec(
+        ProbeSettings(master_port=23456),
+        python="/v/bin/python",
+        out_dir=Path("/o d"),
+        run_id="r1",
+        workdir=Path("/w"),
+        master_addr="198.18.1.11",
+        nodelist=["node1", "node2", "node3"],
+        **kw,
+    )  # type: ignore[arg-type]
+    return SlurmScheduler().render(spec)
 
 
 def test_sbatch_lines() -> None:
-    lines = _script(master_addr="198.18.1.11", nodelist=["node1", "node2", "node3"]).splitlines()
+    lines = _script().splitlines()
     sbatch = [ln for ln in lines if ln.startswith("#SBATCH")]
-    assert sbatch == ["#SBATCH --job-name=probe-r1", "#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=1",
-                      "#SBATCH --nodelist=node1,node2,node3", "#SBATCH --requeue", "#SBATCH --chdir=/w",
-                      "#SBATCH --output=/o d/slurm-%j.out", "#SBATCH --open-mode=append"]
-    assert "export ORCH_PROBE_RUN=r1" in lines and "MASTER_ADDR=198.18.1.11" in lines
+    assert sbatch == [
+        "#SBATCH --job-name=probe-r1",
+        "#SBATCH --nodes=3",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --nodelist=node1,node2,node3",
+        "#SBATCH --requeue",
+    ]
+    assert "export ORCH_PROBE_RUN=r1" in lines and "export MASTER_ADDR=198.18.1.11" in lines
+    assert "cd -- /w" in lines
     assert not any(ln.startswith("#SBATCH --job-name=orch-") for ln in lines)
 
 
-def test_srun_line_is_valid_bash_and_expands_per_task(tmp_path: Path) -> None:
-    srun = next(ln for ln in _script().splitlines() if ln.startswith("srun "))
+def test_output_path_goes_on_the_command_line() -> None:
+    spec = probe_job_spec(
+        ProbeSettings(),
+        python="/v/bin/python",
+        out_dir=Path("/o d"),
+        run_id="r1",
+        workdir=Path("/w"),
+        master_addr="198.18.1.11",
+        nodelist=["node1"],
+    )
+    argv = SlurmScheduler.sbatch_argv(spec)
+    assert "--output=/o d/slurm-%j.out" in argv and "--open-mode=append" in argv
+    assert SlurmScheduler.script_path(spec) == Path("/o d/probe.sbatch")
+
+
+def test_srun_line_is_valid_bash_and_sets_the_node_rank_per_task(tmp_path: Path) -> None:
+    srun = next(ln for ln in _script().splitlines() if ln.startswith("exec srun "))
     argv = shlex.split(srun)
-    assert argv[:3] == ["srun", "--kill-on-bad-exit=0", "bash"] and argv[3] == "-c"
-    task = argv[4].replace("exec ", "printf '%s\\n' ", 1)
-    env = {"SLURM_NODEID": "2", "MASTER_ADDR": "198.18.1.11", "SLURMD_NODENAME": "node3",
-           "PATH": "/usr/bin:/bin"}
-    out = subprocess.run(["bash", "-c", task], env=env, capture_output=True, text=True, check=True).stdout
+    assert argv[:5] == ["exec", "srun", "--export=ALL", "--kill-on-bad-exit=0", "bash"] and argv[5] == "-c"
+    # What each task runs: the wrapper, with the argv as its arguments, printed instead of exec'd.
+    task = argv[6].replace('exec "$@"', 'printf "%s\\n" "$PET_NODE_RANK" "$ORCH_NODE" "$@"')
+    env = {"SLURM_NODEID": "2", "SLURMD_NODENAME": "node3", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        ["bash", "-c", task, *argv[7:]], env=env, capture_output=True, text=True, check=True
+    ).stdout
     words = out.splitlines()
-    assert "--node-rank=2" in words and "--master-addr=198.18.1.11" in words
+    assert words[:2] == ["2", "node3"]
+    assert "--master-addr=198.18.1.11" in words and not any(w.startswith("--node-rank") for w in words)
     assert words[words.index("--out") + 1] == "/o d"  # the space survived both shells
 
 
 def test_last_generation(tmp_path: Path) -> None:
     hb = tmp_path / "hb-rank0.jsonl"
     assert last_generation(hb) == -1
-    hb.write_text("\n".join(json.dumps(r) for r in [{"ev": "start", "gen": 0}, {"ev": "step", "gen": 0},
-                                                     {"ev": "start", "gen": 2}]) + "\nnot json\n")
+    hb.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [{"ev": "start", "gen": 0}, {"ev": "step", "gen": 0}, {"ev": "start", "gen": 2}]
+        )
+        + "\nnot json\n"
+    )
     assert last_generation(hb) == 2
 
 
