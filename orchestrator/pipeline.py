@@ -7,6 +7,7 @@ exits. Every wait is bounded; on Ctrl-C every job still queued or running is can
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import time
@@ -23,6 +24,7 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.results import Collective, CollRow
 from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus
 from orchestrator.scheduler.local import LocalScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
@@ -307,7 +309,12 @@ class _Runner:
         assert res.job is not None and res.job_id is not None
         out = self.sched.collect(res.job_id, spec)
         rank0 = next((r.log for r in out.ranks if r.rank == 0), None)
-        text = rank0.read_text(errors="replace") if rank0 and rank0.exists() else ""
+        text = ""
+        if rank0 is not None and os.path.lexists(rank0):
+            try:
+                text = read_inside(self.rundir.root, rank0).decode("utf-8", errors="replace")
+            except (NotInside, OSError) as e:
+                res.warnings.append(f"rank 0 output not read: {e}")
         parsed = None
         if text.strip():
             try:

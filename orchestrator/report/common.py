@@ -8,6 +8,7 @@ from pathlib import Path
 
 from orchestrator.metrics import verdict as V
 from orchestrator.pipeline import StepResult
+from orchestrator.safefs import inside
 from orchestrator.store.load import RunRecord
 
 
@@ -114,13 +115,14 @@ def rel_link(target: Path, report_dir: Path | None) -> str:
 
 
 def step_logs(rec: RunRecord, step_id: str) -> list[Path]:
+    """The step's raw logs that are regular files of the run folder (a link is never offered)."""
     folder = rec.run_dir / "steps" / step_id
     files = sorted(folder.glob("*.log")) + sorted(folder.glob("*.txt")) if folder.is_dir() else []
     attempts = rec.run_dir / "attempts"
     if attempts.is_dir():
         for a in sorted(attempts.glob(f"{step_id}.*")):
             files += sorted(a.glob("*.log"))
-    return files
+    return [f for f in files if inside(rec.run_dir, f) is None]
 
 
 def step_notes(s: StepResult) -> list[str]:

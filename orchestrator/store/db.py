@@ -25,6 +25,7 @@ from pydantic import Field
 from orchestrator.errors import ConfigError, InfraError, OrchError
 from orchestrator.metrics.verdict import BaselineBusbw
 from orchestrator.models.base import StrictModel
+from orchestrator.safefs import create_private, make_dir
 from orchestrator.store.load import RunRecord, load_run
 
 STORE_ENV = "ORCH_STORE"
@@ -131,7 +132,9 @@ class ResultsStore:
     def open(cls, path: Path) -> ResultsStore:
         """Open (create, migrate) the store at path; raises InfraError or ConfigError (too new)."""
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(path.parent)
+            # SQLite gives -wal and -shm the database file's mode: make that one 0600 (0640) first.
+            create_private(path)
             conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")

@@ -22,6 +22,7 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.pipeline import RunResult, StepResult
+from orchestrator.safefs import NotInside, read_inside
 from orchestrator.store.rundir import RunDir
 
 RunStatus = Literal["accepted", "failed", "infra", "interrupted", "running"]
@@ -77,13 +78,22 @@ def step_result_path(run_dir: Path, step_id: str) -> Path:
     return run_dir / "steps" / step_id / STEP_RESULT
 
 
-def _json_file(path: Path, warnings: list[str]) -> dict[str, Any] | None:
-    if not path.exists():
+def _rel(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+
+
+def _json_file(root: Path, path: Path, warnings: list[str]) -> dict[str, Any] | None:
+    """The JSON object in path, a regular file inside the run folder root; None when it is missing;
+    None and a warning naming it when it is a link, leads out of root, or is not JSON."""
+    if not os.path.lexists(path):
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        warnings.append(f"{path.name}: unreadable ({e})")
+        data = json.loads(read_inside(root, path).decode("utf-8"))
+    except NotInside as e:
+        warnings.append(f"{_rel(path, root)}: not read: {e.why}")
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        warnings.append(f"{_rel(path, root)}: unreadable ({e})")
         return None
     if not isinstance(data, dict):
         warnings.append(f"{path.name}: not a JSON object")
@@ -91,14 +101,14 @@ def _json_file(path: Path, warnings: list[str]) -> dict[str, Any] | None:
     return data
 
 
-def _model(cls: type[M], path: Path, warnings: list[str]) -> M | None:
-    data = _json_file(path, warnings)
+def _model(cls: type[M], root: Path, path: Path, warnings: list[str]) -> M | None:
+    data = _json_file(root, path, warnings)
     if data is None:
         return None
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        warnings.append(f"{path.relative_to(path.parents[0])}: invalid ({e.error_count()} errors)")
+        warnings.append(f"{_rel(path, root)}: invalid ({e.error_count()} errors)")
         return None
 
 
@@ -127,12 +137,12 @@ def load_run(run_dir: Path) -> RunRecord:
     finish = next(
         (e for i, e in enumerate(events) if e.get("event") == "run_finished" and i > last_start), None
     )
-    plan = _model(Plan, run_dir / "plan.json", warnings)
-    cluster = _model(Cluster, run_dir / "inventory.json", warnings)
-    result = _model(RunResult, run_dir / "result.json", warnings) if finish is not None else None
+    plan = _model(Plan, run_dir, run_dir / "plan.json", warnings)
+    cluster = _model(Cluster, run_dir, run_dir / "inventory.json", warnings)
+    result = _model(RunResult, run_dir, run_dir / "result.json", warnings) if finish is not None else None
 
     step_ids = [str(s) for s in started.get("steps", [])]
-    planned = _json_file(run_dir / STEPS_FILE, warnings)
+    planned = _json_file(run_dir, run_dir / STEPS_FILE, warnings)
     ladder: list[Step] = []
     if planned is not None:
         try:
@@ -145,7 +155,7 @@ def load_run(run_dir: Path) -> RunRecord:
     else:
         steps = []
         for sid in step_ids:
-            res = _model(StepResult, step_result_path(run_dir, sid), warnings)
+            res = _model(StepResult, run_dir, step_result_path(run_dir, sid), warnings)
             if res is not None:
                 steps.append(res)
         V.apply_efficiency([s.summary for s in steps])
@@ -174,7 +184,7 @@ def load_run(run_dir: Path) -> RunRecord:
     rec_dir = run_dir / "recovery"
     if rec_dir.is_dir():
         for path in sorted(rec_dir.glob("*.json")):
-            rec = _model(RecoveryRecord, path, warnings)
+            rec = _model(RecoveryRecord, run_dir, path, warnings)
             if rec is not None:
                 recovery.append(rec)
         recovery.sort(key=lambda r: (r.step or "", r.fault, r.repeat, r.injected_at))
@@ -205,10 +215,10 @@ def load_run(run_dir: Path) -> RunRecord:
         steps=steps,
         nodes=nodes,
         recovery=recovery,
-        stack=_json_file(run_dir / "stack.json", warnings),
-        fingerprint=_json_file(run_dir / "fingerprint.json", warnings),
-        drift=_json_file(run_dir / "drift.json", warnings),
-        request=_json_file(run_dir / REQUEST_FILE, warnings),
+        stack=_json_file(run_dir, run_dir / "stack.json", warnings),
+        fingerprint=_json_file(run_dir, run_dir / "fingerprint.json", warnings),
+        drift=_json_file(run_dir, run_dir / "drift.json", warnings),
+        request=_json_file(run_dir, run_dir / REQUEST_FILE, warnings),
         warnings=warnings,
         resumes=sum(1 for e in events if e.get("event") == "run_resumed"),
     )
@@ -218,7 +228,7 @@ def finished_steps(run_dir: Path, step_ids: list[str]) -> dict[str, StepResult]:
     """The per-step results written as each step ended (verdict not skipped), by step id."""
     out: dict[str, StepResult] = {}
     for sid in step_ids:
-        res = _model(StepResult, step_result_path(run_dir, sid), [])
+        res = _model(StepResult, run_dir, step_result_path(run_dir, sid), [])
         if res is not None and res.verdict != "skipped":
             out[sid] = res
     return out
@@ -226,7 +236,7 @@ def finished_steps(run_dir: Path, step_ids: list[str]) -> dict[str, StepResult]:
 
 def ladder_steps(run_dir: Path) -> list[Step] | None:
     """The ladder the run planned (steps.json), or None for a run directory without one."""
-    data = _json_file(run_dir / STEPS_FILE, [])
+    data = _json_file(run_dir, run_dir / STEPS_FILE, [])
     if data is None:
         return None
     return [Step.model_validate(s) for s in data.get("steps", [])]
