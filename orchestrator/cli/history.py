@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import err, out, styled
 from orchestrator.cli.runs import StoreOpt, store_path
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
 from orchestrator.report.history import history, render_history_html
@@ -51,7 +51,7 @@ def history_cmd(
         for f in shown.values():
             v = n.figures.get(f)
             txt = f"{v:.4g}" if v is not None else "-"
-            cells.append(f"[red]{txt} ▼[/]" if (n.run_id, f) in flagged else txt)
+            cells.append(styled(f"{txt} ▼", "red") if (n.run_id, f) in flagged else txt)
         table.add_row(f"{n.started_at:%Y-%m-%d %H:%M}" if n.started_at else "-", n.run_id, n.status, *cells)
     out.print(table)
     for r in h.regressions:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import err, out, styled
 from orchestrator.errors import ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.store.db import ResultsStore, default_store_path, resolve_run_dir
@@ -64,7 +64,7 @@ def list_cmd(
             r.run_id,
             r.plan,
             r.backend,
-            f"[{colour}]{r.status}[/]",
+            styled(r.status, colour),
             "-" if r.exit_code is None else str(r.exit_code),
             f"{r.steps_done}/{r.steps_planned}",
             r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-",
@@ -81,7 +81,9 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
     rec = load_run(resolve_run_dir(run, store_path(store)))
     colour = _COLOUR.get(rec.status, "magenta")
     out.print(
-        f"run {rec.run_id}: [{colour}]{rec.status}[/] (plan {rec.plan_name}, {rec.backend}) — {rec.run_dir}"
+        f"run {rec.run_id}:",
+        styled(rec.status, colour),
+        f"(plan {rec.plan_name}, {rec.backend}) — {rec.run_dir}",
     )
     out.print(
         f"started {rec.started_at or '-'} by {rec.user or '-'}@{rec.host or '-'}; "
@@ -94,7 +96,7 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
     for sid in rec.step_ids:
         s = rec.step(sid)
         if s is None:
-            table.add_row(sid, "-", "-", "[yellow]not run[/]", "", "", "", "")
+            table.add_row(sid, "-", "-", styled("not run", "yellow"), "", "", "", "")
             continue
         for i, c in enumerate(s.summary.values() or [None]):
             first = i == 0
@@ -102,7 +104,7 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
                 sid if first else "",
                 str(s.step.world_size) if first else "",
                 (s.job_id or "-") if first else "",
-                f"[{_COLOUR.get(s.verdict, 'magenta')}]{s.verdict}[/]" if first else "",
+                styled(s.verdict, _COLOUR.get(s.verdict, "magenta")) if first else "",
                 c.collective if c else "-",
                 format_size(c.size_bytes) if c else "-",
                 f"{c.busbw_gbs:.3f}" if c else "-",

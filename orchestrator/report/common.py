@@ -8,6 +8,7 @@ from pathlib import Path
 
 from orchestrator.metrics import verdict as V
 from orchestrator.pipeline import StepResult
+from orchestrator.report.escape import href
 from orchestrator.safefs import inside
 from orchestrator.store.load import RunRecord
 
@@ -108,10 +109,11 @@ def _reason_matches(name: str, reason: str) -> bool:
 
 
 def rel_link(target: Path, report_dir: Path | None) -> str:
-    """A link from the report's folder to a file of the run (relative, so the pair can move)."""
+    """A link from the report's folder to a file of the run (relative, so the pair can move),
+    percent-encoded: a file name never becomes a scheme such as ``javascript:``."""
     if report_dir is None:
-        return target.as_posix()
-    return Path(os.path.relpath(target.resolve(), report_dir.resolve())).as_posix()
+        return href(target.as_posix())
+    return href(Path(os.path.relpath(target.resolve(), report_dir.resolve())).as_posix())
 
 
 def step_logs(rec: RunRecord, step_id: str) -> list[Path]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Literal
 
 from orchestrator.models.plan import format_size
 from orchestrator.report.common import Case, rel_link, scaling_points, step_logs, step_notes, threshold_cases
+from orchestrator.report.escape import md, xml_text
 from orchestrator.store.load import RunRecord
 
 Format = Literal["html", "md", "json", "junit", "openmetrics"]
@@ -35,15 +35,16 @@ def render(rec: RunRecord, fmt: Format, report_dir: Path | None = None) -> str:
 
 
 def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
+    """Markdown for a ticket; every value from the run folder goes through escape.md()."""
     lines = [
-        f"# orch scale-test {rec.run_id}: **{rec.status}**",
+        f"# orch scale-test {md(rec.run_id)}: **{md(rec.status)}**",
         "",
-        f"- plan `{rec.plan_name}`, backend {rec.backend}, "
+        f"- plan {md(rec.plan_name)}, backend {md(rec.backend)}, "
         f"exit {rec.exit_code if rec.exit_code is not None else '-'}",
-        f"- started {rec.started_at or '-'} by {rec.user or '-'} on {rec.host or '-'}; "
-        f"finished {rec.finished_at or 'not finished'}",
+        f"- started {md(rec.started_at or '-')} by {md(rec.user or '-')} on {md(rec.host or '-')}; "
+        f"finished {md(rec.finished_at or 'not finished')}",
         f"- steps: {len([s for s in rec.steps if s.verdict != 'skipped'])} of {len(rec.step_ids)} finished",
-        "- nodes: " + (", ".join(f"{n}={v}" for n, v in rec.nodes.items()) or "-"),
+        "- nodes: " + (", ".join(f"{md(n)}={md(v)}" for n, v in rec.nodes.items()) or "-"),
         "",
         "| step | ranks | collective | size | busbw GB/s | eff. | #wrong | verdict |",
         "|---|--:|---|--:|--:|--:|--:|---|",
@@ -52,19 +53,20 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
     for sid in rec.step_ids:
         s = finished.get(sid)
         if s is None or not s.summary:
-            lines.append(f"| {sid} | {s.step.world_size if s else '-'} | - | - | - | - | - | "
-                         f"{s.verdict if s else 'not run'} |")  # fmt: skip
+            lines.append(f"| {md(sid)} | {s.step.world_size if s else '-'} | - | - | - | - | - | "
+                         f"{md(s.verdict) if s else 'not run'} |")  # fmt: skip
             continue
         for i, c in enumerate(s.summary.values()):
             eff = f"{c.efficiency:.2f}" if c.efficiency is not None else "-"
             lines.append(
-                f"| {sid if i == 0 else ''} | {s.step.world_size if i == 0 else ''} | {c.collective} | "
+                f"| {md(sid) if i == 0 else ''} | {s.step.world_size if i == 0 else ''} | "
+                f"{md(c.collective)} | "
                 f"{format_size(c.size_bytes)} | {c.busbw_gbs:.3f} | {eff} | {c.wrong} | "
-                f"{s.verdict if i == 0 else ''} |"
+                f"{md(s.verdict) if i == 0 else ''} |"
             )
     reasons = [(s.step.id, r) for s in rec.steps for r in step_notes(s)]
     if reasons:
-        lines += ["", "## Reasons and warnings", ""] + [f"- {sid}: {r}" for sid, r in reasons]
+        lines += ["", "## Reasons and warnings", ""] + [f"- {md(sid)}: {md(r)}" for sid, r in reasons]
     if rec.recovery:
         lines += ["", "## Recovery", ""]
         lines += ["| fault | target | repeat | detect s | recover s | restore s | outcome |"]
@@ -72,17 +74,17 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
         for f in rec.recovery:
             t = f.timings
             vals = [f"{v:.3f}" if v is not None else "-" for v in (t.detect_s, t.recover_s, t.restore_s)]
-            lines.append(f"| {f.fault} | {f.target} | {f.repeat} | {' | '.join(vals)} | {f.outcome} |")
+            lines.append(
+                f"| {md(f.fault)} | {md(f.target)} | {f.repeat} | {' | '.join(vals)} | {md(f.outcome)} |"
+            )
+    if rec.warnings:
+        lines += ["", "## Files not read", ""] + [f"- {md(w)}" for w in rec.warnings]
     logs = [(sid, p) for sid in rec.step_ids for p in step_logs(rec, sid)]
     if logs:
         lines += ["", "## Raw logs", ""]
-        lines += [f"- [{p.relative_to(rec.run_dir).as_posix()}]({rel_link(p, report_dir)})" for _, p in logs]
+        for _, p in logs:
+            lines.append(f"- [{md(p.relative_to(rec.run_dir).as_posix())}]({rel_link(p, report_dir)})")
     return "\n".join(lines) + "\n"
-
-
-def _cdata_safe(text: str) -> str:
-    # XML 1.0 forbids most control characters; logs and reasons may carry them.
-    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "?", text)
 
 
 def render_junit(rec: RunRecord) -> str:
@@ -101,19 +103,23 @@ def render_junit(rec: RunRecord) -> str:
     props = ET.SubElement(suite, "properties")
     for k, v in (("run_id", rec.run_id), ("run_dir", str(rec.run_dir)), ("status", rec.status),
                  ("backend", rec.backend), ("user", rec.user or "")):  # fmt: skip
-        ET.SubElement(props, "property", name=k, value=_cdata_safe(v))
+        ET.SubElement(props, "property", name=k, value=v)
     for c in cases:
         attrs = {"classname": c.classname, "name": c.name}
         if c.time_s is not None:
             attrs["time"] = f"{c.time_s:.3f}"
         tc = ET.SubElement(suite, "testcase", attrs)
-        msg = _cdata_safe(c.message)
+        msg = c.message
         if c.outcome == "fail":
             ET.SubElement(tc, "failure", message=msg[:500], type="threshold").text = msg
         elif c.outcome == "infra":
             ET.SubElement(tc, "error", message=msg[:500], type="infra").text = msg
         elif c.outcome == "skipped":
             ET.SubElement(tc, "skipped", message=msg[:500])
+    for el in root.iter():  # XML 1.0 cannot hold NUL, most C0 controls, U+FFFF, lone surrogates
+        el.attrib = {k: xml_text(v) for k, v in el.attrib.items()}
+        if el.text:
+            el.text = xml_text(el.text)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
