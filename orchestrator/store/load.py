@@ -23,7 +23,7 @@ from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.pipeline import RunResult, StepResult
 from orchestrator.safefs import NotInside, read_inside
-from orchestrator.store.rundir import RunDir
+from orchestrator.store.rundir import RunDir, json_data
 
 RunStatus = Literal["accepted", "failed", "infra", "interrupted", "running"]
 STEP_RESULT = "result.json"
@@ -88,7 +88,7 @@ def _json_file(root: Path, path: Path, warnings: list[str]) -> dict[str, Any] | 
     if not os.path.lexists(path):
         return None
     try:
-        data = json.loads(read_inside(root, path).decode("utf-8"))
+        data = json_data(read_inside(root, path).decode("utf-8"))
     except NotInside as e:
         warnings.append(f"{_rel(path, root)}: not read: {e.why}")
         return None

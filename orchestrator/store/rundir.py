@@ -25,7 +25,23 @@ from pydantic import BaseModel
 from orchestrator.errors import InfraError
 from orchestrator.safefs import atomic_write, make_dir, open_append, read_inside
 
-__all__ = ["RunDir", "atomic_write", "new_run_id", "who"]
+__all__ = ["RunDir", "atomic_write", "json_data", "new_run_id", "who"]
+
+
+def json_data(text: str | bytes) -> Any:
+    """json.loads, with lone surrogates (a "\\ud800" escape) made U+FFFD: they cannot be written
+    back as UTF-8 (a report of them would crash). Raises json.JSONDecodeError / UnicodeDecodeError."""
+    return _fix_surrogates(json.loads(text))
+
+
+def _fix_surrogates(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return obj.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(obj, list):
+        return [_fix_surrogates(v) for v in obj]
+    if isinstance(obj, dict):
+        return {_fix_surrogates(k): _fix_surrogates(v) for k, v in obj.items()}
+    return obj
 
 
 def new_run_id(plan_name: str) -> str:
@@ -100,6 +116,6 @@ class RunDir:
             raise InfraError(f"cannot read {self.journal_path}: {e.strerror or e}") from e
         for line in text.split("\n"):
             try:
-                yield json.loads(line)
+                yield json_data(line)
             except json.JSONDecodeError:
                 continue
