@@ -100,12 +100,13 @@ def atomic_write(path: Path, data: str | bytes, mode: int | None = None) -> None
         raise
 
 
-def open_append(path: Path, mode: int | None = None) -> int:
-    """A file descriptor appending to path (created with mode, default file_mode()); never a symlink.
+def open_write(path: Path, mode: int | None = None, *, append: bool = False) -> int:
+    """A file descriptor writing path from its start, or appending (created with mode, default
+    file_mode()); never through a symlink. For files written as they grow (journal, rank logs).
 
     Raises OSError (ELOOP when path is a symlink).
     """
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
     want = file_mode() if mode is None else mode
     fd = os.open(path, flags, want)
     try:

@@ -46,6 +46,7 @@ from orchestrator.models.fault import (
 )
 from orchestrator.models.recovery import Heartbeat, RecoveryRecord
 from orchestrator.remote.local import LocalRunner
+from orchestrator.safefs import make_dir
 from orchestrator.store.db import StoreListener, default_store_path
 from orchestrator.store.load import REQUEST_FILE
 from orchestrator.store.rundir import RunDir, atomic_write, who
@@ -365,7 +366,7 @@ def run_recovery_test(
 
 def _open_run(run_root: Path, cluster: Cluster, req: RecoveryTestRequest) -> RunDir:
     """The run directory with its resolved inputs and run_started; raises InfraError."""
-    run_root.mkdir(parents=True, exist_ok=True)
+    make_dir(run_root)
     rundir = RunDir(run_root)
     rundir.write_model("inventory.json", cluster)
     rundir.write_model(REQUEST_FILE, req)

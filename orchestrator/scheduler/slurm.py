@@ -17,6 +17,7 @@ from orchestrator import __version__
 from orchestrator.errors import ConfigError, RemoteError, SchedulerError
 from orchestrator.remote.base import CmdResult, CommandRunner
 from orchestrator.remote.local import LocalRunner
+from orchestrator.safefs import atomic_write
 from orchestrator.scheduler import slurm_state
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 
@@ -103,7 +104,7 @@ class SlurmScheduler:
         """Write the script into spec.workdir and sbatch it; returns the job id."""
         spec.workdir.mkdir(parents=True, exist_ok=True)
         script = spec.workdir / "job.sbatch"
-        script.write_text(self.render(spec))
+        atomic_write(script, self.render(spec))
         argv = ["sbatch", "--parsable"]
         if after:
             _check_word("job id", after)

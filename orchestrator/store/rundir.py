@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from orchestrator.errors import InfraError
-from orchestrator.safefs import atomic_write, make_dir, open_append, read_inside
+from orchestrator.safefs import atomic_write, make_dir, open_write, read_inside
 
 __all__ = ["RunDir", "atomic_write", "json_data", "new_run_id", "who"]
 
@@ -96,7 +96,7 @@ class RunDir:
         record = {"t": datetime.now(UTC).isoformat(), "mono": time.monotonic(), "event": kind, **fields}
         line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
         try:
-            with os.fdopen(open_append(self.journal_path), "a", encoding="utf-8") as fh:
+            with os.fdopen(open_write(self.journal_path, append=True), "a", encoding="utf-8") as fh:
                 fh.write(line)
                 fh.flush()
                 os.fsync(fh.fileno())
