@@ -211,9 +211,10 @@ def private_dir(path: Path) -> Path:
 
 
 def runtime_path(name: str) -> Path:
-    """Where runtime_dir(name) is: $XDG_RUNTIME_DIR/orch/name, else <tmp>/orch-<uid>/name. Pure."""
+    """Where runtime_dir(name) is: $XDG_RUNTIME_DIR/orch/name when that folder exists, else
+    <tmp>/orch-<uid>/name. Creates nothing."""
     xdg = os.environ.get("XDG_RUNTIME_DIR", "")
-    if xdg and Path(xdg).is_absolute():
+    if xdg and Path(xdg).is_absolute() and Path(xdg).is_dir():
         return Path(xdg) / "orch" / name
     return Path(tempfile.gettempdir()) / f"orch-{os.getuid()}" / name
 

@@ -5,7 +5,7 @@ warning, and one log file name carry the string. Each output must show it as tex
 - HTML and Markdown (rendered by markdown-it, CommonMark + tables + strike-through): no tag or
   attribute that a report of a harmless string lacks, every link a relative path (no scheme, no
   host), and the string's text present;
-- terminal (`orch runs show` in process): exit 0 (a planted `[/]` used to raise MarkupError), no
+- terminal (`orch runs show` and the `orch runs list` table, in process): exit 0 (a planted `[/]` used to raise MarkupError), no
   ESC or other control character but newlines, and the string present in its visible form;
 - JUnit: well-formed, valid against the JUnit schema, the string present in its XML-safe form.
 """
@@ -120,12 +120,16 @@ def test_terminal_shows_hostile_text_as_text(
     tmp_path: Path, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = hostile_run(tmp_path, value)
-    rc, out, err = orch(["runs", "show", str(run), "--store", str(tmp_path / "store.db")], capsys)
+    store = str(tmp_path / "store.db")
+    rc, out, err = orch(["runs", "show", str(run), "--store", store], capsys)
     assert rc == 0, err  # a planted `[/]` used to end this in a MarkupError
-    bad = [c for c in out + err if c != "\n" and unicodedata.category(c) in ("Cc", "Cs")]
-    assert bad == [], f"control characters reached the terminal: {bad!r}"
-    assert "\u202e" not in out + err
     assert f"reason {safe_text(as_json_text(value))}" in out
+    rc, listed, lerr = orch(["runs", "list", "--scan", str(tmp_path), "--store", store], capsys)
+    assert rc == 0, lerr  # a table: the run id, plan, user and host in its cells
+    everything = out + err + listed + lerr
+    bad = [c for c in everything if c != "\n" and unicodedata.category(c) in ("Cc", "Cs")]
+    assert bad == [], f"control characters reached the terminal: {bad!r}"
+    assert "\u202e" not in everything
 
 
 @pytest.mark.parametrize("value", MARKUP, ids=IDS)
