@@ -5,8 +5,9 @@ warning, and one log file name carry the string. Each output must show it as tex
 - HTML and Markdown (rendered by markdown-it, CommonMark + tables + strike-through): no tag or
   attribute that a report of a harmless string lacks, every link a relative path (no scheme, no
   host), and the string's text present;
-- terminal (`orch runs show` and the `orch runs list` table, in process): exit 0 (a planted `[/]` used to raise MarkupError), no
-  ESC or other control character but newlines, and the string present in its visible form;
+- terminal (`orch runs show` and the `orch runs list` table, in process): exit 0 (a planted `[/]`
+  used to raise MarkupError), no ESC or other control character but newlines, and the string
+  present in its visible form;
 - JUnit: well-formed, valid against the JUnit schema, the string present in its XML-safe form.
 """
 
