@@ -19,6 +19,7 @@ handed over (a colleague's run folder to report on). So:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -108,11 +109,12 @@ def open_write(path: Path, mode: int | None = None, *, append: bool = False) -> 
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
     want = file_mode() if mode is None else mode
-    fd = os.open(path, flags, want)
+    fd = os.open(path, flags | os.O_NONBLOCK, want)  # a planted FIFO must not block the open
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{path} is not a regular file")
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
         if st.st_size == 0 and stat.S_IMODE(st.st_mode) != want:
             os.fchmod(fd, want)  # just created: the umask cut the mode
     except BaseException:

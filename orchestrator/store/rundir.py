@@ -101,7 +101,7 @@ class RunDir:
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as e:
-            raise InfraError(f"cannot append to {self.journal_path}: {e.strerror}") from e
+            raise InfraError(f"cannot append to {self.journal_path}: {e.strerror or e}") from e
 
     def events(self) -> Iterator[dict[str, Any]]:
         """The journal's events in order; a torn last line (a crash mid-write) is skipped.

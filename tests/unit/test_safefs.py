@@ -106,6 +106,10 @@ def test_journal_append_refuses_a_planted_link(tmp_path: Path, victim: Path) -> 
     with pytest.raises(InfraError, match=r"journal\.jsonl"):
         rd.event("run_started")
     assert victim.read_text() == VICTIM
+    fifo = RunDir.create(tmp_path, "r2")
+    os.mkfifo(fifo.journal_path)  # would block a plain open for writing forever
+    with pytest.raises(InfraError, match=r"journal\.jsonl"):
+        fifo.event("run_started")
 
 
 LINKED = ["fingerprint.json", "stack.json", "drift.json", "plan.json", "steps/n1xg1/result.json"]
