@@ -7,6 +7,7 @@ exits. Every wait is bounded; on Ctrl-C every job still queued or running is can
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import time
@@ -25,6 +26,7 @@ from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.results import Collective, CollRow
 from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus, inventory_backend
 from orchestrator.scheduler.local import LocalScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
@@ -324,7 +326,12 @@ class _Runner:
         assert res.job is not None and res.job_id is not None
         out = self.sched.collect(res.job_id, spec)
         rank0 = next((r.log for r in out.ranks if r.rank == 0), None)
-        text = rank0.read_text(errors="replace") if rank0 and rank0.exists() else ""
+        text = ""
+        if rank0 is not None and os.path.lexists(rank0):
+            try:
+                text = read_inside(self.rundir.root, rank0).decode("utf-8", errors="replace")
+            except (NotInside, OSError) as e:
+                res.warnings.append(f"rank 0 output not read: {e}")
         parsed = None
         if text.strip():
             try:
@@ -458,8 +465,8 @@ def resume_run(
         raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
     # Everything read back from the run folder is checked again here, strictly: a plan name or a
     # step id becomes a job name and a folder, so an edited file is refused, naming the value.
-    plan = require_model(Plan, run_dir / "plan.json")
-    cluster = require_model(Cluster, run_dir / "inventory.json")
+    plan = require_model(Plan, run_dir, run_dir / "plan.json")
+    cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
     steps = ladder_steps(run_dir) or expand_steps(plan, cluster)
     done = finished_steps(run_dir, [s.id for s in steps])
     if all(s.id in done for s in steps) and record.status != "interrupted":

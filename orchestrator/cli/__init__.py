@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         e.show()
         sys.exit(e.exit_code)
     except _ABORT:
-        err.print("[yellow]interrupted[/]")
+        err.print("interrupted", style="yellow")
         sys.exit(EXIT_INTERRUPTED)
     except ValidationError as e:
         if state.verbose:

@@ -1,4 +1,11 @@
-"""What every CLI module shares: the consoles and the global flags."""
+"""What every CLI module shares: the consoles and the global flags.
+
+Everything orch prints is data (plan names, step ids, hosts, reasons, log lines, error messages
+that quote a file): both consoles parse no Rich markup and no emoji codes, and every string they
+print, table cells and titles included, goes through safe_text() first, so control characters
+(ESC sequences, bidi overrides) are shown as escapes and `[link=…]` or `[/]` stay literal. Colour
+is given with style= or styled(), never with markup.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,14 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
-from rich.console import Console
+from rich.console import Console, HighlighterType, JustifyMethod, OverflowMethod
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
+
+from orchestrator.report.escape import visible
 
 
 @dataclass
@@ -19,6 +29,41 @@ class CliState:
 
 
 state = CliState()
+
+
+def safe_text(value: object) -> str:
+    """value as terminal-safe text: control characters shown as escapes (newlines and tabs kept)."""
+    return visible(value, keep="\n\t")
+
+
+def styled(value: object, style: str) -> Text:
+    """value, terminal-safe, in a style (e.g. a verdict in its colour)."""
+    return Text(safe_text(value), style=style)
+
+
+class DataConsole(Console):
+    """A rich Console for data: no markup, no emoji, no highlighting; control characters escaped."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(markup=False, emoji=False, highlight=False, **kw)
+
+    def render_str(
+        self,
+        text: str,
+        *,
+        style: str | Style = "",
+        justify: JustifyMethod | None = None,
+        overflow: OverflowMethod | None = None,
+        emoji: bool | None = None,
+        markup: bool | None = None,
+        highlight: bool | None = None,
+        highlighter: HighlighterType | None = None,
+    ) -> Text:
+        """Every str rich prints (arguments, table cells, titles) passes here: escaped, no markup."""
+        return super().render_str(
+            safe_text(text), style=style, justify=justify, overflow=overflow, emoji=False,
+            markup=False, highlight=False, highlighter=highlighter,
+        )  # fmt: skip
 
 
 def silence_stdout() -> None:
@@ -76,8 +121,8 @@ class _UntilClosed:
 
 
 # Results go to stdout (so they can be piped); progress and errors go to stderr.
-out = Console(file=_UntilClosed(), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = DataConsole(file=_UntilClosed(), soft_wrap=True)
+err = DataConsole(stderr=True, soft_wrap=True)
 if not out.is_terminal:
     # Piped or in a cron log: rich would fall back to 80 columns and cut table cells.
     out.width = 160
@@ -97,15 +142,19 @@ _COMFORT = 12  # optional columns are left out before a foldable one gets narrow
 _FRAME = 3  # per column: a border and one space of padding on each side (rich's default box)
 
 
-def _cell_len(text: str) -> int:
-    return max(Text.from_markup(line).cell_len for line in text.splitlines() or [""])
+Cell = str | Text  # a table cell: plain text (data) or styled() text; never markup
 
 
-def _natural(col: Col, cells: Iterable[str]) -> int:
+def _cell_len(cell: Cell) -> int:
+    text = cell.plain if isinstance(cell, Text) else safe_text(cell)
+    return max(Text(line).cell_len for line in text.splitlines() or [""])
+
+
+def _natural(col: Col, cells: Iterable[Cell]) -> int:
     return max([len(col.header), *(_cell_len(c) for c in cells)])
 
 
-def _col_width(col: Col, cells: Iterable[str], narrowest: int = _NARROWEST) -> int:
+def _col_width(col: Col, cells: Iterable[Cell], narrowest: int = _NARROWEST) -> int:
     """The fewest characters the column may have: whole ones their longest value."""
     cells = list(cells)
     if col.whole:
@@ -113,13 +162,13 @@ def _col_width(col: Col, cells: Iterable[str], narrowest: int = _NARROWEST) -> i
     return min(_natural(col, cells), narrowest)
 
 
-def table_width(cols: Sequence[Col], rows: Sequence[Sequence[str]], narrowest: int = _NARROWEST) -> int:
+def table_width(cols: Sequence[Col], rows: Sequence[Sequence[Cell]], narrowest: int = _NARROWEST) -> int:
     """The fewest terminal columns a table of these columns needs with nothing cut (box + padding),
     foldable columns at `narrowest` characters at most."""
     return 1 + sum(_col_width(c, [r[i] for r in rows], narrowest) + _FRAME for i, c in enumerate(cols))
 
 
-def _widths(cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+def _widths(cols: Sequence[Col], rows: Sequence[Sequence[Cell]], width: int) -> list[int]:
     """Whole columns get their longest value; the others share what is left, none below its
     minimum, the narrow ones first (so a short column is never squeezed for a long one)."""
     cells = [[r[i] for r in rows] for i in range(len(cols))]
@@ -133,7 +182,7 @@ def _widths(cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> l
     return out
 
 
-def fitted_table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> Table:
+def fitted_table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]], width: int) -> Table:
     """A rich table that fits `width` without cutting an id or a figure.
 
     Whole columns are as wide as their longest value (they neither fold nor end in '…'); the
@@ -144,7 +193,7 @@ def fitted_table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence
     keep = list(range(len(cols)))
     dropped: list[str] = []
 
-    def pick() -> tuple[list[Col], list[list[str]]]:
+    def pick() -> tuple[list[Col], list[list[Cell]]]:
         return [cols[i] for i in keep], [[r[i] for i in keep] for r in rows]
 
     for i in reversed(range(len(cols))):
@@ -161,6 +210,8 @@ def fitted_table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence
     for r in kept_rows:
         table.add_row(*r)
     return table
+
+
 def write_out(text: str) -> None:
     """Write raw text (JSON, a schema, a Markdown report) to stdout through the results console's
     stream, so that a closed pipe ends output quietly like every other result."""

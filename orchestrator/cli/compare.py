@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import err, out, styled
 from orchestrator.cli.runs import RunArg, StoreOpt, store_path
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.models.plan import format_size
@@ -44,7 +44,7 @@ def render_table(c: Comparison, only_changed: bool) -> Table:
             f"{r.b_gbs:.4g}" if r.b_gbs is not None else "-",
             f"{r.ratio:.3f}" if r.ratio is not None else "-",
             f"±{r.band:.0%}" if r.band is not None else "-",
-            f"[{_COLOUR.get(r.verdict, 'magenta')}]{r.verdict}[/]",
+            styled(r.verdict, _COLOUR.get(r.verdict, "magenta")),
             r.note or "",
         )
     return table

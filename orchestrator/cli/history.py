@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import Col, err, fitted_table, out, table_width
+from orchestrator.cli.common import Cell, Col, err, fitted_table, out, styled, table_width
 from orchestrator.cli.runs import StoreOpt, open_existing, store_path
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.report.history import History, history, render_history_html
@@ -76,13 +76,13 @@ def history_tables(h: History, shown: dict[str, str], plan: str | None, width: i
     """
     flagged = {(r.run_id, r.figure) for r in h.regressions}
     figures = list(shown.values())
-    rows: list[list[str]] = []
+    rows: list[list[Cell]] = []
     for n in h.nights:
-        row = [n.run_id, n.status]
+        row: list[Cell] = [n.run_id, n.status]
         for f in figures:
             v = n.figures.get(f)
             txt = f"{v:.4g}" if v is not None else "-"
-            row.append(f"[red]{txt} ▼[/]" if (n.run_id, f) in flagged else txt)
+            row.append(styled(f"{txt} ▼", "red") if (n.run_id, f) in flagged else txt)
         rows.append(row)
     cols = [Col("run", whole=True), Col("status", whole=True), *(Col(f, whole=True) for f in figures)]
     chunks: list[list[int]] = [[]]

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import err, out, styled
 from orchestrator.lab import LabConfig, LabStatus, down, make_config, status, up
 from orchestrator.lab.config import DEFAULT_INVENTORY, DEFAULT_STATE_DIR
 
@@ -25,7 +25,7 @@ STATE_DIR_OPT = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="Folder for 
 
 
 def _progress(line: str) -> None:
-    err.print(f"[dim]lab:[/] {line}", highlight=False)
+    err.print(styled("lab:", "dim"), line)
 
 
 def _config(
@@ -51,8 +51,8 @@ def _show(st: LabStatus) -> None:
         if st.leftovers:
             out.print(f"leftovers of a dead lab: {' '.join(st.leftovers)} (`orch lab down` clears them)")
         return
-    verdict = "[green]healthy[/]" if st.healthy else "[red]not healthy[/]"
-    out.print(f"lab in {st.state_dir}: {verdict}; accounting {'on' if st.accounting else 'off'}")
+    verdict = styled("healthy", "green") if st.healthy else styled("not healthy", "red")
+    out.print(f"lab in {st.state_dir}: ", verdict, f"; accounting {'on' if st.accounting else 'off'}", sep="")
     out.print(f"SLURM_CONF={st.slurm_conf}  inventory: {st.inventory}")
     nodes = Table("node", "namespace", "mgmt", "fabric", "netns", "slurm")
     for n in st.nodes:
@@ -61,13 +61,13 @@ def _show(st: LabStatus) -> None:
             n.netns,
             n.mgmt_address,
             n.fabric_address,
-            "yes" if n.netns_present else "[red]gone[/]",
+            "yes" if n.netns_present else styled("gone", "red"),
             n.slurm_state or "-",
         )
     out.print(nodes)
     procs = Table("daemon", "pid", "alive")
     for d in st.daemons:
-        procs.add_row(d.name, str(d.pid), "yes" if d.alive else "[red]dead[/]")
+        procs.add_row(d.name, str(d.pid), "yes" if d.alive else styled("dead", "red"))
     out.print(procs)
 
 

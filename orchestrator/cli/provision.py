@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out, write_out
+from orchestrator.cli.common import err, out, styled, write_out
 from orchestrator.errors import EXIT_INFRA, EXIT_OK
 from orchestrator.provision import fingerprint as fpmod
 from orchestrator.provision.runner import HostEvent, PlaybookResult
@@ -27,10 +27,10 @@ _VSTYLE = {
 def _progress(ev: HostEvent) -> None:
     if ev.status == "skipped":
         return
-    line = f"[{_STYLE[ev.status]}]{ev.status:<11}[/] {ev.host:<12} {ev.task}"
+    line = f"{ev.host:<12} {ev.task}"
     if ev.message and not ev.ignored:
         line += f" — {ev.message}"
-    err.print(line, highlight=False)
+    err.print(styled(f"{ev.status:<11}", _STYLE[ev.status]), line)
 
 
 def _hosts_table(result: PlaybookResult, title: str) -> Table:
@@ -40,7 +40,7 @@ def _hosts_table(result: PlaybookResult, title: str) -> Table:
     for h, o in result.hosts.items():
         table.add_row(
             h,
-            f"[{_STYLE[o.status]}]{o.status}[/]",
+            styled(o.status, _STYLE[o.status]),
             str(o.ok),
             str(o.changed),
             str(o.failed),
@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:
                 for col in ("field", "expected", "found", "verdict"):
                     t.add_column(col)
                 for c in n.checks:
-                    t.add_row(c.field, c.expected, c.found or "-", f"[{_VSTYLE[c.verdict]}]{c.verdict}[/]")
+                    t.add_row(c.field, c.expected, c.found or "-", styled(c.verdict, _VSTYLE[c.verdict]))
                 out.print(t)
             m = Table(title=f"compatibility with {comp.stack}")
             m.add_column("field")
@@ -154,7 +154,7 @@ def register(app: typer.Typer) -> None:
                 m.add_row(
                     field,
                     *[
-                        f"[{_VSTYLE[row[n.node]]}]{row[n.node]}[/]" if n.node in row else "-"
+                        styled(row[n.node], _VSTYLE[row[n.node]]) if n.node in row else "-"
                         for n in comp.nodes
                     ],
                 )

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import err, out, styled
 from orchestrator.cli.plan import (
     BackendOpt,
     CollectivesOpt,
@@ -56,7 +56,7 @@ class ProgressPrinter:
             err.print(f"{elapsed} {pos} job {data['job_id']} {data['state']}{reason}")
         elif kind == "step_done":
             colour = {"pass": "green", "fail": "red", "infra": "magenta"}.get(data["verdict"], "yellow")
-            err.print(f"{elapsed} {pos} [{colour}]{data['verdict']}[/]")
+            err.print(f"{elapsed} {pos}", styled(data["verdict"], colour))
             for reason in data.get("reasons", []):
                 err.print(f"         {reason}", markup=False)
         elif kind == "fingerprint":
@@ -102,7 +102,7 @@ def render_result(result: RunResult) -> None:
     nodes = ", ".join(f"{n}={v}" for n, v in result.nodes.items())
     out.print(f"nodes: {nodes}", markup=False)
     colour = {"accepted": "green", "failed": "red"}.get(result.status, "magenta")
-    out.print(f"verdict: [{colour}]{result.status}[/] (exit {result.exit_code}) — {result.run_dir}")
+    out.print("verdict:", styled(result.status, colour), f"(exit {result.exit_code}) — {result.run_dir}")
 
 
 def scale_test_cmd(

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import Col, err, fitted_table, out
+from orchestrator.cli.common import Cell, Col, err, fitted_table, out, styled
 from orchestrator.errors import ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.report.common import efficiency_cell, reference_cell
@@ -91,12 +91,12 @@ def list_cmd(
         Col("status", whole=True), Col("exit", whole=True), Col("steps", whole=True),
         Col("started", optional=True), Col("wall s", whole=True), Col("user@host", optional=True),
     ]  # fmt: skip
-    cells = [
+    cells: list[list[Cell]] = [
         [
             r.run_id,
             r.plan,
             r.backend,
-            f"[{_COLOUR.get(r.status, 'magenta')}]{r.status}[/]",
+            styled(r.status, _COLOUR.get(r.status, "magenta")),
             "-" if r.exit_code is None else str(r.exit_code),
             f"{r.steps_done}/{r.steps_planned}",
             r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-",
@@ -116,7 +116,9 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
     rec = load_run(resolve_run_dir(run, store_path(store)))
     colour = _COLOUR.get(rec.status, "magenta")
     out.print(
-        f"run {rec.run_id}: [{colour}]{rec.status}[/] (plan {rec.plan_name}, {rec.backend}) — {rec.run_dir}"
+        f"run {rec.run_id}:",
+        styled(rec.status, colour),
+        f"(plan {rec.plan_name}, {rec.backend}) — {rec.run_dir}",
     )
     out.print(
         f"started {rec.started_at or '-'} by {user_at_host(rec.user, rec.host)}; "
@@ -130,9 +132,9 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
         s = rec.step(sid)
         if s is None:
             if sid in rec.unreadable:
-                table.add_row(sid, "-", "-", "[red]unreadable[/]", rec.unreadable[sid], "", "", "", "")
+                table.add_row(sid, "-", "-", styled("unreadable", "red"), rec.unreadable[sid], "", "", "", "")
             else:
-                table.add_row(sid, "-", "-", "[yellow]not run[/]", "", "", "", "", "")
+                table.add_row(sid, "-", "-", styled("not run", "yellow"), "", "", "", "", "")
             continue
         for i, c in enumerate(s.summary.values() or [None]):
             first = i == 0
@@ -140,7 +142,7 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
                 sid if first else "",
                 str(s.step.world_size) if first else "",
                 (s.job_id or "-") if first else "",
-                f"[{_COLOUR.get(s.verdict, 'magenta')}]{s.verdict}[/]" if first else "",
+                styled(s.verdict, _COLOUR.get(s.verdict, "magenta")) if first else "",
                 c.collective if c else "-",
                 format_size(c.size_bytes) if c else "-",
                 f"{c.busbw_gbs:.3f}" if c else "-",

@@ -47,6 +47,7 @@ from orchestrator.models.fault import (
     Transport,
 )
 from orchestrator.models.recovery import Heartbeat, RecoveryRecord
+from orchestrator.safefs import make_dir
 from orchestrator.scheduler.base import JobSpec, inventory_backend
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.db import StoreListener, default_store_path
@@ -448,7 +449,7 @@ def run_recovery_test(
 
 def _open_run(run_root: Path, cluster: Cluster, req: RecoveryTestRequest) -> RunDir:
     """The run directory with its resolved inputs and run_started; raises InfraError."""
-    run_root.mkdir(parents=True, exist_ok=True)
+    make_dir(run_root)
     rundir = RunDir(run_root)
     rundir.write_model("inventory.json", cluster)
     rundir.write_model(REQUEST_FILE, req)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from orchestrator.lab import render, shell
 from orchestrator.lab.config import LabConfig, NodeSpec
+from orchestrator.safefs import atomic_write
 
 
 def _mkdir(path: Path, mode: int = 0o755, owner: str | None = None) -> None:
@@ -24,10 +25,23 @@ def _mkdir(path: Path, mode: int = 0o755, owner: str | None = None) -> None:
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    # A fresh 0600 temporary file, chmod to mode, rename: a secret (slurmdbd.conf's database
+    # password) is never readable by others, whatever the umask, and no planted link is followed.
+    atomic_write(path, text, mode)
+
+
+def write_munge_key(path: Path, owner: str = "munge") -> None:
+    """Create the munge key (1 KiB of random bytes, mode 0400, owned by owner) unless it exists."""
+    if not path.exists():
+        atomic_write(path, os.urandom(1024), 0o400)
+    pw = pwd.getpwnam(owner)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+    os.chmod(path, 0o400)
+
+
+def write_slurmdbd_conf(path: Path, text: str) -> None:
+    """slurmdbd.conf holds the database password: 0600 from its first byte (slurmdbd refuses more)."""
+    _write(path, text, 0o600)
 
 
 def host_key(cfg: LabConfig, node: NodeSpec) -> Path:
@@ -68,12 +82,7 @@ def prepare(cfg: LabConfig, db_password: str) -> None:
         _mkdir(cfg.mariadb_socket.parent, 0o755, owner="mysql")
     _mkdir(Path("/run/sshd"), 0o755)
 
-    key = munge_key(cfg)
-    if not key.exists():
-        key.write_bytes(os.urandom(1024))
-    pw = pwd.getpwnam("munge")
-    os.chown(key, pw.pw_uid, pw.pw_gid)
-    os.chmod(key, 0o400)
+    write_munge_key(munge_key(cfg))
 
     _keygen(cfg.client_key, "orch-lab-client")
     _write(sd / "ssh" / "authorized_keys", cfg.client_key.with_suffix(".pub").read_text(), 0o600)
@@ -92,7 +101,7 @@ def prepare(cfg: LabConfig, db_password: str) -> None:
     _write(sd / "cgroup.conf", render.cgroup_conf())
     dbd = sd / "slurmdbd.conf"
     if cfg.accounting:
-        _write(dbd, render.slurmdbd_conf(cfg, db_password), 0o600)
+        write_slurmdbd_conf(dbd, render.slurmdbd_conf(cfg, db_password))
     elif dbd.exists():
         dbd.unlink()
     inventory = render.inventory(cfg)

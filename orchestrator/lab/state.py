@@ -6,9 +6,6 @@ so that a crashed `up` still leaves a usable record.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -18,6 +15,7 @@ from pydantic import ValidationError
 from orchestrator.errors import LabError
 from orchestrator.lab.config import LabConfig
 from orchestrator.models.base import StrictModel
+from orchestrator.safefs import atomic_write
 
 
 class DaemonRecord(StrictModel):
@@ -64,19 +62,8 @@ class LabState(StrictModel):
 
 
 def save_state(state: LabState, path: Path) -> None:
-    """Write ``state`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".state-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(state.model_dump_json(indent=2))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write ``state`` to ``path`` atomically (fresh temp file in the same folder, fsync, rename)."""
+    atomic_write(path, state.model_dump_json(indent=2), 0o600)
 
 
 def load_state(path: Path) -> LabState | None:

@@ -31,6 +31,7 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.stack import Stack
 from orchestrator.provision import smi
+from orchestrator.safefs import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -480,10 +481,7 @@ def diff(a: FingerprintSet, b: FingerprintSet) -> list[Change]:
 
 def save(fps: FingerprintSet, path: Path) -> None:
     """Write a FingerprintSet as JSON (atomically)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(fps.model_dump_json(indent=2) + "\n")
-    tmp.replace(path)
+    atomic_write(path, fps.model_dump_json(indent=2) + "\n")
 
 
 def load(path: Path) -> FingerprintSet:

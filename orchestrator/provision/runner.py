@@ -40,6 +40,7 @@ from orchestrator.envpolicy import MASK, tool_env
 from orchestrator.errors import ProvisionError
 from orchestrator.models.base import StrictModel
 from orchestrator.remote.proctree import descendants, signal_all, stop_processes
+from orchestrator.safefs import runtime_dir, runtime_path
 
 HostStatus = Literal["ok", "changed", "failed", "unreachable", "skipped"]
 STOP_GRACE_S = 3.0
@@ -141,7 +142,8 @@ def build_envvars(request: PlaybookRequest) -> dict[str, str]:
         # The user's host key policy stays: orch never turns host key checking off (and
         # ansible-runner turns it off when the variable is unset: say so explicitly).
         "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING") or "True",
-        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(Path("/tmp") / f"orch-cp-{os.getuid()}"),
+        # ControlMaster sockets: a private folder (0700, owned by this user, checked before use).
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(runtime_path("cp")),
         # Ansible's default plus keepalives: a ControlMaster whose node went away (link down, no
         # RST) otherwise keeps every later ssh multiplexed on it waiting for minutes, and
         # ConnectTimeout never applies to them. A user's own ANSIBLE_SSH_ARGS wins.
@@ -402,7 +404,7 @@ def execute(request: PlaybookRequest, listener: Listener | None = None) -> Playb
 
     request.work_dir.mkdir(parents=True, exist_ok=True)
     (request.work_dir / "tmp").mkdir(exist_ok=True)
-    Path(build_envvars(request)["ANSIBLE_SSH_CONTROL_PATH_DIR"]).mkdir(mode=0o700, exist_ok=True)
+    runtime_dir("cp")  # ANSIBLE_SSH_CONTROL_PATH_DIR; raises ConfigError when others can reach it
     secrets = secret_values(request)
     events: list[dict[str, Any]] = []
 

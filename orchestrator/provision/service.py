@@ -26,6 +26,7 @@ from orchestrator.provision import fingerprint as fpmod
 from orchestrator.provision.runner import Listener, PlaybookRequest, PlaybookResult, execute
 from orchestrator.remote.base import CommandRunner
 from orchestrator.remote.local import LocalRunner
+from orchestrator.safefs import atomic_write, make_dir
 from orchestrator.stacks import PLAYBOOKS_DIR, REPO_ROOT, load_stack
 
 WHEELHOUSE_TIMEOUT_S = 1800
@@ -61,9 +62,7 @@ class FingerprintReport(StrictModel):
 
 def _run_dir(out_dir: Path, kind: str) -> Path:
     ident = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + kind + "-" + secrets.token_hex(3)
-    path = out_dir / ident
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return make_dir(out_dir / ident)
 
 
 def requirements(stack: Stack) -> list[str]:
@@ -134,8 +133,8 @@ def prepare_wheelhouse(stack: Stack, dest: Path, runner: CommandRunner) -> Path:
             f"cannot build the wheelhouse for {stack.name}: {res.brief()}",
             hint="check that pip reaches an index or a local wheel for each requirement",
         )
-    (dest / "SHA256SUMS").write_text(sha256sums(dest))
-    stamp.write_text(wanted)
+    atomic_write(dest / "SHA256SUMS", sha256sums(dest), 0o644)
+    atomic_write(stamp, wanted, 0o644)
     return dest
 
 

@@ -10,6 +10,8 @@ from orchestrator.metrics import percentiles
 from orchestrator.metrics import verdict as V
 from orchestrator.models.plan import format_size
 from orchestrator.pipeline import StepResult
+from orchestrator.report.escape import href
+from orchestrator.safefs import inside
 from orchestrator.store.load import RunRecord
 from orchestrator.text import plural
 
@@ -198,20 +200,22 @@ def step_wrong(s: StepResult) -> int:
 
 
 def rel_link(target: Path, report_dir: Path | None) -> str:
-    """A link from the report's folder to a file of the run (relative, so the pair can move)."""
+    """A link from the report's folder to a file of the run (relative, so the pair can move),
+    percent-encoded: a file name never becomes a scheme such as ``javascript:``."""
     if report_dir is None:
-        return target.as_posix()
-    return Path(os.path.relpath(target.resolve(), report_dir.resolve())).as_posix()
+        return href(target.as_posix())
+    return href(Path(os.path.relpath(target.resolve(), report_dir.resolve())).as_posix())
 
 
 def step_logs(rec: RunRecord, step_id: str) -> list[Path]:
+    """The step's raw logs that are regular files of the run folder (a link is never offered)."""
     folder = rec.run_dir / "steps" / step_id
     files = sorted(folder.glob("*.log")) + sorted(folder.glob("*.txt")) if folder.is_dir() else []
     attempts = rec.run_dir / "attempts"
     if attempts.is_dir():
         for a in sorted(attempts.glob(f"{step_id}.*")):
             files += sorted(a.glob("*.log"))
-    return files
+    return [f for f in files if inside(rec.run_dir, f) is None]
 
 
 def step_notes(s: StepResult) -> list[str]:

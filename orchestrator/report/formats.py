@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Literal
@@ -21,6 +20,7 @@ from orchestrator.report.common import (
     step_notes,
     threshold_cases,
 )
+from orchestrator.report.escape import md, xml_text
 from orchestrator.store.load import RunRecord
 
 Format = Literal["html", "md", "json", "junit", "openmetrics"]
@@ -47,20 +47,21 @@ def render(rec: RunRecord, fmt: Format, report_dir: Path | None = None) -> str:
 def _progress_line(rec: RunRecord) -> str:
     """How far the run got: steps of a scale-test, repeats of a recovery-test."""
     if rec.request is not None:
-        return f"- repeats: {len(rec.recovery)} of {rec.request.get('repeat', '?')} done"
+        return f"- repeats: {len(rec.recovery)} of {md(rec.request.get('repeat', '?'))} done"
     return f"- steps: {len([s for s in rec.steps if s.verdict != 'skipped'])} of {len(rec.step_ids)} finished"
 
 
 def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
+    """Markdown for a ticket; every value from the run folder goes through escape.md()."""
     lines = [
-        f"# orch {'recovery-test' if rec.request else 'scale-test'} {rec.run_id}: **{rec.status}**",
+        f"# orch {'recovery-test' if rec.request else 'scale-test'} {md(rec.run_id)}: **{md(rec.status)}**",
         "",
-        f"- plan `{rec.plan_name}`, backend {rec.backend}, "
+        f"- plan {md(rec.plan_name)}, backend {md(rec.backend)}, "
         f"exit {rec.exit_code if rec.exit_code is not None else '-'}",
-        f"- started {rec.started_at or '-'} by {rec.user or '-'} on {rec.host or '-'}; "
-        f"finished {rec.finished_at or 'not finished'}",
+        f"- started {md(rec.started_at or '-')} by {md(rec.user or '-')} on {md(rec.host or '-')}; "
+        f"finished {md(rec.finished_at or 'not finished')}",
         _progress_line(rec),
-        "- nodes: " + (", ".join(f"{n}={v}" for n, v in rec.nodes.items()) or "-"),
+        "- nodes: " + (", ".join(f"{md(n)}={md(v)}" for n, v in rec.nodes.items()) or "-"),
         "",
         "| step | ranks | collective | size | busbw GB/s | eff. | against | latency µs | #wrong | verdict |",
         "|---|--:|---|--:|--:|--:|---|---|--:|---|",
@@ -69,14 +70,16 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
     for sid in rec.step_ids:
         s = finished.get(sid)
         if s is None or not s.summary:
-            lines.append(f"| {sid} | {s.step.world_size if s else '-'} | - | - | - | - | - | - | - | "
-                         f"{s.verdict if s else 'not run'} |")  # fmt: skip
+            lines.append(f"| {md(sid)} | {s.step.world_size if s else '-'} | - | - | - | - | - | - | - | "
+                         f"{md(s.verdict) if s else 'not run'} |")  # fmt: skip
             continue
         for i, c in enumerate(s.summary.values()):
             lines.append(
-                f"| {sid if i == 0 else ''} | {s.step.world_size if i == 0 else ''} | {c.collective} | "
-                f"{format_size(c.size_bytes)} | {c.busbw_gbs:.3f} | {efficiency_cell(c)} | "
-                f"{reference_cell(c)} | {latency_cell(c)} | {c.wrong} | {s.verdict if i == 0 else ''} |"
+                f"| {md(sid) if i == 0 else ''} | {s.step.world_size if i == 0 else ''} | "
+                f"{md(c.collective)} | "
+                f"{format_size(c.size_bytes)} | {c.busbw_gbs:.3f} | {md(efficiency_cell(c))} | "
+                f"{md(reference_cell(c))} | {md(latency_cell(c))} | {c.wrong} | "
+                f"{md(s.verdict) if i == 0 else ''} |"
             )
     lines += [
         "",
@@ -86,7 +89,7 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
     ]
     reasons = [(s.step.id, r) for s in rec.steps for r in step_notes(s)]
     if reasons:
-        lines += ["", "## Reasons and warnings", ""] + [f"- {sid}: {r}" for sid, r in reasons]
+        lines += ["", "## Reasons and warnings", ""] + [f"- {md(sid)}: {md(r)}" for sid, r in reasons]
     if rec.recovery:
         lines += ["", "## Recovery", ""]
         lines += ["| fault | target | repeat | detect s | recover s | restore s | outcome | notes |"]
@@ -94,19 +97,17 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
         for f in rec.recovery:
             t = f.timings
             vals = [f"{v:.3f}" if v is not None else "—" for v in (t.detect_s, t.recover_s, t.restore_s)]
-            notes = "; ".join(f.notes).replace("|", "/")
-            head = f"| {f.fault} | {f.target} | {f.repeat} | {' | '.join(vals)} |"
-            lines.append(f"{head} {f.verdict or f.outcome} | {notes} |")
+            notes = "; ".join(f.notes)
+            head = f"| {md(f.fault)} | {md(f.target)} | {f.repeat} | {' | '.join(vals)} |"
+            lines.append(f"{head} {md(f.verdict or f.outcome)} | {md(notes)} |")
+    if rec.warnings:
+        lines += ["", "## Files not read", ""] + [f"- {md(w)}" for w in rec.warnings]
     logs = [(sid, p) for sid in rec.step_ids for p in step_logs(rec, sid)]
     if logs:
         lines += ["", "## Raw logs", ""]
-        lines += [f"- [{p.relative_to(rec.run_dir).as_posix()}]({rel_link(p, report_dir)})" for _, p in logs]
+        for _, p in logs:
+            lines.append(f"- [{md(p.relative_to(rec.run_dir).as_posix())}]({rel_link(p, report_dir)})")
     return "\n".join(lines) + "\n"
-
-
-def _cdata_safe(text: str) -> str:
-    # XML 1.0 forbids most control characters; logs and reasons may carry them.
-    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "?", text)
 
 
 def render_junit(rec: RunRecord) -> str:
@@ -125,19 +126,23 @@ def render_junit(rec: RunRecord) -> str:
     props = ET.SubElement(suite, "properties")
     for k, v in (("run_id", rec.run_id), ("run_dir", str(rec.run_dir)), ("status", rec.status),
                  ("backend", rec.backend), ("user", rec.user or "")):  # fmt: skip
-        ET.SubElement(props, "property", name=k, value=_cdata_safe(v))
+        ET.SubElement(props, "property", name=k, value=v)
     for c in cases:
         attrs = {"classname": c.classname, "name": c.name}
         if c.time_s is not None:
             attrs["time"] = f"{c.time_s:.3f}"
         tc = ET.SubElement(suite, "testcase", attrs)
-        msg = _cdata_safe(c.message)
+        msg = c.message
         if c.outcome == "fail":
             ET.SubElement(tc, "failure", message=msg[:500], type="threshold").text = msg
         elif c.outcome == "infra":
             ET.SubElement(tc, "error", message=msg[:500], type="infra").text = msg
         elif c.outcome == "skipped":
             ET.SubElement(tc, "skipped", message=msg[:500])
+    for el in root.iter():  # XML 1.0 cannot hold NUL, most C0 controls, U+FFFF, lone surrogates
+        el.attrib = {k: xml_text(v) for k, v in el.attrib.items()}
+        if el.text:
+            el.text = xml_text(el.text)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

@@ -26,6 +26,7 @@ from typing import IO
 import psutil
 
 from orchestrator.errors import SchedulerError
+from orchestrator.safefs import atomic_write, open_write
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 
 LOCAL_ADDR = "127.0.0.1"
@@ -183,11 +184,11 @@ class LocalScheduler:
         spec = job.spec
         port = spec.master_port if spec.master_port and port_is_free(spec.master_port) else free_port()
         spec.workdir.mkdir(parents=True, exist_ok=True)
-        (spec.workdir / "launch.txt").write_text(self.render(spec.model_copy(update={"master_port": port})))
+        atomic_write(spec.workdir / "launch.txt", self.render(spec.model_copy(update={"master_port": port})))
         job.started = time.monotonic()
         try:
             for rl in launch_plan(spec, port):
-                log = (spec.workdir / f"rank-{rl.rank}.log").open("wb")
+                log = os.fdopen(open_write(spec.workdir / f"rank-{rl.rank}.log"), "wb")
                 job.logs.append(log)
                 pgid = job.procs[0].pid if job.procs else 0
                 job.procs.append(

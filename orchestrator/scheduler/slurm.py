@@ -19,6 +19,7 @@ from orchestrator import __version__
 from orchestrator.errors import ConfigError, RemoteError, SchedulerError
 from orchestrator.remote.base import CmdResult, CommandRunner
 from orchestrator.remote.local import LocalRunner
+from orchestrator.safefs import atomic_write
 from orchestrator.scheduler import slurm_state
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 
@@ -170,7 +171,7 @@ class SlurmScheduler:
         text = self.render(spec)
         spec.workdir.mkdir(parents=True, exist_ok=True)
         script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(text)
+        atomic_write(script, text)
         argv = self.sbatch_argv(spec)
         if after:
             _check_word("job id", after)

@@ -28,6 +28,7 @@ from pydantic import Field
 from orchestrator.errors import ConfigError, InfraError, OrchError
 from orchestrator.metrics.verdict import BaselineBusbw
 from orchestrator.models.base import StrictModel
+from orchestrator.safefs import create_private, make_dir
 from orchestrator.store import pg
 from orchestrator.store.load import RunRecord, load_run
 from orchestrator.store.location import STORE_ENV as STORE_ENV
@@ -166,8 +167,10 @@ class ResultsStore:
         if not create and not path.exists():
             raise ConfigError(f"no results store at {path}", hint=_STORE_HINT)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(path.parent)
             mode, mount = journal_mode_for(path)
+            # SQLite gives -wal and -shm the database file's mode: make that one 0600 (0640) first.
+            create_private(path)
             conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA journal_mode={mode.upper()}")

@@ -24,7 +24,8 @@ from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.paths import under
 from orchestrator.pipeline import RunResult, StepResult
-from orchestrator.store.rundir import RunDir
+from orchestrator.safefs import NotInside, read_inside
+from orchestrator.store.rundir import RunDir, json_data
 from orchestrator.text import plural
 
 RunStatus = Literal["accepted", "failed", "infra", "interrupted", "running"]
@@ -82,7 +83,9 @@ class RunRecord(StrictModel):
 
 def step_result_path(run_dir: Path, step_id: str) -> Path:
     """steps/<step_id>/result.json; raises ConfigError when step_id would leave the run folder."""
-    return under(run_dir, "steps", step_id, STEP_RESULT, what="step result")
+    # The step's folder is checked here (a step id from data, a steps/ link); the file itself is
+    # read only through read_inside, which refuses a link.
+    return under(run_dir, "steps", step_id, what="step folder") / STEP_RESULT
 
 
 def invalid(path: Path, e: ValidationError) -> str:
@@ -93,31 +96,37 @@ def invalid(path: Path, e: ValidationError) -> str:
     return f"{path}: {loc} = {value[:200]}: {first['msg']}"
 
 
-def require_model(cls: type[M], path: Path) -> M:
-    """The model in the JSON file at path; raises ConfigError naming the file, the field and the
-    value when it is missing, unreadable or invalid (resume trusts nothing a run folder says)."""
+def require_model(cls: type[M], root: Path, path: Path) -> M:
+    """The model in the JSON file at path, a regular file inside the run folder root; raises
+    ConfigError naming the file, the field and the value when it is a link, leads out of root,
+    is unreadable or invalid (resume trusts nothing a run folder says)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot be read ({e.strerror or e}); cannot resume") from e
+        text = json_data(read_inside(root, path).decode("utf-8"))
+    except NotInside:
+        raise
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: cannot be read ({e}); cannot resume") from e
     try:
-        return cls.model_validate_json(text)
+        return cls.model_validate(text)
     except ValidationError as e:
         raise ConfigError(invalid(path, e), hint="the run folder was edited or is damaged") from e
 
 
-def _shown(path: Path, root: Path | None) -> str:
-    """path relative to the run directory (steps/n1xg2/result.json), or as given outside it."""
-    if root is not None and path.is_relative_to(root):
-        return str(path.relative_to(root))
-    return str(path)
+def _shown(path: Path, root: Path) -> str:
+    """path relative to the run directory (steps/n1xg2/result.json), or its name outside it."""
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
 
 
-def _json_file(path: Path, warnings: list[str], root: Path | None = None) -> dict[str, Any] | None:
-    if not path.exists():
+def _json_file(root: Path, path: Path, warnings: list[str]) -> dict[str, Any] | None:
+    """The JSON object in path, a regular file inside the run folder root; None when it is missing;
+    None and a warning naming it when it is a link, leads out of root, or is not JSON."""
+    if not os.path.lexists(path):
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_data(read_inside(root, path).decode("utf-8"))
+    except NotInside as e:
+        warnings.append(f"{_shown(path, root)}: not read: {e.why}")
+        return None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         warnings.append(f"{_shown(path, root)}: unreadable ({e})")
         return None
@@ -127,8 +136,8 @@ def _json_file(path: Path, warnings: list[str], root: Path | None = None) -> dic
     return data
 
 
-def _model(cls: type[M], path: Path, warnings: list[str], root: Path | None = None) -> M | None:
-    data = _json_file(path, warnings, root)
+def _model(cls: type[M], root: Path, path: Path, warnings: list[str]) -> M | None:
+    data = _json_file(root, path, warnings)
     if data is None:
         return None
     try:
@@ -164,16 +173,16 @@ def load_run(run_dir: Path) -> RunRecord:
     finish = next(
         (e for i, e in enumerate(events) if e.get("event") == "run_finished" and i > last_start), None
     )
-    plan = _model(Plan, run_dir / "plan.json", warnings, run_dir)
-    cluster = _model(Cluster, run_dir / "inventory.json", warnings, run_dir)
+    plan = _model(Plan, run_dir, run_dir / "plan.json", warnings)
+    cluster = _model(Cluster, run_dir, run_dir / "inventory.json", warnings)
     result_path = run_dir / "result.json"
     before = len(warnings)
-    result = _model(RunResult, result_path, warnings, run_dir) if finish is not None else None
+    result = _model(RunResult, run_dir, result_path, warnings) if finish is not None else None
     result_unreadable = len(warnings) > before
 
     # Step ids name folders of the run: one that is not a plain name is never used as a path.
     step_ids = [str(s) for s in started.get("steps", []) if is_name(str(s))]
-    planned = _json_file(run_dir / STEPS_FILE, warnings, run_dir)
+    planned = _json_file(run_dir, run_dir / STEPS_FILE, warnings)
     ladder: list[Step] = []
     if planned is not None:
         try:
@@ -193,7 +202,7 @@ def load_run(run_dir: Path) -> RunRecord:
                 warnings.append(e.message)
                 continue
             before = len(warnings)
-            res = _model(StepResult, path, warnings, run_dir)
+            res = _model(StepResult, run_dir, path, warnings)
             if res is not None:
                 steps.append(res)
             elif len(warnings) > before:
@@ -232,7 +241,7 @@ def load_run(run_dir: Path) -> RunRecord:
     rec_dir = run_dir / "recovery"
     if rec_dir.is_dir():
         for path in sorted(rec_dir.glob("*.json")):
-            rec = _model(RecoveryRecord, path, warnings, run_dir)
+            rec = _model(RecoveryRecord, run_dir, path, warnings)
             if rec is not None:
                 recovery.append(rec)
         recovery.sort(key=lambda r: (r.step or "", r.fault, r.repeat, r.injected_at))
@@ -267,10 +276,10 @@ def load_run(run_dir: Path) -> RunRecord:
         steps=steps,
         nodes=nodes,
         recovery=recovery,
-        stack=_json_file(run_dir / "stack.json", warnings, run_dir),
-        fingerprint=_json_file(run_dir / "fingerprint.json", warnings, run_dir),
-        drift=_json_file(run_dir / "drift.json", warnings, run_dir),
-        request=_json_file(run_dir / REQUEST_FILE, warnings, run_dir),
+        stack=_json_file(run_dir, run_dir / "stack.json", warnings),
+        fingerprint=_json_file(run_dir, run_dir / "fingerprint.json", warnings),
+        drift=_json_file(run_dir, run_dir / "drift.json", warnings),
+        request=_json_file(run_dir, run_dir / REQUEST_FILE, warnings),
         warnings=warnings,
         unreadable=unreadable,
         resumes=sum(1 for e in events if e.get("event") == "run_resumed"),
@@ -286,9 +295,9 @@ def finished_steps(run_dir: Path, step_ids: list[str]) -> dict[str, StepResult]:
     out: dict[str, StepResult] = {}
     for sid in step_ids:
         path = step_result_path(run_dir, sid)
-        if not path.exists():
+        if not os.path.lexists(path):
             continue
-        res = require_model(StepResult, path)
+        res = require_model(StepResult, run_dir, path)
         if res.step.id != sid:
             raise ConfigError(f"{path}: step.id = {res.step.id!r} is not the folder's step {sid!r}")
         if res.verdict != "skipped":
@@ -307,6 +316,6 @@ def ladder_steps(run_dir: Path) -> list[Step] | None:
     plain name, e.g. '../../x', is refused here, before any path is built from it).
     """
     path = run_dir / STEPS_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    return require_model(_Ladder, path).steps
+    return require_model(_Ladder, run_dir, path).steps

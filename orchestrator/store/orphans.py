@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from orchestrator.errors import ConfigError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.base import JobScheduler, JobStatus
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.load import load_run
@@ -55,8 +56,8 @@ def orphan_job_ids(run_dir: Path) -> list[str]:
 
 def _slurm_conf(run_dir: Path) -> Path | None:
     try:
-        cluster = Cluster.model_validate_json((run_dir / "inventory.json").read_text())
-    except (OSError, ValidationError):
+        cluster = Cluster.model_validate_json(read_inside(run_dir, run_dir / "inventory.json"))
+    except (OSError, NotInside, ValidationError):
         return None
     return cluster.vars.orch_slurm_conf
 

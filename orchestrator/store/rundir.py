@@ -1,7 +1,9 @@
 """The run directory: resolved inputs, an append-only journal, raw logs, reports.
 
 Every event is one JSON line, flushed and fsync'd before the call returns, so a run killed at any
-point leaves a readable journal. Whole files are written to a temporary name and renamed.
+point leaves a readable journal. Whole files are written to a fresh temporary name and renamed
+(orchestrator.safefs.atomic_write); the folder is 0700 and its files 0600 unless
+ORCH_GROUP_READABLE=1 (0750 / 0640).
 """
 
 from __future__ import annotations
@@ -23,21 +25,25 @@ from pydantic import BaseModel
 from orchestrator.errors import ConfigError, InfraError
 from orchestrator.models.names import ID_MAX, check_name
 from orchestrator.paths import under
+from orchestrator.safefs import atomic_write, make_dir, open_write, read_inside
+
+__all__ = ["RunDir", "atomic_write", "check_run_id", "json_data", "new_run_id", "who"]
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write text to path through a temporary file and a rename; fsyncs the file first."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise InfraError(f"cannot write {path}: {e.strerror}") from e
+def json_data(text: str | bytes) -> Any:
+    """json.loads, with lone surrogates (a "\\ud800" escape) made U+FFFD: they cannot be written
+    back as UTF-8 (a report of them would crash). Raises json.JSONDecodeError / UnicodeDecodeError."""
+    return _fix_surrogates(json.loads(text))
+
+
+def _fix_surrogates(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return obj.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(obj, list):
+        return [_fix_surrogates(v) for v in obj]
+    if isinstance(obj, dict):
+        return {_fix_surrogates(k): _fix_surrogates(v) for k, v in obj.items()}
+    return obj
 
 
 def new_run_id(plan_name: str) -> str:
@@ -82,7 +88,7 @@ class RunDir:
         cls.check_base(base)
         root = under(base, check_run_id(run_id), what="run directory")
         try:
-            root.mkdir(parents=True, exist_ok=False)
+            make_dir(root, exist_ok=False)
         except OSError as e:
             raise InfraError(f"cannot create run directory {root}: {e.strerror}") from e
         return cls(root)
@@ -124,20 +130,26 @@ class RunDir:
         record = {"t": datetime.now(UTC).isoformat(), "mono": time.monotonic(), "event": kind, **fields}
         line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
         try:
-            with open(self.journal_path, "a", encoding="utf-8") as fh:
+            with os.fdopen(open_write(self.journal_path, append=True), "a", encoding="utf-8") as fh:
                 fh.write(line)
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as e:
-            raise InfraError(f"cannot append to {self.journal_path}: {e.strerror}") from e
+            raise InfraError(f"cannot append to {self.journal_path}: {e.strerror or e}") from e
 
     def events(self) -> Iterator[dict[str, Any]]:
-        """The journal's events in order; a torn last line (a crash mid-write) is skipped."""
-        if not self.journal_path.exists():
+        """The journal's events in order; a torn last line (a crash mid-write) is skipped.
+
+        Raises ConfigError when the journal is a symlink or leads out of the run folder.
+        """
+        if not os.path.lexists(self.journal_path):
             return
-        with open(self.journal_path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue
+        try:
+            text = read_inside(self.root, self.journal_path).decode("utf-8", errors="replace")
+        except OSError as e:
+            raise InfraError(f"cannot read {self.journal_path}: {e.strerror or e}") from e
+        for line in text.split("\n"):
+            try:
+                yield json_data(line)
+            except json.JSONDecodeError:
+                continue
