@@ -23,6 +23,7 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.results import Collective, CollRow
 from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus
 from orchestrator.scheduler.local import LocalScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
@@ -98,9 +99,15 @@ def choose_backend(plan: Plan, cluster: Cluster) -> Literal["slurm", "local"]:
     return "local" if all(n.is_local for n in cluster.nodes) else "slurm"
 
 
-def make_scheduler(backend: Literal["slurm", "local"], cluster: Cluster) -> JobScheduler:
+def make_scheduler(
+    backend: Literal["slurm", "local"], cluster: Cluster, plan: Plan | None = None
+) -> JobScheduler:
+    """The backend's scheduler; on Slurm, the plan's slurm_mode picks one allocation for the
+    ladder or one job per step (concurrent steps always get a job each)."""
     if backend == "local":
         return LocalScheduler()
+    if plan is not None and plan.slurm_mode == "allocation" and not plan.concurrent_steps:
+        return AllocationScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
     return SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
 
 
@@ -223,7 +230,7 @@ class _Runner:
         # steps; concurrent mode drops the chain and lets Slurm place steps on free nodes.
         wanted = sorted({n for s in self.steps for n in s.nodes})
         unavailable = self.sched.unavailable_nodes(wanted)
-        prev: str | None = None
+        todo: list[int] = []
         for i in range(len(self.steps)):
             if self.results[i].ended_mono is not None:
                 continue  # finished in an earlier attempt (resume)
@@ -232,6 +239,17 @@ class _Runner:
                 self.results[i].blamed_nodes = [n for n in self.steps[i].nodes if n in unavailable]
                 self._abandon([self.results[i]], "Slurm cannot give it its nodes: " + ", ".join(lost))
                 continue
+            todo.append(i)
+        if isinstance(self.sched, AllocationScheduler) and todo:
+            # One allocation runs the steps in ladder order, one job step each.
+            ids = self.sched.submit_ladder([self.specs[i] for i in todo], self.rundir.root / "alloc")
+            for k, (i, job_id) in enumerate(zip(todo, ids, strict=True)):
+                self.results[i].job_id = job_id
+                self._log("step_submitted", step=self.specs[i].step_id, job_id=job_id,
+                          after=ids[k - 1] if k else None)  # fmt: skip
+            return
+        prev: str | None = None
+        for i in todo:
             self._submit(i, None if self.plan.concurrent_steps else prev)
             prev = self.results[i].job_id
 
@@ -352,7 +370,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     plan = resolve_plan(req.plan, req.overrides)
     steps = expand_steps(plan, cluster, group=req.group)
     backend = choose_backend(plan, cluster)
-    sched = make_scheduler(backend, cluster)
+    sched = make_scheduler(backend, cluster, plan)
     fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
     rundir = RunDir.create(req.overrides.out_dir or req.out_dir, new_run_id(plan.name))
     rundir.write_model("plan.json", plan)
@@ -434,7 +452,7 @@ def resume_run(
             attempts.mkdir(exist_ok=True)
             old.rename(attempts / f"{s.id}.{len(list(attempts.glob(f'{s.id}.*'))) + 1}")
     backend = choose_backend(plan, cluster)
-    sched = make_scheduler(backend, cluster)
+    sched = make_scheduler(backend, cluster, plan)
     listeners = [*listeners, _store_listener(rundir.root.parent)]
     todo = [s.id for s in steps if s.id not in done]
     rundir.event("run_resumed", run_id=rundir.run_id, steps=todo, **_who())

@@ -55,6 +55,17 @@ def _check_word(what: str, value: str) -> None:
         raise ConfigError(f"{what} {value!r} is not a valid Slurm name (letters, digits, _ . - only)")
 
 
+def check_spec(spec: JobSpec) -> None:
+    """Refuse a spec whose node, partition or environment names could not go into a script."""
+    for node in spec.nodes:
+        _check_word("node", node)
+    if spec.partition:
+        _check_word("partition", spec.partition)
+    for key in spec.env:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise ConfigError(f"environment variable name {key!r} is not valid")
+
+
 class SlurmScheduler:
     """JobScheduler on Slurm. `slurm_conf`: the SLURM_CONF of the cluster, when not the default."""
 
@@ -71,18 +82,13 @@ class SlurmScheduler:
         self.runner: CommandRunner = runner or LocalRunner(env)
         self._use_sacct = use_sacct  # None: find out on first poll
         self._submitted_at: datetime | None = None
-        self._template = _env().get_template("sbatch.sh.j2")
+        self._env = _env()
+        self._template = self._env.get_template("sbatch.sh.j2")
 
     # -- pure -----------------------------------------------------------------------------
     def render(self, spec: JobSpec) -> str:
         """The sbatch script for spec."""
-        for node in spec.nodes:
-            _check_word("node", node)
-        if spec.partition:
-            _check_word("partition", spec.partition)
-        for key in spec.env:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ConfigError(f"environment variable name {key!r} is not valid")
+        check_spec(spec)
         return str(
             self._template.render(
                 spec=spec,
@@ -109,14 +115,18 @@ class SlurmScheduler:
             _check_word("job id", after)
             argv.append(f"--dependency=afterany:{after}")
         argv.append(str(script))
+        return self._sbatch(argv[1:], f"step {spec.step_id}")
+
+    def _sbatch(self, args: list[str], what: str) -> str:
+        """Run `sbatch ARGS` (with --parsable among them); the job id it printed."""
         if self._submitted_at is None:
             self._submitted_at = datetime.now()
-        res = self._run(argv)
+        res = self._run(["sbatch", *args])
         if not res.ok:
-            raise SchedulerError(f"sbatch refused step {spec.step_id}: {res.brief()}")
+            raise SchedulerError(f"sbatch refused {what}: {res.brief()}")
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
-            raise SchedulerError(f"sbatch printed no job id for step {spec.step_id}: {res.stdout!r}")
+            raise SchedulerError(f"sbatch printed no job id for {what}: {res.stdout!r}")
         return job_id
 
     def poll(self, job_ids: list[str]) -> dict[str, JobState]:
