@@ -78,11 +78,13 @@ def cleanup_orphans(runs_root: Path, scheduler_for: SchedulerFor = _slurm) -> li
         if not jobs:
             continue
         sched = scheduler_for(_slurm_conf(run_dir))
-        states = sched.poll(jobs)
-        live = [j for j in jobs if j in states and not states[j].status.terminal
-                and states[j].status is not JobStatus.UNKNOWN]  # fmt: skip
+        # A ladder step of allocation mode (ALLOC.K) lives and dies with its allocation ALLOC.
+        owner = {j: j.partition(".")[0] for j in jobs}
+        states = sched.poll(sorted(set(owner.values())))
+        live = [j for j in jobs if (s := states.get(owner[j])) is not None and not s.status.terminal
+                and s.status is not JobStatus.UNKNOWN]  # fmt: skip
         if live:
-            sched.cancel(live)
+            sched.cancel(sorted({owner[j] for j in live}))
         RunDir(run_dir).event("orphans_cancelled", cancelled=jobs, live=live)
         reports.append(OrphanReport(run_id=run_dir.name, jobs=jobs, cancelled=live))
     return reports
