@@ -27,6 +27,8 @@ Usage: .venv/bin/python bench/overhead.py [--inventory inventories/lab.ini] [--r
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import statistics
 import sys
 import tempfile
@@ -43,6 +45,11 @@ from orchestrator.pipeline import ScaleTestRequest, scale_test
 TARGET = 1.10
 
 
+# all_reduce busbw (GB/s) at the largest size, per orch mode and step, over the rounds: the two
+# modes must give the same per-step figures within the spread of the rounds.
+BUSBW: dict[str, dict[str, list[float]]] = {}
+
+
 def run_orch(inventory: Path, nodes: str, mode: SlurmMode, work: Path) -> Timing:
     """The smoke ladder through the pipeline API in `mode`, timed around the whole call."""
     req = ScaleTestRequest(
@@ -56,7 +63,32 @@ def run_orch(inventory: Path, nodes: str, mode: SlurmMode, work: Path) -> Timing
     wall = time.monotonic() - t0
     if result.status != "accepted":
         raise RoundFailed(f"orch {mode} ended {result.status}")
+    print(f"  orch {mode}: where the wall went: {breakdown(result.run_dir / 'journal.jsonl', t0)}")
+    for st in result.steps:
+        if "all_reduce" in st.summary:
+            BUSBW.setdefault(mode, {}).setdefault(st.step.id, []).append(st.summary["all_reduce"].busbw_gbs)
     return Timing(f"orch {mode}", wall, [s.job_id for s in result.steps if s.job_id], {})
+
+
+def breakdown(journal: Path, t0: float) -> str:
+    """Seconds from the call to the first submission, to the first step RUNNING, between each
+    step's end and the next one's start (orch's own view, 0.5 s polls), and after the last."""
+    evs = [json.loads(line) for line in journal.read_text().splitlines()]
+    first = lambda kind, **kw: next(  # noqa: E731
+        (e["mono"] for e in evs if e["event"] == kind and all(e.get(k) == v for k, v in kw.items())),
+        float("nan"),  # a step shorter than one poll may never be seen RUNNING
+    )
+    steps = [e["step"] for e in evs if e["event"] == "step_submitted"]
+    parts = [f"before submit {first('step_submitted') - t0:.2f}"]
+    started = first("step_state", step=steps[0], state="RUNNING")
+    parts.append(f"to first RUNNING {started - first('step_submitted'):.2f}")
+    gaps = [
+        first("step_state", step=b, state="RUNNING") - first("step_done", step=a)
+        for a, b in itertools.pairwise(steps)
+    ]
+    parts.append("between steps " + "+".join(f"{g:.2f}" for g in gaps))
+    parts.append(f"after the last {first('run_finished') - first('step_done', step=steps[-1]):.2f}")
+    return "; ".join(parts)
 
 
 def describe(t: Timing) -> str:
@@ -103,15 +135,25 @@ def main() -> None:
                 got[tool].append(t)
                 print(f"round {r + 1}: {describe(t)}", flush=True)
         print(f"round {r + 1}: order {', '.join(order)}; {load_note()}")
-    print("overhead wall / sum of Slurm elapsed (median over rounds):")
+    print("overhead wall / sum of Slurm elapsed (median over rounds; pooled: sum of walls / sum of sums):")
     for tool in tools:
         med = statistics.median(t.overhead for t in got[tool])
+        pooled = sum(t.wall_s for t in got[tool]) / max(1, sum(t.jobs_s for t in got[tool]))
         note = (
             f"  target <= {TARGET}: " + ("met" if med <= TARGET else "NOT met")
             if tool == "orch allocation"
             else ""
         )
-        print(f"  {tool:16s} {med:.3f}{note}")
+        print(f"  {tool:16s} {med:.3f} (pooled {pooled:.3f}){note}")
+    print("all_reduce busbw at the largest size, GB/s (median, min-max over rounds):")
+    for step in BUSBW.get("per-step", {}):
+        cells = []
+        for mode in ("allocation", "per-step"):
+            v = BUSBW.get(mode, {}).get(step, [])
+            cells.append(
+                f"{mode} {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" if v else f"{mode} -"
+            )
+        print(f"  {step}: " + "; ".join(cells))
 
 
 if __name__ == "__main__":
