@@ -50,12 +50,12 @@ TARGET = 1.10
 BUSBW: dict[str, dict[str, list[float]]] = {}
 
 
-def run_orch(inventory: Path, nodes: str, mode: SlurmMode, work: Path) -> Timing:
+def run_orch(inventory: Path, nodes: str, mode: SlurmMode, work: Path, gpus: str = "1") -> Timing:
     """The smoke ladder through the pipeline API in `mode`, timed around the whole call."""
     req = ScaleTestRequest(
         inventory=inventory,
         plan="smoke",
-        overrides=PlanOverrides(nodes=nodes, gpus_per_node="1", backend="slurm", slurm_mode=mode),
+        overrides=PlanOverrides(nodes=nodes, gpus_per_node=gpus, backend="slurm", slurm_mode=mode),
         out_dir=work / f"orch-{mode}",
     )
     t0 = time.monotonic()
@@ -105,9 +105,10 @@ def main() -> None:
     ap.add_argument("--inventory", type=Path, default=Path("inventories/lab.ini"))
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--nodes", default="1..3", help="the ladder (make bench provisions node1-node3)")
+    ap.add_argument("--gpus-per-node", default="1", help="ranks per node, e.g. 1,2 (ReFrame: 1 only)")
     ap.add_argument("--no-reframe", action="store_true", help="orch's two modes only")
     args = ap.parse_args()
-    with_reframe = not args.no_reframe and (VENV_BIN / "reframe").exists()
+    with_reframe = not args.no_reframe and args.gpus_per_node == "1" and (VENV_BIN / "reframe").exists()
     if not args.no_reframe and not with_reframe:
         print("reframe is not installed in this venv (pip install -e '.[bench]'): orch's modes only")
     cluster = load_inventory(args.inventory)
@@ -124,9 +125,8 @@ def main() -> None:
                     if tool == "reframe":
                         t = run_reframe(ladder_jobs(args.inventory, args.nodes), env, work)
                     else:
-                        t = run_orch(
-                            args.inventory, args.nodes, "allocation" if "alloc" in tool else "per-step", work
-                        )
+                        mode: SlurmMode = "allocation" if "alloc" in tool else "per-step"
+                        t = run_orch(args.inventory, args.nodes, mode, work, args.gpus_per_node)
                 except RoundFailed as e:
                     sys.exit(f"round {r + 1}, {tool}: {e}")
                 time.sleep(1.0)  # let slurmdbd record the last step's end
