@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError, SchedulerError
+from orchestrator.inventory import load_inventory
+from orchestrator.models.plan import PlanOverrides
+from orchestrator.pipeline import make_scheduler
+from orchestrator.plan import resolve_plan
 from orchestrator.remote.base import CmdResult
 from orchestrator.scheduler.allocation import AllocationScheduler, srun_argv
 from orchestrator.scheduler.base import JobSpec
+from orchestrator.scheduler.slurm import SlurmScheduler
 
 ARGV = ["/opt/orch/venv/bin/python", "-m", "orchestrator.workloads.collbench", "--sizes", "1K:1M:x4"]
 
@@ -140,3 +145,19 @@ def test_cancel_of_any_step_cancels_its_allocation() -> None:
     runner = Recorder("")
     AllocationScheduler(runner=runner).cancel(["4242.1", "4242.2"])  # type: ignore[arg-type]
     assert runner.calls == [["scancel", "4242"]]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "kind"),
+    [
+        ({}, AllocationScheduler),  # the default
+        ({"slurm_mode": "per-step"}, SlurmScheduler),
+        ({"concurrent_steps": True}, SlurmScheduler),  # concurrent steps need a job each
+    ],
+)
+def test_plan_picks_the_slurm_mode(overrides: dict[str, object], kind: type, tmp_path: Path) -> None:
+    inv = tmp_path / "lab.ini"
+    inv.write_text("node1 ansible_host=198.18.0.11 gpu_vendor=none gpus_per_node=1\n")
+    plan = resolve_plan("smoke", PlanOverrides.model_validate({"backend": "slurm", **overrides}))
+    sched = make_scheduler("slurm", load_inventory(inv), plan)
+    assert type(sched) is kind
