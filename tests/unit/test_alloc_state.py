@@ -1,5 +1,5 @@
 """Allocation mode's step states, from sacct job-step lines recorded on the lab
-(tests/fixtures/slurm/sacct-alloc-*.txt, written by record-alloc.sh)."""
+(tests/fixtures/slurm/sacct-*-alloc-*.txt, written by record-alloc.sh)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def poll_recorded(name: str) -> dict[str, JobState]:
 
 
 def test_step_lines_are_kept_apart_from_their_job() -> None:
-    text = recorded("sacct-alloc-steps-done.txt")
+    text = recorded("sacct-COMPLETED-alloc-steps.txt")
     alloc = alloc_id(text)
     states = parse_sacct(text, steps=True)
     assert {f"{alloc}", f"{alloc}.batch", f"{alloc}.0", f"{alloc}.1", f"{alloc}.2"} <= set(states)
@@ -62,7 +62,7 @@ def test_step_lines_are_kept_apart_from_their_job() -> None:
 
 
 def test_finished_ladder_each_step_its_own_outcome() -> None:
-    got = poll_recorded("sacct-alloc-steps-done.txt")
+    got = poll_recorded("sacct-COMPLETED-alloc-steps.txt")
     assert [s.status for s in got.values()] == [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.COMPLETED]
     assert got["orch-rec-n2xg1"].exit_code == 3
     assert got["orch-rec-n2xg1"].nodelist == "node[1-2]"
@@ -70,13 +70,13 @@ def test_finished_ladder_each_step_its_own_outcome() -> None:
 
 
 def test_mid_ladder_later_steps_wait_their_turn() -> None:
-    got = poll_recorded("sacct-alloc-running.txt")
+    got = poll_recorded("sacct-RUNNING-alloc-mid-ladder.txt")
     assert [s.status for s in got.values()] == [JobStatus.COMPLETED, JobStatus.RUNNING, JobStatus.PENDING]
     assert got["orch-rec-n2xg1b"].reason is None  # not a Slurm pending reason: the driver's order
 
 
 def test_cancelled_allocation_ends_the_steps_it_never_ran() -> None:
-    got = poll_recorded("sacct-alloc-cancelled.txt")
+    got = poll_recorded("sacct-CANCELLED-alloc-scancel.txt")
     assert got["orch-rec-n1xg1"].status == JobStatus.COMPLETED
     assert got["orch-rec-n2xg1"].status == JobStatus.CANCELLED
     never = got["orch-rec-n2xg1b"]
@@ -85,7 +85,7 @@ def test_cancelled_allocation_ends_the_steps_it_never_ran() -> None:
 
 
 def test_steps_are_matched_by_name_not_number() -> None:
-    text = recorded("sacct-alloc-steps-done.txt")
+    text = recorded("sacct-COMPLETED-alloc-steps.txt")
     alloc = alloc_id(text)
     sched = AllocationScheduler(runner=Replay(text))  # type: ignore[arg-type]
     # as if the first srun never started: Slurm numbered the next one .0
