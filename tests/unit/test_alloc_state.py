@@ -102,16 +102,21 @@ def test_pending_allocation_gives_its_reason_to_every_step() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "status"),
-    [("NODE_FAIL", JobStatus.INFRA), ("TIMEOUT", JobStatus.INFRA), ("CANCELLED by 0", JobStatus.CANCELLED)],
+    ("raw", "alloc_status", "status"),
+    [
+        ("NODE_FAIL", JobStatus.INFRA, JobStatus.INFRA),
+        ("TIMEOUT", JobStatus.FAILED, JobStatus.INFRA),
+        ("CANCELLED by 0", JobStatus.CANCELLED, JobStatus.CANCELLED),
+    ],
 )
-def test_running_step_of_an_ended_allocation_ends_with_it(raw: str, status: JobStatus) -> None:
-    alloc = JobState(job_id="7", status=JobStatus.INFRA, raw_state=raw)
-    alloc = alloc.model_copy(update={"status": {"NODE_FAIL": JobStatus.INFRA, "TIMEOUT": JobStatus.FAILED,
-                                                "CANCELLED by 0": JobStatus.CANCELLED}[raw]})  # fmt: skip
+def test_running_step_of_an_ended_allocation_ends_with_it(
+    raw: str, alloc_status: JobStatus, status: JobStatus
+) -> None:
+    alloc = JobState(job_id="7", status=alloc_status, raw_state=raw)
     line = JobState(job_id="7.1", status=JobStatus.RUNNING, raw_state="RUNNING", elapsed_s=4.0)
     got = step_state("7.1", line, alloc)
     assert got.status == status and got.raw_state == raw and got.elapsed_s == 4.0
+    assert "while this step ran" in (got.reason or "")
 
 
 def test_failing_sacct_is_an_infrastructure_error_naming_per_step_mode() -> None:
