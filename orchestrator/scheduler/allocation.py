@@ -140,7 +140,10 @@ class AllocationScheduler(SlurmScheduler):
             whole = self._allocation_state(alloc, lines.get(alloc))
             by_name = {s.name: s for k, s in lines.items() if k.startswith(f"{alloc}.") and s.name}
             for job_id in (j for j in job_ids if j.partition(".")[0] == alloc):
-                states[job_id] = step_state(job_id, by_name.get(self._names.get(job_id, "")), whole)
+                line = by_name.get(self._names.get(job_id, ""))
+                if line is None and (own := lines.get(job_id)) is not None and not own.name:
+                    line = own  # slurmdbd fills a step's name a moment after its line
+                states[job_id] = step_state(job_id, line, whole)
         return states
 
     def _sacct_steps(self, alloc: str) -> dict[str, JobState]:
@@ -173,7 +176,11 @@ class AllocationScheduler(SlurmScheduler):
 
 def step_state(job_id: str, line: JobState | None, allocation: JobState) -> JobState:
     """One ladder step's state from its sacct step line (None: not started) and the allocation's."""
-    if line is not None and (line.status.terminal or not allocation.status.terminal):
+    if line is not None and (
+        line.status.terminal or not allocation.status.terminal or allocation.status == JobStatus.COMPLETED
+    ):
+        # A driver that completed ran every srun to its end: a step line still RUNNING is only
+        # slurmdbd behind, and the next poll has its end.
         return line.model_copy(update={"job_id": job_id})
     if allocation.status.terminal:
         # The allocation ended before this step did (or before it started): it shares the end.

@@ -119,6 +119,22 @@ def test_running_step_of_an_ended_allocation_ends_with_it(
     assert "while this step ran" in (got.reason or "")
 
 
+def test_step_still_running_in_sacct_after_its_driver_completed_is_not_ended() -> None:
+    alloc = JobState(job_id="7", status=JobStatus.COMPLETED, raw_state="COMPLETED")
+    line = JobState(job_id="7.2", status=JobStatus.RUNNING, raw_state="RUNNING")
+    assert step_state("7.2", line, alloc).status == JobStatus.RUNNING  # slurmdbd is behind
+
+
+def test_step_line_without_its_name_yet_is_taken_by_its_number() -> None:
+    text = recorded("sacct-COMPLETED-alloc-steps.txt")
+    alloc = alloc_id(text)
+    unnamed = text.replace("|orch-rec-n2xg1\n", "|\n")
+    assert unnamed != text
+    sched = AllocationScheduler(runner=Replay(unnamed))  # type: ignore[arg-type]
+    sched._names[f"{alloc}.1"] = "orch-rec-n2xg1"
+    assert sched.poll([f"{alloc}.1"])[f"{alloc}.1"].exit_code == 3
+
+
 def test_failing_sacct_is_an_infrastructure_error_naming_per_step_mode() -> None:
     sched = AllocationScheduler(runner=Replay("", sacct_rc=1))  # type: ignore[arg-type]
     with pytest.raises(SchedulerError) as e:
