@@ -9,7 +9,9 @@ between a chained job's end and the next job's start (docs/benchmarks.md).
 Step states come from sacct's job-step lines (`sacct -j ALLOC` without -X: ALLOC, ALLOC.batch,
 ALLOC.0, ALLOC.1, ...). Each srun is named `orch-<plan>-<step>` and a step line is matched by
 that name, not by its number, so a step whose srun never started (Slurm then numbers the next one
-in its place) cannot be mistaken for another. A ladder step gets the id `ALLOC.K` (K its place in
+in its place) cannot be mistaken for another; a line whose name slurmdbd has not filled in yet is
+taken by its number. A line still RUNNING after the driver COMPLETED is slurmdbd behind, not an
+end. A ladder step gets the id `ALLOC.K` (K its place in
 the driver); a step with no line yet is PENDING while the allocation waits or runs earlier steps,
 and ends with the allocation if the allocation ends first. The mode needs Slurm accounting.
 
