@@ -38,7 +38,9 @@ def sacct_states(lab: Lab, job_ids: list[str]) -> dict[str, str]:
 
 
 def test_smoke_ladder_through_slurm(lab: Lab, tmp_path: Path) -> None:
-    proc = orch(lab, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "2", "--out", str(tmp_path))
+    # one job per step (allocation mode, the default, has tests/integration/test_allocation_lab.py)
+    proc = orch(lab, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "2",
+                "--slurm-mode", "per-step", "--out", str(tmp_path))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = result_of(tmp_path)
     assert [s["step"]["id"] for s in result["steps"]] == ["n1xg2", "n2xg2", "n3xg2"]
