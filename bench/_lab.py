@@ -37,6 +37,28 @@ def elapsed_raw(job_ids: list[str], env: dict[str, str]) -> dict[str, int]:
     return out
 
 
+def step_elapsed_raw(step_ids: list[str], env: dict[str, str]) -> dict[str, int]:
+    """ElapsedRaw of each finished job step (ALLOC.K, allocation mode), from sacct's step lines
+    (no -X); whole seconds as Slurm records them. Retried until all are recorded."""
+    allocs = sorted({s.partition(".")[0] for s in step_ids})
+    out: dict[str, int] = {}
+    for _ in range(20):
+        text = subprocess.run(
+            ["sacct", "--parsable2", "--noheader", "-o", "JobID,State,ElapsedRaw", "-j", ",".join(allocs)],
+            capture_output=True, text=True, check=True, env=env, timeout=30,
+        ).stdout  # fmt: skip
+        rows = [line.split("|") for line in text.splitlines() if line.count("|") == 2]
+        out = {
+            jid: int(raw)
+            for jid, state, raw in rows
+            if jid in step_ids and state not in ("RUNNING", "PENDING")
+        }
+        if all(s in out for s in step_ids):
+            break
+        time.sleep(0.5)
+    return out
+
+
 def wait_idle(nodes: list[str], env: dict[str, str], timeout_s: float = 600.0) -> None:
     """Wait until every node is idle in Slurm and the queue is empty; exit with a message if the
     lab stays busy (another engineer's test holds it) longer than timeout_s."""

@@ -3,7 +3,8 @@
 Method: on the running virtual lab, the smoke plan's ladder over 1, 2, 3 nodes with one rank per
 node (all six collectives, 1 KiB..1 MiB x4, 2 warm-up + 5 timed iterations, --check) runs twice:
 
-  * orch: `orch scale-test -i INVENTORY --nodes 1..N --gpus-per-node 1 --backend slurm`, a child
+  * orch: `orch scale-test -i INVENTORY --nodes 1..N --gpus-per-node 1 --backend slurm
+    --slurm-mode per-step` (one job per step, as ReFrame runs them), a child
     process timed from spawn to exit with a monotonic clock (CLI start-up, inventory, plan,
     submission, polling, collection, verdict, store: everything a user waits for).
   * ReFrame 4.10 (`pip install -e '.[bench]'`): `reframe --exec-policy=serial -r` on a site
@@ -178,10 +179,14 @@ def run_reframe(jobs: list[dict[str, object]], env: dict[str, str], work: Path) 
     return Timing("reframe", wall, ids, {})
 
 
-def run_orch(inventory: Path, nodes: str, env: dict[str, str], work: Path) -> Timing:
-    out = work / "orch-runs"
+def run_orch(
+    inventory: Path, nodes: str, env: dict[str, str], work: Path, mode: str = "per-step"
+) -> Timing:
+    """orch scale-test from spawn to exit; one job per step by default, as ReFrame runs them."""
+    out = work / f"orch-runs-{mode}"
     argv = [str(VENV_BIN / "orch"), "scale-test", "-i", str(inventory), "--nodes", nodes,
-            "--gpus-per-node", "1", "--backend", "slurm", "--out", str(out)]  # fmt: skip
+            "--gpus-per-node", "1", "--backend", "slurm", "--slurm-mode", mode,
+            "--out", str(out)]  # fmt: skip
     t0 = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     wall = time.monotonic() - t0

@@ -27,6 +27,7 @@ from orchestrator.models.results import Collective, CollRow
 from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
 from orchestrator.safefs import NotInside, read_inside
+from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus, inventory_backend
 from orchestrator.scheduler.local import LocalScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
@@ -102,9 +103,15 @@ def choose_backend(plan: Plan, cluster: Cluster) -> Literal["slurm", "local"]:
     return inventory_backend(cluster)
 
 
-def make_scheduler(backend: Literal["slurm", "local"], cluster: Cluster) -> JobScheduler:
+def make_scheduler(
+    backend: Literal["slurm", "local"], cluster: Cluster, plan: Plan | None = None
+) -> JobScheduler:
+    """The backend's scheduler; on Slurm, the plan's slurm_mode picks one allocation for the
+    ladder or one job per step (concurrent steps always get a job each)."""
     if backend == "local":
         return LocalScheduler()
+    if plan is not None and plan.slurm_mode == "allocation" and not plan.concurrent_steps:
+        return AllocationScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
     return SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
 
 
@@ -242,7 +249,7 @@ class _Runner:
         # steps; concurrent mode drops the chain and lets Slurm place steps on free nodes.
         wanted = sorted({n for s in self.steps for n in s.nodes})
         unavailable = self.sched.unavailable_nodes(wanted)
-        prev: str | None = None
+        todo: list[int] = []
         for i in range(len(self.steps)):
             if self.results[i].ended_mono is not None:
                 continue  # finished in an earlier attempt (resume)
@@ -251,6 +258,17 @@ class _Runner:
                 self.results[i].blamed_nodes = [n for n in self.steps[i].nodes if n in unavailable]
                 self._abandon([self.results[i]], "Slurm cannot give it its nodes: " + ", ".join(lost))
                 continue
+            todo.append(i)
+        if isinstance(self.sched, AllocationScheduler) and todo:
+            # One allocation runs the steps in ladder order, one job step each.
+            ids = self.sched.submit_ladder([self.specs[i] for i in todo], self.rundir.root / "alloc")
+            for k, (i, job_id) in enumerate(zip(todo, ids, strict=True)):
+                self.results[i].job_id = job_id
+                self._log("step_submitted", step=self.specs[i].step_id, job_id=job_id,
+                          after=ids[k - 1] if k else None)  # fmt: skip
+            return
+        prev: str | None = None
+        for i in todo:
             self._submit(i, None if self.plan.concurrent_steps else prev)
             prev = self.results[i].job_id
 
@@ -376,7 +394,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     plan = resolve_plan(req.plan, req.overrides)
     steps = expand_steps(plan, cluster, group=req.group)
     backend = choose_backend(plan, cluster)
-    sched = make_scheduler(backend, cluster)
+    sched = make_scheduler(backend, cluster, plan)
     fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
     out_root = req.overrides.out_dir or req.out_dir
     _check_before_run(stack_name(None, plan, cluster), out_root, backend, steps)
@@ -483,7 +501,7 @@ def resume_run(
             n = len(list(attempts.glob(f"{s.id}.*"))) + 1
             old.rename(under(attempts, f"{s.id}.{n}", what="attempt folder"))
     backend = choose_backend(plan, cluster)
-    sched = make_scheduler(backend, cluster)
+    sched = make_scheduler(backend, cluster, plan)
     listeners = [*listeners, _store_listener(rundir.root.parent)]
     todo = [s.id for s in steps if s.id not in done]
     rundir.event("run_resumed", run_id=rundir.run_id, steps=todo, **_who())

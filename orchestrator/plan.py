@@ -124,6 +124,8 @@ def apply_overrides(plan: Plan, ov: PlanOverrides) -> Plan:
         new.check = ov.check
     if ov.backend is not None:
         new.backend = ov.backend
+    if ov.slurm_mode is not None:
+        new.slurm_mode = ov.slurm_mode
     if ov.partition is not None:
         if not re.match(SLURM_WORD, ov.partition):
             raise ConfigError(

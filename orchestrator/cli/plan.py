@@ -153,7 +153,9 @@ def plan_summary(plan: Plan) -> str:
             f"dtype {plan.dtype}",
             f"iterations: {plan.warmup_iters} warm-up + {plan.iters} timed, "
             f"check {'on' if plan.check else 'off'}",
-            f"backend: {plan.backend}" + (f", partition {plan.partition}" if plan.partition else ""),
+            f"backend: {plan.backend}"
+            + (f", partition {plan.partition}" if plan.partition else "")
+            + f"; on Slurm: {plan.slurm_mode if not plan.concurrent_steps else 'per-step'} mode",
             f"step timeout: {plan.step_timeout_s}s"
             + (f", run timeout {plan.run_timeout_s}s" if plan.run_timeout_s else ""),
             f"steps run {'concurrently on disjoint nodes' if plan.concurrent_steps else 'one at a time'}",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -137,6 +137,14 @@ def scale_test_cmd(
             "--concurrent-steps", help="Let steps run together (they distort each other's numbers)."
         ),
     ] = False,
+    slurm_mode: Annotated[
+        Literal["allocation", "per-step"] | None,
+        typer.Option(
+            "--slurm-mode",
+            help="allocation: the ladder in one allocation, a job step per step (default); "
+            "per-step: one job per step, for a shared cluster.",
+        ),
+    ] = None,
 ) -> int:
     """Run the collective benchmark ladder and give a verdict (exit 0 accepted, 1 thresholds, 3 infra)."""
     overrides = make_overrides(
@@ -144,6 +152,7 @@ def scale_test_cmd(
     )
     if concurrent_steps:
         overrides.concurrent_steps = True
+    overrides.slurm_mode = slurm_mode
     overrides.stack = stack
     req = ScaleTestRequest(
         inventory=inventory,

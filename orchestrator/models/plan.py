@@ -18,6 +18,7 @@ from orchestrator.models.names import Name
 from orchestrator.models.results import COLLECTIVES, PlanCollective
 
 Backend = Literal["slurm", "local", "auto"]
+SlurmMode = Literal["allocation", "per-step"]
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -237,6 +238,10 @@ class Plan(StrictModel):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     concurrent_steps: bool = Field(default=False, description="let steps on disjoint nodes run together")
     backend: Backend = "auto"
+    slurm_mode: SlurmMode = Field(
+        default="allocation",
+        description="Slurm: the ladder as job steps of one allocation, or a job per step (scale-test.md)",
+    )
     partition: str | None = Field(
         default=None, pattern=SLURM_WORD, description="Slurm partition (letters, digits, _ . - only)"
     )
@@ -272,6 +277,7 @@ class PlanOverrides(StrictModel):
     warmup_iters: int | None = Field(default=None, ge=0)
     check: bool | None = None
     backend: Backend | None = None
+    slurm_mode: SlurmMode | None = Field(default=None, description="--slurm-mode")
     partition: str | None = None
     timeout_s: int | None = Field(default=None, ge=1, description="--timeout: per-step time limit")
     concurrent_steps: bool | None = Field(default=None, description="--concurrent-steps")

@@ -125,6 +125,7 @@ class JobState(StrictModel):
     reason: str | None = None
     elapsed_s: float | None = None
     nodelist: str | None = None
+    name: str | None = Field(default=None, description="the job's (or job step's) name, where known")
 
 
 class RankOutput(StrictModel):

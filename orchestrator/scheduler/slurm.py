@@ -77,6 +77,57 @@ def _check_env_name(key: str) -> None:
         raise ConfigError(f"environment variable name {key!r} is not valid")
 
 
+def check_output_path(path: Path) -> None:
+    """Refuse a path Slurm would misread in an --output pattern; raises ConfigError."""
+    if "\\" in str(path):
+        # Slurm reads a backslash in an output path as "replace nothing": every rank's
+        # rank-%t.log would be one file.
+        raise ConfigError(f"path {str(path)!r}: Slurm cannot take a backslash in an output path")
+
+
+def check_spec(spec: JobSpec) -> None:
+    """Refuse a spec with a value that cannot go into a job script safely (raises ConfigError):
+    what goes on an #SBATCH line or is a name in the body must be a Slurm word or a variable name.
+
+    JobSpec already holds the job name and step id to the identifier pattern (models/names.py);
+    every other value in a script body is quoted by the template's `sh` filter. The one check of
+    every script orch renders: a job's (render) and allocation mode's driver (render_ladder)."""
+    for node in spec.nodes:
+        _check_word("node", node)
+    if spec.partition:
+        _check_word("partition", spec.partition)
+    for key in [*spec.env, *spec.task_env, *spec.task_env.values()]:
+        _check_env_name(key)
+    for path in (spec.workdir, spec.output):
+        if path is not None:
+            check_output_path(path)
+
+
+def task_wrapper(spec: JobSpec) -> str:
+    """The bash snippet that sets spec.task_env in each task before its argv ("$@"); '' if none."""
+    if not spec.task_env:
+        return ""
+    # A constant snippet (names only, checked by check_spec); the argv follows as "$@".
+    sets = " ".join(f'{k}="${v}"' for k, v in sorted(spec.task_env.items()))
+    return f'export {sets}; exec "$@"'
+
+
+def rank_output(spec: JobSpec) -> str:
+    """srun's --output pattern of the step's rank logs: rank-<t>.log in its workdir."""
+    return f"{slurm_pattern(spec.workdir)}/rank-%t.log"
+
+
+def sbatch_base(output: Path) -> list[str]:
+    """The start of every sbatch command orch runs: what goes on the command line rather than on
+    #SBATCH lines (a path, the environment allow-list). `output` may end in a %j pattern."""
+    return [
+        "sbatch",
+        "--parsable",
+        f"--export={','.join(JOB_ENV_ALLOW)}",
+        f"--output={slurm_pattern(output.parent)}/{output.name}",
+    ]
+
+
 class SlurmScheduler:
     """JobScheduler on Slurm. `slurm_conf`: the SLURM_CONF of the cluster, when not the default."""
 
@@ -98,37 +149,21 @@ class SlurmScheduler:
         self.runner: CommandRunner = runner or LocalRunner()
         self._use_sacct = use_sacct  # None: find out on first poll
         self._submitted_at: datetime | None = None
-        self._template = _env().get_template("sbatch.sh.j2")
+        self._jinja = _env()
+        self._template = self._jinja.get_template("sbatch.sh.j2")
 
     # -- pure -----------------------------------------------------------------------------
     def render(self, spec: JobSpec) -> str:
         """The sbatch script for spec; raises ConfigError when a value cannot go into it safely."""
-        # JobSpec already holds the job name and step id to the identifier pattern; what else goes
-        # on an #SBATCH line is checked here.
-        for node in spec.nodes:
-            _check_word("node", node)
-        if spec.partition:
-            _check_word("partition", spec.partition)
-        for key in [*spec.env, *spec.task_env, *spec.task_env.values()]:
-            _check_env_name(key)
-        for path in (spec.workdir, spec.output):
-            if path is not None and "\\" in str(path):
-                # Slurm reads a backslash in an output path as "replace nothing": every rank's
-                # rank-%t.log would be one file.
-                raise ConfigError(f"path {str(path)!r}: Slurm cannot take a backslash in an output path")
-        wrapper = ""
-        if spec.task_env:
-            # A constant bash snippet (names only, checked above); the argv follows as "$@".
-            sets = " ".join(f'{k}="${v}"' for k, v in sorted(spec.task_env.items()))
-            wrapper = f'export {sets}; exec "$@"'
+        check_spec(spec)
         daily_at = spec.begin.strftime("%H:%M") if spec.begin and spec.daily else ""
         return str(
             self._template.render(
                 spec=spec,
                 version=__version__,
                 time_limit=slurm_time(spec.time_limit_s) if spec.time_limit_s else "",
-                rank_output=f"{slurm_pattern(spec.workdir)}/rank-%t.log",
-                task_wrapper=wrapper,
+                rank_output=rank_output(spec),
+                task_wrapper=task_wrapper(spec),
                 resubmit=self.sbatch_argv(spec) if daily_at else [],
                 daily_at=daily_at,
                 script=self.script_path(spec),
@@ -144,13 +179,7 @@ class SlurmScheduler:
     def sbatch_argv(spec: JobSpec) -> list[str]:
         """The sbatch command of spec, without --begin, --dependency and the script: what goes on
         the command line rather than on #SBATCH lines (paths, the environment allow-list)."""
-        output = spec.output or spec.workdir / "slurm-%j.out"
-        argv = [
-            "sbatch",
-            "--parsable",
-            f"--export={','.join(JOB_ENV_ALLOW)}",
-            f"--output={slurm_pattern(output.parent)}/{output.name}",
-        ]
+        argv = sbatch_base(spec.output or spec.workdir / "slurm-%j.out")
         if spec.append_output:
             argv.append("--open-mode=append")
         return [*argv, *spec.extra_args]
@@ -179,14 +208,19 @@ class SlurmScheduler:
         if spec.begin:
             argv.append(f"--begin={spec.begin.strftime('%Y-%m-%dT%H:%M:%S')}")
         argv.append(str(script))
+        return self._sbatch(argv, f"step {spec.step_id}")
+
+    def _sbatch(self, argv: list[str], what: str) -> str:
+        """Run the sbatch command argv (sbatch_base first); the job id it printed. Raises
+        SchedulerError when sbatch refuses it."""
         if self._submitted_at is None:
             self._submitted_at = datetime.now()
         res = self._run(argv)
         if not res.ok:
-            raise SchedulerError(f"sbatch refused step {spec.step_id}: {res.brief()}")
+            raise SchedulerError(f"sbatch refused {what}: {res.brief()}")
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
-            raise SchedulerError(f"sbatch printed no job id for step {spec.step_id}: {res.stdout!r}")
+            raise SchedulerError(f"sbatch printed no job id for {what}: {res.stdout!r}")
         return job_id
 
     def poll(self, job_ids: list[str]) -> dict[str, JobState]:
@@ -212,23 +246,23 @@ class SlurmScheduler:
         return states
 
     def _query(
-        self, what: str, argv: list[str], benign: tuple[str, ...] = (_UNKNOWN_JOB,)
+        self, what: str, argv: list[str], benign: tuple[str, ...] = (_UNKNOWN_JOB,), *, hint: str = ""
     ) -> CmdResult | None:
         """Run a polling command; None when it failed (counted, see poll), else its result, which
         may still be a non-zero exit whose stderr says one of `benign` (e.g. a job id the
-        controller no longer knows)."""
+        controller no longer knows). `hint`: what the SchedulerError says to do, once raised."""
         try:
             res = self._run(argv)
         except SchedulerError as e:
-            self._failed(what, str(e))
+            self._failed(what, str(e), hint)
             return None
         if res.ok or any(b.lower() in res.stderr.lower() for b in benign):
             self._failures.pop(what, None)
             return res
-        self._failed(what, res.brief())
+        self._failed(what, res.brief(), hint)
         return None
 
-    def _failed(self, what: str, why: str) -> None:
+    def _failed(self, what: str, why: str, hint: str = "") -> None:
         count, since = self._failures.get(what, (0, self._clock()))
         count += 1
         self._failures[what] = (count, since)
@@ -236,7 +270,7 @@ class SlurmScheduler:
         if count >= self.max_failures and waited >= self.failure_window_s:
             raise SchedulerError(
                 f"{what} failed {count} times in a row over {waited:.0f} s: {why}",
-                hint="is slurmctld (and slurmdbd, for sacct) running and SLURM_CONF right?",
+                hint=hint or "is slurmctld (and slurmdbd, for sacct) running and SLURM_CONF right?",
             )
 
     def _poll_sacct(self, job_ids: list[str]) -> dict[str, JobState]:
@@ -277,7 +311,11 @@ class SlurmScheduler:
         return JobState(job_id=job_id, status=JobStatus.UNKNOWN, raw_state="UNKNOWN")
 
     def cancel(self, job_ids: list[str]) -> None:
-        """scancel the jobs; ids Slurm no longer knows are fine."""
+        """scancel the jobs; ids Slurm no longer knows are fine. An id that is not one Slurm word
+        (a tampered journal read by orphan cleanup) raises ConfigError: scancel would read it as an
+        option."""
+        for job_id in job_ids:
+            _check_word("job id", job_id)
         if job_ids:
             self._run(["scancel", *job_ids])
 

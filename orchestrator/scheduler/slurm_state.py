@@ -115,6 +115,7 @@ def _state(job_id: str, raw_state: str, **extra: str | None) -> JobState:
         elapsed_s=elapsed,
         reason=_none(extra.get("reason") or ""),
         nodelist=_none(extra.get("nodelist") or ""),
+        name=_none(extra.get("name") or ""),
     )
 
 
@@ -162,7 +163,7 @@ def _check_default_order(line: str, row: dict[str, str], raw: str) -> None:
 
 
 def parse_sacct(
-    text: str, fields: tuple[str, ...] = SACCT_FIELDS, *, check_order: bool = False
+    text: str, fields: tuple[str, ...] = SACCT_FIELDS, *, check_order: bool = False, steps: bool = False
 ) -> dict[str, JobState]:
     """Job states from `sacct --parsable2` output in `fields` order (a header line is allowed).
 
@@ -171,6 +172,8 @@ def parse_sacct(
     field order, whatever order and case it has. Without a header and with `check_order`, every
     line must fit `fields` (a job id, a Slurm state, N:M, a duration where those fields are), so
     that output of another `-o` order is refused rather than read with fields in the wrong places.
+    With `steps`, job steps are not folded: each line is kept under its own id (123, 123.batch,
+    123.0), as the allocation mode needs to follow the ladder's steps inside one job.
     Raises ParseError when a line has too few fields, or no JobID/State column exists.
     """
     lines = _lines(text)
@@ -204,8 +207,8 @@ def parse_sacct(
             _check_default_order(line, row, text)
         job_id = row["JobID"].strip()
         m = _STEP_RE.match(job_id)
-        step = m is not None
-        if m:
+        step = m is not None and not steps
+        if m and not steps:
             job_id = m.group(1)
         if not job_id or not row["State"].strip():
             raise ParseError(f"sacct line without JobID or State: {line!r}", raw=text)
@@ -218,6 +221,7 @@ def parse_sacct(
             elapsed=row.get("Elapsed"),
             reason=row.get("Reason"),
             nodelist=row.get("NodeList"),
+            name=row.get("JobName"),
         )
         if step:
             from_step.add(job_id)

@@ -8,6 +8,7 @@ Slurm still holds and journals `orphans_cancelled` in the run, so a second clean
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from orchestrator.store.load import load_run
 from orchestrator.store.rundir import RunDir
 
 SchedulerFor = Callable[[Path | None], JobScheduler]
+# A Slurm job id, or allocation mode's ALLOC.K; anything else in a journal was not written by orch
+# and never reaches sacct or scancel (a "--user=..." would be read as an option).
+_JOB_ID = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 class OrphanReport(StrictModel):
@@ -45,7 +49,7 @@ def orphan_job_ids(run_dir: Path) -> list[str]:
     settled: set[str] = set()
     for ev in RunDir(run_dir).events():
         kind, job = ev.get("event"), ev.get("job_id")
-        if kind == "step_submitted" and isinstance(job, str):
+        if kind == "step_submitted" and isinstance(job, str) and _JOB_ID.fullmatch(job):
             submitted.append(job)
         elif kind == "step_done" and isinstance(job, str):
             settled.add(job)
@@ -79,11 +83,13 @@ def cleanup_orphans(runs_root: Path, scheduler_for: SchedulerFor = _slurm) -> li
         if not jobs:
             continue
         sched = scheduler_for(_slurm_conf(run_dir))
-        states = sched.poll(jobs)
-        live = [j for j in jobs if j in states and not states[j].status.terminal
-                and states[j].status is not JobStatus.UNKNOWN]  # fmt: skip
+        # A ladder step of allocation mode (ALLOC.K) lives and dies with its allocation ALLOC.
+        owner = {j: j.partition(".")[0] for j in jobs}
+        states = sched.poll(sorted(set(owner.values())))
+        live = [j for j in jobs if (s := states.get(owner[j])) is not None and not s.status.terminal
+                and s.status is not JobStatus.UNKNOWN]  # fmt: skip
         if live:
-            sched.cancel(live)
+            sched.cancel(sorted({owner[j] for j in live}))
         RunDir(run_dir).event("orphans_cancelled", cancelled=jobs, live=live)
         reports.append(OrphanReport(run_id=run_dir.name, jobs=jobs, cancelled=live))
     return reports

@@ -68,7 +68,8 @@ def node_net_state(lab: Lab) -> dict[str, str]:
 def orch_jobs(lab: Lab, ids: list[str] | None = None) -> list[str]:
     out = lab.slurm("squeue", "--noheader", "-o", "%i %j").stdout
     mine = [ln.split()[0] for ln in out.splitlines() if " orch-" in ln]
-    return [j for j in mine if ids is None or j in ids]
+    jobs = {i.partition(".")[0] for i in ids or []}  # allocation mode: step ALLOC.K is queued as ALLOC
+    return [j for j in mine if ids is None or j in jobs]
 
 
 @pytest.fixture(autouse=True)

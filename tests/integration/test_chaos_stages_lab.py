@@ -66,7 +66,8 @@ def wait_for(check: Callable[[], bool], what: str, deadline_s: float = 60) -> fl
 
 def queued(lab: Lab, ids: list[str]) -> list[str]:
     out = lab.slurm("squeue", "--noheader", "-o", "%i").stdout.split()
-    return [j for j in out if j in ids]
+    jobs = {i.partition(".")[0] for i in ids}  # allocation mode: step ALLOC.K is queued as ALLOC
+    return [j for j in out if j in jobs]
 
 
 def alive(procs: list[psutil.Process]) -> list[psutil.Process]:

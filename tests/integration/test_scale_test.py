@@ -40,8 +40,10 @@ def sacct_states(lab: Lab, job_ids: list[str]) -> dict[str, str]:
 
 
 def test_smoke_ladder_through_slurm(lab: Lab, tmp_path: Path) -> None:
+    # one job per step (allocation mode, the default, has tests/integration/test_allocation_lab.py)
     out = tmp_path / "my runs"  # a space: paths never go on #SBATCH lines, so this works
-    proc = orch(lab, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "2", "--out", str(out))
+    proc = orch(lab, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "2",
+                "--slurm-mode", "per-step", "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = result_of(out)
     assert [s["step"]["id"] for s in result["steps"]] == ["n1xg2", "n2xg2", "n3xg2"]
@@ -225,16 +227,22 @@ def test_acceptance_plan_names_every_efficiency_reference(lab: Lab, tmp_path: Pa
     names = {tc.get("name") for tc in ET.fromstring(junit).iter("testcase")}
     want = {"inter-node vs n2xg1", "inter-node vs n2xg2", "intra-node vs n1xg2"}
     assert {f"scaling efficiency >= 0.8 ({w})" for w in want} <= names
+
+
+@pytest.mark.parametrize("mode", ["per-step", "allocation"])
 def test_job_gets_the_allowed_environment_only(
-    lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """sbatch --export=<allow-list>: a secret in orch's environment stays out of the job, while
-    srun --export=ALL still hands every task PATH, the script's exports and Slurm's variables."""
+    srun --export=ALL still hands every task PATH, the script's exports and Slurm's variables;
+    in allocation mode through the driver's srun of the step."""
+    from orchestrator.scheduler.allocation import AllocationScheduler
     from orchestrator.scheduler.base import JobSpec
     from orchestrator.scheduler.slurm import SlurmScheduler
 
     monkeypatch.setenv("ORCH_TEST_SECRET", "canary-b1d3f0")
-    sched = SlurmScheduler(slurm_conf=Path(lab.env["SLURM_CONF"]))
+    kind = SlurmScheduler if mode == "per-step" else AllocationScheduler
+    sched = kind(slurm_conf=Path(lab.env["SLURM_CONF"]))
     spec = JobSpec(name="orch-envcheck-n2", step_id="n2", nodes=["node1", "node2"], nnodes=2,
                    ranks_per_node=1, argv=["/usr/bin/env"], env={"ORCH_WANTED": "yes it is"},
                    master_addr="198.18.0.11", master_port=29999, time_limit_s=60,
@@ -250,7 +258,8 @@ def test_job_gets_the_allowed_environment_only(
         assert "ORCH_TEST_SECRET" not in env and "canary-b1d3f0" not in "".join(env.values())
         assert env["ORCH_WANTED"] == "yes it is" and env["MASTER_ADDR"] == "198.18.0.11"
         assert env["PATH"] and env["SLURM_PROCID"] == str(rank)
-    assert (spec.workdir / f"slurm-{job}.out").exists()
+    alloc = job.partition(".")[0]
+    assert (spec.workdir / (f"slurm-{job}.out" if mode == "per-step" else f"alloc-{alloc}.out")).exists()
 
 
 @pytest.mark.parametrize("failing", [["sacct"], ["sacct", "squeue", "scontrol"]], ids=["sacct", "all-three"])
@@ -302,7 +311,8 @@ def test_sacct_failing_mid_ladder_ends_the_run_with_exit_3_and_no_job_left(
     assert events[-1]["event"] == "run_finished" and events[-1]["exit_code"] == 3
     (error,) = [e for e in events if e["event"] == "run_error"]
     assert error["cancelled"], "no job was live when orch gave up"
-    jobs = [e["job_id"] for e in events if e["event"] == "step_submitted"]
+    # allocation mode (the default): step ALLOC.K is queued as ALLOC
+    jobs = sorted({e["job_id"].partition(".")[0] for e in events if e["event"] == "step_submitted"})
     deadline = time.monotonic() + 20  # scancel is asynchronous (COMPLETING for a moment)
     left = "?"
     while left and time.monotonic() < deadline:

@@ -37,6 +37,7 @@ from orchestrator.plan import (
     resolve_plan,
 )
 from orchestrator.provision.runner import PlaybookRequest, runner_kwargs
+from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
 
 
@@ -158,6 +159,9 @@ def test_inventory_values_to_sbatch(sandbox: Path, index: int) -> None:
             continue
         (work / "run").mkdir(exist_ok=True)
         srun_args = _run_script(script, sandbox, work)
+        assert srun_args[-len(spec.argv) :] == [str(a) for a in spec.argv]
+        # the same values through allocation mode's driver (one srun per ladder step)
+        srun_args = _run_script(AllocationScheduler().render_ladder([spec]), sandbox, work)
         assert srun_args[-len(spec.argv) :] == [str(a) for a in spec.argv]
         outcomes[slot] = "inert"
     assert not canary.exists(), f"value {index} ran: {outcomes}"

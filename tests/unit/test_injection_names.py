@@ -30,6 +30,7 @@ from orchestrator.models.plan import Plan, Step
 from orchestrator.paths import under
 from orchestrator.pipeline import job_spec, resume_run
 from orchestrator.plan import expand_steps, load_plan
+from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import JOB_ENV_ALLOW, SlurmScheduler
 from orchestrator.store.load import load_run
@@ -208,6 +209,19 @@ def test_out_path_stays_one_word(sandbox: Path, kind: str, monkeypatch: pytest.M
     run_script(script, sandbox, base)
     got = stub_args(sandbox, "srun")
     assert got[-len(spec.argv) :] == spec.argv
+    assert f"--output={workdir}/rank-%t.log" in got
+    assert not canary.exists()
+    assert files_outside(sandbox, workdir) - before <= {sandbox / "job.sh", sandbox / "srun.args"}
+    # Allocation mode's driver: the same rules for the ladder's one script.
+    alloc = AllocationScheduler()
+    driver = alloc.render_ladder([spec])
+    assert not any(line.startswith("#SBATCH") and str(workdir) in line for line in driver.splitlines())
+    alloc_dir = workdir.parent.parent / "alloc"
+    assert f"--output={alloc_dir}/alloc-%j.out" in alloc.ladder_argv(alloc_dir)  # one argv element
+    (sandbox / "srun.args").unlink()
+    run_script(driver, sandbox, base)
+    got = stub_args(sandbox, "srun")
+    assert got[0] == "--export=ALL" and got[-len(spec.argv) :] == spec.argv
     assert f"--output={workdir}/rank-%t.log" in got
     assert not canary.exists()
     assert files_outside(sandbox, workdir) - before <= {sandbox / "job.sh", sandbox / "srun.args"}

@@ -32,12 +32,14 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def make_run(root: Path, name: str, pid: int, *, finished: bool = False) -> Path:
+def make_run(
+    root: Path, name: str, pid: int, *, finished: bool = False, jobs: tuple[str, ...] = ("11", "12", "13")
+) -> Path:
     rd = RunDir.create(root, name)
     rd.event("run_started", run_id=name, steps=["n1xg1", "n2xg1", "n3xg1"], pid=pid, host=os.uname().nodename)
-    for k, job in enumerate(("11", "12", "13")):
+    for k, job in enumerate(jobs):
         rd.event("step_submitted", step=f"n{k + 1}xg1", job_id=job, after=None)
-    rd.event("step_done", step="n1xg1", job_id="11", verdict="pass", reasons=[])
+    rd.event("step_done", step="n1xg1", job_id=jobs[0], verdict="pass", reasons=[])
     if finished:
         rd.event("run_finished", status="accepted", exit_code=0, wall_s=1.0)
     return rd.root
@@ -51,6 +53,19 @@ def test_dead_run_jobs_are_cancelled_once(tmp_path: Path) -> None:
     assert report.cancelled == ["12", "13"] and slurm.cancelled == ["12", "13"]
     assert orphan_job_ids(tmp_path / "smoke-dead") == []
     assert cleanup_orphans(tmp_path, lambda conf: slurm) == []
+
+
+def test_allocation_steps_are_cancelled_with_their_allocation(tmp_path: Path) -> None:
+    make_run(tmp_path, "smoke-alloc", dead_pid(), jobs=("40.0", "40.1", "40.2"))
+    assert orphan_job_ids(tmp_path / "smoke-alloc") == ["40.1", "40.2"]
+    slurm = FakeSlurm({"40": JobStatus.RUNNING})  # Slurm knows the allocation, not the ladder's ids
+    (report,) = cleanup_orphans(tmp_path, lambda conf: slurm)
+    assert report.cancelled == ["40.1", "40.2"] and slurm.cancelled == ["40"]
+
+
+def test_a_tampered_job_id_never_reaches_slurm(tmp_path: Path) -> None:
+    make_run(tmp_path, "smoke-bad", dead_pid(), jobs=("11", "--user=someone", "12;reboot", "13.1"))
+    assert orphan_job_ids(tmp_path / "smoke-bad") == ["13.1"]
 
 
 def test_ended_jobs_are_not_cancelled(tmp_path: Path) -> None:
