@@ -261,7 +261,8 @@ class _Runner:
             todo.append(i)
         if isinstance(self.sched, AllocationScheduler) and todo:
             # One allocation runs the steps in ladder order, one job step each.
-            ids = self.sched.submit_ladder([self.specs[i] for i in todo], self.rundir.root / "alloc")
+            alloc_dir = (self.rundir.root / "alloc").absolute()  # like the steps' workdirs
+            ids = self.sched.submit_ladder([self.specs[i] for i in todo], alloc_dir)
             for k, (i, job_id) in enumerate(zip(todo, ids, strict=True)):
                 self.results[i].job_id = job_id
                 self._log("step_submitted", step=self.specs[i].step_id, job_id=job_id,

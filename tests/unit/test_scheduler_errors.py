@@ -236,3 +236,46 @@ def test_a_cancel_that_fails_too_does_not_hide_the_cause(tmp_path: Path) -> None
         _execute(runner, time.monotonic())
     events = [json.loads(line) for line in runner.rundir.journal_path.read_text().splitlines()]
     assert [e["event"] for e in events][-3:] == ["cancel_failed", "run_error", "run_finished"]
+
+
+class AllocSlurm:
+    """A CommandRunner for allocation mode: the nodes idle, sbatch prints 500, sacct always fails,
+    squeue and scancel answer nothing."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def run(self, argv: list[str], *, timeout: float | None = None, **_: object) -> CmdResult:
+        self.calls.append(argv)
+        idle = "".join(f"node{i}|idle\n" for i in (1, 2, 3))
+        answers = {"sbatch": ("500\n", 0, ""), "sacct": ("", 1, DOWN), "sinfo": (idle, 0, "")}
+        out, rc, err = answers.get(argv[0], ("", 0, ""))
+        return CmdResult(argv=argv, rc=rc, stdout=out, stderr=err, elapsed_s=0.0)
+
+
+def test_allocation_mode_sacct_failing_cancels_the_allocation_and_finishes_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator import pipeline
+    from orchestrator.scheduler.allocation import AllocationScheduler
+
+    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    slurm = AllocSlurm()
+    clock = Clock()
+
+    def tick() -> float:
+        clock.t += 5.0
+        return clock.t
+
+    sched = AllocationScheduler(runner=slurm, clock=tick)  # type: ignore[arg-type]
+    runner = _runner(tmp_path, sched)  # type: ignore[arg-type]
+    with pytest.raises(SchedulerError, match="sacct failed 5 times in a row") as e:
+        _execute(runner, time.monotonic())
+    assert "per-step" in str(e.value.hint)
+    sbatch = next(c for c in slurm.calls if c[0] == "sbatch")
+    assert sbatch[-1] == str((runner.rundir.root / "alloc" / "alloc.sbatch").absolute())
+    assert [c for c in slurm.calls if c[0] == "scancel"] == [["scancel", "500"]]
+    events = [json.loads(line) for line in runner.rundir.journal_path.read_text().splitlines()]
+    assert [e["job_id"] for e in events if e["event"] == "step_submitted"] == ["500.0", "500.1", "500.2"]
+    assert any(e["event"] == "run_error" and e["cancelled"] == ["500.0", "500.1", "500.2"] for e in events)
+    assert events[-1]["event"] == "run_finished" and events[-1]["exit_code"] == 3
