@@ -189,8 +189,12 @@ def test_full_disk_in_run_directory(lab: Lab, tmp_path: Path) -> None:
     try:
         free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
         (mnt / "filler").write_bytes(b"\0" * (free - 48 * 1024))  # room for the start, not the run
-        res = orch(lab, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "1", "--nodes", "1",
-                   "--sizes", "1K:4K:x2", "--out", str(mnt / "runs"))  # fmt: skip
+        # The results store lives elsewhere (it is opened before the run folder is made, and its
+        # first pages would take the room left): what fills up is the run folder itself.
+        env = {**lab.env, "ORCH_STORE": str(tmp_path / "orch.db")}
+        res = subprocess.run([*ORCH, "scale-test", "-i", str(lab.inventory), "--gpus-per-node", "1",
+                              "--nodes", "1", "--sizes", "1K:4K:x2", "--out", str(mnt / "runs")],
+                             capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
         assert res.returncode == 3, res.stdout + res.stderr
         errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
         assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
