@@ -182,6 +182,10 @@ class ResultsStore:
         except sqlite3.DatabaseError as e:
             if getattr(e, "sqlite_errorname", "") == "SQLITE_NOTADB":
                 raise ConfigError(f"results store {path} is not an SQLite file", hint=_STORE_HINT) from e
+            if getattr(e, "sqlite_errorname", "") == "SQLITE_FULL":
+                raise InfraError(
+                    f"results store {path}: no space left on its filesystem ({e})", hint="free space there"
+                ) from e
             raise InfraError(f"results store {path}: {e}", hint="check the file, or move it away") from e
         except sqlite3.Error as e:
             raise InfraError(f"results store {path}: {e}", hint="check the file, or move it away") from e
