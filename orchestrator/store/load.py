@@ -22,8 +22,8 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.names import ID_MAX, LongId, is_name
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
+from orchestrator.models.run import RunResult, StepResult
 from orchestrator.paths import under
-from orchestrator.pipeline import RunResult, StepResult
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.store.rundir import RunDir, json_data
 from orchestrator.text import plural

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.models.plan import Step
 from orchestrator.models.results import CollRow
-from orchestrator.pipeline import StepResult
+from orchestrator.models.run import StepResult
 from orchestrator.report.compare import Comparison, compare_runs
 from orchestrator.store.load import RunRecord
 from orchestrator.workloads.nccltests import parse_nccl_tests
