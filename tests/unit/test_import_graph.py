@@ -203,3 +203,16 @@ def test_store_and_report_do_not_import_the_pipeline(deps: dict[str, set[str]], 
         if d == "orchestrator.pipeline"
     )
     assert bad == []
+
+
+def test_store_keeps_results_only(deps: dict[str, set[str]]) -> None:
+    """store/ reads and writes results; submitting, cancelling and running on nodes live elsewhere."""
+    outside = ("pipeline", "scheduler", "remote", "faults", "stages", "runs", "cli", "lab", "provision")
+    bad = sorted(
+        f"{m} imports {d}"
+        for m, ds in deps.items()
+        if under(m, "orchestrator.store")
+        for d in ds
+        if any(under(d, f"orchestrator.{o}") for o in outside)
+    )
+    assert bad == []
