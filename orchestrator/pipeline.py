@@ -7,6 +7,7 @@ exits. Every wait is bounded; on Ctrl-C every job still queued or running is can
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import sys
@@ -38,6 +39,8 @@ from orchestrator.store.load import finished_steps, ladder_steps, load_run, requ
 from orchestrator.store.rundir import RunDir, atomic_write, new_run_id, who
 from orchestrator.workloads.nccltests import parse_nccl_tests
 
+log = logging.getLogger(__name__)
+
 POLL_INTERVAL_S = 0.5
 # A job that waits for a node Slurm will not give it (drained, down) is an infrastructure failure
 # once it has waited this long; Slurm does not end such a job by itself.
@@ -46,7 +49,7 @@ _UNAVAILABLE_REASONS = ("ReqNodeNotAvail", "NodeDown", "PartitionDown", "Partiti
 
 
 class Listener(Protocol):
-    """Receives progress events; must not raise."""
+    """Receives progress events. One that raises is logged and skipped (see _emit)."""
 
     def event(self, kind: str, data: dict[str, Any]) -> None: ...
 
@@ -134,8 +137,13 @@ def job_spec(
 
 
 def _emit(listeners: list[Listener], kind: str, **data: Any) -> None:
+    """Hand the event to every listener. One that raises is logged and the others still get the
+    event: a progress display or a store that fails never stops the run (the journal has it all)."""
     for listener in listeners:
-        listener.event(kind, data)
+        try:
+            listener.event(kind, data)
+        except Exception:
+            log.exception("listener %s failed on event %s; the run goes on", type(listener).__name__, kind)
 
 
 class _Runner:
