@@ -302,7 +302,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         recovery_plots=_recovery(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
         plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
         (json.dumps(rec.request, indent=2) if rec.request else "(plan.json missing)"),
-        stack=json.dumps(rec.stack, indent=2) if rec.stack else "(no stack.json in this run)",
-        drift=json.dumps(rec.drift, indent=2) if rec.drift else "",
-        fingerprint=json.dumps(rec.fingerprint, indent=2) if rec.fingerprint else "",
+        stack=rec.stack.model_dump_json(indent=2) if rec.stack else "(no stack.json in this run)",
+        drift=rec.drift.model_dump_json(indent=2) if rec.drift else "",
+        fingerprint=rec.fingerprint.model_dump_json(indent=2) if rec.fingerprint else "",
     )  # fmt: skip

@@ -19,10 +19,12 @@ from orchestrator.errors import ConfigError
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.fingerprint import DriftReport, FingerprintSet
 from orchestrator.models.names import ID_MAX, LongId, is_name
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.models.run import RunResult, StepResult
+from orchestrator.models.stack import Stack
 from orchestrator.paths import under
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.store.rundir import RunDir, json_data
@@ -59,9 +61,9 @@ class RunRecord(StrictModel):
     steps: list[StepResult] = Field(default_factory=list, description="finished steps, ladder order")
     nodes: dict[str, V.Verdict] = Field(default_factory=dict)
     recovery: list[RecoveryRecord] = Field(default_factory=list)
-    stack: dict[str, Any] | None = None
-    fingerprint: dict[str, Any] | None = None
-    drift: dict[str, Any] | None = None
+    stack: Stack | None = Field(default=None, description="stack.json, when the run kept its stack")
+    fingerprint: FingerprintSet | None = None
+    drift: DriftReport | None = None
     request: dict[str, Any] | None = Field(
         default=None, description="a recovery-test run's resolved request (recovery-test.json)"
     )
@@ -276,9 +278,9 @@ def load_run(run_dir: Path) -> RunRecord:
         steps=steps,
         nodes=nodes,
         recovery=recovery,
-        stack=_json_file(run_dir, run_dir / "stack.json", warnings),
-        fingerprint=_json_file(run_dir, run_dir / "fingerprint.json", warnings),
-        drift=_json_file(run_dir, run_dir / "drift.json", warnings),
+        stack=_model(Stack, run_dir, run_dir / "stack.json", warnings),
+        fingerprint=_model(FingerprintSet, run_dir, run_dir / "fingerprint.json", warnings),
+        drift=_model(DriftReport, run_dir, run_dir / "drift.json", warnings),
         request=_json_file(run_dir, run_dir / REQUEST_FILE, warnings),
         warnings=warnings,
         unreadable=unreadable,
