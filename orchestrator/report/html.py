@@ -16,6 +16,7 @@ from markupsafe import Markup
 from orchestrator import __version__
 from orchestrator.models.plan import format_size
 from orchestrator.models.results import COLLECTIVES
+from orchestrator.models.run import RunRecord
 from orchestrator.plan import plan_to_yaml
 from orchestrator.report import svg
 from orchestrator.report.common import (
@@ -29,7 +30,6 @@ from orchestrator.report.common import (
     step_wrong,
     threshold_rows,
 )
-from orchestrator.store.load import RunRecord
 from orchestrator.text import plural
 
 _CSS = """

@@ -28,9 +28,10 @@ from pydantic import Field
 from orchestrator.errors import ConfigError, InfraError, OrchError
 from orchestrator.metrics.verdict import BaselineBusbw
 from orchestrator.models.base import StrictModel
+from orchestrator.models.run import RunRecord
 from orchestrator.safefs import create_private, make_dir
 from orchestrator.store import pg
-from orchestrator.store.load import RunRecord, load_run
+from orchestrator.store.load import load_run
 from orchestrator.store.location import STORE_ENV as STORE_ENV
 from orchestrator.store.location import STORE_NAME as STORE_NAME
 from orchestrator.store.location import PgUrl, StoreLocation, default_store, parse_store
