@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from orchestrator.faults.engine import FaultEngine
-from orchestrator.faults.service import node_shells
 from orchestrator.inventory import load_inventory
 from orchestrator.models.fault import FaultSpec, FaultTarget
+from orchestrator.remote.shells import node_shells
 
 ANSIBLE = str(Path(sys.executable).with_name("ansible"))
 

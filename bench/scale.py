@@ -24,7 +24,7 @@ Method (each part prints its times and the growth full / quarter next to the siz
 (c) fan-out on the running lab: fingerprint (orchestrator.provision.service.fingerprint: the
     fingerprint playbook through ansible-runner, forks 16, stack cpu-gloo) limited to a quarter of
     the nodes, then all of them; and a fault fan-out over the kept-open SSH shells
-    (orchestrator.faults.service.node_shells + FaultEngine): connect a shell per node, then
+    (orchestrator.remote.shells.node_shells + FaultEngine): connect a shell per node, then
     throttle (tbf) on each node's first RDMA NIC injected and reverted on every node, one thread
     per node; the same done node after node is printed too (scale-test's fault thread takes a
     lock around inject and revert). Sizes: the lab's node count and a quarter of it (at least 1).
@@ -277,8 +277,8 @@ def fault_fanout(inventory: Path, names: list[str]) -> tuple[float, float, float
     (this process, all its threads: what a real cluster, whose nodes have their own CPUs, would
     still pay on the machine that runs orch). node_shells connects each shell on first use."""
     from orchestrator.faults.engine import FaultEngine
-    from orchestrator.faults.service import node_shells
     from orchestrator.models.fault import FaultSpec, FaultTarget
+    from orchestrator.remote.shells import node_shells
 
     cluster = load_inventory(inventory)
     sub = cluster.model_copy(update={"nodes": [cluster.node(n) for n in names]})

@@ -7,6 +7,7 @@ exits. Every wait is bounded; on Ctrl-C every job still queued or running is can
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import sys
@@ -21,9 +22,9 @@ from orchestrator.inventory import load_inventory
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.names import LongId
 from orchestrator.models.plan import Plan, PlanOverrides, Step
-from orchestrator.models.results import Collective, CollRow
+from orchestrator.models.run import RunResult as RunResult  # re-exported: callers of scale_test
+from orchestrator.models.run import StepResult as StepResult
 from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
 from orchestrator.safefs import NotInside, read_inside
@@ -31,10 +32,15 @@ from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus, inventory_backend
 from orchestrator.scheduler.local import LocalScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
+from orchestrator.stacks import load_stack
 from orchestrator.stages.faults import StepFaults, check_plan_faults, fault_matches
 from orchestrator.stages.stack import StackOutcome, run_stack_stage, stack_name, stack_python
+from orchestrator.store.db import ResultsStore, StoreListener, default_store_path
+from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model
 from orchestrator.store.rundir import RunDir, atomic_write, new_run_id, who
 from orchestrator.workloads.nccltests import parse_nccl_tests
+
+log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 0.5
 # A job that waits for a node Slurm will not give it (drained, down) is an infrastructure failure
@@ -44,7 +50,7 @@ _UNAVAILABLE_REASONS = ("ReqNodeNotAvail", "NodeDown", "PartitionDown", "Partiti
 
 
 class Listener(Protocol):
-    """Receives progress events; must not raise."""
+    """Receives progress events. One that raises is logged and skipped (see _emit)."""
 
     def event(self, kind: str, data: dict[str, Any]) -> None: ...
 
@@ -65,35 +71,6 @@ class ScaleTestRequest(StrictModel):
     force_faults: bool = Field(
         default=False, description="let plan faults hit more than the safe share of nodes"
     )
-
-
-class StepResult(StrictModel):
-    step: Step
-    job_id: str | None = None
-    job: JobState | None = None
-    rows: list[CollRow] = Field(default_factory=list)
-    summary: dict[Collective, V.CollSummary] = Field(default_factory=dict)
-    verdict: V.Verdict = "skipped"
-    reasons: list[str] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
-    blamed_nodes: list[str] = Field(
-        default_factory=list, description="when set, the verdict is these nodes' fault, not the others'"
-    )
-    concurrent: bool = False
-    started_mono: float | None = None
-    ended_mono: float | None = None
-
-
-class RunResult(StrictModel):
-    run_id: LongId
-    run_dir: Path
-    plan: str
-    backend: Literal["slurm", "local"]
-    status: Literal["accepted", "failed", "infra", "interrupted"]
-    exit_code: int
-    steps: list[StepResult]
-    nodes: dict[str, V.Verdict]
-    wall_s: float
 
 
 def choose_backend(plan: Plan, cluster: Cluster) -> Literal["slurm", "local"]:
@@ -167,8 +144,13 @@ def job_spec(
 
 
 def _emit(listeners: list[Listener], kind: str, **data: Any) -> None:
+    """Hand the event to every listener. One that raises is logged and the others still get the
+    event: a progress display or a store that fails never stops the run (the journal has it all)."""
     for listener in listeners:
-        listener.event(kind, data)
+        try:
+            listener.event(kind, data)
+        except Exception:
+            log.exception("listener %s failed on event %s; the run goes on", type(listener).__name__, kind)
 
 
 class _Runner:
@@ -440,9 +422,6 @@ def _check_before_run(stack: str | None, out_root: Path, backend: str, steps: li
     typo would stay in `runs list` and `history` as failed): an unknown or invalid stack, a
     multi-node step on the local backend, a file where the run directories go, a results store
     that is not one. Raises ConfigError."""
-    from orchestrator.stacks import load_stack
-    from orchestrator.store.db import ResultsStore, default_store_path
-
     if backend == "local" and (multi := [s.id for s in steps if s.nnodes > 1]):
         raise ConfigError(
             f"steps {', '.join(multi)}: the local backend runs on one node only",
@@ -464,8 +443,6 @@ def _who() -> dict[str, Any]:
 
 
 def _store_listener(runs_root: Path) -> Listener:
-    from orchestrator.store.db import StoreListener, default_store_path
-
     return StoreListener(default_store_path(runs_root))
 
 
@@ -475,8 +452,6 @@ def resume_run(
     """Run, in run_dir, the steps of an earlier run that have no finished result; the finished
     ones are kept as they are. Raises ConfigError when nothing is left to run or the directory is
     not a run, and Interrupted on Ctrl-C."""
-    from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model
-
     listeners = listeners or []
     t0 = time.monotonic()
     record = load_run(run_dir)
@@ -595,8 +570,6 @@ def _apply_baseline(runner: _Runner) -> None:
     th = runner.plan.thresholds.baseline
     if th is None:
         return
-    from orchestrator.store.db import ResultsStore, default_store_path
-
     try:
         with ResultsStore.open(default_store_path(runner.rundir.root.parent)) as store:
             ref = store.baseline_busbw(th.name)

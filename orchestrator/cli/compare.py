@@ -12,9 +12,10 @@ from orchestrator.cli.common import err, out, styled
 from orchestrator.cli.runs import RunArg, StoreOpt, store_path
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.models.plan import format_size
+from orchestrator.models.run import RunRecord
 from orchestrator.report.compare import FLOOR, Comparison, K, compare_runs
 from orchestrator.store.db import resolve_run_dir
-from orchestrator.store.load import RunRecord, load_run
+from orchestrator.store.load import load_run
 from orchestrator.store.rundir import atomic_write
 
 _COLOUR = {"better": "green", "same": "white", "worse": "red"}

@@ -15,9 +15,9 @@ from orchestrator.cli.plan import InventoryOpt
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.local import LocalRunner
+from orchestrator.runs.nightly import CronEntry, CronManager, CronMode, time_limit_min
 from orchestrator.store.db import default_store_path
 from orchestrator.store.location import store_ref
-from orchestrator.store.nightly import CronEntry, CronManager, CronMode, time_limit_min
 
 _HELP = (
     "Nightly runs through Slurm: scrontab, or a self-resubmitting `sbatch --begin` job where the "

@@ -22,6 +22,7 @@ from orchestrator.models.fault import (
     RecoverySummary,
     parse_duration,
 )
+from orchestrator.remote.shells import node_shells
 from orchestrator.store.rundir import new_run_id
 
 fault_app = typer.Typer(name="fault", help="Inject, list and sweep faults.", no_args_is_help=True)
@@ -159,7 +160,7 @@ def recovery_test(
         }
     )
     root = out_dir / new_run_id(f"recovery-{kind}")
-    with service.node_shells(cluster) as shells:
+    with node_shells(cluster) as shells:
         summary = run_recovery_test(cluster, shells, req, root, progress=lambda m: err.print(m, markup=False))
     for w in summary.warnings:
         err.print(f"warning: {w}", markup=False, style="yellow")

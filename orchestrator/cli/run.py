@@ -27,7 +27,8 @@ from orchestrator.cli.plan import (
 )
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.models.plan import format_size
-from orchestrator.pipeline import RunResult, ScaleTestRequest, scale_test
+from orchestrator.models.run import RunResult
+from orchestrator.pipeline import ScaleTestRequest, scale_test
 from orchestrator.report.common import efficiency_cell, latency_cell, reference_cell
 from orchestrator.text import plural
 

@@ -12,10 +12,10 @@ from orchestrator.cli.common import Cell, Col, err, fitted_table, out, styled
 from orchestrator.errors import ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.report.common import efficiency_cell, reference_cell
+from orchestrator.runs.orphans import cleanup_orphans
 from orchestrator.store.db import ResultsStore, default_store_path, resolve_run_dir
 from orchestrator.store.load import load_run
 from orchestrator.store.location import StoreLocation, parse_store
-from orchestrator.store.orphans import cleanup_orphans
 
 runs_app = typer.Typer(name="runs", help="Recorded runs: list, show, resume.", no_args_is_help=True)
 baseline_app = typer.Typer(

@@ -9,13 +9,10 @@ nothing from the inventory or the command line is ever read as shell syntax.
 from __future__ import annotations
 
 import shlex
-import subprocess
-import time
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
-from orchestrator.errors import RemoteError
-from orchestrator.remote.base import CmdResult
+from orchestrator.remote.base import NodeShell as NodeShell  # re-exported: the fault families' shell
 
 # Everything orch leaves on a node lives under this folder, one sub-folder per node name (the
 # lab's nodes share one filesystem; a real node has its own /run, emptied at boot).
@@ -23,35 +20,6 @@ RECORD_ROOT = "/run/orch-fault"
 IPT_CHAIN = "ORCH-FAULT"
 # tc handle of orch's root qdiscs: 0x4f52 is "OR". tc keeps no comments; the handle is the tag.
 TC_HANDLE = "4f52:"
-
-
-class NodeShell(Protocol):
-    """A shell on one node (kept-open SSH, or this machine for local nodes)."""
-
-    def run_script(self, script: str, *, timeout: float) -> CmdResult:
-        """Run one shell line built from quoted parts; raises RemoteError when it cannot run."""
-        ...
-
-
-class LocalShell:
-    """NodeShell on this machine (connection=local nodes): ``sh -c`` per call."""
-
-    def run_script(self, script: str, *, timeout: float) -> CmdResult:
-        """Run the line with /bin/sh; raises RemoteError on timeout."""
-        start = time.monotonic()
-        try:
-            proc = subprocess.run(
-                ["/bin/sh", "-c", script], capture_output=True, text=True, timeout=timeout, check=False
-            )
-        except subprocess.TimeoutExpired as e:
-            raise RemoteError(f"local shell: no answer within {timeout:g} s") from e
-        return CmdResult(
-            argv=["sh", "-c", script],
-            rc=proc.returncode,
-            stdout=proc.stdout,
-            stderr=proc.stderr,
-            elapsed_s=time.monotonic() - start,
-        )
 
 
 def sh(*argv: str) -> str:

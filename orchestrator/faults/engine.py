@@ -19,14 +19,15 @@ from pathlib import Path
 
 from orchestrator.errors import FaultError, OrchError
 from orchestrator.faults import container, link, netfilter, nodeloss, process, tc, timer
-from orchestrator.faults.base import Action, LocalShell, NodeShell
+from orchestrator.faults.base import Action
 from orchestrator.faults.catalog import CATALOG
 from orchestrator.faults.resolve import find_processes
 from orchestrator.faults.safety import DEFAULT_MAX_SHARE, check_iface, check_share, check_words
 from orchestrator.faults.sweep import SweepResult, sweep_node
 from orchestrator.models.cluster import Cluster, ContainerRuntime, Node
 from orchestrator.models.fault import CommandTrace, FaultRecord, FaultSpec
-from orchestrator.remote.base import CmdResult
+from orchestrator.remote.base import CmdResult, NodeShell
+from orchestrator.remote.local import LocalShell
 from orchestrator.store.rundir import atomic_write
 
 INJECT_TIMEOUT_S = 30.0

@@ -2,37 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.errors import FaultError, RemoteError
-from orchestrator.faults.base import LocalShell, NodeShell
 from orchestrator.faults.engine import FaultEngine
 from orchestrator.faults.sweep import SweepResult
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import FaultRecord, FaultSpec
-from orchestrator.remote.ssh import SshShell
-
-
-@contextlib.contextmanager
-def node_shells(cluster: Cluster, connect_timeout: float = 10.0) -> Iterator[dict[str, NodeShell]]:
-    """Kept-open shells to every node (local nodes: this machine); closed on exit."""
-    shells: dict[str, NodeShell] = {}
-    ssh: list[SshShell] = []
-    try:
-        for n in cluster.nodes:
-            if n.is_local:
-                shells[n.name] = LocalShell()
-            else:
-                s = SshShell(n, connect_timeout=connect_timeout)
-                ssh.append(s)
-                shells[n.name] = s
-        yield shells
-    finally:
-        for s in ssh:
-            s.close()
+from orchestrator.remote.shells import node_shells
 
 
 def sweep(cluster: Cluster) -> list[SweepResult]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
 
 from pydantic import Field
 
@@ -15,9 +14,10 @@ from orchestrator.metrics import noise
 from orchestrator.metrics.busbw import scaling_efficiency
 from orchestrator.models.base import StrictModel
 from orchestrator.models.plan import BaselineThreshold, BusbwThreshold, Plan, Step
-from orchestrator.models.results import Collective, CollRow, Percentiles, run_size
+from orchestrator.models.results import Collective, CollRow, CollSummary, Scaling, Verdict, run_size
 
-Verdict = Literal["pass", "fail", "infra", "skipped"]
+__all__ = ["CollSummary", "Scaling", "Verdict"]
+
 # Worst first: a node or run takes the worst verdict of its parts.
 _SEVERITY: dict[str, int] = {"infra": 3, "fail": 2, "skipped": 1, "pass": 0}
 # Scaling efficiency is judged only beyond its noise band: max(ln(1 + EFF_FLOOR), EFF_K x se).
@@ -28,40 +28,6 @@ EFF_K = 3.0
 def worst(verdicts: list[Verdict]) -> Verdict:
     """The most severe verdict of the list (pass for an empty list)."""
     return max(verdicts, key=lambda v: _SEVERITY[v], default="pass")
-
-
-Scaling = Literal["intra-node", "inter-node"]
-
-
-class CollSummary(StrictModel):
-    """One collective of one step, at the largest size measured."""
-
-    collective: Collective
-    size_bytes: int
-    busbw_gbs: float
-    algbw_gbs: float
-    wrong: int = 0
-    efficiency: float | None = Field(default=None, description="busbw / busbw of the reference step")
-    scaling: Scaling | None = Field(
-        default=None, description="which scaling the efficiency measures (see apply_efficiency)"
-    )
-    reference: str | None = Field(default=None, description="id of the step the efficiency is against")
-    reference_busbw_gbs: float | None = None
-    noise: float | None = Field(
-        default=None, description="relative noise band of the efficiency (e.g. 0.05 = +-5%)"
-    )
-    latency_us: Percentiles | None = Field(
-        default=None, description="per-iteration time at this size, out-of-place (collbench only)"
-    )
-    line_fraction: float | None = Field(
-        default=None, description="busbw / the fabric's line rate (orch_fabric_gbps), multi-node steps only"
-    )
-
-    def reference_label(self) -> str:
-        """'inter-node vs n2xg1', 'intra-node (reference)' or '-' (for tables and reports)."""
-        if self.scaling is None or self.reference is None:
-            return "-"
-        return f"{self.scaling} vs {self.reference}"
 
 
 def summarize(rows: list[CollRow]) -> dict[Collective, CollSummary]:

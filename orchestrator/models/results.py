@@ -102,3 +102,40 @@ class CollRow(StrictModel):
     nranks: int = Field(ge=1)
     out_of_place: PlaceResult
     in_place: PlaceResult | None = None
+
+
+Verdict = Literal["pass", "fail", "infra", "skipped"]
+
+
+Scaling = Literal["intra-node", "inter-node"]
+
+
+class CollSummary(StrictModel):
+    """One collective of one step, at the largest size measured."""
+
+    collective: Collective
+    size_bytes: int
+    busbw_gbs: float
+    algbw_gbs: float
+    wrong: int = 0
+    efficiency: float | None = Field(default=None, description="busbw / busbw of the reference step")
+    scaling: Scaling | None = Field(
+        default=None, description="which scaling the efficiency measures (see apply_efficiency)"
+    )
+    reference: str | None = Field(default=None, description="id of the step the efficiency is against")
+    reference_busbw_gbs: float | None = None
+    noise: float | None = Field(
+        default=None, description="relative noise band of the efficiency (e.g. 0.05 = +-5%)"
+    )
+    latency_us: Percentiles | None = Field(
+        default=None, description="per-iteration time at this size, out-of-place (collbench only)"
+    )
+    line_fraction: float | None = Field(
+        default=None, description="busbw / the fabric's line rate (orch_fabric_gbps), multi-node steps only"
+    )
+
+    def reference_label(self) -> str:
+        """'inter-node vs n2xg1', 'intra-node (reference)' or '-' (for tables and reports)."""
+        if self.scaling is None or self.reference is None:
+            return "-"
+        return f"{self.scaling} vs {self.reference}"

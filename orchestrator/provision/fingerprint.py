@@ -20,57 +20,27 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError, ParseError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.fingerprint import VERDICTS as VERDICTS  # re-exported
+from orchestrator.models.fingerprint import DriftReport as DriftReport
+from orchestrator.models.fingerprint import FieldDrift as FieldDrift
+from orchestrator.models.fingerprint import Fingerprint as Fingerprint
+from orchestrator.models.fingerprint import FingerprintSet as FingerprintSet
+from orchestrator.models.fingerprint import Verdict as Verdict
 from orchestrator.models.stack import Stack
 from orchestrator.provision import smi
 from orchestrator.safefs import atomic_write
 
 log = logging.getLogger(__name__)
 
-Verdict = Literal["unchanged", "needs config change", "needs porting", "unavailable"]
-VERDICTS: tuple[Verdict, ...] = ("unchanged", "needs config change", "needs porting", "unavailable")
 _RANK = {v: i for i, v in enumerate(VERDICTS)}
-
-
-class Fingerprint(StrictModel):
-    """One node's software and hardware, as found."""
-
-    node: str
-    os: str | None = None
-    kernel: str | None = None
-    system_python: str | None = None
-    venv_python: str | None = None
-    torch: str | None = None
-    orch: str | None = None
-    amdgpu_driver: str | None = None
-    rocm: str | None = None
-    rccl: str | None = None
-    rccl_tests: str | None = None
-    nvidia_driver: str | None = None
-    cuda: str | None = None
-    nccl: str | None = None
-    nccl_tests: str | None = None
-    images: list[str] = Field(default_factory=list)
-    gpus: list[smi.Gpu] = Field(default_factory=list)
-    rdma: list[smi.RdmaDevice] = Field(default_factory=list)
-    rdma_links: list[dict[str, Any]] = Field(default_factory=list)
-    problems: list[str] = Field(default_factory=list, description="tool outputs that could not be parsed")
-
-
-class FingerprintSet(StrictModel):
-    """Fingerprints of a cluster's nodes taken together (what --save writes, what diff reads)."""
-
-    stack: str
-    taken_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-    nodes: dict[str, Fingerprint]
 
 
 class FieldCheck(StrictModel):
@@ -115,37 +85,6 @@ class Compatibility(StrictModel):
     def compatible(self) -> bool:
         """True when every field of every node is unchanged."""
         return all(n.verdict == "unchanged" for n in self.nodes)
-
-
-class FieldDrift(StrictModel):
-    field: str
-    expected: str
-    found: str | None
-    verdict: Verdict
-
-
-class DriftReport(StrictModel):
-    """Which nodes differ from the stack (and from each other), and in which fields."""
-
-    stack: str
-    nodes: dict[str, list[FieldDrift]] = Field(default_factory=dict, description="drifted nodes only")
-    missing: list[str] = Field(default_factory=list, description="nodes without a fingerprint")
-
-    @property
-    def drifted(self) -> list[str]:
-        return list(self.nodes) + [m for m in self.missing if m not in self.nodes]
-
-    @property
-    def ok(self) -> bool:
-        return not self.nodes and not self.missing
-
-    def lines(self) -> list[str]:
-        """One line per drifted node: `node2: torch 2.13.0 -> 2.12.0 (needs porting)`."""
-        out = [f"{m}: no fingerprint" for m in self.missing]
-        for node, drifts in self.nodes.items():
-            parts = [f"{d.field} {d.expected} -> {d.found or 'missing'} ({d.verdict})" for d in drifts]
-            out.append(f"{node}: " + "; ".join(parts))
-        return out
 
 
 class Change(StrictModel):

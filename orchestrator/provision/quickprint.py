@@ -37,7 +37,7 @@ def quick_fingerprint(
     cluster: Cluster, stack: Stack, names: list[str], connect_timeout: float = 10.0
 ) -> tuple[dict[str, Fingerprint], dict[str, str]]:
     """Fingerprints of the named nodes, and for each node that could not be read, why."""
-    from orchestrator.faults.service import node_shells
+    from orchestrator.remote.shells import node_shells
 
     source = PROBE.read_text()
     sub = cluster.model_copy(update={"nodes": [cluster.node(n) for n in names]})

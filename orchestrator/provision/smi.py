@@ -20,20 +20,9 @@ from pydantic import Field
 
 from orchestrator.errors import ParseError, one_line
 from orchestrator.models.base import StrictModel
-
-
-class Gpu(StrictModel):
-    """One GPU as a vendor tool describes it; fields the tool does not print stay None."""
-
-    index: int
-    name: str | None = None
-    vendor: str | None = None
-    driver: str | None = None
-    memory_mib: int | None = None
-    bus_id: str | None = None
-    uuid: str | None = None
-    arch: str | None = None
-    extra: dict[str, str] = Field(default_factory=dict, description="other fields, as printed")
+from orchestrator.models.fingerprint import Gpu as Gpu  # re-exported: the parsers' results
+from orchestrator.models.fingerprint import RdmaDevice as RdmaDevice
+from orchestrator.models.fingerprint import RdmaPort as RdmaPort
 
 
 class SmiReport(StrictModel):
@@ -63,30 +52,6 @@ class Topology(StrictModel):
     devices: list[str]
     gpus: list[TopoGpu]
     nics: dict[str, str] = Field(default_factory=dict, description="NICn -> RDMA device name")
-
-
-class RdmaPort(StrictModel):
-    port: int
-    state: str
-    link_layer: str | None = None
-    active_mtu: int | None = None
-
-
-class RdmaDevice(StrictModel):
-    """One HCA from ibv_devinfo."""
-
-    name: str
-    transport: str | None = None
-    fw_ver: str | None = None
-    vendor_id: str | None = None
-    vendor_part_id: str | None = None
-    board_id: str | None = None
-    ports: list[RdmaPort] = Field(default_factory=list)
-
-    @property
-    def roce(self) -> bool:
-        """True when any port runs over Ethernet (RoCE)."""
-        return any(p.link_layer == "Ethernet" for p in self.ports)
 
 
 class RdmaLink(StrictModel):

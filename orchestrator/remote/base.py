@@ -38,3 +38,11 @@ class CommandRunner(Protocol):
     ) -> CmdResult:
         """Run argv, waiting at most `timeout` seconds; raises RemoteError when it cannot run at all."""
         ...
+
+
+class NodeShell(Protocol):
+    """A shell on one node (kept-open SSH, or this machine for local nodes)."""
+
+    def run_script(self, script: str, *, timeout: float) -> CmdResult:
+        """Run one shell line built from quoted parts; raises RemoteError when it cannot run."""
+        ...

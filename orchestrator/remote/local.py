@@ -48,3 +48,24 @@ class LocalRunner:
             stderr=proc.stderr,
             elapsed_s=time.monotonic() - start,
         )
+
+
+class LocalShell:
+    """NodeShell on this machine (connection=local nodes): ``sh -c`` per call."""
+
+    def run_script(self, script: str, *, timeout: float) -> CmdResult:
+        """Run the line with /bin/sh; raises RemoteError on timeout."""
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(
+                ["/bin/sh", "-c", script], capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as e:
+            raise RemoteError(f"local shell: no answer within {timeout:g} s") from e
+        return CmdResult(
+            argv=["sh", "-c", script],
+            rc=proc.returncode,
+            stdout=proc.stdout,
+            stderr=proc.stderr,
+            elapsed_s=time.monotonic() - start,
+        )

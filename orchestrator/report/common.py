@@ -9,10 +9,9 @@ from pathlib import Path
 from orchestrator.metrics import percentiles
 from orchestrator.metrics import verdict as V
 from orchestrator.models.plan import format_size
-from orchestrator.pipeline import StepResult
+from orchestrator.models.run import RunRecord, StepResult
 from orchestrator.report.escape import href
 from orchestrator.safefs import inside
-from orchestrator.store.load import RunRecord
 from orchestrator.text import plural
 
 

@@ -29,7 +29,7 @@ from pydantic import Field
 
 from orchestrator.metrics import noise
 from orchestrator.models.base import StrictModel
-from orchestrator.store.load import RunRecord
+from orchestrator.models.run import RunRecord
 
 RowVerdict = Literal["better", "same", "worse", "missing", "n/a"]
 FLOOR = 0.05

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.models.plan import format_size
+from orchestrator.models.run import RunRecord
 from orchestrator.report.common import (
     Case,
     efficiency_cell,
@@ -21,7 +22,6 @@ from orchestrator.report.common import (
     threshold_cases,
 )
 from orchestrator.report.escape import md, xml_text
-from orchestrator.store.load import RunRecord
 
 Format = Literal["html", "md", "json", "junit", "openmetrics"]
 FORMATS: tuple[Format, ...] = ("html", "md", "json", "junit", "openmetrics")

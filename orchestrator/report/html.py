@@ -16,6 +16,7 @@ from markupsafe import Markup
 from orchestrator import __version__
 from orchestrator.models.plan import format_size
 from orchestrator.models.results import COLLECTIVES
+from orchestrator.models.run import RunRecord
 from orchestrator.plan import plan_to_yaml
 from orchestrator.report import svg
 from orchestrator.report.common import (
@@ -29,7 +30,6 @@ from orchestrator.report.common import (
     step_wrong,
     threshold_rows,
 )
-from orchestrator.store.load import RunRecord
 from orchestrator.text import plural
 
 _CSS = """
@@ -302,7 +302,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         recovery_plots=_recovery(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
         plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
         (json.dumps(rec.request, indent=2) if rec.request else "(plan.json missing)"),
-        stack=json.dumps(rec.stack, indent=2) if rec.stack else "(no stack.json in this run)",
-        drift=json.dumps(rec.drift, indent=2) if rec.drift else "",
-        fingerprint=json.dumps(rec.fingerprint, indent=2) if rec.fingerprint else "",
+        stack=rec.stack.model_dump_json(indent=2) if rec.stack else "(no stack.json in this run)",
+        drift=rec.drift.model_dump_json(indent=2) if rec.drift else "",
+        fingerprint=rec.fingerprint.model_dump_json(indent=2) if rec.fingerprint else "",
     )  # fmt: skip

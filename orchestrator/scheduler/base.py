@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -15,23 +14,10 @@ from pydantic import Field, field_validator
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.job import JobState, JobStatus
 from orchestrator.models.names import LongId, Name
 
-
-class JobStatus(StrEnum):
-    """orch's classification of a job's state, shared by every backend."""
-
-    PENDING = "PENDING"  # waiting to start (queued, configuring, requeued, held)
-    RUNNING = "RUNNING"  # running, completing, suspended: not done yet
-    COMPLETED = "COMPLETED"  # terminal, success
-    FAILED = "FAILED"  # terminal: the job itself failed (non-zero exit, OOM, deadline, timeout)
-    CANCELLED = "CANCELLED"  # terminal: cancelled by a user or by orch
-    INFRA = "INFRA"  # terminal: the infrastructure failed (NODE_FAIL, BOOT_FAIL, PREEMPTED)
-    UNKNOWN = "UNKNOWN"  # the scheduler does not (or no longer) know the job
-
-    @property
-    def terminal(self) -> bool:
-        return self in {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.INFRA}
+__all__ = ["JobOutput", "JobScheduler", "JobSpec", "JobState", "JobStatus", "RankOutput"]
 
 
 class JobSpec(StrictModel):
@@ -112,20 +98,6 @@ MANAGED_OPTIONS = frozenset(
      "wrap", "get-user-env", "requeue", "no-requeue", "open-mode", "parsable"}
 )  # fmt: skip
 _EXTRA_ARG = re.compile(r"--([a-z][a-z-]*)=[A-Za-z0-9_.,:\[\]-]+")
-
-
-class JobState(StrictModel):
-    """What the scheduler says about one job right now."""
-
-    job_id: str
-    status: JobStatus
-    raw_state: str = Field(description="the scheduler's own word, e.g. NODE_FAIL, CANCELLED by 0")
-    exit_code: int | None = None
-    signal: int | None = None
-    reason: str | None = None
-    elapsed_s: float | None = None
-    nodelist: str | None = None
-    name: str | None = Field(default=None, description="the job's (or job step's) name, where known")
 
 
 class RankOutput(StrictModel):

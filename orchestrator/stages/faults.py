@@ -80,7 +80,7 @@ class StepFaults:
         if not self.plan.faults:
             return
         from orchestrator.faults.engine import FaultEngine
-        from orchestrator.faults.service import node_shells
+        from orchestrator.remote.shells import node_shells
 
         shells = self._exit.enter_context(node_shells(self.cluster))
         self._engine = FaultEngine(self.cluster, shells, record_dir=self.rundir.root / "faults")

@@ -28,9 +28,10 @@ from pydantic import Field
 from orchestrator.errors import ConfigError, InfraError, OrchError
 from orchestrator.metrics.verdict import BaselineBusbw
 from orchestrator.models.base import StrictModel
+from orchestrator.models.run import RunRecord
 from orchestrator.safefs import create_private, make_dir
 from orchestrator.store import pg
-from orchestrator.store.load import RunRecord, load_run
+from orchestrator.store.load import load_run
 from orchestrator.store.location import STORE_ENV as STORE_ENV
 from orchestrator.store.location import STORE_NAME as STORE_NAME
 from orchestrator.store.location import PgUrl, StoreLocation, default_store, parse_store
@@ -414,15 +415,14 @@ def _like_prefix(text: str) -> str:
 
 
 def _fingerprint_rows(run_id: str, rec: RunRecord) -> list[tuple[str, str, str, str]]:
-    """Flatten fingerprint.json ({"nodes": {node: {key: value}}} or {node: {...}}) into rows."""
-    fp = rec.fingerprint or {}
-    nodes = fp.get("nodes", fp)
-    rows: list[tuple[str, str, str, str]] = []
-    if isinstance(nodes, dict):
-        for node, facts in nodes.items():
-            if isinstance(facts, dict):
-                rows += [(run_id, str(node), str(k), json.dumps(v, default=str)) for k, v in facts.items()]
-    return rows
+    """Flatten fingerprint.json (node -> field -> value) into rows."""
+    if rec.fingerprint is None:
+        return []
+    return [
+        (run_id, node, field, json.dumps(value))
+        for node, fp in rec.fingerprint.nodes.items()
+        for field, value in fp.model_dump(mode="json").items()
+    ]
 
 
 def resolve_run_dir(ref: str, store_path: StoreLocation | None = None) -> Path:

@@ -11,74 +11,31 @@ import json
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, TypeVar, get_args
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.names import ID_MAX, LongId, is_name
+from orchestrator.models.fingerprint import DriftReport, FingerprintSet
+from orchestrator.models.names import ID_MAX, is_name
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
+from orchestrator.models.run import RunRecord as RunRecord  # re-exported: the readers of load_run
+from orchestrator.models.run import RunResult, RunStatus, StepResult
+from orchestrator.models.stack import Stack
 from orchestrator.paths import under
-from orchestrator.pipeline import RunResult, StepResult
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.store.rundir import RunDir, json_data
 from orchestrator.text import plural
 
-RunStatus = Literal["accepted", "failed", "infra", "interrupted", "running"]
 STEP_RESULT = "result.json"
 STEPS_FILE = "steps.json"
 REQUEST_FILE = "recovery-test.json"  # written by orch recovery-test instead of plan.json
 _START_EVENTS = ("run_started", "run_resumed")
 M = TypeVar("M", bound=StrictModel)
-
-
-class RunRecord(StrictModel):
-    """Everything a report needs about one run, rebuilt from its directory."""
-
-    run_id: LongId
-    run_dir: Path
-    plan_name: str
-    backend: str
-    status: RunStatus
-    exit_code: int | None = None
-    error: str | None = Field(default=None, description="why the run was refused or stopped, as journaled")
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    wall_s: float | None = None
-    user: str | None = None
-    host: str | None = None
-    pid: int | None = None
-    command: str | None = None
-    plan: Plan | None = None
-    cluster: Cluster | None = None
-    step_ids: list[str] = Field(default_factory=list, description="the ladder, in order")
-    steps: list[StepResult] = Field(default_factory=list, description="finished steps, ladder order")
-    nodes: dict[str, V.Verdict] = Field(default_factory=dict)
-    recovery: list[RecoveryRecord] = Field(default_factory=list)
-    stack: dict[str, Any] | None = None
-    fingerprint: dict[str, Any] | None = None
-    drift: dict[str, Any] | None = None
-    request: dict[str, Any] | None = Field(
-        default=None, description="a recovery-test run's resolved request (recovery-test.json)"
-    )
-    warnings: list[str] = Field(default_factory=list, description="files that could not be read")
-    unreadable: dict[str, str] = Field(
-        default_factory=dict, description="step id -> its result file that exists but cannot be read"
-    )
-    resumes: int = 0
-
-    @property
-    def pending(self) -> list[str]:
-        """Ladder steps with no finished result."""
-        done = {s.step.id for s in self.steps if s.verdict != "skipped"}
-        return [s for s in self.step_ids if s not in done]
-
-    def step(self, step_id: str) -> StepResult | None:
-        return next((s for s in self.steps if s.step.id == step_id), None)
 
 
 def step_result_path(run_dir: Path, step_id: str) -> Path:
@@ -276,9 +233,9 @@ def load_run(run_dir: Path) -> RunRecord:
         steps=steps,
         nodes=nodes,
         recovery=recovery,
-        stack=_json_file(run_dir, run_dir / "stack.json", warnings),
-        fingerprint=_json_file(run_dir, run_dir / "fingerprint.json", warnings),
-        drift=_json_file(run_dir, run_dir / "drift.json", warnings),
+        stack=_model(Stack, run_dir, run_dir / "stack.json", warnings),
+        fingerprint=_model(FingerprintSet, run_dir, run_dir / "fingerprint.json", warnings),
+        drift=_model(DriftReport, run_dir, run_dir / "drift.json", warnings),
         request=_json_file(run_dir, run_dir / REQUEST_FILE, warnings),
         warnings=warnings,
         unreadable=unreadable,

@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.faults.base import NodeShell
 from orchestrator.faults.engine import FaultEngine
 from orchestrator.faults.recovery_test import ContainerMode, RecoveryTestRequest, run_recovery_test
 from orchestrator.faults.safety import SafetyError
-from orchestrator.faults.service import node_shells
 from orchestrator.faults.tc import NETEM_MISSING
 from orchestrator.inventory import load_inventory
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import FaultSpec, FaultTarget
+from orchestrator.remote.base import NodeShell
+from orchestrator.remote.shells import node_shells
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = REPO / "inventories" / "lab.ini"
@@ -159,7 +159,7 @@ KILLED_ORCH = """
 import sys, time
 from pathlib import Path
 from orchestrator.faults.engine import FaultEngine
-from orchestrator.faults.service import node_shells
+from orchestrator.remote.shells import node_shells
 from orchestrator.inventory import load_inventory
 from orchestrator.models.fault import FaultSpec, FaultTarget
 c = load_inventory(Path(sys.argv[1]))

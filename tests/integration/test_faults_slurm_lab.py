@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from orchestrator.faults.base import NodeShell
 from orchestrator.faults.engine import FaultEngine
-from orchestrator.faults.service import node_shells
 from orchestrator.inventory import load_inventory
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import FaultSpec, FaultTarget
+from orchestrator.remote.base import NodeShell
+from orchestrator.remote.shells import node_shells
 
 if TYPE_CHECKING:
     from conftest import Lab
@@ -128,7 +128,7 @@ KILLED_ORCH = """
 import sys, time
 from pathlib import Path
 from orchestrator.faults.engine import FaultEngine
-from orchestrator.faults.service import node_shells
+from orchestrator.remote.shells import node_shells
 from orchestrator.inventory import load_inventory
 from orchestrator.models.fault import FaultSpec, FaultTarget
 c = load_inventory(Path(sys.argv[1]))

@@ -15,8 +15,8 @@ from orchestrator.cli import main
 from orchestrator.cli.runs import user_at_host
 from orchestrator.errors import SchedulerError
 from orchestrator.remote.base import CmdResult
+from orchestrator.runs.nightly import CronManager
 from orchestrator.store.db import ResultsStore
-from orchestrator.store.nightly import CronManager
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -14,9 +14,8 @@ import pytest
 
 from orchestrator.models.plan import Step
 from orchestrator.models.results import CollRow
-from orchestrator.pipeline import StepResult
+from orchestrator.models.run import RunRecord, StepResult
 from orchestrator.report.compare import Comparison, compare_runs
-from orchestrator.store.load import RunRecord
 from orchestrator.workloads.nccltests import parse_nccl_tests
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "collbench"

@@ -30,11 +30,11 @@ from orchestrator.models.plan import Plan, Step
 from orchestrator.paths import under
 from orchestrator.pipeline import job_spec, resume_run
 from orchestrator.plan import expand_steps, load_plan
+from orchestrator.runs.nightly import CronEntry, cron_job_spec
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import JOB_ENV_ALLOW, SlurmScheduler
 from orchestrator.store.load import load_run
-from orchestrator.store.nightly import CronEntry, cron_job_spec
 from orchestrator.store.rundir import RunDir, check_run_id, new_run_id
 from orchestrator.workloads.probe import ProbeSettings
 

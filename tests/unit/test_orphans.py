@@ -6,8 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from orchestrator.runs.orphans import cleanup_orphans, orphan_job_ids
 from orchestrator.scheduler.base import JobState, JobStatus
-from orchestrator.store.orphans import cleanup_orphans, orphan_job_ids
 from orchestrator.store.rundir import RunDir
 
 

@@ -90,3 +90,33 @@ def test_accepted_run_exit_zero(tmp_path: Path, inventory: Path) -> None:
         (c, s) for c in ("all_reduce", "sendrecv") for s in (1024, 4096, 16384)
     }
     assert all(r.out_of_place.wrong == 0 for r in step.rows)
+
+
+class _Broken:
+    def event(self, kind: str, data: dict[str, object]) -> None:
+        raise RuntimeError(f"display gone ({kind})")
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+
+    def event(self, kind: str, data: dict[str, object]) -> None:
+        self.kinds.append(kind)
+
+
+def test_a_listener_that_raises_does_not_stop_the_run(
+    tmp_path: Path, inventory: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.split("thresholds:")[0].replace("[1, 2]", "[1]"))
+    after = _Recorder()
+    req = ScaleTestRequest(inventory=inventory, plan=str(plan), out_dir=tmp_path / "runs")
+    with caplog.at_level("ERROR", logger="orchestrator.pipeline"):
+        result = scale_test(req, listeners=[_Broken(), after])
+    assert result.exit_code == EXIT_OK
+    # the listener after the broken one got every event, to the end
+    assert after.kinds[0] == "run_started" and after.kinds[-1] == "run_finished"
+    failed = [r for r in caplog.records if "listener _Broken failed" in r.getMessage()]
+    assert len(failed) == len(after.kinds)
+    assert all(r.exc_info and isinstance(r.exc_info[1], RuntimeError) for r in failed)

@@ -205,7 +205,7 @@ def fake_cli(monkeypatch: pytest.MonkeyPatch) -> list[tuple[rt.RecoveryTestReque
 
     monkeypatch.setattr(cli_fault, "run_recovery_test", fake_run)
     monkeypatch.setattr(cli_fault, "load_inventory", lambda _p: _cluster())
-    monkeypatch.setattr(cli_fault.service, "node_shells", lambda _c: nullcontext({}))
+    monkeypatch.setattr(cli_fault, "node_shells", lambda _c: nullcontext({}))
     return calls
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from test_store_build import make_run
 
 from orchestrator.models.plan import BusbwThreshold, Plan, format_size
-from orchestrator.pipeline import RunResult
+from orchestrator.models.run import RunResult
 from orchestrator.report.formats import render
 from orchestrator.store.load import load_run
 from orchestrator.store.rundir import atomic_write

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.models.plan import Step
-from orchestrator.pipeline import StepResult
+from orchestrator.models.run import StepResult
 from orchestrator.report.common import step_notes
 
 

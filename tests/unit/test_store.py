@@ -10,7 +10,9 @@ from test_store_build import make_run
 
 from orchestrator.errors import ConfigError
 from orchestrator.metrics.verdict import baseline_failures
+from orchestrator.models.fingerprint import DriftReport, FieldDrift, Fingerprint, FingerprintSet
 from orchestrator.models.plan import BaselineThreshold
+from orchestrator.report.formats import render
 from orchestrator.store.db import MIGRATIONS, SCHEMA_VERSION, ResultsStore, resolve_run_dir
 from orchestrator.store.load import load_run
 
@@ -115,3 +117,32 @@ def test_baseline_threshold_fails_exactly_the_slow_rows(tmp_path: Path) -> None:
     reasons = baseline_failures(th, "n1xg4", step.rows, ref)
     assert len(reasons) == 1 and reasons[0].startswith("alltoall at 1048576 B")
     assert baseline_failures(th, "n9xg9", step.rows, ref) == ["baseline 'golden' has no step n9xg9"]
+
+
+def test_fingerprint_and_drift_are_read_typed_and_stored(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "r1")
+    fps = FingerprintSet(stack="cpu-gloo", nodes={"node1": Fingerprint(node="node1", torch="2.5.1+cpu")})
+    drift = DriftReport(
+        stack="cpu-gloo",
+        nodes={
+            "node1": [FieldDrift(field="torch", expected="2.5.1", found="2.4.0", verdict="needs porting")]
+        },
+    )
+    (run / "fingerprint.json").write_text(fps.model_dump_json())
+    (run / "drift.json").write_text(drift.model_dump_json())
+    rec = load_run(run)
+    assert rec.fingerprint == fps and rec.drift == drift and rec.warnings == []
+    html = render(rec, "html", run)
+    assert "needs porting" in html and "2.5.1+cpu" in html
+    with ResultsStore.open(tmp_path / "orch.db") as s:
+        s.ingest(run)
+        rows = s.conn.execute("SELECT node, key, value FROM fingerprints WHERE key = 'torch'").fetchall()
+    assert [tuple(r) for r in rows] == [("node1", "torch", '"2.5.1+cpu"')]
+
+
+def test_a_fingerprint_of_another_shape_is_a_warning(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "r1")
+    (run / "fingerprint.json").write_text('{"node1": {"torch": "2.5.1"}}')
+    rec = load_run(run)
+    assert rec.fingerprint is None
+    assert [w for w in rec.warnings if w.startswith("fingerprint.json: invalid")], rec.warnings

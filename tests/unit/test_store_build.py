@@ -10,7 +10,7 @@ from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.metrics import verdict as V
 from orchestrator.models.plan import Step
 from orchestrator.models.results import CollRow
-from orchestrator.pipeline import RunResult, StepResult
+from orchestrator.models.run import RunResult, StepResult
 from orchestrator.plan import resolve_plan
 from orchestrator.scheduler.base import JobState, JobStatus
 from orchestrator.store.load import load_run

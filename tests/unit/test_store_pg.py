@@ -12,9 +12,9 @@ from pgserver import PgServer, pg_server
 from test_store_build import make_run
 
 from orchestrator.errors import ConfigError, InfraError
+from orchestrator.runs.nightly import CronEntry, render_scrontab_block
 from orchestrator.store.db import SCHEMA_VERSION, ResultsStore, resolve_run_dir
 from orchestrator.store.location import PgUrl, parse_store, pg_url
-from orchestrator.store.nightly import CronEntry, render_scrontab_block
 
 _DB = itertools.count()
 

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.remote.base import CmdResult
-from orchestrator.store.nightly import (
+from orchestrator.runs.nightly import (
     CronEntry,
     CronManager,
     cron_sbatch_argv,

@@ -1,0 +1,218 @@
+"""The layering of orchestrator/, read from the source with `ast` (nothing is imported).
+
+- no import cycle between orchestrator's modules (imports inside functions count too: a lazy
+  import that dodges a cycle is still the cycle);
+- nothing below the CLI imports orchestrator.cli;
+- models/ does no I/O: it imports only models/, orchestrator.errors, pydantic and the pure
+  standard-library modules of MODELS_STDLIB, and calls no file or process function;
+- store/ and report/ do not import orchestrator.pipeline.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "orchestrator"
+
+# What models/ may import besides models/ itself: typed values, no I/O. pathlib is here for the
+# Path type of fields; calling its I/O methods is refused by MODELS_IO_CALLS below.
+MODELS_STDLIB = frozenset(
+    {
+        "__future__",
+        "collections",
+        "collections.abc",
+        "dataclasses",
+        "datetime",
+        "enum",
+        "functools",
+        "ipaddress",
+        "math",
+        "pathlib",
+        "re",
+        "typing",
+    }
+)
+MODELS_ALLOWED_ORCH = frozenset({"orchestrator.errors"})
+MODELS_THIRD_PARTY = ("pydantic",)
+# Builtins and methods that reach the filesystem or other processes.
+MODELS_IO_CALLS = frozenset(
+    {
+        "open",
+        "input",
+        "exists",
+        "is_file",
+        "is_dir",
+        "stat",
+        "read_text",
+        "read_bytes",
+        "write_text",
+        "write_bytes",
+        "mkdir",
+        "iterdir",
+        "glob",
+        "rglob",
+        "unlink",
+        "resolve",
+        "touch",
+        "rename",
+        "replace_file",
+        "expanduser",
+        "home",
+        "cwd",
+    }
+)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def imports(name: str, path: Path, known: set[str]) -> Iterator[str]:
+    """Every module `name` imports (absolute names), anywhere in its file. For `from X import Y`,
+    Y counts when it is itself a module of orchestrator, else X."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in known]
+            yield from subs or [mod]
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: set(imports(name, path, known)) for name, path in mods.items()}
+
+
+def internal(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {m: {d for d in deps if d in g and d != m} for m, deps in g.items()}
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of g as [a, b, ..., a], or None (iterative depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in sorted(g):
+        if root in state:
+            continue
+        path = [root]
+        stack = [iter(sorted(g[root]))]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(g[nxt])))
+    return None
+
+
+def under(mod: str, pkg: str) -> bool:
+    return mod == pkg or mod.startswith(pkg + ".")
+
+
+@pytest.fixture(scope="module")
+def deps() -> dict[str, set[str]]:
+    return graph()
+
+
+def test_the_graph_is_read(tmp_path: Path) -> None:
+    g = internal(graph())
+    assert "orchestrator.store.rundir" in g["orchestrator.pipeline"]
+    assert "orchestrator.models.base" in g["orchestrator.models.run"]
+    # relative imports, a module named in `from pkg import mod`, and imports inside functions
+    src = tmp_path / "a.py"
+    src.write_text("from . import b\nfrom .c import X\nfrom .. import top\ndef f():\n    import os\n")
+    known = {"p.q.a", "p.q.b", "p.q.c", "p.top"}
+    assert set(imports("p.q.a", src, known)) == {"p.q.b", "p.q.c", "p.top", "os"}
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle(deps: dict[str, set[str]]) -> None:
+    cycle = find_cycle(internal(deps))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_nothing_below_the_cli_imports_it(deps: dict[str, set[str]]) -> None:
+    bad = sorted(
+        f"{m} imports {d}"
+        for m, ds in deps.items()
+        if not under(m, "orchestrator.cli") and m != "orchestrator.__main__"
+        for d in ds
+        if under(d, "orchestrator.cli")
+    )
+    assert bad == []
+
+
+def test_models_do_no_io(deps: dict[str, set[str]]) -> None:
+    bad = []
+    for m, ds in deps.items():
+        if not under(m, "orchestrator.models"):
+            continue
+        for d in ds:
+            ok = (
+                under(d, "orchestrator.models")
+                or d in MODELS_ALLOWED_ORCH
+                or d in MODELS_STDLIB
+                or any(under(d, t) for t in MODELS_THIRD_PARTY)
+            )
+            if not ok:
+                bad.append(f"{m} imports {d}")
+    for path in (PKG / "models").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+                if called in MODELS_IO_CALLS:
+                    bad.append(f"{module_name(path)}:{node.lineno} calls {called}()")
+    assert sorted(bad) == []
+
+
+@pytest.mark.parametrize("pkg", ["orchestrator.store", "orchestrator.report"])
+def test_store_and_report_do_not_import_the_pipeline(deps: dict[str, set[str]], pkg: str) -> None:
+    bad = sorted(
+        f"{m} imports {d}"
+        for m, ds in deps.items()
+        if under(m, pkg)
+        for d in ds
+        if d == "orchestrator.pipeline"
+    )
+    assert bad == []
+
+
+def test_store_keeps_results_only(deps: dict[str, set[str]]) -> None:
+    """store/ reads and writes results; submitting, cancelling and running on nodes live elsewhere."""
+    outside = ("pipeline", "scheduler", "remote", "faults", "stages", "runs", "cli", "lab", "provision")
+    bad = sorted(
+        f"{m} imports {d}"
+        for m, ds in deps.items()
+        if under(m, "orchestrator.store")
+        for d in ds
+        if any(under(d, f"orchestrator.{o}") for o in outside)
+    )
+    assert bad == []
