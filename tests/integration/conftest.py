@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,29 @@ def lab_config(state_dir: Path) -> LabConfig:
         hostname=os.uname().nodename.split(".")[0],
         cpus=max(os.cpu_count() or 1, 2),
     )
+
+
+@pytest.fixture(autouse=True)
+def _lab_nodes_usable(lab: Lab) -> None:
+    """Each test starts with no lab node down or completing in Slurm. A test that cut a node's
+    management link leaves it DOWN* ("not responding") for a minute or more after the link is
+    back, and the next test's ladder met it (seen in CI: "node3 is down*"). After 10 s such a
+    node is resumed (scontrol update state=resume), as an admin would; 90 s bound the wait."""
+    start = time.monotonic()
+    resumed: set[str] = set()
+    while time.monotonic() - start < 90:
+        proc = lab.slurm("sinfo", "--noheader", "--Node", "--format=%N %T", check=False)
+        rows = [ln.split() for ln in proc.stdout.splitlines() if len(ln.split()) == 2]
+        # Drained nodes and running jobs are some test's own business; these are not.
+        bad = [(n, s) for n, s in rows if s.endswith("*") or s.startswith(("down", "completing"))]
+        if proc.returncode == 0 and rows and not bad:
+            return
+        if time.monotonic() - start > 10:
+            for node, state in bad:
+                if state.startswith("down") and node not in resumed:
+                    lab.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+                    resumed.add(node)
+        time.sleep(1)
 
 
 @pytest.fixture(scope="session")

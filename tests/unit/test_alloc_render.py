@@ -193,9 +193,10 @@ def test_cancel_of_any_step_cancels_its_allocation() -> None:
 @pytest.mark.parametrize(
     ("overrides", "kind"),
     [
-        ({}, AllocationScheduler),  # the default
+        ({}, SlurmScheduler),  # the default: per-step
+        ({"slurm_mode": "allocation"}, AllocationScheduler),
         ({"slurm_mode": "per-step"}, SlurmScheduler),
-        ({"concurrent_steps": True}, SlurmScheduler),  # concurrent steps need a job each
+        ({"slurm_mode": "allocation", "concurrent_steps": True}, SlurmScheduler),  # a job each
     ],
 )
 def test_plan_picks_the_slurm_mode(overrides: dict[str, object], kind: type, tmp_path: Path) -> None:
