@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from test_slurm_render import sbatch_lines
 
 from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.inventory import load_inventory
@@ -38,15 +39,6 @@ def spec(n: int, r: int = 1, **kw: object) -> JobSpec:
     }
     base.update(kw)
     return JobSpec.model_validate(base)
-
-
-def sbatch_lines(script: str) -> dict[str, str]:
-    out = {}
-    for line in script.splitlines():
-        if line.startswith("#SBATCH --"):
-            key, _, value = line[len("#SBATCH --") :].partition("=")
-            out[key] = value
-    return out
 
 
 def srun_lines(script: str) -> list[list[str]]:
