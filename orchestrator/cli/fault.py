@@ -12,7 +12,6 @@ from orchestrator.cli.common import Col, err, fitted_table, out
 from orchestrator.errors import EXIT_INFRA, EXIT_THRESHOLDS
 from orchestrator.faults import service
 from orchestrator.faults.catalog import CATALOG
-from orchestrator.faults.recovery_test import RecoveryTestRequest, run_recovery_test
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.models.fault import (
     FaultKind,
@@ -23,6 +22,8 @@ from orchestrator.models.fault import (
     parse_duration,
 )
 from orchestrator.remote.shells import node_shells
+from orchestrator.runs.recovery import run_recovery_test
+from orchestrator.runs.recovery_request import RecoveryTestRequest
 from orchestrator.store.rundir import new_run_id
 
 fault_app = typer.Typer(name="fault", help="Inject, list and sweep faults.", no_args_is_help=True)

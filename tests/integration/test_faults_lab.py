@@ -20,7 +20,6 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.faults.engine import FaultEngine
-from orchestrator.faults.recovery_test import ContainerMode, RecoveryTestRequest, run_recovery_test
 from orchestrator.faults.safety import SafetyError
 from orchestrator.faults.tc import NETEM_MISSING
 from orchestrator.inventory import load_inventory
@@ -28,6 +27,8 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import FaultSpec, FaultTarget
 from orchestrator.remote.base import NodeShell
 from orchestrator.remote.shells import node_shells
+from orchestrator.runs.recovery import run_recovery_test
+from orchestrator.runs.recovery_request import ContainerMode, RecoveryTestRequest
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = REPO / "inventories" / "lab.ini"

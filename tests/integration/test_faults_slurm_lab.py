@@ -166,8 +166,10 @@ def test_node_timer_returns_the_lost_node_after_orch_is_sigkilled(
 
 def test_probe_under_slurm_requeue_resumes_from_its_last_step(lab: Lab, cluster: Cluster,
                                                                tmp_path: Path) -> None:
-    from orchestrator.faults.recovery_test import RecoveryTestRequest, SlurmProbeJob, wait_steps
     from orchestrator.metrics import recovery as rmetrics
+    from orchestrator.runs.probe_jobs import SlurmProbeJob
+    from orchestrator.runs.recovery import wait_steps
+    from orchestrator.runs.recovery_request import RecoveryTestRequest
 
     req = RecoveryTestRequest.model_validate(
         {"kind": "kill-worker", "target": "node2", "launcher": "slurm",
@@ -215,7 +217,8 @@ def test_probe_under_slurm_requeue_resumes_from_its_last_step(lab: Lab, cluster:
 
 def test_recovery_test_kill_worker_through_slurm(lab: Lab, cluster: Cluster, shells: dict[str, NodeShell],
                                                  tmp_path: Path) -> None:
-    from orchestrator.faults.recovery_test import RecoveryTestRequest, run_recovery_test
+    from orchestrator.runs.recovery import run_recovery_test
+    from orchestrator.runs.recovery_request import RecoveryTestRequest
 
     req = RecoveryTestRequest.model_validate({"kind": "kill-worker", "target": "node2:3",
                                               "duration_s": 0.0, "launcher": "slurm"})

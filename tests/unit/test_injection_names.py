@@ -23,7 +23,6 @@ from pydantic import ValidationError
 
 from orchestrator.cli import main
 from orchestrator.errors import ConfigError
-from orchestrator.faults.recovery_test import probe_job_spec
 from orchestrator.inventory import load_inventory
 from orchestrator.models.names import check_name
 from orchestrator.models.plan import Plan, Step
@@ -31,6 +30,7 @@ from orchestrator.paths import under
 from orchestrator.pipeline import job_spec, resume_run
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.runs.nightly import CronEntry, cron_job_spec
+from orchestrator.runs.probe_jobs import probe_job_spec
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import JOB_ENV_ALLOW, SlurmScheduler

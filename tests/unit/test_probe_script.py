@@ -10,7 +10,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from orchestrator.faults.recovery_test import probe_job_spec
+from orchestrator.runs.probe_jobs import probe_job_spec
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.workloads.probe import ProbeSettings, last_completed_step, last_generation
 

@@ -12,8 +12,6 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import FaultError
-from orchestrator.faults import recovery_records as records
-from orchestrator.faults.recovery_test import wait_steady
 from orchestrator.metrics.recovery import (
     Band,
     analyse,
@@ -28,6 +26,8 @@ from orchestrator.metrics.recovery import (
     watch_done,
 )
 from orchestrator.models.fault import RecoveryResult
+from orchestrator.runs import recovery_records as records
+from orchestrator.runs.recovery import wait_steady
 
 STEP = 0.02
 WORLD = 2

@@ -13,13 +13,13 @@ import pytest
 from test_report import _svg_kinds
 
 from orchestrator.errors import FaultError
-from orchestrator.faults import recovery_records as records
-from orchestrator.faults import recovery_test as rt
 from orchestrator.models.cluster import Cluster, ClusterVars, Node
 from orchestrator.models.fault import RecoveryResult, RecoverySummary, Stat
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.report.compare import compare_runs
 from orchestrator.report.formats import render
+from orchestrator.runs import recovery as rt
+from orchestrator.runs import recovery_records as records
 from orchestrator.store.db import ResultsStore
 from orchestrator.store.load import load_run
 from orchestrator.store.rundir import RunDir

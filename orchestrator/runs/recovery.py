@@ -16,9 +16,6 @@ import shlex
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field
 
 from orchestrator.errors import (
     EXIT_INFRA,
@@ -27,299 +24,27 @@ from orchestrator.errors import (
     ConfigError,
     FaultError,
     OrchError,
-    SchedulerError,
 )
-from orchestrator.faults import recovery_records as records
-from orchestrator.faults.base import NodeShell, sh
+from orchestrator.faults.base import NodeShell
 from orchestrator.faults.catalog import unreachable_warning
 from orchestrator.faults.engine import FaultEngine
 from orchestrator.metrics import recovery as rmetrics
-from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import (
-    FaultKind,
-    FaultParams,
     FaultRecord,
     FaultSpec,
     FaultTarget,
     RecoveryResult,
     RecoverySummary,
-    Transport,
 )
 from orchestrator.models.recovery import Heartbeat, RecoveryRecord
+from orchestrator.runs import recovery_records as records
+from orchestrator.runs.probe_jobs import ProbeJob, SlurmProbeJob
+from orchestrator.runs.recovery_request import RecoveryTestRequest, resolve_launcher
 from orchestrator.safefs import make_dir
-from orchestrator.scheduler.base import JobSpec, inventory_backend
-from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.db import StoreListener, default_store_path
 from orchestrator.store.load import REQUEST_FILE
-from orchestrator.store.rundir import RunDir, atomic_write, check_run_id, who
-from orchestrator.workloads.probe import ProbeSettings, torchrun_argv
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-class ContainerMode(StrictModel):
-    """Run each node's probe agent in a podman container (for restart-container)."""
-
-    rootfs: Path = Field(description="a root filesystem folder (symlinks into the bind-mounted /usr)")
-    storage: Path = Field(description="podman --root / --runroot parent, cleaned by the caller")
-    binds: list[str] = Field(default_factory=list, description="SRC:DST[:ro] bind mounts")
-
-
-class RecoveryTestRequest(StrictModel):
-    kind: FaultKind
-    target: str
-    duration_s: float = 5.0
-    margin_s: float = 2.0
-    repeat: int = Field(default=1, ge=1, le=100)
-    params: FaultParams = Field(default_factory=FaultParams)
-    force: bool = False
-    probe: ProbeSettings = Field(default_factory=ProbeSettings)
-    transport: Transport = "socket"
-    python: str = Field(default_factory=lambda: str(REPO / ".venv" / "bin" / "python"))
-    warmup_steps: int = 30
-    settle_steps: int = Field(
-        default=30, ge=2, description="before each injection: a run of this many steps in the pre-fault band"
-    )
-    settle_timeout_s: float = Field(default=30.0, gt=0, description="the longest wait for that run")
-    window_s: float = 60.0
-    gap_s: float = 1.0
-    container: ContainerMode | None = None
-    launcher: Literal["auto", "ssh", "slurm"] = Field(
-        default="ssh",
-        description="ssh: torchrun agents over the kept-open shells; slurm: sbatch --requeue;"
-        " auto: slurm when the inventory has Slurm (resolve_launcher)",
-    )
-
-
-def resolve_launcher(req: RecoveryTestRequest, cluster: Cluster) -> RecoveryTestRequest:
-    """``auto`` made concrete, as scale-test chooses its backend (scheduler.base.inventory_backend):
-    Slurm for an inventory with remote hosts or an ``orch_slurm_conf``; torchrun over SSH when every
-    host is local and no Slurm is named."""
-    if req.launcher != "auto":
-        return req
-    slurm = cluster.vars.orch_slurm_conf is not None or inventory_backend(cluster) == "slurm"
-    return req.model_copy(update={"launcher": "slurm" if slurm else "ssh"})
-
-
-class ProbeJob:
-    """The probe's torchrun agents on the nodes, started detached over the kept-open shells."""
-
-    def __init__(
-        self,
-        cluster: Cluster,
-        shells: Mapping[str, NodeShell],
-        req: RecoveryTestRequest,
-        out_dir: Path,
-        run_id: str,
-    ) -> None:
-        self.cluster, self.shells, self.req, self.out_dir, self.run_id = cluster, shells, req, out_dir, run_id
-        self.pids: dict[str, int] = {}
-        self.containers: dict[str, str] = {}
-
-    def master_addr(self) -> str:
-        n = self.cluster.nodes[0]
-        return str(n.fabric_address or n.address)
-
-    def podman(self) -> list[str]:
-        c = self.req.container
-        assert c is not None
-        return [
-            "podman",
-            "--runtime",
-            "runc",
-            "--root",
-            str(c.storage / "root"),
-            "--runroot",
-            str(c.storage / "run"),
-        ]
-
-    def start(self) -> None:
-        """Start one agent per node; raises FaultError when a node refuses."""
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "stop").unlink(missing_ok=True)
-        s = self.req.probe
-        for k, node in enumerate(self.cluster.nodes):
-            argv = torchrun_argv(
-                s,
-                python=self.req.python,
-                out_dir=self.out_dir,
-                node_rank=k,
-                nnodes=len(self.cluster.nodes),
-                master_addr=self.master_addr(),
-                run_id=self.run_id,
-            )
-            env = {**s.env(), "ORCH_NODE": node.name, "ORCH_PROBE_RUN": self.run_id, "PYTHONPATH": str(REPO)}
-            log = self.out_dir / f"agent-{node.name}.log"
-            if self.req.container is None:
-                line = (
-                    f"cd {sh(str(REPO))} && setsid {sh('env', *(f'{k}={v}' for k, v in env.items()), *argv)}"
-                    f" </dev/null >{sh(str(log))} 2>&1 & echo $!"
-                )
-            else:
-                name = f"orch-probe-{self.run_id}-{node.name}"
-                c = self.req.container
-                run = [
-                    *self.podman(),
-                    "run",
-                    "-d",
-                    "--name",
-                    name,
-                    "--network",
-                    "host",
-                    "--ulimit",
-                    "nofile=1024:1024",
-                    "--ulimit",
-                    "nproc=1024:1024",
-                    "--log-driver",
-                    "k8s-file",
-                    "--log-opt",
-                    f"path={log}",
-                    "-w",
-                    str(REPO),
-                    *(a for b in c.binds for a in ("-v", b)),
-                    "-v",
-                    f"{self.out_dir}:{self.out_dir}",
-                    *(a for k2, v in env.items() for a in ("-e", f"{k2}={v}")),
-                    "--rootfs",
-                    str(c.rootfs),
-                    *argv,
-                ]
-                line = sh(*run)
-                self.containers[node.name] = name
-            res = self.shells[node.name].run_script(line, timeout=60)
-            if not res.ok:
-                raise FaultError(f"{node.name}: cannot start the probe: {res.brief()}")
-            if self.req.container is None:
-                self.pids[node.name] = int(res.stdout.strip().splitlines()[-1])
-
-    def stop(self, grace_s: float = 20.0) -> None:
-        """Stop file, wait, then SIGTERM/SIGKILL the agents orch started (by PID) or rm containers."""
-        with contextlib.suppress(OSError):
-            (self.out_dir / "stop").touch()
-        deadline = time.monotonic() + grace_s
-        for name, pid in self.pids.items():
-            shell = self.shells[name]
-            alive = f"kill -0 {pid} 2>/dev/null"
-            while time.monotonic() < deadline and shell.run_script(alive, timeout=10).ok:
-                time.sleep(0.3)
-            shell.run_script(
-                f"kill -TERM -{pid} 2>/dev/null; sleep 1; kill -KILL -{pid} 2>/dev/null; :", timeout=20
-            )
-        for name, cname in self.containers.items():
-            self.shells[name].run_script(
-                f"{sh(*self.podman(), 'rm', '-f', '-t', '5', cname)} >/dev/null 2>&1; :", timeout=120
-            )
-
-
-def probe_job_spec(
-    s: ProbeSettings,
-    *,
-    python: str,
-    out_dir: Path,
-    run_id: str,
-    workdir: Path,
-    master_addr: str,
-    nodelist: list[str],
-) -> JobSpec:
-    """The probe as one Slurm job: one torchrun agent per node (srun, one task per node), static
-    rendezvous on master_addr, ``--requeue``. Each agent's node rank is its SLURM_NODEID (through
-    PET_NODE_RANK, which torchrun reads). The job name is ``probe-<run_id>`` (outside ``orch-*``,
-    which some tooling cancels wholesale). Raises ConfigError when run_id is not a valid run id."""
-    check_run_id(run_id)
-    argv = torchrun_argv(
-        s, python=python, out_dir=out_dir, node_rank=None, nnodes=len(nodelist), master_addr=master_addr,
-        run_id=run_id,
-    )  # fmt: skip
-    return JobSpec(
-        name=f"probe-{run_id}",
-        step_id="probe",
-        nodes=nodelist,
-        nnodes=len(nodelist),
-        ranks_per_node=1,
-        argv=argv,
-        env={**s.env(), "ORCH_PROBE_RUN": run_id, "PYTHONPATH": str(workdir)},
-        master_addr=master_addr,
-        workdir=workdir,
-        launch="srun",
-        rank_logs=False,
-        task_env={"PET_NODE_RANK": "SLURM_NODEID", "ORCH_NODE": "SLURMD_NODENAME"},
-        kill_on_bad_exit=False,
-        exclusive=False,
-        requeue=True,
-        output=out_dir / "slurm-%j.out",
-        append_output=True,
-        script=out_dir / "probe.sbatch",
-    )
-
-
-class SlurmProbeJob:
-    """The probe as one Slurm job (``sbatch --requeue``, one torchrun agent per node via srun).
-
-    A requeue (``scontrol requeue``, or Slurm's own after a node failure) restarts every agent;
-    the probe counts it as a new generation and resumes after its last complete step. Every Slurm
-    command goes through the one Slurm client (scheduler/slurm.py).
-    """
-
-    def __init__(self, cluster: Cluster, req: RecoveryTestRequest, out_dir: Path, run_id: str) -> None:
-        self.cluster, self.req, self.out_dir, self.run_id = cluster, req, out_dir, check_run_id(run_id)
-        self.sched = SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
-        self.job_id: str | None = None
-
-    def spec(self) -> JobSpec:
-        first = self.cluster.nodes[0]
-        return probe_job_spec(
-            self.req.probe,
-            python=self.req.python,
-            out_dir=self.out_dir,
-            run_id=self.run_id,
-            workdir=REPO,
-            master_addr=str(first.fabric_address or first.address),
-            nodelist=[n.name for n in self.cluster.nodes],
-        )
-
-    def script(self) -> str:
-        return self.sched.render(self.spec())
-
-    def start(self) -> None:
-        """Submit the job; raises SchedulerError when sbatch refuses it."""
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "stop").unlink(missing_ok=True)
-        self.job_id = self.sched.submit(self.spec())
-
-    def state(self) -> str:
-        """squeue's state of the job ('' once it left the queue)."""
-        if self.job_id is None:
-            return ""
-        return self.sched.queue_state(self.job_id)
-
-    def node_aliases(self) -> dict[str, str]:
-        """Slurm node name -> inventory name (the probe under Slurm names its node $SLURMD_NODENAME)."""
-        idents = {n.name: {n.name, str(n.address)} for n in self.cluster.nodes}
-        return rmetrics.slurm_node_aliases(self.sched.show_nodes(), idents)
-
-    def requeue(self, start_now: bool = True) -> None:
-        """scontrol requeue; with start_now, lift Slurm's requeue BeginTime hold (about 120 s)."""
-        assert self.job_id is not None
-        self.sched.requeue(self.job_id)
-        if not start_now:
-            return
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.state() != "PENDING":
-            time.sleep(0.25)
-        self.sched.start_now(self.job_id)
-
-    def stop(self, grace_s: float = 20.0) -> None:
-        """Stop file, wait for the job to end, then scancel it."""
-        with contextlib.suppress(OSError):
-            (self.out_dir / "stop").touch()
-        if self.job_id is None:
-            return
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and self.state() in ("RUNNING", "COMPLETING"):
-            time.sleep(0.5)
-        with contextlib.suppress(SchedulerError):
-            self.sched.cancel([self.job_id])
+from orchestrator.store.rundir import RunDir, atomic_write, who
 
 
 def _completed(out_dir: Path, offsets: dict[str, float]) -> list[rmetrics.Completed]:
