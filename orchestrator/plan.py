@@ -116,16 +116,6 @@ def apply_overrides(plan: Plan, ov: PlanOverrides) -> Plan:
         new.collectives = parse_collectives(ov.collectives)
     if ov.sizes is not None:
         new.sizes = parse_sizes(ov.sizes)
-    if ov.iters is not None:
-        new.iters = ov.iters
-    if ov.warmup_iters is not None:
-        new.warmup_iters = ov.warmup_iters
-    if ov.check is not None:
-        new.check = ov.check
-    if ov.backend is not None:
-        new.backend = ov.backend
-    if ov.slurm_mode is not None:
-        new.slurm_mode = ov.slurm_mode
     if ov.partition is not None:
         if not re.match(SLURM_WORD, ov.partition):
             raise ConfigError(
@@ -133,13 +123,24 @@ def apply_overrides(plan: Plan, ov: PlanOverrides) -> Plan:
                 hint="a partition name has letters, digits, _ . - only",
             )
         new.partition = ov.partition
-    if ov.timeout_s is not None:
-        new.step_timeout_s = ov.timeout_s
-    if ov.concurrent_steps is not None:
-        new.concurrent_steps = ov.concurrent_steps
-    if ov.stack is not None:
-        new.stack = ov.stack
+    for flag, field in _PLAIN_OVERRIDES:
+        value = getattr(ov, flag)
+        if value is not None:
+            setattr(new, field, value)
     return new
+
+
+# Overrides copied as they are (PlanOverrides field -> Plan field); pydantic checked them already.
+_PLAIN_OVERRIDES = (
+    ("iters", "iters"),
+    ("warmup_iters", "warmup_iters"),
+    ("check", "check"),
+    ("backend", "backend"),
+    ("slurm_mode", "slurm_mode"),
+    ("timeout_s", "step_timeout_s"),
+    ("concurrent_steps", "concurrent_steps"),
+    ("stack", "stack"),
+)
 
 
 def resolve_plan(ref: str | Path | None = None, overrides: PlanOverrides | None = None) -> Plan:
