@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping
 
-from orchestrator.errors import LabError
+from orchestrator.errors import LabError, RemoteError
+from orchestrator.remote.local import capture
 
 # Daemons and Slurm commands get a plain environment, not orch's (no venv, no pyenv shims).
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -25,20 +26,9 @@ def run(
         LabError: the command is missing, times out, or (with ``check``) exits non-zero.
     """
     try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            env=dict(env) if env is not None else None,
-            input=input_text,
-            stdin=None if input_text is not None else subprocess.DEVNULL,
-        )
-    except FileNotFoundError as e:
-        raise LabError(f"command not found: {argv[0]}") from e
-    except subprocess.TimeoutExpired as e:
-        raise LabError(f"`{' '.join(argv)}` did not finish within {timeout:.0f} s") from e
+        proc = capture(argv, timeout=timeout, env=env, input_text=input_text)
+    except RemoteError as e:
+        raise LabError(e.message) from e
     if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
         tail = detail[-1] if detail else "no output"

@@ -5,9 +5,49 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Mapping
 
 from orchestrator.errors import RemoteError
 from orchestrator.remote.base import CmdResult
+
+
+def capture(
+    argv: list[str],
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    input_text: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run argv here with its output captured (``env``: the whole environment, None = this one's).
+
+    Stdin is the input text, or /dev/null. Raises RemoteError when the program is missing or the
+    timeout passes; never on a non-zero exit.
+    """
+    try:
+        return subprocess.run(
+            argv,
+            input=input_text,
+            stdin=None if input_text is not None else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(env) if env is not None else None,
+            check=False,
+        )
+    except FileNotFoundError as e:
+        raise RemoteError(f"{argv[0]}: command not found", hint="is it installed and on PATH?") from e
+    except subprocess.TimeoutExpired as e:
+        raise RemoteError(f"`{' '.join(argv)}` did not finish within {timeout:g} s") from e
+
+
+def _result(argv: list[str], proc: subprocess.CompletedProcess[str], start: float) -> CmdResult:
+    return CmdResult(
+        argv=list(argv),
+        rc=proc.returncode,
+        stdout=proc.stdout,
+        stderr=proc.stderr,
+        elapsed_s=time.monotonic() - start,
+    )
 
 
 class LocalRunner:
@@ -25,29 +65,9 @@ class LocalRunner:
         input_text: str | None = None,
     ) -> CmdResult:
         """Run argv; raises RemoteError when the program is missing or the timeout passes."""
-        full_env = {**os.environ, **self.base_env, **(env or {})}
         start = time.monotonic()
-        try:
-            proc = subprocess.run(
-                argv,
-                input=input_text,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=full_env,
-                check=False,
-            )
-        except FileNotFoundError as e:
-            raise RemoteError(f"{argv[0]}: command not found", hint="is it installed and on PATH?") from e
-        except subprocess.TimeoutExpired as e:
-            raise RemoteError(f"`{' '.join(argv)}` did not finish within {timeout:g} s") from e
-        return CmdResult(
-            argv=list(argv),
-            rc=proc.returncode,
-            stdout=proc.stdout,
-            stderr=proc.stderr,
-            elapsed_s=time.monotonic() - start,
-        )
+        full_env = {**os.environ, **self.base_env, **(env or {})}
+        return _result(argv, capture(argv, timeout=timeout, env=full_env, input_text=input_text), start)
 
 
 class LocalShell:
@@ -57,15 +77,7 @@ class LocalShell:
         """Run the line with /bin/sh; raises RemoteError on timeout."""
         start = time.monotonic()
         try:
-            proc = subprocess.run(
-                ["/bin/sh", "-c", script], capture_output=True, text=True, timeout=timeout, check=False
-            )
-        except subprocess.TimeoutExpired as e:
+            proc = capture(["/bin/sh", "-c", script], timeout=timeout)
+        except RemoteError as e:
             raise RemoteError(f"local shell: no answer within {timeout:g} s") from e
-        return CmdResult(
-            argv=["sh", "-c", script],
-            rc=proc.returncode,
-            stdout=proc.stdout,
-            stderr=proc.stderr,
-            elapsed_s=time.monotonic() - start,
-        )
+        return _result(["sh", "-c", script], proc, start)
