@@ -314,8 +314,10 @@ class _Search:
 
     def _grow(self, a: Group, b: Group) -> _Task:
         """Ring growth: the largest group that passed without b's nodes, grown by one of them a round."""
-        passed = [t.group for t in self.s.trials if t.outcome.passed and not set(t.group) & set(b)]
-        core = tuple(max(passed, key=lambda g: len(g))) if passed else a
+        passed: list[Group] = [
+            tuple(t.group) for t in self.s.trials if t.outcome.passed and not set(t.group) & set(b)
+        ]
+        core = max(passed, key=len) if passed else a
         return _Task("grow", core, b)
 
     def _after_grow(self, task: _Task, trial: Trial) -> list[_Task]:
