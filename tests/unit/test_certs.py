@@ -304,3 +304,13 @@ def test_list_expired_and_the_cli(tmp_path: Path) -> None:
     assert rc == 0 and "r-new" in text
     rc, text = orch("cert", "issue", str(new), "--valid-days", "5")
     assert rc == 0 and "certified" in text
+
+
+def test_report_sections_list_certified_and_refused_nodes() -> None:
+    from orchestrator.report.certs import certificates_html, certificates_md
+
+    certs, refused = certify(_record(LADDER), now=NOW, valid_days=3)
+    text = certificates_md(certs, refused)
+    assert "| node1 | r1 |" in text and "- node3: step n2b failed" in text
+    html = certificates_html(certs, refused)
+    assert html.count("<tr><td>") == 2 and certs[0].content_hash in html

@@ -99,3 +99,12 @@ def test_heatmap_labels_are_text_whatever_the_names() -> None:
     p.feed(svg)
     assert set(p.tags) <= {"svg", "text", "rect", "title"}
     assert "<script" not in svg and "\x1b" not in svg
+
+
+def test_the_report_section_shows_the_heatmap_and_the_evidence() -> None:
+    from orchestrator.report.certs import stragglers_html
+
+    m = _matrix({"node3": 4.0})
+    html = stragglers_html(stragglers(m), NODES, m)
+    assert 'data-kind="heatmap"' in html and "<li>node3: median" in html
+    assert "no straggler" in stragglers_html(stragglers(_matrix({})), NODES, _matrix({}))
