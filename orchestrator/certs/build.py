@@ -127,7 +127,8 @@ def certify(rec: RunRecord, *, now: datetime, valid_days: int) -> tuple[list[Cer
     unrun = [sid for sid in rec.pending if rec.step(sid) is None]
     if unrun and rec.status not in ("accepted", "failed"):
         run_wide.append(f"run {rec.status}: steps {', '.join(unrun)} did not run")
-    run_wide += [f"{w}" for w in rec.warnings if "not accepted" in w]
+    if rec.unreadable:
+        run_wide.append("step results cannot be read: " + ", ".join(sorted(rec.unreadable.values())))
 
     certs: list[Certificate] = []
     refused: list[Refusal] = []

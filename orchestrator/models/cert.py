@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.fingerprint import FieldDrift
@@ -82,8 +82,8 @@ class Certificate(StrictModel):
     run_id: LongId
     plan: str
     run_status: str = Field(description="the run's status when the certificate was issued")
-    issued_at: datetime
-    valid_until: datetime
+    issued_at: AwareDatetime
+    valid_until: AwareDatetime
     stack: StackSummary | None = Field(
         default=None, description="None: the run took no fingerprint (stack 'none')"
     )

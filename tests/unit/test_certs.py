@@ -314,3 +314,21 @@ def test_report_sections_list_certified_and_refused_nodes() -> None:
     assert "| node1 | r1 |" in text and "- node3: step n2b failed" in text
     html = certificates_html(certs, refused)
     assert html.count("<tr><td>") == 2 and certs[0].content_hash in html
+
+
+def test_a_run_with_unreadable_step_results_certifies_no_one() -> None:
+    rec = _record(LADDER[:3], unreadable={"n3": "steps/n3/result.json"})
+    certs, refused = certify(rec, now=NOW, valid_days=1)
+    assert certs == []
+    assert all("step results cannot be read: steps/n3/result.json" in r.reasons for r in refused)
+
+
+def test_a_certificate_without_a_time_zone_is_invalid_not_a_crash(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "r1")
+    issue(run, now=NOW)
+    path = cert_path(run, "localhost")
+    data = json.loads(path.read_text())
+    data["valid_until"] = "2027-01-01T00:00:00"
+    path.write_text(json.dumps(data))
+    (entry,) = entries(tmp_path)
+    assert not entry.intact and any("valid_until" in p for p in entry.problems)

@@ -181,3 +181,17 @@ def test_with_two_nodes_and_no_partner_the_pair_is_named_with_the_doubt() -> Non
     res = isolate(c.nodes, c.test)
     assert _named(res) == [("link", ["node1", "node2"])]
     assert "either node may be bad" in res.culprits[0].why
+
+
+def test_the_evidence_holds_the_failing_tests_and_those_that_cleared_the_partners() -> None:
+    c = Cluster(8, bad_nic={"node6"})
+    lines: list[str] = []
+    res = isolate(c.nodes, c.test, on_round=lambda r: lines.extend(t.line() for t in r.trials))
+    (culprit,) = res.culprits
+    fails = [t for t in culprit.evidence if not t.outcome.passed]
+    assert fails and all("node6" in t.group for t in fails)
+    partners = {n for t in fails for n in t.group} - {"node6"}
+    cleared = {n for t in culprit.evidence if t.outcome.passed for n in t.group}
+    assert partners <= cleared  # every partner it failed with passed with others
+    assert "round 1: single node1 pass (10)" in lines
+    assert any(line.endswith("FAIL (1)") and "node6" in line for line in lines)
