@@ -13,10 +13,17 @@ its groups are disjoint, so on a real cluster they run at the same time):
    with a known-good partner (a pair). Halves that pass are known-good and become partners;
    halves that fail are split again. One bad node among N is found in 1 + ceil(log2 N) rounds;
    two bad nodes in different halves are searched side by side, in the same rounds;
-3. when both halves pass but the whole fails, the fault lies between them: one side is bisected
-   while the other is held whole, then the other side against the node found (a bad link);
-4. ring growth where that cannot tell (every part passes, the whole fails): a passing core grows
-   by one node per round until it fails; the node whose addition failed is named.
+3. when both halves pass but the whole fails, the fault lies between them: one side is halved per
+   round against the other held whole (the half that fails holds the link's end; when it passes,
+   the other half is taken without a test), then the other side against the node found; the
+   pair at the end is tested (a bad link);
+4. ring growth where that cannot tell (the pair passes, or every part passes and the whole
+   fails): the largest passing group grows by one suspect per round; the suspect whose addition
+   fails is named;
+5. when every failing set lacks a known-good partner (a bad node in each half of a small
+   cluster), nodes of two failing sets are paired across them ('mix' rounds, each pairing turned
+   by one) until a pair passes and gives two partners; nodes cleared this way are taken out of
+   the failing sets (what is left holds the fault, or a link to the nodes taken out).
 
 Who is to blame is the fewest faults that explain every outcome: a node that failed in two tests
 whose other members are disjoint is bad (one link cannot be in both); a pair that failed while
@@ -37,7 +44,7 @@ from orchestrator.models.base import StrictModel
 
 Group = tuple[str, ...]
 Kind = Literal["single", "pair", "set"]
-Purpose = Literal["single", "whole", "half", "cross", "link", "grow"]
+Purpose = Literal["single", "whole", "half", "cross", "link", "grow", "mix"]
 
 
 class Outcome(StrictModel):
@@ -104,12 +111,13 @@ def round_bound(n: int) -> int:
 class _Task:
     """A suspect set and what is known of it (see the module doc)."""
 
-    kind: Literal["split", "whole", "cross", "grow", "pair", "confirm"]
+    kind: Literal["split", "whole", "cross", "grow", "pair", "confirm", "mix"]
     a: Group
     b: Group = ()
     known_fail: bool = False
-    tried_second: bool = False
+    sides: tuple[Group, Group] = ((), ())  # cross/pair: the two passing sets the search began from
     added: int = 0
+    origin: Group = ()  # split: the failing set before its cleared nodes were taken out
 
 
 @dataclass
@@ -137,9 +145,10 @@ def _halves(nodes: Group) -> tuple[Group, Group]:
     return nodes[:mid], nodes[mid:]
 
 
-def _cross(a: Group, b: Group) -> _Task:
+def _cross(a: Group, b: Group, sides: tuple[Group, Group] | None = None) -> _Task:
     """The fault lies between a and b (each passes, together they fail)."""
-    return _Task("pair", a, b) if len(a) == 1 and len(b) == 1 else _Task("cross", a, b)
+    kind: Literal["pair", "cross"] = "pair" if len(a) == 1 and len(b) == 1 else "cross"
+    return _Task(kind, a, b, sides=sides or (a, b))
 
 
 class _Search:
@@ -149,6 +158,8 @@ class _Search:
         self.run_round = run_round
         self.rounds: list[Round] = []
         self.on_round: Callable[[Round], None] | None = None
+        self._mixed_at = -1  # how many nodes were known good at the last mix round
+        self._mix_tries = 0  # mix rounds since then (each pairs the sets another way)
 
     # --- rounds -----------------------------------------------------------------------------------
 
@@ -188,7 +199,36 @@ class _Search:
         free = sorted(self.s.good - busy - {n for c in self.s.culprits for n in c.nodes})
         return free[0] if free else None
 
+    def _prune(self, tasks: list[_Task]) -> list[_Task]:
+        """Take nodes cleared since out of failing sets: what is left holds the fault, or the fault
+        is a link between the two parts (origin keeps the whole set for that)."""
+        out: list[_Task] = []
+        for task in tasks:
+            left = tuple(n for n in task.a if n not in self.s.good)
+            if task.kind != "split" or not task.known_fail or left == task.a:
+                out.append(task)
+            elif left:
+                out.append(_Task("split", left, known_fail=True, origin=task.origin or task.a))
+            elif len(task.a) == 2:
+                self._judge_pair(*task.a)
+            else:
+                out.append(_cross(*_halves(task.a)))
+        return out
+
+    def _mix(self, stuck: list[_Task], shift: int) -> list[_Request]:
+        """Pairs across stuck failing sets (no partner is known good yet), the second set turned by
+        shift: a pair that passes gives two partners."""
+        sets = [list(t.a) for t in stuck if t.kind == "split"]
+        pairs: list[_Request] = []
+        probe = _Task("mix", ())
+        for i in range(0, len(sets) - 1, 2):
+            first, second = sets[i], sets[i + 1]
+            turned = second[shift % len(second) :] + second[: shift % len(second)]
+            pairs += [_Request((a, b), "mix", probe) for a, b in zip(first, turned, strict=False)]
+        return pairs
+
     def _step(self, tasks: list[_Task]) -> list[_Task]:
+        tasks = self._prune(tasks)
         requests: list[_Request] = []
         busy = {n for t in tasks for n in (*t.a, *t.b)}
         deferred: list[_Task] = []
@@ -213,6 +253,13 @@ class _Search:
                     continue
             busy.update(used)
             requests += ready
+        if not requests:
+            if self._mixed_at != len(self.s.good):  # progress since the last mix: start over
+                self._mixed_at, self._mix_tries = len(self.s.good), 0
+            longest = max((len(t.a) for t in deferred), default=0)
+            if self._mix_tries < longest:
+                requests = self._mix(deferred, self._mix_tries)
+                self._mix_tries += 1
         if not requests:
             for task in deferred:  # no partner will ever come: say what is left
                 self.s.undecided += [n for n in (*task.a, *task.b) if n not in self.s.undecided]
@@ -246,7 +293,7 @@ class _Search:
             side = task.a if len(task.a) > 1 else task.b
             other = task.b if side is task.a else task.a
             h1, h2 = _halves(side)
-            return [((h2 if task.tried_second else h1) + other, "cross", "")]
+            return [(h1 + other, "cross", "")]
         # grow: the passing core and the next suspect
         return [((*task.a, task.b[task.added]), "grow", "")]
 
@@ -256,15 +303,16 @@ class _Search:
                 self._clear(req.group)
         if task.kind == "split":
             return self._after_split(task, results)
+        if task.kind == "mix":
+            return []
         trial = results[0][1]
         if task.kind == "whole":
             if trial.outcome.passed:
                 return []
             return [_cross(*_halves(task.a))]
         if task.kind == "pair":
-            if trial.outcome.passed:
-                self.s.undecided += list(task.a + task.b)
-                return []
+            if trial.outcome.passed:  # the halving went wrong: not one link after all
+                return [self._grow(*task.sides)]
             self._judge_pair(task.a[0], task.b[0])
             return []
         if task.kind == "confirm":
@@ -291,6 +339,12 @@ class _Search:
             return out
         if not task.known_fail:
             return [_Task("whole", task.a)]
+        if task.origin:  # what was left of a failing set passes: the fault is between the parts
+            rest = tuple(n for n in task.origin if n not in task.a)
+            if len(rest) == 1 and len(task.a) == 1:
+                self._judge_pair(rest[0], task.a[0])
+                return []
+            return [_cross(rest, task.a)]
         if len(task.a) == 2:  # the pair failed, each of its nodes passed with a partner
             self._judge_pair(*task.a)
             return []
@@ -300,17 +354,15 @@ class _Search:
         a_side = len(task.a) > 1
         side, other = (task.a, task.b) if a_side else (task.b, task.a)
         h1, h2 = _halves(side)
-        if not trial.outcome.passed:
-            part = h2 if task.tried_second else h1
-        elif not task.tried_second:
-            return [_Task("cross", task.a, task.b, tried_second=True)]
-        else:  # each half with the other side passes, the whole fails: pairs cannot tell
-            return [self._grow(task.a, task.b)]
+        # the first half with the other side fails: the link ends in it; passes: in the second half
+        # (not tested: one link is assumed; the pair at the end is tested, and ring growth takes
+        # over when it passes)
+        part = h1 if not trial.outcome.passed else h2
         new_a, new_b = (part, other) if a_side else (other, part)
-        if len(trial.group) == 2:  # the pair itself just failed
+        if len(trial.group) == 2 and not trial.outcome.passed:  # the pair itself just failed
             self._judge_pair(new_a[0], new_b[0])
             return []
-        return [_cross(new_a, new_b)]
+        return [_cross(new_a, new_b, task.sides)]
 
     def _grow(self, a: Group, b: Group) -> _Task:
         """Ring growth: the largest group that passed without b's nodes, grown by one of them a round."""
