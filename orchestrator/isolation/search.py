@@ -125,7 +125,6 @@ class _Request:
     group: Group
     purpose: Purpose
     task: _Task
-    part: str = ""
 
 
 @dataclass
@@ -236,7 +235,7 @@ class _Search:
             wanted = self._wants(task)
             used: list[str] = []
             ready: list[_Request] = []
-            for group, purpose, part in wanted:
+            for group, purpose in wanted:
                 if len(group) == 1:
                     g = self._anchor(busy | set(used))
                     if g is None:
@@ -244,7 +243,7 @@ class _Search:
                         break
                     used.append(g)
                     group = (*group, g)
-                ready.append(_Request(group, purpose, task, part))
+                ready.append(_Request(group, purpose, task))
             if wanted and not ready:
                 if task.kind == "split" and not task.known_fail and len(task.a) >= 2:
                     ready = [_Request(task.a, "whole", _Task("whole", task.a))]  # no partner yet
@@ -277,25 +276,25 @@ class _Search:
 
     # --- what each task tests, and what its results mean -----------------------------------------
 
-    def _wants(self, task: _Task) -> list[tuple[Group, Purpose, str]]:
+    def _wants(self, task: _Task) -> list[tuple[Group, Purpose]]:
         if task.kind == "split":
             if len(task.a) == 1:
-                return [(task.a, "half", "1")]
+                return [(task.a, "half")]
             h1, h2 = _halves(task.a)
-            return [(h1, "half", "1"), (h2, "half", "2")]
+            return [(h1, "half"), (h2, "half")]
         if task.kind == "whole":
-            return [(task.a, "whole", "")]
+            return [(task.a, "whole")]
         if task.kind == "pair":
-            return [(task.a + task.b, "link", "")]
+            return [(task.a + task.b, "link")]
         if task.kind == "confirm":  # the suspect with another partner (busy keeps the first away)
-            return [(task.a, "link", "")]
+            return [(task.a, "link")]
         if task.kind == "cross":
             side = task.a if len(task.a) > 1 else task.b
             other = task.b if side is task.a else task.a
             h1, h2 = _halves(side)
-            return [(h1 + other, "cross", "")]
+            return [(h1 + other, "cross")]
         # grow: the passing core and the next suspect
-        return [((*task.a, task.b[task.added]), "grow", "")]
+        return [((*task.a, task.b[task.added]), "grow")]
 
     def _resolve(self, task: _Task, results: list[tuple[_Request, Trial]]) -> list[_Task]:
         for req, trial in results:
