@@ -7,16 +7,11 @@ Functions only; the report generators do not call them yet (the coordinator wire
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 
 from orchestrator.metrics.stragglers import StragglerReport
 from orchestrator.models.cert import Certificate, Refusal
-from orchestrator.report.escape import md, visible
+from orchestrator.report.escape import html_text, md
 from orchestrator.report.heatmap import heatmap
-
-
-def _h(text: object) -> str:
-    return escape(visible(text), quote=True)
 
 
 def _counts(cert: Certificate) -> str:
@@ -42,8 +37,8 @@ def certificates_md(certs: Sequence[Certificate], refused: Sequence[Refusal]) ->
 def certificates_html(certs: Sequence[Certificate], refused: Sequence[Refusal]) -> str:
     """The same section as an HTML fragment (a table and a list)."""
     rows = "".join(
-        f"<tr><td>{_h(c.node)}</td><td>{_h(c.run_id)}</td><td>{_counts(c)}</td><td>{len(c.faults)}</td>"
-        f"<td>{c.valid_until:%Y-%m-%d}</td><td><code>{_h(c.content_hash)}</code></td></tr>"
+        f"<tr><td>{html_text(c.node)}</td><td>{html_text(c.run_id)}</td><td>{_counts(c)}</td><td>{len(c.faults)}</td>"
+        f"<td>{c.valid_until:%Y-%m-%d}</td><td><code>{html_text(c.content_hash)}</code></td></tr>"
         for c in certs
     )
     out = [
@@ -52,7 +47,7 @@ def certificates_html(certs: Sequence[Certificate], refused: Sequence[Refusal]) 
         f"<th>valid until</th><th>content hash</th></tr>{rows}</table>",
     ]
     if refused:
-        items = "".join(f"<li>{_h(r.node)}: {_h('; '.join(r.reasons))}</li>" for r in refused)
+        items = "".join(f"<li>{html_text(r.node)}: {html_text('; '.join(r.reasons))}</li>" for r in refused)
         out.append(f'<h3>Refused</h3><ul class="refused">{items}</ul>')
     out.append("</section>")
     return "\n".join(out)
@@ -69,8 +64,9 @@ def stragglers_html(
         f"max({rep.k:g} &times; {rep.sigma:.4g}, {rep.floor:.0%} &times; median)"
     )
     items = "".join(
-        f"<li>{_h(s.node)}: median {s.score:.4g} ({'-' if s.excess is None else f'{s.excess:.2f}'}&times;), "
-        f"pairs {_h(', '.join(f'{p} {v:.4g}' for p, v in sorted(s.pairs.items())))}</li>"
+        f"<li>{html_text(s.node)}: median {s.score:.4g} "
+        f"({'-' if s.excess is None else f'{s.excess:.2f}'}&times;), "
+        f"pairs {html_text(', '.join(f'{p} {v:.4g}' for p, v in sorted(s.pairs.items())))}</li>"
         for s in rep.stragglers
     )
     verdict = f'<ul class="stragglers">{items}</ul>' if items else "<p>no straggler</p>"

@@ -10,17 +10,12 @@ html.escape, so no name can become markup.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from html import escape
 
-from orchestrator.report.escape import visible
+from orchestrator.report.escape import html_text, visible
 
 _LOW = (255, 255, 255)
 _HIGH = (178, 24, 43)
 _MISSING = "#d9d9d9"
-
-
-def _label(text: str) -> str:
-    return escape(visible(text), quote=True)
 
 
 def _colour(v: float, lo: float, hi: float) -> str:
@@ -52,8 +47,8 @@ def heatmap(
     out = [
         f'<svg class="plot" data-kind="heatmap" xmlns="http://www.w3.org/2000/svg" '
         f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-        f'aria-label="{_label(title)}">',
-        f'<text class="title" x="{width / 2}" y="16" text-anchor="middle">{_label(title)}</text>',
+        f'aria-label="{html_text(title)}">',
+        f'<text class="title" x="{width / 2}" y="16" text-anchor="middle">{html_text(title)}</text>',
     ]
     for i, n in enumerate(nodes):
         colour = ' fill="#b2182b" font-weight="bold"' if n in flagged else ""
@@ -61,11 +56,11 @@ def heatmap(
         x = margin + i * cell + cell * 0.7
         out.append(
             f'<text class="tick row" x="{margin - 4}" y="{y:.1f}" text-anchor="end"{colour}>'
-            f"{_label(n)}</text>"
+            f"{html_text(n)}</text>"
         )
         out.append(
             f'<text class="tick col" transform="translate({x:.1f} {top - 4}) rotate(-60)"{colour}>'
-            f"{_label(n)}</text>"
+            f"{html_text(n)}</text>"
         )
     for i, a in enumerate(nodes):
         for j, b in enumerate(nodes):
@@ -78,11 +73,11 @@ def heatmap(
             tip = f"{a} - {b}: " + ("not measured" if got is None else f"{got:.4g} {unit}")
             out.append(
                 f'<rect class="cell" x="{x}" y="{y}" width="{cell}" height="{cell}" fill="{fill}" '
-                f'stroke="#fff"><title>{_label(tip)}</title></rect>'
+                f'stroke="#fff"><title>{html_text(tip)}</title></rect>'
             )
     out.append(
         f'<text class="label" x="{margin + size / 2}" y="{top + size + 20}" text-anchor="middle">'
-        f"{_label(f'{lo:.4g} to {hi:.4g} {unit}, white to red; grey: not measured')}</text>"
+        f"{html_text(f'{lo:.4g} to {hi:.4g} {unit}, white to red; grey: not measured')}</text>"
     )
     out.append("</svg>")
     return "\n".join(out)
