@@ -332,3 +332,18 @@ def test_a_certificate_without_a_time_zone_is_invalid_not_a_crash(tmp_path: Path
     path.write_text(json.dumps(data))
     (entry,) = entries(tmp_path)
     assert not entry.intact and any("valid_until" in p for p in entry.problems)
+
+
+def test_the_cli_exits_1_on_a_refusal_and_2_on_a_file_that_is_no_certificate(tmp_path: Path) -> None:
+    from orchestrator.cli import main
+
+    run = make_run(tmp_path, "r1", finished=False, done_steps=2)
+    with pytest.raises(SystemExit) as info:
+        main(["cert", "issue", str(run)])
+    assert info.value.code == 1
+    assert not (run / "certs").exists()
+    junk = tmp_path / "junk.json"
+    junk.write_text("[1, 2]")
+    with pytest.raises(SystemExit) as info:
+        main(["cert", "verify", str(junk)])
+    assert info.value.code == 2
