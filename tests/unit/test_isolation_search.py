@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.isolation.search import Group, Isolation, Outcome, Round, isolate, round_bound
+from orchestrator.isolation.search import isolate, round_bound
+from orchestrator.models.isolation import Group, Isolation, Outcome, Round
 
 
 @dataclass
