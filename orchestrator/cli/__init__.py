@@ -62,6 +62,7 @@ def _root(
 
 def _register() -> None:
     from orchestrator.cli import (
+        cert,
         compare,
         cron,
         fault,
@@ -78,6 +79,7 @@ def _register() -> None:
     )
 
     for module in (
+        cert,
         fault,
         inventory,
         lab,

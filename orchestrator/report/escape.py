@@ -8,6 +8,8 @@ user (or a node) wrote. Each output gets them through one function here:
 - md(): visible(), one line, the Markdown characters that act inside a line backslash-escaped,
   then HTML-escaped, so a cell is text (no link, image, tag or table column is made from data);
 - href(): a relative path, percent-encoded: never a scheme (``javascript:``), never a host (``//``);
+- html_text(): visible(), then HTML-escaped (quotes too): text or an attribute value in a hand-built
+  HTML or SVG fragment;
 - xml_text(): characters XML 1.0 cannot hold (NUL, U+FFFE/U+FFFF, lone surrogates) become visible
   escapes, so the document stays well-formed.
 """
@@ -57,6 +59,11 @@ def href(path: str) -> str:
     """
     p = re.sub(r"^/{2,}", "/", path)
     return quote(visible(p), safe="/")
+
+
+def html_text(text: object) -> str:
+    """str(text) as HTML/SVG text or attribute value: control characters shown, markup escaped."""
+    return html.escape(visible(text), quote=True)
 
 
 def xml_text(text: object) -> str:

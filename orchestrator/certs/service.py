@@ -1,0 +1,161 @@
+"""Certificates on disk: issue them into a run folder, verify a file, find and list them.
+
+Layout: `<run folder>/certs/<node>.json`, one file per certified node, written atomically
+(safefs.atomic_write: a fresh temporary file, fsync, rename; never through a link). The node name is
+an identifier (models/names.py) and the path is built with paths.under, so a name from a run folder
+never leads outside it. Files found under a folder of runs are read only when they are regular
+files inside it (safefs.read_inside).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.certs import digest
+from orchestrator.certs.build import certify
+from orchestrator.errors import ConfigError
+from orchestrator.models.cert import CertCheck, CertEntry, Certificate, IssueResult
+from orchestrator.models.names import check_name
+from orchestrator.paths import under
+from orchestrator.safefs import NotInside, atomic_write, read_inside
+from orchestrator.store.load import invalid, load_run
+from orchestrator.store.rundir import json_data
+
+CERTS_DIR = "certs"
+DEFAULT_VALID_DAYS = 30
+
+
+def cert_path(run_dir: Path, node: str) -> Path:
+    """<run_dir>/certs/<node>.json; raises ConfigError when node is not a plain name."""
+    try:
+        check_name(node, what="node name")
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    return under(run_dir, CERTS_DIR, f"{node}.json", what="certificate")
+
+
+def cert_text(cert: Certificate) -> str:
+    """The file's text: the certificate's JSON data, indented (indentation is not hashed)."""
+    return json.dumps(cert.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+
+
+def issue(run_dir: Path, *, valid_days: int = DEFAULT_VALID_DAYS, now: datetime | None = None) -> IssueResult:
+    """Certify the nodes of the finished run in run_dir that passed; write certs/<node>.json.
+
+    Raises ConfigError when run_dir is not a run folder, is still running or has no readable plan,
+    or valid_days < 1; InfraError when a file cannot be written.
+    """
+    rec = load_run(run_dir)
+    certs, refused = certify(rec, now=now or datetime.now(UTC), valid_days=valid_days)
+    result = IssueResult(run_id=rec.run_id, refused=refused)
+    for cert in certs:
+        path = cert_path(run_dir, cert.node)
+        atomic_write(path, cert_text(cert))
+        result.issued[cert.node] = str(path)
+    return result
+
+
+def _read_json(path: Path, root: Path | None) -> dict[str, Any]:
+    try:
+        raw = read_inside(root, path) if root is not None else path.read_bytes()
+        data = json_data(raw.decode("utf-8"))
+    except NotInside:
+        raise
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path}: no such certificate") from e
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: cannot be read as JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object, not a certificate")
+    return data
+
+
+def check_data(path: Path, data: dict[str, Any]) -> tuple[Certificate | None, list[str]]:
+    """The certificate in data (None when invalid) and what is wrong with it (empty: intact)."""
+    problems = digest.changes(data)
+    try:
+        cert: Certificate | None = Certificate.model_validate(data)
+    except ValidationError as e:
+        cert = None
+        problems.append(f"invalid: {invalid(path, e)}")
+    return cert, problems
+
+
+def verify(path: Path) -> CertCheck:
+    """Whether the certificate file at path is intact; the problems name what changed.
+
+    Raises ConfigError when the file cannot be read or is not a JSON object.
+    """
+    data = _read_json(path, None)
+    cert, problems = check_data(path, data)
+    node = cert.node if cert else (str(data["node"]) if isinstance(data.get("node"), str) else None)
+    return CertCheck(path=str(path), node=node, ok=not problems, problems=problems)
+
+
+def cert_files(root: Path) -> list[Path]:
+    """Certificate files under root: a run folder (root/certs/*.json) or a folder of run folders."""
+    found = sorted(root.glob(f"{CERTS_DIR}/*.json")) + sorted(root.glob(f"*/{CERTS_DIR}/*.json"))
+    return [p for p in found if not p.name.startswith(".")]
+
+
+def entries(root: Path, *, now: datetime | None = None) -> list[CertEntry]:
+    """Every certificate under root with its validity at now (default: the current time).
+
+    Raises ConfigError when root is not a folder.
+    """
+    if not root.is_dir():
+        raise ConfigError(f"{root}: no such folder of runs")
+    at = now or datetime.now(UTC)
+    out: list[CertEntry] = []
+    for path in cert_files(root):
+        try:
+            data = _read_json(path, root)
+        except ConfigError as e:
+            out.append(CertEntry(path=str(path), intact=False, problems=[e.message]))
+            continue
+        cert, problems = check_data(path, data)
+        if cert is None:
+            out.append(CertEntry(path=str(path), intact=False, problems=problems))
+            continue
+        out.append(
+            CertEntry(path=str(path), node=cert.node, run_id=cert.run_id, issued_at=cert.issued_at,
+                      valid_until=cert.valid_until, expired=cert.expired(at), intact=not problems,
+                      problems=problems)
+        )  # fmt: skip
+    out.sort(key=lambda e: (e.node or "", e.issued_at or datetime.min.replace(tzinfo=UTC)))
+    return out
+
+
+def latest(node: str, root: Path) -> tuple[Path, Certificate, list[str]]:
+    """The newest certificate of node under root (by issued_at), with its problems (empty: intact).
+
+    Raises ConfigError when node is not a plain name or has no readable certificate under root.
+    """
+    try:
+        check_name(node, what="node name")
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    best: tuple[Path, Certificate, list[str]] | None = None
+    if root.is_dir():
+        for path in (p for p in cert_files(root) if p.name == f"{node}.json"):
+            try:
+                cert, problems = check_data(path, _read_json(path, root))
+            except ConfigError:
+                continue
+            if (
+                cert is not None
+                and cert.node == node
+                and (best is None or cert.issued_at > best[1].issued_at)
+            ):
+                best = (path, cert, problems)
+    if best is None:
+        raise ConfigError(
+            f"no certificate for {node} under {root}",
+            hint="orch cert issue RUN_DIR writes them; --dir names the folder of runs",
+        )
+    return best

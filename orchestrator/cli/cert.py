@@ -1,0 +1,120 @@
+"""CLI commands: per-node certificates (`orch cert issue/show/verify/list`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.certs import service
+from orchestrator.cli.common import Cell, Col, err, fitted_table, out, styled
+from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
+from orchestrator.models.cert import Certificate, CertTest
+from orchestrator.models.plan import format_size
+
+cert_app = typer.Typer(
+    name="cert", help="Per-node certificates: issue from a run, show, verify, list.", no_args_is_help=True
+)
+DirOpt = Annotated[
+    Path,
+    typer.Option("--dir", help="A folder of run folders, or one run folder (default: runs)."),
+]
+
+
+@cert_app.command("issue")
+def issue_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="The run folder of a finished scale-test.")],
+    valid_days: Annotated[
+        int, typer.Option("--valid-days", min=1, help="Days until the certificates expire.")
+    ] = service.DEFAULT_VALID_DAYS,
+) -> int:
+    """Certify each node whose every step passed: RUN_DIR/certs/NODE.json. Exit 1 when a node is refused."""
+    res = service.issue(run_dir, valid_days=valid_days)
+    for node, path in res.issued.items():
+        out.print(styled("certified", "green"), f"{node}: {path}")
+    for r in res.refused:
+        out.print(styled("refused", "red"), f"{r.node}: " + "; ".join(r.reasons))
+    if not res.issued and not res.refused:
+        out.print(f"run {res.run_id} has no nodes", markup=False)
+    return EXIT_THRESHOLDS if res.refused else EXIT_OK
+
+
+def _limit(t: CertTest) -> str:
+    if t.threshold is None:
+        return "-"
+    return f"<= {t.threshold:g}" if t.metric == "wrong" else f">= {t.threshold:g}"
+
+
+def _show(path: Path, cert: Certificate, problems: list[str]) -> None:
+    state = styled("INTACT", "green") if not problems else styled("EDITED", "red")
+    out.print(f"{cert.node}: certificate of run {cert.run_id} (plan {cert.plan}) —", state)
+    out.print(f"file {path}; issued {cert.issued_at:%Y-%m-%d %H:%M:%S %Z}; valid until "
+              f"{cert.valid_until:%Y-%m-%d %H:%M:%S %Z}")  # fmt: skip
+    if cert.stack is not None:
+        versions = ", ".join(f"{k} {v}" for k, v in cert.stack.versions.items())
+        out.print(f"stack {cert.stack.stack}: {cert.stack.compatibility}; {versions}")
+    else:
+        out.print("stack: no fingerprint was taken in this run")
+    cols = [Col("step", whole=True), Col("ranks", whole=True), Col("collective", whole=True),
+            Col("size", whole=True), Col("metric", whole=True), Col("limit", whole=True),
+            Col("measured", whole=True), Col("", whole=True)]  # fmt: skip
+    rows: list[list[Cell]] = [
+        [t.step, str(t.ranks), t.collective, "-" if t.size_bytes is None else format_size(t.size_bytes),
+         t.metric, _limit(t), "-" if t.measured is None else f"{t.measured:.4g}",
+         styled("pass", "green") if t.passed else styled("FAIL", "red")]
+        for t in cert.tests
+    ]  # fmt: skip
+    out.print(fitted_table("tests", cols, rows, out.width))
+    for f in cert.faults:
+        out.print(f"survived {f.fault} ({f.role}, {f.target}, step {f.step or '-'}): {f.outcome}")
+    for p in problems:
+        err.print(f"{path}: {p}")
+
+
+@cert_app.command("show")
+def show_cmd(node: Annotated[str, typer.Argument(help="Node name.")], root: DirOpt = Path("runs")) -> int:
+    """The newest certificate of NODE under --dir, with its tests and figures."""
+    path, cert, problems = service.latest(node, root)
+    _show(path, cert, problems)
+    return EXIT_OK if not problems else EXIT_THRESHOLDS
+
+
+@cert_app.command("verify")
+def verify_cmd(file: Annotated[Path, typer.Argument(help="A certificate file (NODE.json).")]) -> int:
+    """Check FILE's content hash; exit 1 naming what changed when it was edited."""
+    check = service.verify(file)
+    if check.ok:
+        out.print(styled("intact", "green"), f"{file}: certificate of {check.node}, content hash matches")
+        return EXIT_OK
+    for p in check.problems:
+        err.print(f"{file}: {p}", style="red")
+    return EXIT_THRESHOLDS
+
+
+@cert_app.command("list")
+def list_cmd(
+    root: DirOpt = Path("runs"),
+    expired: Annotated[bool, typer.Option("--expired", help="Only certificates past valid_until.")] = False,
+) -> int:
+    """Certificates under --dir: node, run, validity, and whether each is intact."""
+    found = [e for e in service.entries(root) if e.expired or not expired]
+    if not found:
+        out.print(f"no {'expired ' if expired else ''}certificates under {root}")
+        return EXIT_OK
+    cols = [Col("node", whole=True), Col("run", whole=True), Col("issued", optional=True),
+            Col("valid until", whole=True), Col("state", whole=True), Col("file", optional=True)]  # fmt: skip
+    rows: list[list[Cell]] = []
+    for e in found:
+        state = (styled("edited", "red") if not e.intact else styled("expired", "yellow") if e.expired
+                 else styled("valid", "green"))  # fmt: skip
+        rows.append([e.node or "?", e.run_id or "?",
+                     f"{e.issued_at:%Y-%m-%d %H:%M}" if e.issued_at else "-",
+                     f"{e.valid_until:%Y-%m-%d %H:%M}" if e.valid_until else "-", state, e.path])  # fmt: skip
+    out.print(fitted_table(f"certificates under {root}", cols, rows, out.width))
+    return EXIT_OK
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the root app."""
+    app.add_typer(cert_app)

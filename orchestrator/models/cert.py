@@ -1,0 +1,138 @@
+"""A node's certificate: what it passed in one acceptance run, until when, and a hash of it all.
+
+One JSON file per node, `<run>/certs/<node>.json`, written by `orch cert issue` from the run
+folder alone (orchestrator.certs). Every figure in it is copied from the run's results, never typed
+in, and the content hash (orchestrator.certs.digest) lets `orch cert verify` find any later edit.
+
+The hash is integrity, not authenticity: anyone who can write the file can also recompute the hash.
+It tells an edited or damaged certificate from an intact one; it does not prove who issued it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import AwareDatetime, Field
+
+from orchestrator.models.base import StrictModel
+from orchestrator.models.fingerprint import FieldDrift
+from orchestrator.models.fingerprint import Verdict as Compatibility
+from orchestrator.models.names import LongId, Name
+from orchestrator.models.results import Collective
+
+CERT_FORMAT: Literal[1] = 1
+"""Bumped when the fields change meaning; a reader refuses a format it does not know."""
+
+Metric = Literal["busbw_gbs", "scaling_efficiency", "wrong"]
+
+
+class StackSummary(StrictModel):
+    """The node's software and hardware as the run's fingerprint found them, and the verdict against
+    the stack it was checked against."""
+
+    stack: str = Field(description="the stack manifest the node was checked against")
+    taken_at: datetime | None = Field(default=None, description="when the fingerprint was taken")
+    versions: dict[str, str] = Field(
+        default_factory=dict, description="component -> version as found (os, kernel, torch, rccl, ...)"
+    )
+    gpus: list[str] = Field(default_factory=list, description="GPU model names, one per GPU")
+    fingerprint_sha256: str = Field(
+        description="sha256 of the node's whole fingerprint (canonical JSON): what a later check compares"
+    )
+    compatibility: Compatibility = Field(description="the worst verdict of the node against the stack")
+    drift: list[FieldDrift] = Field(default_factory=list, description="fields that differ (none to certify)")
+
+
+class CertTest(StrictModel):
+    """One figure of one collective of one step the node took part in, held against its limit."""
+
+    step: Name
+    collective: Collective
+    nnodes: int = Field(ge=1)
+    ranks: int = Field(ge=1, description="world size of the step")
+    size_bytes: int | None = Field(default=None, ge=0, description="the size of the row judged")
+    metric: Metric
+    threshold: float | None = Field(
+        default=None,
+        description="the plan's minimum (busbw GB/s, scaling efficiency) or maximum (#wrong); "
+        "None: the plan sets none and the figure is recorded only",
+    )
+    measured: float | None = Field(default=None, description="None: the step has no such figure")
+    passed: bool
+
+
+class SurvivedFault(StrictModel):
+    """A fault injected while the node worked, and how the run came through it."""
+
+    fault: str = Field(description="fault kind, e.g. kill_worker, link_flap")
+    fault_id: str
+    target: str
+    role: Literal["target", "peer"] = Field(description="target: injected on this node; peer: in its step")
+    step: str | None = None
+    outcome: str
+    recover_s: float | None = None
+
+
+class Certificate(StrictModel):
+    """What one node passed in one run. `content_hash` covers every other field (see certs.digest)."""
+
+    format: Literal[1] = CERT_FORMAT
+    node: Name
+    run_id: LongId
+    plan: str
+    run_status: str = Field(description="the run's status when the certificate was issued")
+    issued_at: AwareDatetime
+    valid_until: AwareDatetime
+    stack: StackSummary | None = Field(
+        default=None, description="None: the run took no fingerprint (stack 'none')"
+    )
+    tests: list[CertTest] = Field(min_length=1)
+    faults: list[SurvivedFault] = Field(default_factory=list)
+    field_digests: dict[str, str] = Field(
+        default_factory=dict,
+        description="sha256 of each other top-level field and of each item of a list field ('tests[3]'): "
+        "names what an edit changed",
+    )
+    content_hash: str = Field(default="", description="'sha256:' + hex digest of the canonical JSON")
+
+    def expired(self, now: datetime) -> bool:
+        """Whether valid_until has passed at now."""
+        return now >= self.valid_until
+
+
+class Refusal(StrictModel):
+    """A node of the run that gets no certificate, and why."""
+
+    node: str
+    reasons: list[str]
+
+
+class IssueResult(StrictModel):
+    """What `orch cert issue` did with one run folder."""
+
+    run_id: LongId
+    issued: dict[str, str] = Field(default_factory=dict, description="node -> certificate file")
+    refused: list[Refusal] = Field(default_factory=list)
+
+
+class CertCheck(StrictModel):
+    """The outcome of verifying one certificate file."""
+
+    path: str
+    node: str | None = None
+    ok: bool
+    problems: list[str] = Field(default_factory=list, description="which field changed, or why it is invalid")
+
+
+class CertEntry(StrictModel):
+    """One certificate file found under a folder of runs (`orch cert list`)."""
+
+    path: str
+    node: str | None = None
+    run_id: str | None = None
+    issued_at: datetime | None = None
+    valid_until: datetime | None = None
+    expired: bool = False
+    intact: bool = Field(description="the content hash matches and the fields are valid")
+    problems: list[str] = Field(default_factory=list)
