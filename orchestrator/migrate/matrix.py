@@ -4,9 +4,9 @@ Each component of stack A is set against the same component of stack B with the 
 own rules (provision/fingerprint.py: version_verdict for releases, pin_verdict for commits and
 digests, os_verdict for OS lists), read as "what it takes to go from A's pin to B's":
 
-- both pin the same product: the rule of that field (2.20.5 -> 2.22.3 is needs porting,
-  2.20.5 -> 2.20.7 needs config change, another commit or digest needs config change);
-- another product (ROCm -> CUDA, gloo -> nccl): needs porting;
+- both pin the same product: the rule of that field (2.20.5 → 2.22.3 is needs porting,
+  2.20.5 → 2.20.7 needs config change, another commit or digest needs config change);
+- another product (ROCm → CUDA, gloo → nccl): needs porting;
 - only A has it: unavailable (B offers nothing in its place); only B: needs porting (new in B);
 - environment variables and extra Python packages added, removed or changed: needs config change
   (a changed package version follows version_verdict).
@@ -169,9 +169,9 @@ def _pair_row(a: _Pin | None, b: _Pin | None) -> MatrixRow:
             verdict, note = _os_row(a, b)
         else:
             verdict = _verdict(a.rule, b.value, a.value)
-            note = a.note if a.note == b.note else " -> ".join(n for n in (a.note, b.note) if n)
+            note = a.note if a.note == b.note else " → ".join(n for n in (a.note, b.note) if n)
     elif a is not None and b is not None:
-        item, verdict = f"{a.product} -> {b.product}", "needs porting"
+        item, verdict = f"{a.product} → {b.product}", "needs porting"
         note = f"another product: {a.product} on A, {b.product} on B"
     elif a is not None:
         item, verdict, note = a.product, "unavailable", "only A has it: B offers nothing in its place"
@@ -249,7 +249,8 @@ _TEAM = (
                   "AITER …), and which will run on {b}?"),
     ("tokenizers", "Do the tokenizers (and their versions) stay the same on {b}?"),
     ("adapters", "Are LoRA or other adapters served, and does {b} load them unchanged?"),
-    ("monitoring", "Do the exporters and dashboards read {b}'s metrics (names, units) as they read {a}'s?"),
+    ("monitoring", "Do the exporters and dashboards read the metrics of {b} (names, units) as they "
+                   "read those of {a}?"),
 )  # fmt: skip
 
 
