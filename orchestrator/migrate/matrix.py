@@ -61,6 +61,7 @@ class _Pin:
     rule: Rule
     probe: Probe | None = None
     note: str = ""
+    os_list: tuple[str, ...] = ()  # the os pin: the supported OSes (empty = any)
 
 
 def _minor(v: str | None) -> str | None:
@@ -77,7 +78,7 @@ def _image_found(repository: str) -> Probe:
 def _pins(s: Stack) -> dict[Component, list[_Pin]]:
     """The components stack s pins (env and extra packages apart), each with its product."""
     pins: list[_Pin] = []
-    pins.append(_Pin("os", "os", ", ".join(s.os) or "any", "os", lambda fp: fp.os))
+    pins.append(_Pin("os", "os", ", ".join(s.os) or "any", "os", lambda fp: fp.os, os_list=tuple(s.os)))
     if s.rocm is not None:
         r = s.rocm
         pins += [
@@ -135,8 +136,6 @@ def _slot(p: _Pin) -> str:
 
 def _verdict(rule: Rule, expected: str, found: str | None) -> Compat:
     """One pin against one value with the fingerprint's rules."""
-    if rule == "os":
-        return os_verdict([] if expected == "any" else expected.split(", "), found)
     if rule == "python":
         return version_verdict(expected, _minor(found))
     if rule in _VERDICT_OF_RULE:
@@ -149,8 +148,7 @@ def _verdict(rule: Rule, expected: str, found: str | None) -> Compat:
 
 
 def _os_row(a: _Pin, b: _Pin) -> tuple[Compat, str]:
-    sa = set() if a.value == "any" else set(a.value.split(", "))
-    sb = set() if b.value == "any" else set(b.value.split(", "))
+    sa, sb = set(a.os_list), set(b.os_list)
     if sa == sb or not sb:
         return "unchanged", "" if sa == sb else "B runs on any OS"
     dropped = sorted(sa - sb) if sa else ["(A: any)"]
@@ -192,6 +190,8 @@ def _judge(p: _Pin | None, fp: Fingerprint) -> Compat | None:
     """The node against one stack's pin; None where the rule is not one a node can be held to."""
     if p is None or p.probe is None or p.rule in ("config", "port"):
         return None
+    if p.rule == "os":
+        return os_verdict(list(p.os_list), p.probe(fp))
     return _verdict(p.rule, p.value, p.probe(fp))
 
 

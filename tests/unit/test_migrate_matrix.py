@@ -204,3 +204,24 @@ def test_cli_json_table_and_exit_codes(capsys: pytest.CaptureFixture[str], tmp_p
         run_cli(capsys, "migrate", "plan", "--from", "rocm-6.2", "--to", "cuda-12.4", "--format", "json")[1]
     )
     assert doc["from_stack"] == "rocm-6.2" and len(doc["questions"]) >= 6
+
+
+def test_each_node_is_held_to_a_and_b_with_the_fingerprint_rules() -> None:
+    a = _rocm(os=["ubuntu-22.04", "sles-15.6"])
+    b = _rocm("rocm-b", os=["ubuntu-22.04"], rocm={"version": "6.2.4"})
+    fps = {
+        "n1": Fingerprint(node="n1", os="sles-15.6", rocm="6.2.0"),
+        "n2": Fingerprint(node="n2", os="ubuntu-22.04", rocm="6.2.4"),
+        "n3": Fingerprint(node="n3"),
+    }
+    m = build_matrix(a, b, fps)
+    osv = {v.node: (v.vs_from, v.vs_to) for v in _row(m, "os").nodes}
+    assert osv == {
+        "n1": ("unchanged", "needs porting"),
+        "n2": ("unchanged", "unchanged"),
+        "n3": ("unavailable", "unavailable"),
+    }
+    rocm = {v.node: (v.found, v.vs_from, v.vs_to) for v in _row(m, "runtime").nodes}
+    assert rocm["n1"] == ("6.2.0", "unchanged", "needs config change")
+    assert rocm["n2"] == ("6.2.4", "needs config change", "unchanged")
+    assert _row(m, "container image", "container runtime").nodes == []  # the fingerprint does not read it
