@@ -105,12 +105,12 @@ def _pins(s: Stack) -> dict[Component, list[_Pin]]:
         pins += [
             _Pin("framework", "torch", py.torch, "version", lambda fp: fp.torch),
             _Pin("python", "python", py.python_version, "python", lambda fp: fp.venv_python),
-            _Pin("tests", py.workload, f"orch's {py.workload}", "port", lambda fp: fp.orch),
+            _Pin("tests", py.workload, f"{py.workload} (orch)", "port", lambda fp: fp.orch),
         ]
         if s.kind == "cpu":
             pins += [
                 _Pin("communication library", "gloo", f"in torch {py.torch}", "port",
-                     note="gloo ships inside torch: its version is torch's"),
+                     note="gloo ships inside torch, at the same version"),
                 _Pin("kernels/backends", "torch.distributed backend", "gloo", "port"),
             ]  # fmt: skip
     if s.container_runtime is not None:

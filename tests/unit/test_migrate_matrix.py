@@ -225,3 +225,11 @@ def test_each_node_is_held_to_a_and_b_with_the_fingerprint_rules() -> None:
     assert rocm["n1"] == ("6.2.0", "unchanged", "needs config change")
     assert rocm["n2"] == ("6.2.4", "needs config change", "unchanged")
     assert _row(m, "container image", "container runtime").nodes == []  # the fingerprint does not read it
+
+
+@pytest.mark.parametrize(("a", "b"), [("cpu-gloo", "cpu-gloo-next"), ("rocm-6.2", "cuda-12.4")])
+def test_the_examples_in_docs_are_what_orch_prints_today(a: str, b: str) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "migration.md").read_text()
+    text = matrix_markdown(build_matrix(load_stack(a), load_stack(b)))
+    shown = "#### " + text.removeprefix("# ").replace("\n## ", "\n##### ")
+    assert shown in doc, f"docs/migration.md: regenerate the {a} -> {b} example"
