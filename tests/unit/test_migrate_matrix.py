@@ -233,3 +233,13 @@ def test_the_examples_in_docs_are_what_orch_prints_today(a: str, b: str) -> None
     text = matrix_markdown(build_matrix(load_stack(a), load_stack(b)))
     shown = "#### " + text.removeprefix("# ").replace("\n## ", "\n##### ")
     assert shown in doc, f"docs/migration.md: regenerate the {a} -> {b} example"
+
+
+def test_the_terminal_table_shows_fingerprint_text_as_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run = _fingerprints(tmp_path, {"node1": "\x1b[31mred[/] [bold]x"})
+    code, out, _ = run_cli(
+        capsys, "migrate", "plan", "--from", "cpu-gloo", "--to", "cpu-gloo-next", "--fingerprints", str(run)
+    )
+    assert code == 1 and "\x1b" not in out and "\\x1b[31mred[/]" in out and "[bold]x" in out
