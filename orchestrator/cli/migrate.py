@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -54,7 +55,11 @@ def _print_table(m: MigrationMatrix) -> None:
         out.print(f"no fingerprint: {', '.join(m.missing)}")
     out.print("questions for the team:")
     for q in m.questions:
-        out.print(f"  {q.topic}: {q.question}")
+        out.print(
+            textwrap.fill(
+                f"{q.topic}: {q.question}", out.width, initial_indent="  ", subsequent_indent="    "
+            )
+        )
 
 
 def register(app: typer.Typer) -> None:
