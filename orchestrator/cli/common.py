@@ -22,6 +22,14 @@ from rich.text import Text
 
 from orchestrator.report.escape import visible
 
+VERDICT_STYLE = {
+    "unchanged": "green",
+    "needs config change": "yellow",
+    "needs porting": "red",
+    "unavailable": "red",
+}
+"""The colour of each compatibility verdict (fingerprint, migrate plan)."""
+
 
 @dataclass
 class CliState:

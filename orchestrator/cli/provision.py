@@ -9,19 +9,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out, styled, write_out
+from orchestrator.cli.common import VERDICT_STYLE, err, out, styled, write_out
 from orchestrator.errors import EXIT_INFRA, EXIT_OK
 from orchestrator.provision import fingerprint as fpmod
 from orchestrator.provision.runner import HostEvent, PlaybookResult
 from orchestrator.provision.service import ProvisionRequest, fingerprint, provision
 
 _STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "red", "skipped": "dim"}
-_VSTYLE = {
-    "unchanged": "green",
-    "needs config change": "yellow",
-    "needs porting": "red",
-    "unavailable": "red",
-}
 
 
 def _progress(ev: HostEvent) -> None:
@@ -144,7 +138,9 @@ def register(app: typer.Typer) -> None:
                 for col in ("field", "expected", "found", "verdict"):
                     t.add_column(col)
                 for c in n.checks:
-                    t.add_row(c.field, c.expected, c.found or "-", styled(c.verdict, _VSTYLE[c.verdict]))
+                    t.add_row(
+                        c.field, c.expected, c.found or "-", styled(c.verdict, VERDICT_STYLE[c.verdict])
+                    )
                 out.print(t)
             m = Table(title=f"compatibility with {comp.stack}")
             m.add_column("field")
@@ -154,7 +150,7 @@ def register(app: typer.Typer) -> None:
                 m.add_row(
                     field,
                     *[
-                        styled(row[n.node], _VSTYLE[row[n.node]]) if n.node in row else "-"
+                        styled(row[n.node], VERDICT_STYLE[row[n.node]]) if n.node in row else "-"
                         for n in comp.nodes
                     ],
                 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 MAD_SCALE = 1.4826
 """1.4826 x MAD estimates the standard deviation of normal noise."""
@@ -69,3 +70,25 @@ def difference_se(sigma: float, n_a: int, n_b: int) -> float:
 def band(se: float, floor: float, k: float) -> float:
     """Half-width of 'same' on the log scale: max(ln(1 + floor), k x se)."""
     return max(math.log1p(floor), k * se)
+
+
+def direction(d: float, half_width: float) -> Literal["better", "worse", "same"]:
+    """better beyond +half_width, worse beyond -half_width, else same (d: a log ratio, higher better)."""
+    return "better" if d > half_width else "worse" if d < -half_width else "same"
+
+
+def run_lengths(labels: Sequence[object]) -> list[int]:
+    """For each label, the length of the run of equal neighbours it belongs to.
+
+    Over verdicts in size order, this is how many adjacent sizes hold the same verdict, what the
+    "a change holds at 2 or more adjacent sizes" rule reads.
+    """
+    out = [0] * len(labels)
+    i = 0
+    while i < len(labels):
+        j = i
+        while j + 1 < len(labels) and labels[j + 1] == labels[i]:
+            j += 1
+        out[i : j + 1] = [j - i + 1] * (j - i + 1)
+        i = j + 1
+    return out

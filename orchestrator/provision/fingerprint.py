@@ -255,6 +255,14 @@ def pin_verdict(expected: str, found: str | None) -> Verdict:
     return "unchanged" if found.strip() == expected.strip() else "needs config change"
 
 
+def os_verdict(supported: list[str], found: str | None) -> Verdict:
+    """unchanged when found is one of the supported OSes (or any is: an empty list), needs porting
+    when it is another, unavailable when the node's OS is unknown."""
+    if not found:
+        return "unavailable"
+    return "unchanged" if not supported or found in supported else "needs porting"
+
+
 def _check(field: str, expected: str, found: str | None, verdict: Verdict) -> FieldCheck:
     return FieldCheck(field=field, expected=expected, found=found, verdict=verdict)
 
@@ -263,8 +271,7 @@ def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) 
     """Every pinned field of `stack` against what node `fp` has."""
     checks: list[FieldCheck] = []
     if stack.os:
-        osv: Verdict = "unavailable" if not fp.os else "unchanged" if fp.os in stack.os else "needs porting"
-        checks.append(_check("os", ", ".join(stack.os), fp.os, osv))
+        checks.append(_check("os", ", ".join(stack.os), fp.os, os_verdict(stack.os, fp.os)))
     if stack.python is not None:
         py = stack.python
         minor = ".".join((fp.venv_python or "").split(".")[:2]) or None

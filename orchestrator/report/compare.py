@@ -158,7 +158,7 @@ def compare_runs(
         sigma = max(row_sigma.get(key, 0.0), pooled)
         se = noise.difference_se(sigma, len(la[key]), len(lb[key])) if repeated else sigma
         band = noise.band(se, floor, k)
-        verdict: RowVerdict = "better" if d[key] > band else "worse" if d[key] < -band else "same"
+        verdict: RowVerdict = noise.direction(d[key], band)
         rows.append(CompareRow(
             step=key[0], collective=key[1], size_bytes=key[2], a_gbs=va, b_gbs=vb,
             ratio=math.exp(d[key]), band=math.expm1(band), verdict=verdict,
@@ -199,16 +199,7 @@ def _require_adjacent(rows: list[CompareRow]) -> None:
         groups.setdefault((r.step, r.collective), []).append(r)
     for group in groups.values():
         group.sort(key=lambda r: r.size_bytes)
-        run_of: list[int] = [0] * len(group)
-        i = 0
-        while i < len(group):
-            j = i
-            while j + 1 < len(group) and group[j + 1].verdict == group[i].verdict:
-                j += 1
-            for m in range(i, j + 1):
-                run_of[m] = j - i + 1
-            i = j + 1
-        for r, length in zip(group, run_of, strict=True):
+        for r, length in zip(group, noise.run_lengths([r.verdict for r in group]), strict=True):
             if r.verdict in ("better", "worse") and length < MIN_ADJACENT:
                 r.note = (
                     f"{r.verdict} beyond the band at this size only "

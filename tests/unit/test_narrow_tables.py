@@ -87,3 +87,11 @@ def test_fitted_table_at_80_columns() -> None:
     assert max(len(x) for x in out) <= 80
     assert any(long_id in x and "123456.789" in x for x in out)
     assert "not shown at 80 columns: extra" in out[-1]
+
+
+def test_migrate_plan_keeps_verdicts_whole(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = lines_at(80, ["migrate", "plan", "--from", "rocm-6.2", "--to", "cuda-12.4"], capsys, monkeypatch)
+    text = "\n".join(lines)
+    assert "needs porting" in text and "needs config change" in text and "monitoring:" in text

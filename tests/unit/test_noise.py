@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from orchestrator.metrics import noise
 
@@ -34,3 +37,13 @@ def test_band_scales_with_the_runs_of_each_side() -> None:
     assert noise.band(0.0, 0.05, 3.0) == pytest.approx(math.log1p(0.05))
     assert noise.band(0.1, 0.05, 3.0) == pytest.approx(0.3)
     assert noise.pooled_sigma([0.01, 0.02, 5.0, None]) == 0.02
+
+
+@given(st.lists(st.sampled_from(["better", "same", "worse"]), max_size=30))
+def test_run_lengths_are_the_lengths_of_runs_of_equal_neighbours(labels: list[str]) -> None:
+    expected = [n for n in (len(list(g)) for _, g in itertools.groupby(labels)) for _ in range(n)]
+    assert noise.run_lengths(labels) == expected
+
+
+def test_direction_is_same_inside_the_band_inclusive() -> None:
+    assert [noise.direction(d, 0.1) for d in (0.2, 0.1, -0.1, -0.2)] == ["better", "same", "same", "worse"]

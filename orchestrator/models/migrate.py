@@ -1,0 +1,155 @@
+"""Migration from stack A to stack B: the compatibility matrix (`orch migrate plan`) and the A/B
+decision (interleaved schedule, A-against-A band, changes per size and per serving figure).
+
+The matrix uses the fingerprint's four compatibility verdicts (models/fingerprint.py), read here
+as "what it takes to go from A's pin to B's": unchanged, needs config change, needs porting,
+unavailable.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from orchestrator.models.base import StrictModel
+from orchestrator.models.fingerprint import VERDICTS
+from orchestrator.models.fingerprint import Verdict as Compat
+
+__all__ = ["Compat"]  # the fingerprint's verdict, by the name migrate code uses
+
+Component = Literal[
+    "os",
+    "driver",
+    "runtime",
+    "communication library",
+    "framework",
+    "python",
+    "serving engine",
+    "kernels/backends",
+    "container image",
+    "tests",
+    "environment",
+    "python packages",
+]
+COMPONENTS: tuple[Component, ...] = (
+    "os", "driver", "runtime", "communication library", "framework", "python", "serving engine",
+    "kernels/backends", "container image", "tests", "environment", "python packages",
+)  # fmt: skip
+
+
+class NodeValue(StrictModel):
+    """What one node has for a row, from its saved fingerprint, judged against A's and B's pins."""
+
+    node: str
+    found: str | None = Field(description="the node's value; None when its fingerprint lacks it")
+    vs_from: Compat | None = Field(default=None, description="the node against A's pin (is it on A?)")
+    vs_to: Compat | None = Field(default=None, description="the node against B's pin (what B takes)")
+
+
+class MatrixRow(StrictModel):
+    """One item of one component: A's pin, B's pin, and what it takes to go from one to the other."""
+
+    component: Component
+    item: str = Field(description="e.g. rccl, NCCL_IB_TIMEOUT, numpy")
+    from_value: str | None = Field(description="A's pin; None when A has no such item")
+    to_value: str | None = Field(description="B's pin; None when B has no such item")
+    verdict: Compat
+    note: str = ""
+    nodes: list[NodeValue] = Field(default_factory=list, description="empty without fingerprints")
+
+
+class Question(StrictModel):
+    """Something orch cannot judge from manifests and fingerprints: the team answers it."""
+
+    topic: str
+    question: str
+
+
+class MigrationMatrix(StrictModel):
+    """`orch migrate plan`: every component of A against B, the nodes' values, the open questions."""
+
+    from_stack: str
+    to_stack: str
+    rows: list[MatrixRow]
+    questions: list[Question]
+    nodes: list[str] = Field(default_factory=list, description="node columns, in inventory order")
+    missing: list[str] = Field(default_factory=list, description="nodes without a saved fingerprint")
+    fingerprints_from: str | None = Field(default=None, description="the run folder or file read")
+
+    @property
+    def verdict(self) -> Compat:
+        """The worst verdict of the rows (unchanged when there are none)."""
+        rank = {v: i for i, v in enumerate(VERDICTS)}
+        return max((r.verdict for r in self.rows), key=lambda v: rank[v], default="unchanged")
+
+    def counts(self) -> dict[str, int]:
+        """Rows per verdict, every verdict named (0 included), in VERDICTS order."""
+        return {v: sum(r.verdict == v for r in self.rows) for v in VERDICTS}
+
+
+# --- the A/B decision ------------------------------------------------------------------------------
+
+Arm = Literal["A", "B", "A-control"]
+Direction = Literal["better", "worse", "same"]
+
+
+class Slot(StrictModel):
+    """One run of an interleaved A/B schedule: which arm, which round, on which nodes."""
+
+    order: int = Field(ge=0, description="0-based position in time")
+    round: int = Field(ge=0)
+    arm: Arm
+    stack: str
+    nodes: list[str]
+
+
+class FigureChange(StrictModel):
+    """One figure of A against B: medians, the log ratio, the band it must leave, the direction."""
+
+    a: float = Field(description="A's median (or A's figure)")
+    b: float = Field(description="B's median (or B's figure)")
+    log_ratio: float = Field(description="ln(b / a)")
+    band: float = Field(ge=0, description="half-width of 'same' on the log scale")
+    direction: Direction
+
+
+class SizeChange(StrictModel):
+    """One message size of a collective, A against B, with its A-against-A band."""
+
+    size_bytes: int = Field(ge=0)
+    n_a: int
+    n_b: int
+    n_control: int
+    control_log_ratio: float | None = Field(description="ln(control / A): the A-against-A gap")
+    change: FigureChange
+
+
+class CollectiveDecision(StrictModel):
+    """A collective's verdict: a change counts only beyond the band at >= min_adjacent adjacent sizes."""
+
+    collective: str
+    direction: Direction
+    flagged_sizes: list[int] = Field(description="sizes in runs of >= min_adjacent adjacent changes")
+    lone_sizes: list[int] = Field(description="sizes beyond the band alone (not flagged)")
+    min_adjacent: int
+    sizes: list[SizeChange]
+
+
+class ServingDecision(StrictModel):
+    """A serving plan's verdict from throughput and p99 latency."""
+
+    interactive: bool
+    throughput: FigureChange
+    p99: FigureChange
+    direction: Direction
+    reason: str
+
+
+class SizeSamples(StrictModel):
+    """One message size of a collective: the figure (e.g. busbw) of every repeat of each arm."""
+
+    size_bytes: int = Field(ge=0)
+    a: list[float]
+    b: list[float]
+    control: list[float] = Field(default_factory=list, description="the A-against-A control arm")
