@@ -1,0 +1,234 @@
+"""The load generator against a test double of an OpenAI-compatible streaming server
+(tests/unit/sse_server.py): measured TTFT and ITL against the delays the double used, records
+written as requests end, errors, timeouts, cancellation, and the seeded Poisson schedule."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.models.serving_results import RequestRecord
+from orchestrator.workloads.loadgen import (
+    LoadGenerator,
+    LoadSpec,
+    RecordWriter,
+    Target,
+    arrival_offsets,
+    main,
+    read_lengths,
+)
+from tests.unit.sse_server import HOLD_TOKENS, Behaviour, sse_server
+
+# Upper slack on measured delays: the machine is shared, so a sample may be late by scheduling,
+# never early. Lower bounds are exact (a token cannot arrive before the double sends it).
+SLACK_S = 0.5
+
+
+def run_level(spec: LoadSpec) -> list[RequestRecord]:
+    out: list[RequestRecord] = []
+    LoadGenerator(spec, out.append).run()
+    return out
+
+
+def spec(url: str, **kw: object) -> LoadSpec:
+    base: dict[str, object] = {
+        "targets": [Target("node1", url)],
+        "model": "m",
+        "input_tokens": [8],
+        "output_tokens": [5],
+        "concurrency": 2,
+        "requests": 6,
+    }
+    base.update(kw)
+    return LoadSpec(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_ttft_and_itl_match_the_delays_of_the_server(api: str) -> None:
+    b = Behaviour(ttft_s=0.05, itl_s=0.03)
+    with sse_server(b) as url:
+        recs = run_level(spec(url, api=api, warmup=2))
+    counted = [r for r in recs if not r.warmup]
+    assert len(recs) == 8 and len(counted) == 6 and sum(r.warmup for r in recs) == 2
+    assert sorted(r.id for r in recs) == list(range(8))
+    for r in counted:
+        assert r.status == "ok" and r.first_token is not None and r.server == "node1"
+        assert r.output_tokens == 5 and len(r.token_times) == 5 and r.usage_reported
+        assert r.input_tokens == 8 and r.requested_output_tokens == 5
+        ttft = r.first_token - r.send
+        assert b.ttft_s - 1e-3 <= ttft <= b.ttft_s + SLACK_S, ttft
+        gaps = [y - x for x, y in itertools.pairwise(r.token_times)]
+        assert all(b.itl_s - 1e-3 <= g <= b.itl_s + SLACK_S for g in gaps), gaps
+        assert r.send <= r.first_token <= r.token_times[-1] <= r.end
+    itl_median = statistics.median(y - x for r in counted for x, y in itertools.pairwise(r.token_times))
+    assert itl_median == pytest.approx(b.itl_s, abs=0.02)
+
+
+def test_closed_loop_keeps_at_most_concurrency_in_flight() -> None:
+    with sse_server(Behaviour(ttft_s=0.02, itl_s=0.01)) as url:
+        recs = run_level(spec(url, concurrency=3, requests=12))
+    events = sorted([(r.send, 1) for r in recs] + [(r.end, -1) for r in recs])
+    in_flight = list(itertools.accumulate(d for _, d in events))
+    assert max(in_flight) <= 3 and len(recs) == 12
+
+
+def test_records_are_on_disk_as_requests_end(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    b = Behaviour()
+    with sse_server(b) as url, RecordWriter(out) as w:
+        # request 0 is held by the double until released; 1..3 end first and must be on disk then
+        gen = LoadGenerator(spec(url, output_tokens=[HOLD_TOKENS, 3, 3, 3], requests=4), w.write)
+        t = threading.Thread(target=gen.run)
+        t.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(out.read_text().splitlines()) < 3:
+            time.sleep(0.01)
+        lines = out.read_text().splitlines()
+        assert len(lines) == 3 and t.is_alive()
+        assert sorted(RequestRecord.model_validate_json(x).id for x in lines) == [1, 2, 3]
+        b.hold.set()
+        t.join(20)
+    recs = [RequestRecord.model_validate_json(x) for x in out.read_text().splitlines()]
+    assert [r.id for r in recs][-1] == 0 and recs[-1].output_tokens == HOLD_TOKENS
+
+
+def test_http_errors_and_refused_connections_are_error_records() -> None:
+    with sse_server(Behaviour(fail_every=3)) as url:
+        recs = run_level(spec(url, concurrency=1, requests=6))
+    failed = [r for r in recs if r.status == "error"]
+    assert len(failed) == 2 and all(
+        r.http_status == 500 and "engine overloaded" in (r.error or "") for r in failed
+    )
+    assert all(r.first_token is None and r.output_tokens == 0 for r in failed)
+    # a port nobody listens on: bind one, close it, use it
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    recs = run_level(spec(f"http://127.0.0.1:{port}", requests=2))
+    assert [r.status for r in recs] == ["error", "error"] and "ConnectionRefused" in (recs[0].error or "")
+
+
+def test_a_request_past_its_timeout_is_aborted() -> None:
+    with sse_server(Behaviour(ttft_s=2.0)) as url:
+        t0 = time.monotonic()
+        recs = run_level(spec(url, concurrency=1, requests=1, timeout_s=0.3))
+        took = time.monotonic() - t0
+    assert [r.status for r in recs] == ["aborted"] and "timeout" in (recs[0].error or "")
+    assert took < 2.0  # bounded by the timeout, not by the server
+
+
+def test_stop_cancels_requests_in_flight() -> None:
+    b = Behaviour()
+    with sse_server(b) as url:
+        gen_recs: list[RequestRecord] = []
+        gen = LoadGenerator(
+            spec(url, output_tokens=[HOLD_TOKENS], concurrency=2, requests=10), gen_recs.append
+        )
+        t = threading.Thread(target=gen.run)
+        t.start()
+        time.sleep(0.3)
+        gen.stop()
+        t.join(10)
+        assert not t.is_alive()
+    assert len(gen_recs) == 2 and all(r.status == "aborted" for r in gen_recs)
+
+
+def test_server_without_usage_counts_chunks() -> None:
+    with sse_server(Behaviour(usage=False)) as url:
+        (r,) = run_level(spec(url, concurrency=1, requests=1, output_tokens=[4], input_tokens=[7]))
+    assert r.output_tokens == 4 and r.input_tokens == 7 and not r.usage_reported
+
+
+def test_requests_round_robin_over_targets() -> None:
+    with sse_server(Behaviour()) as u1, sse_server(Behaviour()) as u2:
+        recs = run_level(spec(u1, targets=[Target("node1", u1), Target("node2", u2)], requests=6))
+    assert sorted(r.server for r in recs) == ["node1"] * 3 + ["node2"] * 3
+
+
+def test_poisson_schedule_is_seeded_and_has_the_rate() -> None:
+    rate, n = 20.0, 4000
+    a = list(itertools.islice(arrival_offsets(rate, seed=7), n))
+    assert a == list(itertools.islice(arrival_offsets(rate, seed=7), n))
+    assert a != list(itertools.islice(arrival_offsets(rate, seed=8), n))
+    gaps = [a[0], *(y - x for x, y in itertools.pairwise(a))]
+    # exponential gaps: mean 1/rate with standard error (1/rate)/sqrt(n); 5 standard errors
+    mean = statistics.fmean(gaps)
+    assert abs(mean - 1 / rate) < 5 * (1 / rate) / math.sqrt(n)
+    # and a coefficient of variation of 1 (a Poisson process, not a regular clock)
+    assert statistics.pstdev(gaps) / mean == pytest.approx(1.0, abs=0.1)
+    # counts in 1 s windows: Poisson, so variance equals mean (dispersion index near 1)
+    counts = [0] * int(a[-1])
+    for t in a:
+        if int(t) < len(counts):
+            counts[int(t)] += 1
+    assert statistics.pvariance(counts) / statistics.fmean(counts) == pytest.approx(1.0, abs=0.35)
+
+
+def test_open_loop_sends_every_request_and_warmup() -> None:
+    with sse_server(Behaviour(ttft_s=0.01)) as url:
+        recs = run_level(spec(url, concurrency=None, rate=200.0, requests=30, warmup=3, seed=1))
+    assert len(recs) == 33 and all(r.status == "ok" for r in recs) and recs[0].level == "r200"
+    assert sum(r.warmup for r in recs) == 3
+
+
+def test_open_loop_in_flight_bound_records_errors() -> None:
+    b = Behaviour()
+    with sse_server(b) as url:
+        recs: list[RequestRecord] = []
+        s = spec(url, concurrency=None, rate=500.0, requests=6, max_in_flight=2, output_tokens=[HOLD_TOKENS])
+        gen = LoadGenerator(s, recs.append)
+        t = threading.Thread(target=gen.run)
+        t.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(recs) < 4:
+            time.sleep(0.01)
+        b.hold.set()
+        t.join(20)
+    bounded = [r for r in recs if r.error == "client in-flight bound reached"]
+    assert len(recs) == 6 and len(bounded) == 4
+
+
+def test_spec_refusals() -> None:
+    with pytest.raises(ValueError, match="one of concurrency and rate"):
+        LoadSpec(
+            targets=[Target("n", "http://h:1")], model="m", input_tokens=[1], output_tokens=[1], requests=1
+        )
+    with pytest.raises(ValueError, match="url"):
+        spec("http://h:1/x;y")
+
+
+def test_read_lengths_names_the_line() -> None:
+    assert read_lengths(['{"input_tokens": 3}', "", '{"input_tokens": 9}'], "input_tokens") == [3, 9]
+    with pytest.raises(ValueError, match=r"lens\.jsonl line 2"):
+        read_lengths(['{"n": 3}', '{"n": 0}'], "n", source="lens.jsonl")
+    with pytest.raises(ValueError, match="line 1"):
+        read_lengths(["not json"], "n")
+
+
+def test_command_line_writes_records(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    with sse_server(Behaviour()) as url:
+        rc = main(
+            [
+                "--target",
+                f"node1={url}",
+                "--model",
+                "m",
+                "--concurrency",
+                "2",
+                "--requests",
+                "4",
+                "--out",
+                str(out),
+            ]
+        )
+    assert rc == 0 and len(out.read_text().splitlines()) == 4
