@@ -84,6 +84,11 @@ class LevelSummary(StrictModel):
     slos: list[SloCheck] = Field(default_factory=list)
     output_tokens: int = Field(default=0, ge=0, description="output tokens of successful requests")
     servers: dict[str, int] = Field(default_factory=dict, description="counted requests per server")
+    p99_log_se: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="per metric (ttft, itl, tpot, e2e): standard error of ln p99 from the order statistics "
+        "around it (None below n = 100); the noise of one run's p99 in compare",
+    )
 
 
 class ServingCost(StrictModel):
