@@ -11,9 +11,11 @@ needs every token's arrival, the node that served each request, and records writ
 happen, from the standard library alone: threads and http.client.
 
 Each request is a POST to /v1/completions (or /v1/chat/completions) with stream=true; the answer
-is read as server-sent events, line by line. Every `data:` event with text is a token arrival
-(engines may send several tokens in one event: the arrival count is then below the token count,
-and output_tokens comes from the server's usage when it reports one, else it is the event count).
+is read as server-sent events, line by line. Every `data:` event that carries a token is a token
+arrival (see _event_token; engines may send several tokens in one event: the arrival count is then
+below the token count, and output_tokens comes from the server's usage when it reports one, else
+it is the arrival count). A stream ends well with `data: [DONE]` (vLLM, SGLang) or, without it,
+with a finish_reason before the connection closes (`transformers serve` 5.24 sends no [DONE]).
 A record (models/serving_results.RequestRecord) is appended to the output file when its request
 ends: one os.write of one line on an O_APPEND descriptor, so lines from threads never interleave
 and a crash loses at most the requests still in flight.
@@ -285,7 +287,7 @@ class LoadGenerator:
             if resp.status != 200:
                 status, error = "error", f"HTTP {resp.status}: {resp.read(300).decode(errors='replace')}"
             else:
-                done = False
+                done = finished = False
                 for event in _sse_events(resp):
                     if time.monotonic() > deadline:
                         status, error = "aborted", f"request timeout {s.timeout_s:g}s"
@@ -293,17 +295,19 @@ class LoadGenerator:
                     if event == "[DONE]":
                         done = True
                         break
-                    text, u = _event_text(event)
+                    token, finish, u = _event_token(event)
                     if u:
                         usage = u
-                    if text:
+                    if token:
                         times.append(self._clock.now())
+                    finished = finished or finish
+                done = done or (finished and status == "ok")
                 if status == "ok" and not done:
                     status = "aborted" if self._stop.is_set() else "error"
                     error = (
                         "cancelled: the level stopped"
                         if self._stop.is_set()
-                        else "stream ended without [DONE]"
+                        else "stream ended without [DONE] or a finish_reason"
                     )
         except TimeoutError:
             status, error = "aborted", f"request timeout {s.timeout_s:g}s"
@@ -379,17 +383,27 @@ def _sse_events(resp: http.client.HTTPResponse) -> Iterator[str]:
             data.append(line[5:].removeprefix(" "))
 
 
-def _event_text(event: str) -> tuple[str, dict[str, int]]:
-    """The text of one streamed chunk (completions or chat) and its usage, if it carries one."""
+def _event_token(event: str) -> tuple[bool, bool, dict[str, int]]:
+    """Whether one streamed chunk (completions or chat) is a token arrival, whether it finishes the
+    answer (a finish_reason), and its usage, if it carries one.
+
+    A token arrival is a choice with text (or delta content), or with an empty text and no
+    finish_reason: a byte-level token can end inside a UTF-8 character and stream as "". The
+    chat role chunk (no content) and a bare finish chunk are not arrivals.
+    """
     chunk = json.loads(event)
     if not isinstance(chunk, dict):
         raise ValueError("a stream event is not a JSON object")
     usage = chunk.get("usage")
     u = {k: int(v) for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens")} if usage else {}
-    text = ""
+    token = finish = False
     for choice in chunk.get("choices") or []:
-        text += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
-    return text, u
+        delta = choice.get("delta") or {}
+        text = choice["text"] if "text" in choice else delta.get("content")
+        ended = choice.get("finish_reason") is not None
+        finish = finish or ended
+        token = token or bool(text) or (text == "" and not ended)
+    return token, finish, u
 
 
 def arrival_offsets(rate: float, seed: int) -> Iterator[float]:

@@ -5,7 +5,10 @@ It answers POST /v1/completions and /v1/chat/completions with server-sent events
 `data: [DONE]`), after delays the test chooses: `ttft_s` before the first token, `itl_s` between
 tokens. The number of tokens is the request's max_tokens. Behaviours for error paths:
 `fail_every` (every k-th request gets HTTP 500), `hold` (a request whose max_tokens equals
-HOLD_TOKENS waits for this event before it answers), `usage` (send the usage chunk or not).
+HOLD_TOKENS waits for this event before it answers), `usage` (send the usage chunk or not),
+`done` (end with `data: [DONE]` as vLLM does, or only with the finish chunk as `transformers
+serve` 5.24 does), `empty_every` (every k-th token streams as "", as a byte-level token that ends
+inside a UTF-8 character does), `truncate_after` (close the stream after that many tokens).
 It runs in a thread on 127.0.0.1 and an ephemeral port, for the length of one test.
 """
 
@@ -28,6 +31,9 @@ class Behaviour:
     itl_s: float = 0.0
     fail_every: int = 0
     usage: bool = True
+    done: bool = True
+    empty_every: int = 0
+    truncate_after: int = 0
     hold: threading.Event = field(default_factory=threading.Event)
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -58,21 +64,26 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             try:
                 time.sleep(b.ttft_s)
                 for i in range(n):
+                    if b.truncate_after and i == b.truncate_after:
+                        return
                     if i:
                         time.sleep(b.itl_s)
-                    piece = f" t{i}"
+                    piece = "" if b.empty_every and (i + 1) % b.empty_every == 0 else f" t{i}"
                     choice = (
                         {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
                     )
                     self._event({"id": "x", "choices": [choice]})
+                end = {"index": 0, "finish_reason": "length"}
+                self._event({"id": "x", "choices": [{**end, "delta": {}} if chat else {**end, "text": ""}]})
                 if body.get("stream_options", {}).get("include_usage") and b.usage:
                     text = body.get("prompt") or " ".join(m["content"] for m in body["messages"])
                     prompt = len(text.split())
                     self._event(
                         {"id": "x", "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}}
                     )
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
+                if b.done:
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 pass
 

@@ -148,6 +148,21 @@ def test_server_without_usage_counts_chunks() -> None:
     assert r.output_tokens == 4 and r.input_tokens == 7 and not r.usage_reported
 
 
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_stream_without_done_ends_on_finish_reason_and_empty_tokens_count(api: str) -> None:
+    with sse_server(Behaviour(done=False, empty_every=3, usage=False)) as url:
+        recs = run_level(spec(url, api=api, requests=2, output_tokens=[6]))
+    assert [r.status for r in recs] == ["ok", "ok"]
+    assert all(len(r.token_times) == 6 and r.output_tokens == 6 for r in recs)
+
+
+def test_truncated_stream_is_an_error() -> None:
+    with sse_server(Behaviour(done=False, truncate_after=2)) as url:
+        recs = run_level(spec(url, requests=1, concurrency=1))
+    assert recs[0].status == "error" and "without [DONE]" in (recs[0].error or "")
+    assert len(recs[0].token_times) == 2
+
+
 def test_requests_round_robin_over_targets() -> None:
     with sse_server(Behaviour()) as u1, sse_server(Behaviour()) as u2:
         recs = run_level(spec(u1, targets=[Target("node1", u1), Target("node2", u2)], requests=6))
