@@ -214,13 +214,9 @@ def expand_ladder(plan: Plan, cluster: Cluster, *, group: str | None = None) -> 
                     hint="lower --nodes (1..N uses every node) or use a larger inventory",
                 )
             chosen = nodes[:nnodes]
-            short = [n for n in chosen if n.gpus_per_node < rpn]
-            if short:
-                detail = ", ".join(f"{n.name} has {n.gpus_per_node}" for n in short)
-                raise ConfigError(
-                    f"plan {plan.name}: step {sid} needs {rpn} ranks per node but gpus_per_node: {detail}",
-                    hint="lower --gpus-per-node or set gpus_per_node in the inventory",
-                )
+            _check_gpus(
+                chosen, rpn, f"plan {plan.name}: step {sid} needs {rpn} ranks per node", "--gpus-per-node"
+            )
             _check_vendors(plan, sid, chosen)
             _check_threshold_sizes(plan, sid, nnodes * rpn, sizes)
             steps.append(
@@ -294,19 +290,23 @@ def expand_serving_steps(plan: Plan, cluster: Cluster, *, group: str | None = No
                     hint="lower replicas (N = the replicas that fit) or use a larger inventory",
                 )
             chosen = nodes[:need]
-            short = [n for n in chosen if n.gpus_per_node < tp]
-            if short:
-                detail = ", ".join(f"{n.name} has {n.gpus_per_node}" for n in short)
-                raise ConfigError(
-                    f"plan {plan.name}: serving step {sid} needs tensor_parallel {tp} GPUs per node but "
-                    f"gpus_per_node: {detail}",
-                    hint="lower tensor_parallel or set gpus_per_node in the inventory",
-                )
+            what = f"plan {plan.name}: serving step {sid} needs tensor_parallel {tp} GPUs per node"
+            _check_gpus(chosen, tp, what, "tensor_parallel")
             _check_vendors(plan, sid, chosen)
             steps.append(ServingStep(id=sid, index=len(steps), workload=w.name, engine=w.engine,
                                      replicas=replicas, nodes_per_replica=pp, gpus_per_replica_node=tp,
                                      nodes=[n.name for n in chosen], levels=levels))  # fmt: skip
     return steps
+
+
+def _check_gpus(nodes: list[Node], per_node: int, what: str, knob: str) -> None:
+    """Refuse (ConfigError) when a node has fewer than per_node GPUs; `what` says which step needs them."""
+    short = [n for n in nodes if n.gpus_per_node < per_node]
+    if short:
+        detail = ", ".join(f"{n.name} has {n.gpus_per_node}" for n in short)
+        raise ConfigError(
+            f"{what} but gpus_per_node: {detail}", hint=f"lower {knob} or set gpus_per_node in the inventory"
+        )
 
 
 def _check_vendors(plan: Plan, sid: str, nodes: list[Node]) -> None:

@@ -96,6 +96,15 @@ def check_counts_spec(spec: str) -> None:
             raise ValueError(f"range factor must be >= 2 in {p!r}")
 
 
+def check_counts(v: str | list[int]) -> None:
+    """Validate a count list as a plan gives it: a spec (check_counts_spec) or a non-empty list of
+    integers >= 1; raises ValueError."""
+    if isinstance(v, str):
+        check_counts_spec(v)
+    elif not v or any(x < 1 for x in v):
+        raise ValueError("counts must be a non-empty list of integers >= 1")
+
+
 def resolve_counts(spec: str | list[int], n: int | None = None, g: int | None = None) -> list[int]:
     """Expand a count list into sorted distinct integers.
 
@@ -151,10 +160,7 @@ class Ladder(StrictModel):
     @field_validator("nodes", "ranks_per_node")
     @classmethod
     def _check_counts(cls, v: str | list[int]) -> str | list[int]:
-        if isinstance(v, str):
-            check_counts_spec(v)
-        elif not v or any(x < 1 for x in v):
-            raise ValueError("counts must be a non-empty list of integers >= 1")
+        check_counts(v)
         return v
 
 
@@ -302,13 +308,10 @@ class Plan(StrictModel):
         if twice:
             raise ValueError(f"serving workload name(s) given twice: {', '.join(twice)}")
         for w in v:
-            if isinstance(w.replicas, str):
-                try:
-                    check_counts_spec(w.replicas)
-                except ValueError as e:
-                    raise ValueError(f"serving {w.name}: replicas: {e}") from e
-            elif not w.replicas or any(x < 1 for x in w.replicas):
-                raise ValueError(f"serving {w.name}: replicas must be a non-empty list of integers >= 1")
+            try:
+                check_counts(w.replicas)
+            except ValueError as e:
+                raise ValueError(f"serving {w.name}: replicas {w.replicas!r}: {e}") from e
         return v
 
     @model_validator(mode="after")
