@@ -44,7 +44,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from orchestrator.models.serving import check_http_url
+from orchestrator.models.serving import (
+    DatasetLengths,
+    FixedLengths,
+    ServingWorkload,
+    TokenLengths,
+    check_http_url,
+)
 from orchestrator.models.serving_results import RequestRecord, RequestStatus
 
 PROMPT_WORD = " hello"
@@ -444,6 +450,54 @@ def token_lengths(
         return [tokens] * n
     rng = random.Random(seed)  # noqa: S311 (lengths of a load, not a secret)
     return [rng.randint(lo, hi) for _ in range(n)]
+
+
+LENGTHS_CYCLE = 10_000
+"""Lengths drawn per level when the level ends on a duration (requests then reuse them in turn)."""
+
+
+def lengths_for(spec: TokenLengths, n: int, *, seed: int, dataset: Sequence[int] | None = None) -> list[int]:
+    """n token counts as a plan's spec says: fixed, uniform (seeded), or a dataset's lengths in turn
+    (given, already read: see read_lengths). Raises ValueError when a dataset spec has no lengths."""
+    if isinstance(spec, FixedLengths):
+        return token_lengths("fixed", n, tokens=spec.tokens)
+    if isinstance(spec, DatasetLengths):
+        if not dataset:
+            raise ValueError(f"no lengths read from {spec.path} [{spec.field}]")
+        return [dataset[i % len(dataset)] for i in range(n)]
+    return token_lengths("uniform", n, lo=spec.min, hi=spec.max, seed=seed)
+
+
+def level_specs(
+    w: ServingWorkload,
+    targets: Sequence[Target],
+    *,
+    datasets: dict[tuple[str, str], Sequence[int]] | None = None,
+) -> list[LoadSpec]:
+    """One LoadSpec per load level of a plan's workload, in plan order (concurrency levels, then
+    rates), aimed at `targets` (one per replica). Lengths are drawn for warm-up plus counted
+    requests (LENGTHS_CYCLE when the level ends on a duration); input and output lengths use
+    seed and seed + 1. `datasets` maps (path, field) to the lengths read from a dataset spec.
+    Raises ValueError for a dataset spec that was not read."""
+    load = w.load
+    n = load.warmup_requests + (load.requests if load.requests is not None else LENGTHS_CYCLE)
+    data = datasets or {}
+
+    def lengths(spec: TokenLengths, seed: int) -> list[int]:
+        ds = data.get((spec.path, spec.field)) if isinstance(spec, DatasetLengths) else None
+        return lengths_for(spec, n, seed=seed, dataset=ds)
+
+    inputs, outputs = lengths(load.input_tokens, load.seed), lengths(load.output_tokens, load.seed + 1)
+
+    def spec(concurrency: int | None = None, rate: float | None = None) -> LoadSpec:
+        return LoadSpec(
+            targets=list(targets), model=w.model.served_name, input_tokens=inputs, output_tokens=outputs,
+            concurrency=concurrency, rate=rate, requests=load.requests, duration_s=load.duration_s,
+            warmup=load.warmup_requests, api=load.api, timeout_s=load.request_timeout_s,
+            max_in_flight=load.max_in_flight, seed=load.seed,
+        )  # fmt: skip
+
+    return [spec(concurrency=c) for c in load.concurrency] + [spec(rate=r) for r in load.rates]
 
 
 def _parse_target(text: str) -> Target:

@@ -20,6 +20,7 @@ from orchestrator.workloads.loadgen import (
     RecordWriter,
     Target,
     arrival_offsets,
+    level_specs,
     main,
     read_lengths,
 )
@@ -247,3 +248,57 @@ def test_command_line_writes_records(tmp_path: Path) -> None:
             ]
         )
     assert rc == 0 and len(out.read_text().splitlines()) == 4
+
+
+def test_level_specs_follow_the_plan(tmp_path: Path) -> None:
+    from orchestrator.models.serving import ServingWorkload
+
+    w = ServingWorkload.model_validate(
+        {
+            "name": "chat",
+            "engine": "external",
+            "url": "http://127.0.0.1:1",
+            "model": {"name": "m"},
+            "load": {
+                "concurrency": [4, 1],
+                "rates": [0.5],
+                "input_tokens": {"kind": "uniform", "min": 4, "max": 9},
+                "output_tokens": {"kind": "dataset", "path": "/data/lens.jsonl", "field": "out"},
+                "requests": 20,
+                "warmup_requests": 2,
+                "seed": 3,
+            },
+        }
+    )
+    targets = [Target("node1", "http://127.0.0.1:1")]
+    specs = level_specs(w, targets, datasets={("/data/lens.jsonl", "out"): [5, 7]})
+    assert [s.level for s in specs] == ["c1", "c4", "r0.5"]
+    s = specs[0]
+    assert (
+        len(s.input_tokens) == 22
+        and all(4 <= x <= 9 for x in s.input_tokens)
+        and len(set(s.input_tokens)) > 1
+    )
+    assert (
+        s.input_tokens == level_specs(w, targets, datasets={("/data/lens.jsonl", "out"): [5]})[0].input_tokens
+    )
+    assert s.output_tokens[:4] == [5, 7, 5, 7] and s.model == "m" and s.warmup == 2 and s.requests == 20
+    with pytest.raises(ValueError, match=r"no lengths read from /data/lens\.jsonl"):
+        level_specs(w, targets)
+
+
+def test_serving_smoke_level_against_the_double_gives_its_figures() -> None:
+    """The built-in plan's first level, end to end on the double: plan -> specs -> records -> figures."""
+    from orchestrator.metrics.serving import summarize_level
+    from orchestrator.plan import load_plan
+
+    w = load_plan("serving-smoke").serving[0]
+    b = Behaviour(ttft_s=0.01, itl_s=0.002)
+    with sse_server(b) as url:
+        first = level_specs(w, [Target("node1", url)])[0]
+        recs = run_level(first)
+    s = summarize_level(recs, w.slos)
+    assert s.level == "c1" and s.n == w.load.requests and s.ok == s.n
+    assert len(recs) == w.load.requests + w.load.warmup_requests
+    assert s.ttft_ms.p99 is not None and s.ttft_ms.p99 >= b.ttft_s * 1e3 - 1
+    assert s.goodput == 1.0 and all(c.met for c in s.slos)
