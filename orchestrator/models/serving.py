@@ -120,7 +120,8 @@ class ServedModel(StrictModel):
     )
     revision: Name | None = Field(default=None, description="a git revision, tag or branch of the model")
     name: Name | None = Field(
-        default=None, description="the model name sent in requests (default: the last part of path)"
+        default=None,
+        description="the model name sent in requests (vLLM, SGLang: --served-model-name; default: the path)",
     )
 
     @model_validator(mode="after")
@@ -131,11 +132,12 @@ class ServedModel(StrictModel):
 
     @property
     def served_name(self) -> str:
-        """The name requests carry in their `model` field."""
+        """The name requests carry in their `model` field: `name`, else the path (as vLLM, SGLang
+        and `transformers serve` name a model they were started with by its path)."""
         if self.name is not None:
             return self.name
         assert self.path is not None  # checked by _named
-        return self.path.rsplit("/", 1)[-1]
+        return self.path
 
 
 class FixedLengths(StrictModel):
@@ -321,6 +323,11 @@ class ServingWorkload(StrictModel):
                 raise ValueError(f"serving {self.name}: url {self.url!r} is for engine external only")
             if self.model.path is None:
                 raise ValueError(f"serving {self.name}: engine {self.engine} needs model.path")
+            if self.engine == "transformers" and self.model.name is not None:
+                raise ValueError(
+                    f"serving {self.name}: model.name {self.model.name!r}: transformers serve answers only "
+                    "to the model's path; leave model.name out"
+                )
         p99 = self.thresholds.p99_fields() + [
             f"slos.{n}"
             for n in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")

@@ -72,7 +72,7 @@ def test_p99_rule_is_the_percentiles_rule() -> None:
 
 def test_serving_only_plan_loads_without_sizes_and_round_trips(tmp_path: Path) -> None:
     plan = load_plan(serving_plan(tmp_path))
-    assert plan.collectives == [] and plan.serving[0].model.served_name == "llama-8b"
+    assert plan.collectives == [] and plan.serving[0].model.served_name == "/models/llama-8b"
     again = tmp_path / "again.yaml"
     again.write_text(plan_to_yaml(plan))
     assert load_plan(again) == plan
@@ -173,6 +173,9 @@ def test_external_needs_url_and_refuses_what_orch_would_start(tmp_path: Path) ->
     assert "replicas" in refusal(tmp_path, engine="external", url="http://h:1", replicas=[2])
     assert "external only" in refusal(tmp_path, url="http://h:1")
     assert "needs model.path" in refusal(tmp_path, engine="sglang", model={"path": None, "name": "m"})
+    assert "only to the model's path" in refusal(tmp_path, engine="transformers", model={"name": "m"})
+    named = load_plan(serving_plan(tmp_path, model={"name": "llama"}))
+    assert named.serving[0].model.served_name == "llama"
 
 
 def test_load_needs_levels_and_an_end(tmp_path: Path) -> None:
