@@ -217,15 +217,17 @@ class LoadGenerator:
                 break
             if (i := self._take(limit)) is None:
                 break
-            with self._lock:
+            with self._lock:  # counted here, not in the thread: the next arrival may come first
                 full = self._in_flight >= self.spec.max_in_flight
+                if not full:
+                    self._in_flight += 1
             if full:
                 now = self._clock.now()
                 self._record(
                     i, warmup, self._target(i), now, now, "error", error="client in-flight bound reached"
                 )
                 continue
-            t = threading.Thread(target=self._one, args=(i, warmup), daemon=True)
+            t = threading.Thread(target=self._one, args=(i, warmup, True), daemon=True)
             t.start()
             threads.append(t)
             threads = [x for x in threads if x.is_alive()]
@@ -259,9 +261,11 @@ class LoadGenerator:
             body["ignore_eos"] = True
         return json.dumps(body).encode()
 
-    def _one(self, i: int, warmup: bool) -> None:
-        with self._lock:
-            self._in_flight += 1
+    def _one(self, i: int, warmup: bool, counted: bool = False) -> None:
+        """One request, counted in flight from here (or already, by the open loop's dispatcher)."""
+        if not counted:
+            with self._lock:
+                self._in_flight += 1
         try:
             self._request(i, warmup)
         finally:
