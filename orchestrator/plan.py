@@ -23,6 +23,7 @@ from orchestrator.models.plan import (
     resolve_counts,
 )
 from orchestrator.models.results import COLLECTIVES, PlanCollective, run_size
+from orchestrator.models.serving import ServingStep, ServingWorkload
 
 DEFAULT_PLAN = "smoke"
 _SIZES_RE = re.compile(r"^([^:]+):([^:]+)(?::x(\d+))?$", re.IGNORECASE)
@@ -107,15 +108,24 @@ def load_plan(ref: str | Path | None = None) -> Plan:
 
 def apply_overrides(plan: Plan, ov: PlanOverrides) -> Plan:
     """Return a copy of plan with the CLI overrides applied; raises ConfigError naming the flag."""
+    try:
+        return _apply_overrides(plan, ov)
+    except ValidationError as e:  # a rule across fields, e.g. --collectives on a serving-only plan
+        raise ConfigError(
+            f"plan {plan.name}: {_first_error(e)}", hint="see docs/plan.md for the fields"
+        ) from e
+
+
+def _apply_overrides(plan: Plan, ov: PlanOverrides) -> Plan:
     new = plan.model_copy(deep=True)
     if ov.nodes is not None:
         new.ladder.nodes = _check_spec(ov.nodes, "--nodes")
     if ov.gpus_per_node is not None:
         new.ladder.ranks_per_node = _check_spec(ov.gpus_per_node, "--gpus-per-node")
+    if ov.sizes is not None:  # before collectives: a plan with collectives needs sizes
+        new.sizes = parse_sizes(ov.sizes)
     if ov.collectives is not None:
         new.collectives = parse_collectives(ov.collectives)
-    if ov.sizes is not None:
-        new.sizes = parse_sizes(ov.sizes)
     if ov.partition is not None:
         if not re.match(SLURM_WORD, ov.partition):
             raise ConfigError(
@@ -154,7 +164,26 @@ def step_id(nnodes: int, ranks_per_node: int) -> str:
     return f"n{nnodes}xg{ranks_per_node}"
 
 
+SERVING_NOT_YET = "serving steps run with the run lifecycle of runs/ (to come)"
+
+
 def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> list[Step]:
+    """The collective steps of a plan that the runners of today (scale-test, cron) can run.
+
+    Refuses (ConfigError, exit 2) a plan with serving steps: they run with the run lifecycle of
+    runs/ (to come), and a run that silently skipped them would pass a plan it never ran. Else
+    as expand_ladder.
+    """
+    if plan.serving:
+        names = ", ".join(w.name for w in plan.serving)
+        raise ConfigError(
+            f"plan {plan.name}: {SERVING_NOT_YET}; this orch runs collective steps only (serving: {names})",
+            hint="`orch plan show` lists the serving steps; run a plan without `serving` meanwhile",
+        )
+    return expand_ladder(plan, cluster, group=group)
+
+
+def expand_ladder(plan: Plan, cluster: Cluster, *, group: str | None = None) -> list[Step]:
     """Expand the plan's ladder on the cluster: one Step per (node count, ranks per node).
 
     Steps are ordered by node count, then ranks per node; a step runs on the first nnodes nodes
@@ -164,10 +193,9 @@ def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> l
     gpus_per_node), when it mixes gpu_vendors without plan.mixed_vendors, or when a busbw
     threshold's size is not one the step runs; InventoryError when the group is unknown.
     """
-    nodes: list[Node] = cluster.select(group) if group else list(cluster.nodes)
-    where = f"group {group!r}" if group else "the inventory"
-    if not nodes:
-        raise ConfigError(f"plan {plan.name}: {where} has no nodes")
+    nodes, where = _nodes_of(plan, cluster, group)
+    if not plan.collectives:
+        return []
     gpus = min(n.gpus_per_node for n in nodes)
     try:
         counts = resolve_counts(plan.ladder.nodes, len(nodes), gpus)
@@ -186,13 +214,9 @@ def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> l
                     hint="lower --nodes (1..N uses every node) or use a larger inventory",
                 )
             chosen = nodes[:nnodes]
-            short = [n for n in chosen if n.gpus_per_node < rpn]
-            if short:
-                detail = ", ".join(f"{n.name} has {n.gpus_per_node}" for n in short)
-                raise ConfigError(
-                    f"plan {plan.name}: step {sid} needs {rpn} ranks per node but gpus_per_node: {detail}",
-                    hint="lower --gpus-per-node or set gpus_per_node in the inventory",
-                )
+            _check_gpus(
+                chosen, rpn, f"plan {plan.name}: step {sid} needs {rpn} ranks per node", "--gpus-per-node"
+            )
             _check_vendors(plan, sid, chosen)
             _check_threshold_sizes(plan, sid, nnodes * rpn, sizes)
             steps.append(
@@ -208,6 +232,81 @@ def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> l
                 )
             )
     return steps
+
+
+def _nodes_of(plan: Plan, cluster: Cluster, group: str | None) -> tuple[list[Node], str]:
+    nodes: list[Node] = cluster.select(group) if group else list(cluster.nodes)
+    where = f"group {group!r}" if group else "the inventory"
+    if not nodes:
+        raise ConfigError(f"plan {plan.name}: {where} has no nodes")
+    return nodes, where
+
+
+def serving_step_id(workload: str, replicas: int) -> str:
+    """The id of a serving step, e.g. `chat-r2`."""
+    return f"{workload}-r{replicas}"
+
+
+def load_levels(w: ServingWorkload) -> list[str]:
+    """A workload's load levels in the order they run: `c4` (4 in flight), then `r0.5` (0.5 requests/s)."""
+    return [f"c{c}" for c in w.load.concurrency] + [f"r{r:g}" for r in w.load.rates]
+
+
+def expand_serving_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> list[ServingStep]:
+    """Expand the plan's serving workloads on the cluster: one ServingStep per (workload, replicas).
+
+    A replica spans pipeline_parallel nodes with tensor_parallel GPUs on each; replicas take
+    disjoint nodes of `group` (default: every node) in inventory order. In a replicas spec N is the
+    number of replicas those nodes hold, G the smallest gpus_per_node. An external engine has one
+    step on no node. Raises ConfigError naming the step when the cluster cannot hold it (too few
+    nodes, tensor_parallel above a node's gpus_per_node) or when it mixes gpu_vendors without
+    plan.mixed_vendors; InventoryError when the group is unknown.
+    """
+    if not plan.serving:
+        return []
+    nodes, where = _nodes_of(plan, cluster, group)
+    gpus = min(n.gpus_per_node for n in nodes)
+    steps: list[ServingStep] = []
+    for w in plan.serving:
+        levels = load_levels(w)
+        if w.engine == "external":
+            sid = serving_step_id(w.name, 1)
+            one = {"replicas": 1, "nodes_per_replica": 1, "gpus_per_replica_node": 1}
+            steps.append(ServingStep(id=sid, index=len(steps), workload=w.name, engine=w.engine, nodes=[],
+                                     levels=levels, **one))  # fmt: skip
+            continue
+        pp, tp = w.pipeline_parallel, w.tensor_parallel
+        try:
+            counts = resolve_counts(w.replicas, max(1, len(nodes) // pp), gpus)
+        except ValueError as e:
+            raise ConfigError(f"plan {plan.name}: serving {w.name}: replicas {w.replicas!r}: {e}") from e
+        for replicas in counts:
+            sid = serving_step_id(w.name, replicas)
+            need = replicas * pp
+            if need > len(nodes):
+                raise ConfigError(
+                    f"plan {plan.name}: serving step {sid} needs {need} nodes ({replicas} replicas x "
+                    f"pipeline_parallel {pp}) but {where} has {len(nodes)}",
+                    hint="lower replicas (N = the replicas that fit) or use a larger inventory",
+                )
+            chosen = nodes[:need]
+            what = f"plan {plan.name}: serving step {sid} needs tensor_parallel {tp} GPUs per node"
+            _check_gpus(chosen, tp, what, "tensor_parallel")
+            _check_vendors(plan, sid, chosen)
+            steps.append(ServingStep(id=sid, index=len(steps), workload=w.name, engine=w.engine,
+                                     replicas=replicas, nodes_per_replica=pp, gpus_per_replica_node=tp,
+                                     nodes=[n.name for n in chosen], levels=levels))  # fmt: skip
+    return steps
+
+
+def _check_gpus(nodes: list[Node], per_node: int, what: str, knob: str) -> None:
+    """Refuse (ConfigError) when a node has fewer than per_node GPUs; `what` says which step needs them."""
+    short = [n for n in nodes if n.gpus_per_node < per_node]
+    if short:
+        detail = ", ".join(f"{n.name} has {n.gpus_per_node}" for n in short)
+        raise ConfigError(
+            f"{what} but gpus_per_node: {detail}", hint=f"lower {knob} or set gpus_per_node in the inventory"
+        )
 
 
 def _check_vendors(plan: Plan, sid: str, nodes: list[Node]) -> None:
@@ -277,6 +376,9 @@ def _first_error(e: Exception) -> str:
         for err in errs[:3]:
             loc = ".".join(str(x) for x in err["loc"])
             msg = str(err["msg"]).removeprefix("Value error, ")
+            value = err.get("input")
+            if isinstance(value, str | int | float) and not isinstance(value, bool) and str(value) not in msg:
+                msg += f" (got {value!r})"
             parts.append(f"{loc}: {msg}" if loc else msg)
         return "; ".join(parts)
     return str(e)

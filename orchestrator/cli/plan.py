@@ -15,7 +15,21 @@ from rich.table import Table
 from orchestrator.cli.common import err, out
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.models.plan import Plan, PlanOverrides, Step
-from orchestrator.plan import builtin_plans, expand_steps, plan_to_yaml, resolve_plan
+from orchestrator.models.serving import (
+    FixedLengths,
+    ServingStep,
+    ServingWorkload,
+    TokenLengths,
+    UniformLengths,
+)
+from orchestrator.plan import (
+    SERVING_NOT_YET,
+    builtin_plans,
+    expand_ladder,
+    expand_serving_steps,
+    plan_to_yaml,
+    resolve_plan,
+)
 from orchestrator.text import plural
 
 plan_app = typer.Typer(name="plan", help="Test plans: what a scale test runs.", no_args_is_help=True)
@@ -107,19 +121,30 @@ def show(
     cluster = load_inventory(inventory)
     for w in cluster.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False, style="yellow")
-    steps = expand_steps(resolved, cluster, group=group)
+    steps = expand_ladder(resolved, cluster, group=group)
+    serving = expand_serving_steps(resolved, cluster, group=group)
     if as_yaml:
         out.out(plan_to_yaml(resolved), highlight=False)
         return
-    out.print(steps_table(resolved, steps))
-    out.print(plan_summary(resolved), highlight=False)
+    if steps:
+        out.print(steps_table(resolved, steps))
+        out.print(plan_summary(resolved), highlight=False)
+    if serving:
+        out.print(serving_table(resolved, serving))
+        for workload in resolved.serving:
+            out.print(serving_summary(workload), highlight=False, markup=False)
+        out.print(
+            f"note: scale-test refuses this plan for now: {SERVING_NOT_YET}", highlight=False, markup=False
+        )
 
 
 @plan_app.command("list")
 def list_plans() -> None:
     """List the built-in plans."""
-    for name in builtin_plans():
-        out.print(f"{name:12s} {resolve_plan(name).description}", highlight=False, markup=False)
+    names = builtin_plans()
+    width = max(map(len, names), default=0)
+    for name in names:
+        out.print(f"{name:{width}s} {resolve_plan(name).description}", highlight=False, markup=False)
 
 
 def steps_table(plan: Plan, steps: list[Step]) -> Table:
@@ -135,7 +160,7 @@ def steps_table(plan: Plan, steps: list[Step]) -> Table:
 
 
 def plan_summary(plan: Plan) -> str:
-    """Collectives, sizes, iterations, timeouts and thresholds in a few lines."""
+    """Collectives, sizes, iterations, timeouts and thresholds in a few lines (a plan with collectives)."""
     sizes = plan.sizes.values()
     th = plan.thresholds
     parts = [f"busbw>={b.min_gbs} GB/s {b.collective}" + (f"@{b.size}B" if b.size else "") for b in th.busbw]
@@ -160,6 +185,62 @@ def plan_summary(plan: Plan) -> str:
             + (f", run timeout {plan.run_timeout_s}s" if plan.run_timeout_s else ""),
             f"steps run {'concurrently on disjoint nodes' if plan.concurrent_steps else 'one at a time'}",
             f"thresholds: {'; '.join(parts) if parts else 'none (correctness only)'}",
+        ]
+    )
+
+
+def serving_table(plan: Plan, steps: list[ServingStep]) -> Table:
+    """One row per serving step: id, engine, replicas x nodes x GPUs, load levels, node names."""
+    table = Table(title=f"plan {plan.name} — {plural(len(steps), 'serving step')}")
+    for col in ("#", "step", "engine", "replicas", "nodes/replica", "gpus/node", "levels", "runs on"):
+        table.add_column(
+            col, justify="right" if col in ("#", "replicas", "nodes/replica", "gpus/node") else "left"
+        )
+    for s in steps:
+        table.add_row(
+            str(s.index + 1), s.id, s.engine, str(s.replicas), str(s.nodes_per_replica),
+            str(s.gpus_per_replica_node), " ".join(s.levels), ",".join(s.nodes) or "(external)",
+        )  # fmt: skip
+    return table
+
+
+def _lengths(spec: TokenLengths) -> str:
+    if isinstance(spec, FixedLengths):
+        return str(spec.tokens)
+    if isinstance(spec, UniformLengths):
+        return f"{spec.min}..{spec.max} uniform"
+    return f"from {spec.path} [{spec.field}]"
+
+
+def serving_summary(w: ServingWorkload) -> str:
+    """A serving workload's model, load, SLOs and thresholds in a few lines. Raises nothing."""
+    load, slo, th = w.load, w.slos, w.thresholds
+    model = w.model.path or w.url or ""
+    rev = f"@{w.model.revision}" if w.model.revision else ""
+    counted = " or ".join(
+        x
+        for x in (
+            f"{load.requests} requests" if load.requests else "",
+            f"{load.duration_s:g}s" if load.duration_s else "",
+        )
+        if x
+    )
+    slos = [
+        f"{k.removesuffix('_p99_ms').upper()} p99<={v:g}ms"
+        for k, v in slo.model_dump().items()
+        if v is not None
+    ]
+    ths = [f"{k}={v}" for k, v in th.model_dump(exclude_none=True).items()]
+    return "\n".join(
+        [
+            f"serving {w.name}: {w.engine} {model}{rev} as {w.model.served_name}, dtype {w.dtype}, "
+            f"tp {w.tensor_parallel} x pp {w.pipeline_parallel}"
+            + (f", args {' '.join(w.engine_args)}" if w.engine_args else ""),
+            f"  load: {load.api}, tokens in {_lengths(load.input_tokens)} / out "
+            f"{_lengths(load.output_tokens)}, {counted} per level after {load.warmup_requests} warm-up, "
+            f"seed {load.seed}",
+            f"  SLOs (goodput): {', '.join(slos) or 'none'}; thresholds: {', '.join(ths) or 'none'}"
+            + (f"; price {w.price_per_node_hour:g}/node-hour" if w.price_per_node_hour else ""),
         ]
     )
 

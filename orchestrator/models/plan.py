@@ -1,7 +1,10 @@
-"""The test plan: what to run (ladder x collectives x sizes), how long, and what counts as a pass.
+"""The test plan: what to run (ladder x collectives x sizes, serving workloads), how long, and what
+counts as a pass.
 
 A Plan is what a YAML file (built-in or the user's) says, after CLI overrides; a Step is one point
-of the ladder once the plan meets a cluster (see orchestrator.plan.expand_steps).
+of the ladder once the plan meets a cluster (see orchestrator.plan.expand_steps), a ServingStep one
+serving workload at one replica count (orchestrator.plan.expand_serving_steps). A plan holds
+collective steps, serving steps, or both (docs/serving.md, "The plan model").
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, WithJsonSchema, field_validator, model_validator
+from pydantic import ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic.config import JsonDict
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.fault import PlanFault
 from orchestrator.models.names import Name
 from orchestrator.models.results import COLLECTIVES, PlanCollective
+from orchestrator.models.serving import ServingWorkload
 
 Backend = Literal["slurm", "local", "auto"]
 SlurmMode = Literal["allocation", "per-step"]
@@ -91,6 +96,15 @@ def check_counts_spec(spec: str) -> None:
             raise ValueError(f"range factor must be >= 2 in {p!r}")
 
 
+def check_counts(v: str | list[int]) -> None:
+    """Validate a count list as a plan gives it: a spec (check_counts_spec) or a non-empty list of
+    integers >= 1; raises ValueError."""
+    if isinstance(v, str):
+        check_counts_spec(v)
+    elif not v or any(x < 1 for x in v):
+        raise ValueError("counts must be a non-empty list of integers >= 1")
+
+
 def resolve_counts(spec: str | list[int], n: int | None = None, g: int | None = None) -> list[int]:
     """Expand a count list into sorted distinct integers.
 
@@ -146,10 +160,7 @@ class Ladder(StrictModel):
     @field_validator("nodes", "ranks_per_node")
     @classmethod
     def _check_counts(cls, v: str | list[int]) -> str | list[int]:
-        if isinstance(v, str):
-            check_counts_spec(v)
-        elif not v or any(x < 1 for x in v):
-            raise ValueError("counts must be a non-empty list of integers >= 1")
+        check_counts(v)
         return v
 
 
@@ -221,14 +232,44 @@ class Thresholds(StrictModel):
     )
 
 
+# What the loader refuses across fields, said in the published JSON Schema too (`orch schema plan`):
+# sizes are required unless collectives is empty, and collectives may be empty only beside serving.
+_PLAN_SCHEMA_RULES: JsonDict = {
+    "allOf": [
+        {
+            "anyOf": [
+                {"required": ["sizes"]},
+                {"required": ["collectives"], "properties": {"collectives": {"maxItems": 0}}},
+            ]
+        },
+        {
+            "anyOf": [
+                {"not": {"required": ["collectives"]}},
+                {"properties": {"collectives": {"minItems": 1}}},
+                {"required": ["serving"], "properties": {"serving": {"minItems": 1}}},
+            ]
+        },
+    ]
+}
+_NO_SIZES = SizeRange(min=1 << 10, max=1 << 20, factor=4)
+"""Stands for `sizes` in a plan without collectives, where no size is ever used."""
+
+
 class Plan(StrictModel):
     """A resolved test plan (a YAML file plus CLI overrides)."""
+
+    model_config = ConfigDict(json_schema_extra=_PLAN_SCHEMA_RULES)
 
     name: Name = Field(description="becomes part of run ids and job names (see models/names.py)")
     description: str = ""
     ladder: Ladder = Field(default_factory=Ladder)
-    collectives: list[PlanCollective] = Field(default_factory=lambda: list(COLLECTIVES), min_length=1)
-    sizes: SizeRange
+    collectives: list[PlanCollective] = Field(
+        default_factory=lambda: list(COLLECTIVES),
+        description="collectives of the ladder's steps; [] for a plan of serving steps only",
+    )
+    sizes: SizeRange = Field(
+        default_factory=lambda: _NO_SIZES.model_copy(), description="required when the plan has collectives"
+    )
     dtype: Literal["float"] = "float"
     warmup_iters: int = Field(default=5, ge=0)
     iters: int = Field(default=20, ge=1)
@@ -255,6 +296,33 @@ class Plan(StrictModel):
     faults: list[PlanFault] = Field(
         default_factory=list, description="faults injected while steps run (see docs/faults.md)"
     )
+    serving: list[ServingWorkload] = Field(
+        default_factory=list, description="serving workloads, one step per replica count (docs/serving.md)"
+    )
+
+    @field_validator("serving")
+    @classmethod
+    def _serving_names(cls, v: list[ServingWorkload]) -> list[ServingWorkload]:
+        names = [w.name for w in v]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"serving workload name(s) given twice: {', '.join(twice)}")
+        for w in v:
+            try:
+                check_counts(w.replicas)
+            except ValueError as e:
+                raise ValueError(f"serving {w.name}: replicas {w.replicas!r}: {e}") from e
+        return v
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> Plan:
+        if not self.collectives and not self.serving:
+            raise ValueError("collectives is empty and there is no serving workload: the plan runs nothing")
+        if self.collectives and "sizes" not in self.model_fields_set:
+            raise ValueError(
+                "sizes: required when the plan has collectives (e.g. {min: 1K, max: 1M, factor: 4})"
+            )
+        return self
 
     @field_validator("collectives")
     @classmethod

@@ -55,6 +55,10 @@ def test_cli_prints_the_same_schema(capsys: pytest.CaptureFixture[str]) -> None:
 
 # Plans that differ from smoke in one field: the schema and the loader must agree on each.
 _BASE = "sizes: {min: 1K, max: 1M, factor: 4}\n"
+_SERVE = (
+    "{name: s, engine: vllm, model: {path: /m/x}, load: {concurrency: [1], requests: 10,"
+    " input_tokens: {kind: fixed, tokens: 8}, output_tokens: {kind: fixed, tokens: 8}}}"
+)
 PLAN_CASES = [
     ("sizes: {min: 8, max: 1G}\n", True),
     ("sizes: {min: '2MiB', max: 128m}\n", True),
@@ -74,6 +78,17 @@ PLAN_CASES = [
     (_BASE + "mixed_vendors: true\n", True),
     (_BASE + "nosuchfield: 1\n", False),
     ("name: x\n", False),
+    # serving (docs/serving.md): alone without sizes, beside collectives with them, never nothing
+    ("collectives: []\nserving: [" + _SERVE + "]\n", True),
+    (_BASE + "serving: [" + _SERVE + "]\n", True),
+    ("serving: [" + _SERVE + "]\n", False),
+    ("collectives: []\n", False),
+    ("collectives: []\nserving: []\n", False),
+    ("collectives: []\nserving: [" + _SERVE.replace("vllm", "llamacpp") + "]\n", False),
+    (
+        "collectives: []\nserving: [" + _SERVE.replace("fixed, tokens: 8", "uniform, min: 1, max: 9") + "]\n",
+        True,
+    ),
 ]
 
 

@@ -1,0 +1,367 @@
+"""Service figures from per-request records: latency percentiles, throughput, goodput, cost, and
+the interactive rule of compare (docs/serving.md, "Metrics").
+
+Definitions (those of vLLM's serving benchmark, so that figures compare with pilots' outputs):
+  TTFT  first token - send, per successful request;
+  ITL   the gap between two consecutive token arrivals (streamed chunks with text), every gap of
+        every successful request pooled;
+  TPOT  (end - first token) / (output tokens - 1), per successful request of 2 or more tokens;
+  E2E   end - send, per successful request.
+Each is summarised as p50/p95/p99 with its n (metrics/percentiles: p99 is hidden below n = 100).
+Only counted requests enter (warm-up requests are written but never counted). Throughput divides
+by the level's span, first send to last end. Error and abort rates are shares of all counted
+requests; goodput is the share of all counted requests that succeeded and met every SLO (a
+failed request counts against it). Cost: price per node-hour x nodes x span, divided by the
+successful requests and by their output tokens.
+
+The interactive rule: a run with more throughput but a p99 latency worse beyond the noise band is
+"worse for interactive", whatever its throughput gain.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from orchestrator.metrics import noise
+from orchestrator.metrics.percentiles import label, percentile, summarize
+from orchestrator.models.results import Percentiles
+from orchestrator.models.serving import ServingSlos
+from orchestrator.models.serving_results import (
+    FigureChange,
+    InteractiveVerdict,
+    LevelSummary,
+    RequestRecord,
+    ServingComparison,
+    ServingCost,
+    SloCheck,
+)
+
+FLOOR = 0.05
+"""Below a 5% change nothing is called better or worse (as in compare)."""
+K = 3.0
+"""A change must exceed K standard errors of the difference (as in compare)."""
+LATENCY_FIGURES = ("ttft", "itl", "tpot", "e2e")
+
+
+def parse_records(lines: Iterable[str], *, source: str = "records") -> list[RequestRecord]:
+    """RequestRecords from JSON lines (blank lines skipped); raises ValueError naming the line."""
+    out: list[RequestRecord] = []
+    for no, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                out.append(RequestRecord.model_validate_json(line))
+            except ValueError as e:
+                raise ValueError(f"{source} line {no}: not a request record: {e}") from e
+    return out
+
+
+def ttft_ms(r: RequestRecord) -> float | None:
+    return None if r.first_token is None else (r.first_token - r.send) * 1e3
+
+
+def tpot_ms(r: RequestRecord) -> float | None:
+    if r.first_token is None or r.output_tokens < 2:
+        return None
+    return (r.end - r.first_token) / (r.output_tokens - 1) * 1e3
+
+
+def e2e_ms(r: RequestRecord) -> float:
+    return (r.end - r.send) * 1e3
+
+
+def itl_ms(r: RequestRecord) -> list[float]:
+    return [(b - a) * 1e3 for a, b in itertools.pairwise(r.token_times)]
+
+
+def p99_log_se(values: Sequence[float], q: float = 0.99) -> float | None:
+    """Standard error of ln(percentile q) from the order statistics around it: the ranks
+    n*q -+ sqrt(n*q*(1-q)) bound a one-sigma, distribution-free interval of the quantile (the
+    count of samples below it is binomial); half its width on the log scale is the se. None when
+    the percentile is not shown (metrics/percentiles) or a bound is not positive."""
+    if percentile(values, q) is None:
+        return None
+    xs = sorted(values)
+    n = len(xs)
+    half = math.sqrt(n * q * (1 - q))
+    lo = xs[max(0, math.floor(n * q - half) - 1)]
+    hi = xs[min(n - 1, math.ceil(n * q + half) - 1)]
+    if lo <= 0 or hi <= 0:
+        return None
+    return (math.log(hi) - math.log(lo)) / 2
+
+
+def _good(r: RequestRecord, slos: ServingSlos) -> bool:
+    """Whether a request succeeded and met every SLO. A request of one output token has no TPOT:
+    only its TTFT and E2E are judged."""
+    if r.status != "ok" or r.first_token is None:
+        return False
+    ttft, tpot = ttft_ms(r), tpot_ms(r)
+    if slos.ttft_p99_ms is not None and ttft is not None and ttft > slos.ttft_p99_ms:
+        return False
+    if slos.tpot_p99_ms is not None and tpot is not None and tpot > slos.tpot_p99_ms:
+        return False
+    return not (slos.e2e_p99_ms is not None and e2e_ms(r) > slos.e2e_p99_ms)
+
+
+def summarize_level(records: Iterable[RequestRecord], slos: ServingSlos | None = None) -> LevelSummary:
+    """The figures of one level from its records (warm-up ones are dropped here). Raises
+    ValueError when the records are of several levels or none is counted."""
+    recs = [r for r in records if not r.warmup]
+    levels = sorted({r.level for r in recs})
+    if len(levels) != 1:
+        raise ValueError(f"one level expected, got {levels or 'no counted request'}")
+    slos = slos or ServingSlos()
+    ok = [r for r in recs if r.status == "ok"]
+    n = len(recs)
+    span = max(r.end for r in recs) - min(r.send for r in recs)
+    series: dict[str, list[float]] = {
+        "ttft": [v for r in ok if (v := ttft_ms(r)) is not None],
+        "itl": [g for r in ok for g in itl_ms(r)],
+        "tpot": [v for r in ok if (v := tpot_ms(r)) is not None],
+        "e2e": [e2e_ms(r) for r in ok],
+    }
+    summaries = {k: summarize(v) for k, v in series.items()}
+    out_tokens = sum(r.output_tokens for r in ok)
+
+    def per_s(x: float) -> float | None:
+        return x / span if span > 0 else None
+
+    checks = [
+        _slo_check(metric, limit, summaries[metric])
+        for metric, limit in (
+            ("ttft", slos.ttft_p99_ms),
+            ("tpot", slos.tpot_p99_ms),
+            ("e2e", slos.e2e_p99_ms),
+        )
+        if limit is not None
+    ]
+    return LevelSummary(
+        level=levels[0],
+        n=n,
+        ok=len(ok),
+        errors=sum(r.status == "error" for r in recs),
+        aborted=sum(r.status == "aborted" for r in recs),
+        duration_s=span,
+        ttft_ms=summaries["ttft"],
+        itl_ms=summaries["itl"],
+        tpot_ms=summaries["tpot"],
+        e2e_ms=summaries["e2e"],
+        input_tokens_per_s=per_s(sum(r.input_tokens for r in ok)),
+        output_tokens_per_s=per_s(out_tokens),
+        requests_per_s=per_s(len(ok)),
+        error_rate=sum(r.status == "error" for r in recs) / n,
+        abort_rate=sum(r.status == "aborted" for r in recs) / n,
+        goodput=sum(_good(r, slos) for r in recs) / n if slos.given() else None,
+        slos=checks,
+        output_tokens=out_tokens,
+        servers=dict(sorted(Counter(r.server for r in recs).items())),
+        p99_log_se={k: p99_log_se(v) for k, v in series.items()},
+    )
+
+
+def _slo_check(metric: str, limit: float, p: Percentiles) -> SloCheck:
+    return SloCheck(
+        metric=metric,
+        limit_ms=limit,
+        p99_ms=p.p99,
+        n=p.n,
+        met=None if p.p99 is None else p.p99 <= limit,
+    )
+
+
+def summarize_levels(records: Iterable[RequestRecord], slos: ServingSlos | None = None) -> list[LevelSummary]:
+    """One LevelSummary per level, in the order the levels first appear among the records."""
+    by_level: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        if not r.warmup:
+            by_level.setdefault(r.level, []).append(r)
+    return [summarize_level(v, slos) for v in by_level.values()]
+
+
+def by_server(records: Iterable[RequestRecord]) -> dict[str, list[RequestRecord]]:
+    """Records grouped by the server (node) that served them: per-replica figures."""
+    out: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        out.setdefault(r.server, []).append(r)
+    return dict(sorted(out.items()))
+
+
+def level_cost(s: LevelSummary, *, nodes: int, price_per_node_hour: float) -> ServingCost:
+    """Cost of a level: price x nodes x span; per successful request and per 1M output tokens of
+    successful requests (failed requests cost time and earn nothing). Raises ValueError on a
+    price <= 0 or nodes < 1."""
+    if price_per_node_hour <= 0 or nodes < 1:
+        raise ValueError(
+            f"price per node-hour must be > 0 and nodes >= 1 (got {price_per_node_hour}, {nodes})"
+        )
+    total = price_per_node_hour * nodes * s.duration_s / 3600.0
+    return ServingCost(
+        price_per_node_hour=price_per_node_hour,
+        nodes=nodes,
+        duration_s=s.duration_s,
+        total=total,
+        ok=s.ok,
+        output_tokens=s.output_tokens,
+        per_request=total / s.ok if s.ok else None,
+        per_million_output_tokens=total / s.output_tokens * 1e6 if s.output_tokens else None,
+    )
+
+
+def cost_label(c: ServingCost) -> str:
+    """The cost with the inputs of its calculation beside it."""
+    per_req = "-" if c.per_request is None else f"{c.per_request:.4g}"
+    per_m = "-" if c.per_million_output_tokens is None else f"{c.per_million_output_tokens:.4g}"
+    return (
+        f"cost {per_req} per successful request, {per_m} per 1M output tokens "
+        f"(= {c.price_per_node_hour:g}/node-hour x {c.nodes} node(s) x {c.duration_s:.1f} s = {c.total:.4g}; "
+        f"over {c.ok} successful requests, {c.output_tokens} output tokens)"
+    )
+
+
+def level_lines(s: LevelSummary) -> list[str]:
+    """A level's figures as text, every percentile with its n (no figure without its basis)."""
+    rate = "-" if s.output_tokens_per_s is None else f"{s.output_tokens_per_s:.4g}"
+    rps = "-" if s.requests_per_s is None else f"{s.requests_per_s:.4g}"
+    lines = [
+        f"{s.level}: {s.ok}/{s.n} ok, errors {s.errors}, aborted {s.aborted}, {rps} requests/s, "
+        f"{rate} output tokens/s over {s.duration_s:.1f} s",
+        f"  TTFT {label(s.ttft_ms, 'ms')}",
+        f"  ITL  {label(s.itl_ms, 'ms')}",
+        f"  TPOT {label(s.tpot_ms, 'ms')}",
+        f"  E2E  {label(s.e2e_ms, 'ms')}",
+    ]
+    if s.goodput is not None:
+        slo = ", ".join(
+            f"{c.metric.upper()} p99 {'-' if c.p99_ms is None else f'{c.p99_ms:.4g}'} <= {c.limit_ms:g} ms "
+            f"{'met' if c.met else 'not judged (n<100)' if c.met is None else 'MISSED'} (n={c.n})"
+            for c in s.slos
+        )
+        lines.append(f"  goodput {s.goodput:.1%} of {s.n} counted requests; SLOs: {slo}")
+    return lines
+
+
+# -- compare: the interactive rule --------------------------------------------------------------
+
+
+def _change(
+    figure: str,
+    a: Sequence[float],
+    b: Sequence[float],
+    se_single: Sequence[float],
+    *,
+    higher_is_better: bool,
+    n_a: int,
+    n_b: int,
+    floor: float,
+    k: float,
+) -> FigureChange:
+    la, lb = noise.log_values(a), noise.log_values(b)
+    if not la or not lb:
+        return FigureChange(
+            figure=figure, a=None, b=None, ratio=None, band=None, change="n/a", n_a=n_a, n_b=n_b
+        )
+    ca, cb = statistics.median(la), statistics.median(lb)
+    sigma = noise.mad_sigma(noise.residuals([la, lb])) if len(la) + len(lb) > 2 else None
+    sigma = max(sigma or 0.0, statistics.median(se_single) if se_single else 0.0)
+    half = noise.band(noise.difference_se(sigma, len(la), len(lb)), floor, k)
+    d = cb - ca if higher_is_better else ca - cb
+    change = "better" if d > half else "worse" if d < -half else "same"
+    return FigureChange(
+        figure=figure,
+        a=math.exp(ca),
+        b=math.exp(cb),
+        ratio=math.exp(cb - ca),
+        band=math.expm1(half),
+        change=change,
+        n_a=n_a,
+        n_b=n_b,
+    )
+
+
+def compare_level(
+    a: Sequence[LevelSummary],
+    b: Sequence[LevelSummary],
+    *,
+    floor: float = FLOOR,
+    k: float = K,
+    step: str | None = None,
+) -> ServingComparison:
+    """B against A at one level: each side is one run's LevelSummary or several repeats.
+
+    Throughput (output tokens/s, higher is better) and each p99 latency (TTFT, ITL, TPOT, E2E;
+    lower is better) are compared on the log scale, centre the median over the side's runs, band
+    max(ln(1 + floor), k x se) with se from the robust spread of the repeats (noise.residuals,
+    MAD) and at least one run's own p99 uncertainty (its order statistics, p99_log_se). Verdict:
+    a p99 worse beyond the band with throughput better is "worse for interactive"; any p99 or the
+    throughput worse is "worse"; better without anything worse is "better"; else "same"; "n/a"
+    when the throughput or every p99 is missing. Raises ValueError for an empty side or mixed
+    levels.
+    """
+    if not a or not b:
+        raise ValueError("each side needs at least one run")
+    levels = {s.level for s in (*a, *b)}
+    if len(levels) != 1:
+        raise ValueError(f"one level expected, got {sorted(levels)}")
+    tput = _change(
+        "output tokens/s",
+        [s.output_tokens_per_s for s in a if s.output_tokens_per_s],
+        [s.output_tokens_per_s for s in b if s.output_tokens_per_s],
+        [],
+        higher_is_better=True,
+        n_a=len(a),
+        n_b=len(b),
+        floor=floor,
+        k=k,
+    )
+    lat: list[FigureChange] = []
+    for m in LATENCY_FIGURES:
+
+        def pick(s: LevelSummary, m: str = m) -> Percentiles:
+            p: Percentiles = getattr(s, f"{m}_ms")
+            return p
+
+        ses = [v for s in (*a, *b) if (v := s.p99_log_se.get(m)) is not None]
+        lat.append(
+            _change(
+                f"{m.upper()} p99",
+                [p for s in a if (p := pick(s).p99) is not None],
+                [p for s in b if (p := pick(s).p99) is not None],
+                ses,
+                higher_is_better=False,
+                n_a=sum(pick(s).n for s in a),
+                n_b=sum(pick(s).n for s in b),
+                floor=floor,
+                k=k,
+            )
+        )
+    verdict, reason = _interactive(tput, lat)
+    return ServingComparison(
+        level=a[0].level, verdict=verdict, throughput=tput, latency=lat, reason=reason, step=step
+    )
+
+
+def _describe(c: FigureChange) -> str:
+    assert c.ratio is not None and c.band is not None
+    return f"{c.figure} {c.ratio - 1:+.1%} (band +-{c.band:.1%}, n={c.n_a}/{c.n_b})"
+
+
+def _interactive(tput: FigureChange, lat: list[FigureChange]) -> tuple[InteractiveVerdict, str]:
+    judged = [c for c in lat if c.change != "n/a"]
+    if tput.change == "n/a" or not judged:
+        return "n/a", "throughput or every p99 missing on a side (p99 needs n >= 100)"
+    worse = [c for c in judged if c.change == "worse"]
+    better = [c for c in judged if c.change == "better"]
+    if worse and tput.change == "better":
+        return "worse for interactive", (
+            f"{_describe(tput)} but {'; '.join(map(_describe, worse))}: "
+            "more throughput does not buy back a worse p99"
+        )
+    if worse or tput.change == "worse":
+        return "worse", "; ".join(_describe(c) for c in [tput, *worse] if c.change == "worse")
+    if better or tput.change == "better":
+        return "better", "; ".join(_describe(c) for c in [tput, *better] if c.change == "better")
+    return "same", f"{_describe(tput)}; every p99 within its band"

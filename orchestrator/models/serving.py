@@ -1,0 +1,360 @@
+"""Serving steps of a plan: an inference engine under load, with SLOs and thresholds.
+
+A plan holds collective steps (its ladder) and serving steps (its `serving` list) side by side;
+either may be empty, not both (docs/serving.md, "The plan model"). Each entry of `serving` is a
+ServingWorkload: one engine serving one model, run once per replica count, driven at every load
+level (concurrency or Poisson rate) of its `load`.
+
+Model paths, engine arguments and URLs are text that will reach commands on nodes, so they are
+checked here, strictly, before anything runs: paths absolute and normalised from a small
+alphabet, arguments without shell metacharacters or spaces, URLs http(s) to an explicit
+host:port. A refusal names the field and the value.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from orchestrator.models.base import StrictModel
+from orchestrator.models.names import Name
+
+Engine = Literal["vllm", "sglang", "transformers", "external"]
+ServingDtype = Literal["auto", "float32", "float16", "bfloat16"]
+Api = Literal["completions", "chat"]
+
+P99_MIN_SAMPLES = 100
+"""A p99 threshold or SLO needs at least this many counted requests per load level: the rule of
+orchestrator.metrics.percentiles.min_samples(0.99) (models/ imports no metrics; a test ties them)."""
+
+_PATH_RE = re.compile(r"/[A-Za-z0-9_.@+/-]*")
+_ARG_RE = re.compile(r"[A-Za-z0-9_.,:=/+@%-]+")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_URL_RE = re.compile(
+    rf"(?P<scheme>https?)://(?P<host>{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{{1,5}})"
+    r"(?P<path>(?:/[A-Za-z0-9_.~-]+)*/?)"
+)
+ORCH_SET_ARGS = frozenset(
+    {
+        "--host",
+        "--port",
+        "--model",
+        "--model-path",
+        "--revision",
+        "--dtype",
+        "--tensor-parallel-size",
+        "--tp",
+        "--tp-size",
+        "--pipeline-parallel-size",
+        "--pp",
+        "--pp-size",
+    }
+)
+"""Engine arguments orch sets itself from the plan's fields; a plan may not give them again."""
+
+
+def check_abs_path(value: str, *, what: str = "path") -> str:
+    """value when it is an absolute, normalised path of letters, digits and `_ . @ + - /`;
+    raises ValueError naming what and the value otherwise (no `..`, `//`, trailing `/`, spaces)."""
+    parts = value.split("/")[1:]
+    normal = value == "/" or all(p not in ("", ".", "..") for p in parts)
+    if not _PATH_RE.fullmatch(value) or not normal or len(value) > 4096:
+        raise ValueError(
+            f"{what} {value!r} is not an absolute, normalised path of letters, digits and _ . @ + - / "
+            "(no '..', no '//', no trailing '/', no spaces or shell characters)"
+        )
+    return value
+
+
+def check_engine_arg(value: str) -> str:
+    """value when it is one engine argument without spaces or shell metacharacters; raises ValueError."""
+    if not _ARG_RE.fullmatch(value) or len(value) > 1024:
+        raise ValueError(
+            f"engine argument {value!r} may hold letters, digits and _ . , : = / + @ % - only "
+            "(no spaces, quotes or shell characters; give '--flag' and its value as two items)"
+        )
+    flag = value.split("=", 1)[0]
+    if flag in ORCH_SET_ARGS:
+        raise ValueError(f"engine argument {value!r}: {flag} is set by orch from the plan's fields")
+    return value
+
+
+def check_http_url(value: str) -> str:
+    """value when it is `http(s)://HOST:PORT[/path]`: no user, query or fragment, an explicit port;
+    raises ValueError naming the value otherwise."""
+    m = _URL_RE.fullmatch(value) if len(value) <= 2048 else None
+    port = int(m.group("port")) if m else 0
+    host = m.group("host") if m else ""
+    ok = m is not None and 1 <= port <= 65535
+    if ok and host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            ok = False
+    elif ok and re.fullmatch(r"[0-9.]+", host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            ok = False
+    if not ok:
+        raise ValueError(
+            f"url {value!r} is not http(s)://HOST:PORT[/path] (an explicit port 1-65535; no user, "
+            "query, fragment, spaces or shell characters)"
+        )
+    return value
+
+
+AbsPath = Annotated[str, AfterValidator(check_abs_path)]
+EngineArg = Annotated[str, AfterValidator(check_engine_arg)]
+HttpUrl = Annotated[str, AfterValidator(check_http_url)]
+
+
+class ServedModel(StrictModel):
+    """The model an engine loads (path, revision) and the name requests ask for."""
+
+    path: AbsPath | None = Field(
+        default=None, description="absolute path of the model on the nodes (required unless engine: external)"
+    )
+    revision: Name | None = Field(default=None, description="a git revision, tag or branch of the model")
+    name: Name | None = Field(
+        default=None,
+        description="the model name sent in requests (vLLM, SGLang: --served-model-name; default: the path)",
+    )
+
+    @model_validator(mode="after")
+    def _named(self) -> ServedModel:
+        if self.path is None and self.name is None:
+            raise ValueError("give the model's path, or its name for an external engine")
+        return self
+
+    @property
+    def served_name(self) -> str:
+        """The name requests carry in their `model` field: `name`, else the path (as vLLM, SGLang
+        and `transformers serve` name a model they were started with by its path)."""
+        if self.name is not None:
+            return self.name
+        assert self.path is not None  # checked by _named
+        return self.path
+
+
+class FixedLengths(StrictModel):
+    """Every request has the same number of tokens."""
+
+    kind: Literal["fixed"]
+    tokens: int = Field(ge=1, le=1_000_000)
+
+
+class UniformLengths(StrictModel):
+    """Token counts drawn uniformly from min..max (both included), from the load's seed."""
+
+    kind: Literal["uniform"]
+    min: int = Field(ge=1, le=1_000_000)
+    max: int = Field(ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLengths:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} is larger than max {self.max}")
+        return self
+
+
+class DatasetLengths(StrictModel):
+    """Token counts taken in turn from a JSONL file of lengths: one object per line, `field` an int."""
+
+    kind: Literal["dataset"]
+    path: AbsPath = Field(description="absolute path of the JSONL file on the controller")
+    field: Name = Field(description="the key of each line that holds the count, e.g. input_tokens")
+
+
+TokenLengths = Annotated[FixedLengths | UniformLengths | DatasetLengths, Field(discriminator="kind")]
+
+
+class ServingLoad(StrictModel):
+    """How requests are sent: the levels, the lengths, and how many requests each level counts."""
+
+    concurrency: list[Annotated[int, Field(ge=1, le=100_000)]] = Field(
+        default_factory=list, description="closed loop: this many requests in flight, one level each"
+    )
+    rates: list[Annotated[float, Field(gt=0, le=100_000)]] = Field(
+        default_factory=list,
+        description="open loop: Poisson arrivals at this many requests/s, one level each",
+    )
+    input_tokens: TokenLengths = Field(description="prompt lengths")
+    output_tokens: TokenLengths = Field(description="completion lengths (max_tokens of each request)")
+    requests: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="counted requests per level (after warm-up)"
+    )
+    duration_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=86_400,
+        description="time limit of each level; with requests, whichever ends first",
+    )
+    warmup_requests: int = Field(
+        default=0, ge=0, le=100_000, description="sent first at each level, not counted"
+    )
+    api: Api = Field(default="completions", description="/v1/completions or /v1/chat/completions")
+    request_timeout_s: float = Field(
+        default=120, gt=0, le=3600, description="a request still open then is aborted"
+    )
+    max_in_flight: int = Field(
+        default=1024,
+        ge=1,
+        le=100_000,
+        description="open loop: requests beyond this in flight are counted as errors",
+    )
+    seed: int = Field(default=0, ge=0, description="seed of arrivals and uniform lengths")
+
+    @field_validator("concurrency", "rates")
+    @classmethod
+    def _distinct(cls, v: list[float]) -> list[float]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"levels repeat: {v}")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _complete(self) -> ServingLoad:
+        if not self.concurrency and not self.rates:
+            raise ValueError("give concurrency levels, request rates, or both")
+        if self.requests is None and self.duration_s is None:
+            raise ValueError("give requests (per level), duration_s, or both")
+        return self
+
+
+class ServingSlos(StrictModel):
+    """Per-request limits for goodput; a level meets an SLO when its p99 is within the limit."""
+
+    ttft_p99_ms: float | None = Field(default=None, gt=0, description="time to first token")
+    tpot_p99_ms: float | None = Field(default=None, gt=0, description="time per output token after the first")
+    e2e_p99_ms: float | None = Field(default=None, gt=0, description="end-to-end latency of a request")
+
+    def given(self) -> bool:
+        return any(v is not None for v in (self.ttft_p99_ms, self.tpot_p99_ms, self.e2e_p99_ms))
+
+
+class ServingBaseline(StrictModel):
+    """Figures relative to a stored baseline's same step and level."""
+
+    name: Name = Field(description="the baseline's name in the results store")
+    max_p99_ratio: float | None = Field(
+        default=None, gt=0, le=100, description="TTFT/ITL/E2E p99 at most this times the baseline's, e.g. 1.2"
+    )
+    min_throughput_fraction: float | None = Field(
+        default=None, gt=0, le=10, description="output tokens/s at least this fraction of the baseline's"
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> ServingBaseline:
+        if self.max_p99_ratio is None and self.min_throughput_fraction is None:
+            raise ValueError("give max_p99_ratio, min_throughput_fraction, or both")
+        return self
+
+
+class ServingThresholds(StrictModel):
+    """What each load level must reach to pass (absolute), or against a baseline."""
+
+    max_ttft_p99_ms: float | None = Field(default=None, gt=0)
+    max_itl_p99_ms: float | None = Field(default=None, gt=0)
+    max_tpot_p99_ms: float | None = Field(default=None, gt=0)
+    max_e2e_p99_ms: float | None = Field(default=None, gt=0)
+    min_goodput: float | None = Field(
+        default=None, gt=0, le=1, description="share of requests meeting every SLO"
+    )
+    max_error_rate: float | None = Field(default=None, ge=0, le=1, description="failed + aborted / counted")
+    min_output_tokens_per_s: float | None = Field(default=None, gt=0)
+    baseline: ServingBaseline | None = None
+
+    def p99_fields(self) -> list[str]:
+        """The names of the p99 thresholds that are set."""
+        names = ("max_ttft_p99_ms", "max_itl_p99_ms", "max_tpot_p99_ms", "max_e2e_p99_ms")
+        out = [n for n in names if getattr(self, n) is not None]
+        if self.baseline is not None and self.baseline.max_p99_ratio is not None:
+            out.append("baseline.max_p99_ratio")
+        return out
+
+
+class ServingWorkload(StrictModel):
+    """One engine serving one model, run at each replica count and driven at each load level."""
+
+    name: Name = Field(description="part of each serving step's id: NAME-rREPLICAS")
+    engine: Engine
+    model: ServedModel
+    url: HttpUrl | None = Field(
+        default=None, description="engine: external only: the OpenAI-compatible base URL"
+    )
+    dtype: ServingDtype = "auto"
+    tensor_parallel: int = Field(default=1, ge=1, le=1024, description="GPUs of one replica on one node")
+    pipeline_parallel: int = Field(default=1, ge=1, le=1024, description="nodes of one replica")
+    replicas: str | list[int] = Field(
+        default=[1],
+        description="replica counts, one step each: a list or a spec such as '1,N' (N = replicas that fit); "
+        "checked by Plan",
+    )
+    engine_args: list[EngineArg] = Field(
+        default_factory=list, description="further engine arguments, one per item"
+    )
+    load: ServingLoad
+    slos: ServingSlos = Field(default_factory=ServingSlos)
+    thresholds: ServingThresholds = Field(default_factory=ServingThresholds)
+    price_per_node_hour: float | None = Field(
+        default=None, gt=0, description="for cost per request and per 1M tokens"
+    )
+    health_timeout_s: int = Field(
+        default=900, ge=1, le=86_400, description="bound on the wait for the engine's health"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServingWorkload:
+        if self.engine == "external":
+            if self.url is None:
+                raise ValueError(f"serving {self.name}: engine external needs url")
+            started = [f for f in ("engine_args", "tensor_parallel", "pipeline_parallel", "replicas")
+                       if f in self.model_fields_set]  # fmt: skip
+            if started:
+                raise ValueError(
+                    f"serving {self.name}: {', '.join(started)} do not apply to engine external "
+                    "(orch does not start it)"
+                )
+        else:
+            if self.url is not None:
+                raise ValueError(f"serving {self.name}: url {self.url!r} is for engine external only")
+            if self.model.path is None:
+                raise ValueError(f"serving {self.name}: engine {self.engine} needs model.path")
+            if self.engine == "transformers" and self.model.name is not None:
+                raise ValueError(
+                    f"serving {self.name}: model.name {self.model.name!r}: transformers serve answers only "
+                    "to the model's path; leave model.name out"
+                )
+        p99 = self.thresholds.p99_fields() + [
+            f"slos.{n}"
+            for n in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")
+            if getattr(self.slos, n) is not None
+        ]
+        n = self.load.requests
+        if p99 and (n is None or n < P99_MIN_SAMPLES):
+            raise ValueError(
+                f"serving {self.name}: {', '.join(p99)} judge a p99, which needs load.requests >= "
+                f"{P99_MIN_SAMPLES} per level (got {n if n is not None else 'none, only duration_s'})"
+            )
+        if self.thresholds.min_goodput is not None and not self.slos.given():
+            raise ValueError(
+                f"serving {self.name}: thresholds.min_goodput needs slos to count goodput against"
+            )
+        return self
+
+
+class ServingStep(StrictModel):
+    """One serving workload at one replica count, on the nodes it runs on."""
+
+    id: Name = Field(description="NAME-rREPLICAS, e.g. chat-r2")
+    index: int = Field(ge=0, description="position among the plan's serving steps, from 0")
+    workload: Name
+    engine: Engine
+    replicas: int = Field(ge=1)
+    nodes_per_replica: int = Field(ge=1)
+    gpus_per_replica_node: int = Field(ge=1)
+    nodes: list[str] = Field(description="inventory node names (none for engine: external)")
+    levels: list[str] = Field(description="load levels in order: c1, c2 (concurrency), r0.5 (requests/s)")

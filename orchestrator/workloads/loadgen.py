@@ -1,0 +1,560 @@
+"""The serving load generator: streaming requests to OpenAI-compatible engines, one record each.
+
+    python -m orchestrator.workloads.loadgen --target node1=http://198.18.0.11:8000 \
+        --model lab-tiny --concurrency 4 --requests 100 --warmup 4 --input-tokens 32 \
+        --output-tokens 16 --out records.jsonl
+
+Why orch has its own (docs/serving.md, "Load generation"): guidellm 0.8.1 installs 6 GB here
+(torch with CUDA wheels, transformers, datasets, pyarrow, sanic) and keeps only the first and last
+token times of a request, spacing the others evenly; vLLM's benchmark_serving needs vLLM. orch
+needs every token's arrival, the node that served each request, and records written as they
+happen, from the standard library alone: threads and http.client.
+
+Each request is a POST to /v1/completions (or /v1/chat/completions) with stream=true; the answer
+is read as server-sent events, line by line. Every `data:` event that carries a token is a token
+arrival (see _event_token; engines may send several tokens in one event: the arrival count is then
+below the token count, and output_tokens comes from the server's usage when it reports one, else
+it is the arrival count). A stream ends well with `data: [DONE]` (vLLM, SGLang) or, without it,
+with a finish_reason before the connection closes (`transformers serve` 5.24 sends no [DONE]).
+A record (models/serving_results.RequestRecord) is appended to the output file when its request
+ends: one os.write of one line on an O_APPEND descriptor, so lines from threads never interleave
+and a crash loses at most the requests still in flight.
+
+Load: closed loop (`concurrency` workers, each sends its next request when the last one ends) or
+open loop (Poisson arrivals at `rate` requests/s from a seeded generator; a request that would
+exceed max_in_flight is recorded as an error, not queued, so the client never hides overload).
+Warm-up requests run first, at the same load, and are recorded with warmup=true. Every wait is
+bounded: connect and each read by the request timeout, the whole request by its deadline.
+stop() aborts requests in flight (their sockets are shut down) and ends the level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import random
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from orchestrator.models.serving import (
+    DatasetLengths,
+    FixedLengths,
+    ServingWorkload,
+    TokenLengths,
+    check_http_url,
+)
+from orchestrator.models.serving_results import RequestRecord, RequestStatus
+
+PROMPT_WORD = " hello"
+"""The prompt is this word repeated once per requested input token (one token in common BPE
+vocabularies; the server's usage figure, when reported, is what the record keeps)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One engine: the node (or name) it runs on and its base URL (http://HOST:PORT)."""
+
+    server: str
+    url: str
+
+
+@dataclass
+class LoadSpec:
+    """One load level. Exactly one of concurrency and rate is set; requests and/or duration_s."""
+
+    targets: Sequence[Target]
+    model: str
+    input_tokens: Sequence[int]
+    output_tokens: Sequence[int]
+    concurrency: int | None = None
+    rate: float | None = None
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup: int = 0
+    api: str = "completions"
+    timeout_s: float = 120.0
+    max_in_flight: int = 1024
+    seed: int = 0
+    ignore_eos: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("give one of concurrency and rate")
+        if self.requests is None and self.duration_s is None:
+            raise ValueError("give requests, duration_s, or both")
+        if not self.targets or not self.input_tokens or not self.output_tokens:
+            raise ValueError("targets, input_tokens and output_tokens must not be empty")
+        if self.api not in ("completions", "chat"):
+            raise ValueError(f"api {self.api!r}: completions or chat")
+        for t in self.targets:
+            check_http_url(t.url)
+
+    @property
+    def level(self) -> str:
+        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate:g}"
+
+
+class RecordWriter:
+    """Appends one JSON line per record to a file: one os.write per line on an O_APPEND descriptor."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, rec: RequestRecord) -> None:
+        data = (rec.model_dump_json() + "\n").encode()
+        n = os.write(self._fd, data)
+        if n != len(data):  # a regular file takes the whole line or raises; say so if not
+            raise OSError(f"short write of a record: {n} of {len(data)} bytes")
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Clock:
+    """Wall-clock times from one anchor plus the monotonic clock: comparable across records, and
+    their differences never jump when the system clock is stepped."""
+
+    def __init__(self) -> None:
+        self._wall0 = time.time()
+        self._mono0 = time.monotonic()
+
+    def now(self) -> float:
+        return self._wall0 + (time.monotonic() - self._mono0)
+
+
+class LoadGenerator:
+    """Runs one level of a LoadSpec; `emit` gets every record as its request ends (thread-safe
+    callers only: it is called from worker threads)."""
+
+    def __init__(self, spec: LoadSpec, emit: Callable[[RequestRecord], None]) -> None:
+        self.spec = spec
+        self._emit = emit
+        self._emit_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._conns: set[http.client.HTTPConnection] = set()
+        self._next = 0
+        self._in_flight = 0
+        self._clock = _Clock()
+        self._arrivals = arrival_offsets(spec.rate, spec.seed) if spec.rate is not None else iter(())
+        self._deadline: float | None = None
+
+    # -- control ---------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Abort requests in flight and end the level (idempotent, from any thread)."""
+        self._stop.set()
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            sock = c.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def run(self) -> None:
+        """Warm-up requests, then the counted ones; returns when the level is done or stopped."""
+        s = self.spec
+        if s.warmup:
+            self._phase(s.warmup, None, warmup=True)
+        if not self._stop.is_set():
+            self._phase(s.requests, s.duration_s, warmup=False)
+
+    # -- phases ----------------------------------------------------------------------------------
+
+    def _phase(self, count: int | None, duration_s: float | None, *, warmup: bool) -> None:
+        self._deadline = None if duration_s is None else time.monotonic() + duration_s
+        limit = self._next + count if count is not None else None
+        if self.spec.concurrency is not None:
+            workers = [
+                threading.Thread(target=self._closed_worker, args=(limit, warmup), daemon=True)
+                for _ in range(self.spec.concurrency)
+            ]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        else:
+            self._open_loop(limit, warmup)
+
+    def _take(self, limit: int | None) -> int | None:
+        with self._lock:
+            if self._stop.is_set() or (limit is not None and self._next >= limit) or self._past_deadline():
+                return None
+            i = self._next
+            self._next += 1
+            return i
+
+    def _past_deadline(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _closed_worker(self, limit: int | None, warmup: bool) -> None:
+        while (i := self._take(limit)) is not None:
+            self._one(i, warmup)
+
+    def _open_loop(self, limit: int | None, warmup: bool) -> None:
+        assert self.spec.rate is not None
+        threads: list[threading.Thread] = []
+        t0 = time.monotonic()
+        for offset in self._arrivals:
+            delay = t0 + offset - time.monotonic()
+            if delay > 0 and self._stop.wait(delay):
+                break
+            if (i := self._take(limit)) is None:
+                break
+            with self._lock:  # counted here, not in the thread: the next arrival may come first
+                full = self._in_flight >= self.spec.max_in_flight
+                if not full:
+                    self._in_flight += 1
+            if full:
+                now = self._clock.now()
+                self._record(
+                    i, warmup, self._target(i), now, now, "error", error="client in-flight bound reached"
+                )
+                continue
+            t = threading.Thread(target=self._one, args=(i, warmup, True), daemon=True)
+            t.start()
+            threads.append(t)
+            threads = [x for x in threads if x.is_alive()]
+        for t in threads:
+            t.join()
+
+    # -- one request -----------------------------------------------------------------------------
+
+    def _target(self, i: int) -> Target:
+        return self.spec.targets[i % len(self.spec.targets)]
+
+    def _lengths(self, i: int) -> tuple[int, int]:
+        s = self.spec
+        return s.input_tokens[i % len(s.input_tokens)], s.output_tokens[i % len(s.output_tokens)]
+
+    def _body(self, n_in: int, n_out: int) -> bytes:
+        s = self.spec
+        prompt = (PROMPT_WORD * n_in).strip()
+        body: dict[str, object] = {
+            "model": s.model,
+            "max_tokens": n_out,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **s.extra,
+        }
+        if s.api == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if s.ignore_eos:
+            body["ignore_eos"] = True
+        return json.dumps(body).encode()
+
+    def _one(self, i: int, warmup: bool, counted: bool = False) -> None:
+        """One request, counted in flight from here (or already, by the open loop's dispatcher)."""
+        if not counted:
+            with self._lock:
+                self._in_flight += 1
+        try:
+            self._request(i, warmup)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _request(self, i: int, warmup: bool) -> None:
+        s, target = self.spec, self._target(i)
+        n_in, n_out = self._lengths(i)
+        parts = urlsplit(target.url)
+        path = parts.path.rstrip("/") + ("/v1/chat/completions" if s.api == "chat" else "/v1/completions")
+        conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = conn_cls(parts.hostname or "", parts.port, timeout=s.timeout_s)
+        with self._lock:
+            self._conns.add(conn)
+        deadline = time.monotonic() + s.timeout_s
+        send = self._clock.now()
+        times: list[float] = []
+        usage: dict[str, int] = {}
+        status: RequestStatus = "ok"
+        http_status: int | None = None
+        error: str | None = None
+        try:
+            conn.request(
+                "POST", path, body=self._body(n_in, n_out), headers={"Content-Type": "application/json"}
+            )
+            resp = conn.getresponse()
+            http_status = resp.status
+            if resp.status != 200:
+                status, error = "error", f"HTTP {resp.status}: {resp.read(300).decode(errors='replace')}"
+            else:
+                done = finished = False
+                for event in _sse_events(resp):
+                    if time.monotonic() > deadline:
+                        status, error = "aborted", f"request timeout {s.timeout_s:g}s"
+                        break
+                    if event == "[DONE]":
+                        done = True
+                        break
+                    token, finish, u = _event_token(event)
+                    if u:
+                        usage = u
+                    if token:
+                        times.append(self._clock.now())
+                    finished = finished or finish
+                done = done or (finished and status == "ok")
+                if status == "ok" and not done:
+                    status = "aborted" if self._stop.is_set() else "error"
+                    error = (
+                        "cancelled: the level stopped"
+                        if self._stop.is_set()
+                        else "stream ended without [DONE] or a finish_reason"
+                    )
+        except TimeoutError:
+            status, error = "aborted", f"request timeout {s.timeout_s:g}s"
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            if self._stop.is_set():
+                status, error = "aborted", "cancelled: the level stopped"
+            else:
+                status, error = "error", f"{type(e).__name__}: {e}"
+        finally:
+            conn.close()
+            with self._lock:
+                self._conns.discard(conn)
+        end = self._clock.now()
+        self._record(i, warmup, target, send, end, status, times=times, usage=usage, http_status=http_status,
+                     error=error, n_in=n_in, n_out=n_out)  # fmt: skip
+
+    def _record(
+        self,
+        i: int,
+        warmup: bool,
+        target: Target,
+        send: float,
+        end: float,
+        status: RequestStatus,
+        *,
+        times: list[float] | None = None,
+        usage: dict[str, int] | None = None,
+        http_status: int | None = None,
+        error: str | None = None,
+        n_in: int | None = None,
+        n_out: int | None = None,
+    ) -> None:
+        times = times or []
+        usage = usage or {}
+        if n_in is None or n_out is None:
+            n_in, n_out = self._lengths(i)
+        rec = RequestRecord(
+            id=i,
+            level=self.spec.level,
+            warmup=warmup,
+            server=target.server,
+            send=send,
+            first_token=times[0] if times else None,
+            token_times=times,
+            end=end,
+            status=status,
+            http_status=http_status,
+            error=None if error is None else " ".join(error.split())[:300],
+            input_tokens=usage.get("prompt_tokens", n_in),
+            output_tokens=usage.get("completion_tokens", len(times)),
+            requested_output_tokens=n_out,
+            usage_reported="completion_tokens" in usage,
+        )
+        with self._emit_lock:
+            self._emit(rec)
+
+
+def _sse_events(resp: http.client.HTTPResponse) -> Iterator[str]:
+    """The data of each server-sent event (`data: ...` lines; comments and other fields skipped)."""
+    data: list[str] = []
+    while True:
+        raw = resp.readline(1 << 20)
+        if not raw:
+            if data:
+                yield "\n".join(data)
+            return
+        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+
+
+def _event_token(event: str) -> tuple[bool, bool, dict[str, int]]:
+    """Whether one streamed chunk (completions or chat) is a token arrival, whether it finishes the
+    answer (a finish_reason), and its usage, if it carries one.
+
+    A token arrival is a choice with text (or delta content), or with an empty text and no
+    finish_reason: a byte-level token can end inside a UTF-8 character and stream as "". The
+    chat role chunk (no content) and a bare finish chunk are not arrivals.
+    """
+    chunk = json.loads(event)
+    if not isinstance(chunk, dict):
+        raise ValueError("a stream event is not a JSON object")
+    usage = chunk.get("usage")
+    u = {k: int(v) for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens")} if usage else {}
+    token = finish = False
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        text = choice["text"] if "text" in choice else delta.get("content")
+        ended = choice.get("finish_reason") is not None
+        finish = finish or ended
+        token = token or bool(text) or (text == "" and not ended)
+    return token, finish, u
+
+
+def arrival_offsets(rate: float, seed: int) -> Iterator[float]:
+    """Poisson arrivals at `rate` per second: the cumulative offsets (s) of exponential gaps drawn
+    from random.Random(seed), without end. One seed gives one schedule."""
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, got {rate}")
+    rng, t = random.Random(seed), 0.0  # noqa: S311 (a load schedule, not a secret)
+    while True:
+        t += rng.expovariate(rate)
+        yield t
+
+
+def read_lengths(lines: Iterator[str] | Sequence[str], field: str, *, source: str = "dataset") -> list[int]:
+    """Token counts from JSONL lines of lengths (`{"input_tokens": 120, ...}` per line, `field` an
+    int >= 1); blank lines skipped. Raises ValueError naming the source and the line."""
+    out: list[int] = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)[field]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{source} line {no}: no integer {field!r}: {e}") from e
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{source} line {no}: {field} must be an integer >= 1, got {value!r}")
+        out.append(value)
+    if not out:
+        raise ValueError(f"{source}: no lengths")
+    return out
+
+
+def token_lengths(
+    kind: str, n: int, *, tokens: int = 0, lo: int = 0, hi: int = 0, seed: int = 0
+) -> list[int]:
+    """n token counts: `fixed` (tokens), `uniform` (lo..hi inclusive, seeded)."""
+    if kind == "fixed":
+        return [tokens] * n
+    rng = random.Random(seed)  # noqa: S311 (lengths of a load, not a secret)
+    return [rng.randint(lo, hi) for _ in range(n)]
+
+
+LENGTHS_CYCLE = 10_000
+"""Lengths drawn per level when the level ends on a duration (requests then reuse them in turn)."""
+
+
+def lengths_for(spec: TokenLengths, n: int, *, seed: int, dataset: Sequence[int] | None = None) -> list[int]:
+    """n token counts as a plan's spec says: fixed, uniform (seeded), or a dataset's lengths in turn
+    (given, already read: see read_lengths). Raises ValueError when a dataset spec has no lengths."""
+    if isinstance(spec, FixedLengths):
+        return token_lengths("fixed", n, tokens=spec.tokens)
+    if isinstance(spec, DatasetLengths):
+        if not dataset:
+            raise ValueError(f"no lengths read from {spec.path} [{spec.field}]")
+        return [dataset[i % len(dataset)] for i in range(n)]
+    return token_lengths("uniform", n, lo=spec.min, hi=spec.max, seed=seed)
+
+
+def level_specs(
+    w: ServingWorkload,
+    targets: Sequence[Target],
+    *,
+    datasets: dict[tuple[str, str], Sequence[int]] | None = None,
+) -> list[LoadSpec]:
+    """One LoadSpec per load level of a plan's workload, in plan order (concurrency levels, then
+    rates), aimed at `targets` (one per replica). Lengths are drawn for warm-up plus counted
+    requests (LENGTHS_CYCLE when the level ends on a duration); input and output lengths use
+    seed and seed + 1. `datasets` maps (path, field) to the lengths read from a dataset spec.
+    Raises ValueError for a dataset spec that was not read."""
+    load = w.load
+    n = load.warmup_requests + (load.requests if load.requests is not None else LENGTHS_CYCLE)
+    data = datasets or {}
+
+    def lengths(spec: TokenLengths, seed: int) -> list[int]:
+        ds = data.get((spec.path, spec.field)) if isinstance(spec, DatasetLengths) else None
+        return lengths_for(spec, n, seed=seed, dataset=ds)
+
+    inputs, outputs = lengths(load.input_tokens, load.seed), lengths(load.output_tokens, load.seed + 1)
+
+    def spec(concurrency: int | None = None, rate: float | None = None) -> LoadSpec:
+        return LoadSpec(
+            targets=list(targets), model=w.model.served_name, input_tokens=inputs, output_tokens=outputs,
+            concurrency=concurrency, rate=rate, requests=load.requests, duration_s=load.duration_s,
+            warmup=load.warmup_requests, api=load.api, timeout_s=load.request_timeout_s,
+            max_in_flight=load.max_in_flight, seed=load.seed,
+        )  # fmt: skip
+
+    return [spec(concurrency=c) for c in load.concurrency] + [spec(rate=r) for r in load.rates]
+
+
+def _parse_target(text: str) -> Target:
+    server, sep, url = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"--target {text!r}: give NAME=http://HOST:PORT")
+    try:
+        return Target(server, check_http_url(url))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one level from the command line; records go to --out as they happen."""
+    ap = argparse.ArgumentParser(
+        prog="python -m orchestrator.workloads.loadgen", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--target", action="append", type=_parse_target, required=True, help="NAME=http://HOST:PORT"
+    )
+    ap.add_argument("--model", required=True)
+    level = ap.add_mutually_exclusive_group(required=True)
+    level.add_argument("--concurrency", type=int)
+    level.add_argument("--rate", type=float, help="Poisson arrivals, requests/s")
+    ap.add_argument("--requests", type=int)
+    ap.add_argument("--duration", type=float)
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--input-tokens", type=int, default=32)
+    ap.add_argument("--output-tokens", type=int, default=16)
+    ap.add_argument("--api", choices=("completions", "chat"), default="completions")
+    ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ignore-eos", action="store_true", help="send ignore_eos (vLLM, SGLang)")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    try:
+        spec = LoadSpec(
+            targets=a.target, model=a.model, input_tokens=[a.input_tokens], output_tokens=[a.output_tokens],
+            concurrency=a.concurrency, rate=a.rate, requests=a.requests, duration_s=a.duration,
+            warmup=a.warmup, api=a.api, timeout_s=a.timeout, seed=a.seed, ignore_eos=a.ignore_eos,
+        )  # fmt: skip
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with RecordWriter(a.out) as w:
+        gen = LoadGenerator(spec, w.write)
+        try:
+            gen.run()
+        except KeyboardInterrupt:
+            gen.stop()
+            return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

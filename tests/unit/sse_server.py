@@ -1,0 +1,109 @@
+"""A test double of an OpenAI-compatible streaming server (NOT a real engine, and not its output).
+
+It answers POST /v1/completions and /v1/chat/completions with server-sent events as vLLM and
+`transformers serve` shape them (one `data:` chunk per token, a usage chunk when asked, then
+`data: [DONE]`), after delays the test chooses: `ttft_s` before the first token, `itl_s` between
+tokens. The number of tokens is the request's max_tokens. Behaviours for error paths:
+`fail_every` (every k-th request gets HTTP 500), `hold` (a request whose max_tokens equals
+HOLD_TOKENS waits for this event before it answers), `usage` (send the usage chunk or not),
+`done` (end with `data: [DONE]` as vLLM does, or only with the finish chunk as `transformers
+serve` 5.24 does), `empty_every` (every k-th token streams as "", as a byte-level token that ends
+inside a UTF-8 character does), `truncate_after` (close the stream after that many tokens).
+It runs in a thread on 127.0.0.1 and an ephemeral port, for the length of one test.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HOLD_TOKENS = 99
+
+
+@dataclass
+class Behaviour:
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    fail_every: int = 0
+    usage: bool = True
+    done: bool = True
+    empty_every: int = 0
+    truncate_after: int = 0
+    hold: threading.Event = field(default_factory=threading.Event)
+    requests: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with b.lock:
+                b.requests += 1
+                k = b.requests
+            if b.fail_every and k % b.fail_every == 0:
+                self.send_response(500)
+                self.end_headers()
+                self.wfile.write(b"engine overloaded")
+                return
+            chat = self.path.endswith("/chat/completions")
+            n = int(body["max_tokens"])
+            if n == HOLD_TOKENS:
+                b.hold.wait(30)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            try:
+                time.sleep(b.ttft_s)
+                for i in range(n):
+                    if b.truncate_after and i == b.truncate_after:
+                        return
+                    if i:
+                        time.sleep(b.itl_s)
+                    piece = "" if b.empty_every and (i + 1) % b.empty_every == 0 else f" t{i}"
+                    choice = (
+                        {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+                    )
+                    self._event({"id": "x", "choices": [choice]})
+                end = {"index": 0, "finish_reason": "length"}
+                self._event({"id": "x", "choices": [{**end, "delta": {}} if chat else {**end, "text": ""}]})
+                if body.get("stream_options", {}).get("include_usage") and b.usage:
+                    text = body.get("prompt") or " ".join(m["content"] for m in body["messages"])
+                    prompt = len(text.split())
+                    self._event(
+                        {"id": "x", "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}}
+                    )
+                if b.done:
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def _event(self, obj: object) -> None:
+            self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+@contextmanager
+def sse_server(b: Behaviour) -> Iterator[str]:
+    """Serve b on 127.0.0.1; yields the base URL (http://127.0.0.1:PORT)."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(b))
+    srv.daemon_threads = True
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        b.hold.set()
+        srv.shutdown()
+        srv.server_close()

@@ -1,0 +1,310 @@
+"""The load generator against a test double of an OpenAI-compatible streaming server
+(tests/unit/sse_server.py): measured TTFT and ITL against the delays the double used, records
+written as requests end, errors, timeouts, cancellation, and the seeded Poisson schedule."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.models.serving_results import RequestRecord
+from orchestrator.workloads.loadgen import (
+    LoadGenerator,
+    LoadSpec,
+    RecordWriter,
+    Target,
+    arrival_offsets,
+    level_specs,
+    main,
+    read_lengths,
+)
+from tests.unit.sse_server import HOLD_TOKENS, Behaviour, sse_server
+
+# Upper slack on measured delays: the machine is shared, so a sample may be late by scheduling,
+# never early. Lower bounds are exact where they are cumulative (a token cannot arrive before the
+# double sends it); a single gap can be short when the token before it was read late.
+SLACK_S = 0.5
+
+
+def run_level(spec: LoadSpec) -> list[RequestRecord]:
+    out: list[RequestRecord] = []
+    LoadGenerator(spec, out.append).run()
+    return out
+
+
+def spec(url: str, **kw: object) -> LoadSpec:
+    base: dict[str, object] = {
+        "targets": [Target("node1", url)],
+        "model": "m",
+        "input_tokens": [8],
+        "output_tokens": [5],
+        "concurrency": 2,
+        "requests": 6,
+    }
+    base.update(kw)
+    return LoadSpec(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_ttft_and_itl_match_the_delays_of_the_server(api: str) -> None:
+    b = Behaviour(ttft_s=0.05, itl_s=0.03)
+    with sse_server(b) as url:
+        recs = run_level(spec(url, api=api, warmup=2))
+    counted = [r for r in recs if not r.warmup]
+    assert len(recs) == 8 and len(counted) == 6 and sum(r.warmup for r in recs) == 2
+    assert sorted(r.id for r in recs) == list(range(8))
+    for r in counted:
+        assert r.status == "ok" and r.first_token is not None and r.server == "node1"
+        assert r.output_tokens == 5 and len(r.token_times) == 5 and r.usage_reported
+        assert r.input_tokens == 8 and r.requested_output_tokens == 5
+        ttft = r.first_token - r.send
+        assert b.ttft_s - 1e-3 <= ttft <= b.ttft_s + SLACK_S, ttft
+        # token k cannot arrive before the double sent it: ttft + k x itl after the request
+        assert all(t - r.send >= b.ttft_s + k * b.itl_s - 1e-3 for k, t in enumerate(r.token_times))
+        # one late read shortens the next gap, so single gaps are bounded above only
+        gaps = [y - x for x, y in itertools.pairwise(r.token_times)]
+        assert all(0 <= g <= b.itl_s + SLACK_S for g in gaps), gaps
+        assert r.send <= r.first_token <= r.token_times[-1] <= r.end
+    itl_median = statistics.median(y - x for r in counted for x, y in itertools.pairwise(r.token_times))
+    assert itl_median == pytest.approx(b.itl_s, abs=0.02)
+
+
+def test_closed_loop_keeps_at_most_concurrency_in_flight() -> None:
+    with sse_server(Behaviour(ttft_s=0.02, itl_s=0.01)) as url:
+        recs = run_level(spec(url, concurrency=3, requests=12))
+    events = sorted([(r.send, 1) for r in recs] + [(r.end, -1) for r in recs])
+    in_flight = list(itertools.accumulate(d for _, d in events))
+    assert max(in_flight) <= 3 and len(recs) == 12
+
+
+def test_records_are_on_disk_as_requests_end(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    b = Behaviour()
+    with sse_server(b) as url, RecordWriter(out) as w:
+        # request 0 is held by the double until released; 1..3 end first and must be on disk then
+        gen = LoadGenerator(spec(url, output_tokens=[HOLD_TOKENS, 3, 3, 3], requests=4), w.write)
+        t = threading.Thread(target=gen.run)
+        t.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(out.read_text().splitlines()) < 3:
+            time.sleep(0.01)
+        lines = out.read_text().splitlines()
+        assert len(lines) == 3 and t.is_alive()
+        assert sorted(RequestRecord.model_validate_json(x).id for x in lines) == [1, 2, 3]
+        b.hold.set()
+        t.join(20)
+    recs = [RequestRecord.model_validate_json(x) for x in out.read_text().splitlines()]
+    assert [r.id for r in recs][-1] == 0 and recs[-1].output_tokens == HOLD_TOKENS
+
+
+def test_http_errors_and_refused_connections_are_error_records() -> None:
+    with sse_server(Behaviour(fail_every=3)) as url:
+        recs = run_level(spec(url, concurrency=1, requests=6))
+    failed = [r for r in recs if r.status == "error"]
+    assert len(failed) == 2 and all(
+        r.http_status == 500 and "engine overloaded" in (r.error or "") for r in failed
+    )
+    assert all(r.first_token is None and r.output_tokens == 0 for r in failed)
+    # a port nobody listens on: bind one, close it, use it
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    recs = run_level(spec(f"http://127.0.0.1:{port}", requests=2))
+    assert [r.status for r in recs] == ["error", "error"] and "ConnectionRefused" in (recs[0].error or "")
+
+
+def test_a_request_past_its_timeout_is_aborted() -> None:
+    with sse_server(Behaviour(ttft_s=6.0)) as url:
+        t0 = time.monotonic()
+        recs = run_level(spec(url, concurrency=1, requests=1, timeout_s=0.3))
+        took = time.monotonic() - t0
+    assert [r.status for r in recs] == ["aborted"] and "timeout" in (recs[0].error or "")
+    assert took < 5.0  # bounded by the timeout (0.3 s), not by the server (6 s)
+
+
+def test_stop_cancels_requests_in_flight() -> None:
+    b = Behaviour()
+    with sse_server(b) as url:
+        gen_recs: list[RequestRecord] = []
+        gen = LoadGenerator(
+            spec(url, output_tokens=[HOLD_TOKENS], concurrency=2, requests=10), gen_recs.append
+        )
+        t = threading.Thread(target=gen.run)
+        t.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and b.requests < 2:  # both workers' requests reached the double
+            time.sleep(0.01)
+        gen.stop()
+        t.join(10)
+        assert not t.is_alive()
+    assert len(gen_recs) == 2 and all(r.status == "aborted" for r in gen_recs)
+
+
+def test_server_without_usage_counts_chunks() -> None:
+    with sse_server(Behaviour(usage=False)) as url:
+        (r,) = run_level(spec(url, concurrency=1, requests=1, output_tokens=[4], input_tokens=[7]))
+    assert r.output_tokens == 4 and r.input_tokens == 7 and not r.usage_reported
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_stream_without_done_ends_on_finish_reason_and_empty_tokens_count(api: str) -> None:
+    with sse_server(Behaviour(done=False, empty_every=3, usage=False)) as url:
+        recs = run_level(spec(url, api=api, requests=2, output_tokens=[6]))
+    assert [r.status for r in recs] == ["ok", "ok"]
+    assert all(len(r.token_times) == 6 and r.output_tokens == 6 for r in recs)
+
+
+def test_truncated_stream_is_an_error() -> None:
+    with sse_server(Behaviour(done=False, truncate_after=2)) as url:
+        recs = run_level(spec(url, requests=1, concurrency=1))
+    assert recs[0].status == "error" and "without [DONE]" in (recs[0].error or "")
+    assert len(recs[0].token_times) == 2
+
+
+def test_requests_round_robin_over_targets() -> None:
+    with sse_server(Behaviour()) as u1, sse_server(Behaviour()) as u2:
+        recs = run_level(spec(u1, targets=[Target("node1", u1), Target("node2", u2)], requests=6))
+    assert sorted(r.server for r in recs) == ["node1"] * 3 + ["node2"] * 3
+
+
+def test_poisson_schedule_is_seeded_and_has_the_rate() -> None:
+    rate, n = 20.0, 4000
+    a = list(itertools.islice(arrival_offsets(rate, seed=7), n))
+    assert a == list(itertools.islice(arrival_offsets(rate, seed=7), n))
+    assert a != list(itertools.islice(arrival_offsets(rate, seed=8), n))
+    gaps = [a[0], *(y - x for x, y in itertools.pairwise(a))]
+    # exponential gaps: mean 1/rate with standard error (1/rate)/sqrt(n); 5 standard errors
+    mean = statistics.fmean(gaps)
+    assert abs(mean - 1 / rate) < 5 * (1 / rate) / math.sqrt(n)
+    # and a coefficient of variation of 1 (a Poisson process, not a regular clock)
+    assert statistics.pstdev(gaps) / mean == pytest.approx(1.0, abs=0.1)
+    # counts in 1 s windows: Poisson, so variance equals mean (dispersion index near 1)
+    counts = [0] * int(a[-1])
+    for t in a:
+        if int(t) < len(counts):
+            counts[int(t)] += 1
+    assert statistics.pvariance(counts) / statistics.fmean(counts) == pytest.approx(1.0, abs=0.35)
+
+
+def test_open_loop_sends_every_request_and_warmup() -> None:
+    with sse_server(Behaviour(ttft_s=0.01)) as url:
+        recs = run_level(spec(url, concurrency=None, rate=200.0, requests=30, warmup=3, seed=1))
+    assert len(recs) == 33 and all(r.status == "ok" for r in recs) and recs[0].level == "r200"
+    assert sum(r.warmup for r in recs) == 3
+
+
+def test_open_loop_in_flight_bound_records_errors() -> None:
+    b = Behaviour()
+    with sse_server(b) as url:
+        recs: list[RequestRecord] = []
+        s = spec(url, concurrency=None, rate=500.0, requests=6, max_in_flight=2, output_tokens=[HOLD_TOKENS])
+        gen = LoadGenerator(s, recs.append)
+        t = threading.Thread(target=gen.run)
+        t.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(recs) < 4:
+            time.sleep(0.01)
+        b.hold.set()
+        t.join(20)
+    bounded = [r for r in recs if r.error == "client in-flight bound reached"]
+    assert len(recs) == 6 and len(bounded) == 4
+
+
+def test_spec_refusals() -> None:
+    with pytest.raises(ValueError, match="one of concurrency and rate"):
+        LoadSpec(
+            targets=[Target("n", "http://h:1")], model="m", input_tokens=[1], output_tokens=[1], requests=1
+        )
+    with pytest.raises(ValueError, match="url"):
+        spec("http://h:1/x;y")
+
+
+def test_read_lengths_names_the_line() -> None:
+    assert read_lengths(['{"input_tokens": 3}', "", '{"input_tokens": 9}'], "input_tokens") == [3, 9]
+    with pytest.raises(ValueError, match=r"lens\.jsonl line 2"):
+        read_lengths(['{"n": 3}', '{"n": 0}'], "n", source="lens.jsonl")
+    with pytest.raises(ValueError, match="line 1"):
+        read_lengths(["not json"], "n")
+
+
+def test_command_line_writes_records(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    with sse_server(Behaviour()) as url:
+        rc = main(
+            [
+                "--target",
+                f"node1={url}",
+                "--model",
+                "m",
+                "--concurrency",
+                "2",
+                "--requests",
+                "4",
+                "--out",
+                str(out),
+            ]
+        )
+    assert rc == 0 and len(out.read_text().splitlines()) == 4
+
+
+def test_level_specs_follow_the_plan(tmp_path: Path) -> None:
+    from orchestrator.models.serving import ServingWorkload
+
+    w = ServingWorkload.model_validate(
+        {
+            "name": "chat",
+            "engine": "external",
+            "url": "http://127.0.0.1:1",
+            "model": {"name": "m"},
+            "load": {
+                "concurrency": [4, 1],
+                "rates": [0.5],
+                "input_tokens": {"kind": "uniform", "min": 4, "max": 9},
+                "output_tokens": {"kind": "dataset", "path": "/data/lens.jsonl", "field": "out"},
+                "requests": 20,
+                "warmup_requests": 2,
+                "seed": 3,
+            },
+        }
+    )
+    targets = [Target("node1", "http://127.0.0.1:1")]
+    specs = level_specs(w, targets, datasets={("/data/lens.jsonl", "out"): [5, 7]})
+    assert [s.level for s in specs] == ["c1", "c4", "r0.5"]
+    s = specs[0]
+    assert (
+        len(s.input_tokens) == 22
+        and all(4 <= x <= 9 for x in s.input_tokens)
+        and len(set(s.input_tokens)) > 1
+    )
+    assert (
+        s.input_tokens == level_specs(w, targets, datasets={("/data/lens.jsonl", "out"): [5]})[0].input_tokens
+    )
+    assert s.output_tokens[:4] == [5, 7, 5, 7] and s.model == "m" and s.warmup == 2 and s.requests == 20
+    with pytest.raises(ValueError, match=r"no lengths read from /data/lens\.jsonl"):
+        level_specs(w, targets)
+
+
+def test_serving_smoke_level_against_the_double_gives_its_figures() -> None:
+    """The built-in plan's first level, end to end on the double: plan -> specs -> records -> figures."""
+    from orchestrator.metrics.serving import summarize_level
+    from orchestrator.plan import load_plan
+
+    w = load_plan("serving-smoke").serving[0]
+    b = Behaviour(ttft_s=0.01, itl_s=0.002)
+    with sse_server(b) as url:
+        first = level_specs(w, [Target("node1", url)])[0]
+        recs = run_level(first)
+    s = summarize_level(recs, w.slos)
+    assert s.level == "c1" and s.n == w.load.requests and s.ok == s.n
+    assert len(recs) == w.load.requests + w.load.warmup_requests
+    assert s.ttft_ms.p99 is not None and s.ttft_ms.p99 >= b.ttft_s * 1e3 - 1
+    assert s.goodput == 1.0 and all(c.met for c in s.slos)
