@@ -11,6 +11,7 @@ from pydantic import Field
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.events import RunKind
 from orchestrator.models.fingerprint import DriftReport, FingerprintSet
 from orchestrator.models.job import JobState
 from orchestrator.models.names import LongId
@@ -57,6 +58,7 @@ class RunRecord(StrictModel):
 
     run_id: LongId
     run_dir: Path
+    kind: RunKind = "scale-test"
     plan_name: str
     backend: str
     status: RunStatus

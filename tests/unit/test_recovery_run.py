@@ -14,12 +14,14 @@ from test_report import _svg_kinds
 
 from orchestrator.errors import FaultError
 from orchestrator.models.cluster import Cluster, ClusterVars, Node
+from orchestrator.models.events import RecoveryDone
 from orchestrator.models.fault import RecoveryResult, RecoverySummary, Stat
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.report.compare import compare_runs
 from orchestrator.report.formats import render
 from orchestrator.runs import recovery as rt
 from orchestrator.runs import recovery_records as records
+from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.store.db import ResultsStore
 from orchestrator.store.load import load_run
 from orchestrator.store.rundir import RunDir
@@ -76,13 +78,17 @@ def _cluster() -> Cluster:
     return Cluster(source=Path("x.ini"), nodes=[Node(name=n, address=n) for n in OFFSETS])
 
 
-def _fake_run(recover: tuple[float, ...]) -> Any:
-    """A stand-in for the probe part of run_recovery_test: writes one record per repeat."""
+def _fake_run(recover: tuple[float, ...], stop_after: int | None = None) -> Any:
+    """A stand-in for the probe part of run_recovery_test: writes one record per repeat, from
+    repeat ``first`` on; with ``stop_after``, Ctrl-C comes once that many repeats are recorded."""
 
     def fake(engine: Any, spec: Any, cluster: Any, shells: Any, req: rt.RecoveryTestRequest,
-             rundir: RunDir, store: Any, progress: Any) -> RecoverySummary:  # fmt: skip
+             life: RunLifecycle, progress: Any, first: int) -> list[RecoveryResult]:  # fmt: skip
         results = []
-        for k, rec_s in enumerate(recover):
+        for k in range(first, len(recover)):
+            if stop_after is not None and k >= stop_after:
+                raise KeyboardInterrupt
+            rec_s = recover[k]
             t0 = T0 + 60 * k
             r = RecoveryResult(fault_id=f"kill-{k}", kind=req.kind, repeat=k, injected_at_mono=t0,
                                verdict="recovered", detect_s=0.2, recover_s=rec_s, restore_s=rec_s + 1,
@@ -93,14 +99,12 @@ def _fake_run(recover: tuple[float, ...]) -> Any:
                 heartbeats=hbs, heartbeats_total=total,
                 mono_to_wall=lambda m: datetime(2026, 11, 30, tzinfo=UTC) + timedelta(seconds=m),
             )  # fmt: skip
-            rundir.event("recovery_done", fault=record.fault_id, repeat=k)
-            (rundir.root / "recovery").mkdir(exist_ok=True)
-            (rundir.root / "recovery" / f"{r.fault_id}.json").write_text(record.model_dump_json())
-            store.event("recovery_done", {})
+            life.journal("recovery_done", fault=record.fault_id, repeat=k)
+            (life.root / "recovery").mkdir(exist_ok=True)
+            (life.root / "recovery" / f"{r.fault_id}.json").write_text(record.model_dump_json())
+            life.emit(RecoveryDone(fault=record.fault_id, repeat=k, verdict=r.verdict))
             results.append(r)
-        none = Stat(n=0)
-        return RecoverySummary(kind=req.kind, repeats=len(recover), verdicts={"recovered": len(recover)},
-                               detect=none, recover=none, restore=none, results=results)  # fmt: skip
+        return results
 
     return fake
 
