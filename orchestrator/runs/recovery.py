@@ -33,7 +33,7 @@ from orchestrator.models.fault import (
 )
 from orchestrator.models.recovery import Heartbeat, RecoveryRecord
 from orchestrator.runs import recovery_records as records
-from orchestrator.runs.lifecycle import RunLifecycle, keep_attempt, verdict_ending
+from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.runs.probe_jobs import ProbeJob, SlurmProbeJob
 from orchestrator.runs.recovery_request import RecoveryTestRequest, resolve_launcher
 from orchestrator.store.load import REQUEST_FILE, load_run, require_model
@@ -223,9 +223,15 @@ def _repeats(
         life.journal("warning", message=w)
     results = [*done, *_run(engine, spec, cluster, shells, req, life, progress, len(done))]
     summary = _summary(req, results, warnings, life.root)
-    bad = summary.verdicts.get("not-recovered") or summary.verdicts.get("no-data")
-    life.finish(verdict_ending("fail" if bad else "pass"))
+    life.finish(summary_ending(summary))
     return summary
+
+
+def summary_ending(summary: RecoverySummary) -> Ending:
+    """accepted (exit 0) when every repeat recovered or saw no interruption; failed (exit 1) when
+    one did not recover or gave no data."""
+    bad = summary.verdicts.get("not-recovered") or summary.verdicts.get("no-data")
+    return verdict_ending("fail" if bad else "pass")
 
 
 def _summary(

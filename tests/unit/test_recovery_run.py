@@ -284,3 +284,109 @@ def test_a_record_says_no_interruption_and_the_measured_hold() -> None:
     rec = records.to_record(stalled, None, target="node2:3", duration_s=5.0, window_s=60.0, heartbeats=[],
                             mono_to_wall=lambda m: datetime(2026, 12, 1, tzinfo=UTC))  # fmt: skip
     assert rec.outcome == "recovered" and rec.stall_s == 5.0 and rec.timings.detect_s is None
+
+
+def test_an_interrupted_recovery_run_resumes_with_the_repeats_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_env: Path
+) -> None:
+    from contextlib import nullcontext
+
+    from orchestrator.errors import ConfigError, Interrupted
+    from orchestrator.runs.resume import resume
+    from orchestrator.store.load import run_kind
+
+    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2, 2.4), stop_after=1))
+    req = rt.RecoveryTestRequest(kind="kill-worker", target="node2:1", repeat=3)
+    root = tmp_path / "runs" / "rec-r"
+    with pytest.raises(Interrupted):
+        rt.run_recovery_test(_cluster(), {}, req, root)
+    rec = load_run(root)
+    assert rec.status == "interrupted" and rec.kind == "recovery-test" and run_kind(root) == "recovery-test"
+    assert [r.repeat for r in rec.recovery] == [0]
+    (root / "probe").mkdir(exist_ok=True)
+    (root / "probe" / "hb-0.jsonl").write_text("{}\n")  # the killed attempt's heartbeats
+
+    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2, 2.4)))
+    opened: list[Cluster] = []
+
+    def shells(cluster: Cluster) -> Any:
+        opened.append(cluster)
+        return nullcontext({})
+
+    summary = resume(root, open_shells=shells)
+    assert isinstance(summary, RecoverySummary) and [c.names for c in opened] == [["node1", "node2"]]
+    assert [r.repeat for r in summary.results] == [0, 1, 2] and summary.verdicts == {"recovered": 3}
+    assert summary.recover.n == 3 and summary.fault_ids == ["kill-0", "kill-1", "kill-2"]
+    events = [e["event"] for e in RunDir(root).events()]
+    assert events.count("run_started") == 1 and events.count("run_resumed") == 1
+    assert events.count("recovery_done") == 3 and events[-1] == "run_finished"
+    resumed = next(e for e in RunDir(root).events() if e["event"] == "run_resumed")
+    assert resumed["repeats"] == [1, 2]
+    assert (root / "attempts" / "probe.1" / "hb-0.jsonl").exists()
+    rec = load_run(root)
+    assert rec.status == "accepted" and rec.resumes == 1 and [r.repeat for r in rec.recovery] == [0, 1, 2]
+    with sqlite3.connect(store_env) as c:
+        assert c.execute("SELECT count(*) FROM recoveries").fetchone()[0] == 3
+        assert c.execute("SELECT status FROM runs").fetchone()[0] == "accepted"
+    with pytest.raises(ConfigError, match="no unfinished repeats"):
+        resume(root, open_shells=shells)
+
+
+def test_a_failing_repeat_after_resume_fails_the_whole_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_env: Path
+) -> None:
+    from contextlib import nullcontext
+
+    from orchestrator.errors import Interrupted
+    from orchestrator.runs.resume import resume
+
+    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2), stop_after=1))
+    root = tmp_path / "runs" / "rec-f"
+    with pytest.raises(Interrupted):
+        rt.run_recovery_test(_cluster(), {}, rt.RecoveryTestRequest(kind="kill-worker", target="node2:1",
+                                                                    repeat=2), root)  # fmt: skip
+    ran = _fake_run((2.0, 2.2))
+
+    def second_fails(*a: Any) -> list[RecoveryResult]:
+        results: list[RecoveryResult] = ran(*a)
+        return [r.model_copy(update={"verdict": "not-recovered"}) for r in results]
+
+    monkeypatch.setattr(rt, "_run", second_fails)
+    summary = resume(root, open_shells=lambda _c: nullcontext({}))
+    assert isinstance(summary, RecoverySummary)
+    assert summary.verdicts == {"recovered": 1, "not-recovered": 1}
+    fin = [e for e in RunDir(root).events() if e["event"] == "run_finished"]
+    assert [(f["status"], f["exit_code"]) for f in fin] == [("interrupted", 130), ("failed", 1)]
+
+
+def test_orch_runs_resume_finishes_a_recovery_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from contextlib import nullcontext
+
+    from orchestrator.errors import Interrupted
+    from orchestrator.remote import shells
+
+    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2), stop_after=1))
+    root = tmp_path / "runs" / "rec-c"
+    with pytest.raises(Interrupted):
+        rt.run_recovery_test(_cluster(), {}, rt.RecoveryTestRequest(kind="kill-worker", target="node2:1",
+                                                                    repeat=2), root)  # fmt: skip
+    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2)))
+    monkeypatch.setattr(shells, "node_shells", lambda _c: nullcontext({}))
+    code, out, err = _cli(["runs", "resume", str(root)], capsys)
+    assert code == 0, err
+    assert "resumed" in out and "recovered=2" in out
+
+
+def test_the_kind_of_an_older_run_folder_is_read_from_its_inputs(tmp_path: Path) -> None:
+    from orchestrator.store.load import run_kind
+
+    ladder, recovery = tmp_path / "a", tmp_path / "b"
+    for d in (ladder, recovery):
+        d.mkdir()
+        RunDir(d).event("run_started", run_id=d.name, plan="p", backend="slurm", steps=[])
+    (recovery / "recovery-test.json").write_text("{}")
+    assert run_kind(ladder) == "scale-test" and run_kind(recovery) == "recovery-test"
+    RunDir(ladder).event("run_started", run_id="a", kind="recovery-test")  # only the first counts
+    assert run_kind(ladder) == "scale-test"
