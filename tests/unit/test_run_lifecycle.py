@@ -50,13 +50,17 @@ def open_run(tmp_path: Path, *listeners: Any) -> tuple[RunLifecycle, list[str]]:
 
 
 def start(life: RunLifecycle) -> None:
-    life.started(RunStarted(run_id=life.run_id, run_dir=life.root, plan="p", backend="slurm"), kind="scale-test")
+    ev = RunStarted(run_id=life.run_id, run_dir=life.root, plan="p", backend="slurm")
+    life.started(ev, kind="scale-test")
 
 
 @pytest.mark.parametrize(
     ("error", "status", "code"),
-    [(SchedulerError("sacct failed 5 times"), "infra", 3), (ConfigError("bad"), "failed", 2),
-     (RuntimeError("a bug"), "infra", 3)],  # fmt: skip
+    [
+        (SchedulerError("sacct failed 5 times"), "infra", 3),
+        (ConfigError("bad"), "failed", 2),
+        (RuntimeError("a bug"), "infra", 3),
+    ],
 )
 def test_any_error_cancels_jobs_reverts_faults_and_finishes_the_run(
     tmp_path: Path, error: Exception, status: str, code: int

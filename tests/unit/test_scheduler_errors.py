@@ -16,9 +16,9 @@ from orchestrator.models.run import RunResult
 from orchestrator.pipeline import _execute, _Runner
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.base import CmdResult
+from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus
 from orchestrator.scheduler.slurm import SlurmScheduler
-from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.store.rundir import new_run_id
 
 SLURM = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
