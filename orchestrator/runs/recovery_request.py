@@ -14,7 +14,7 @@ from orchestrator.models.fault import (
     FaultParams,
     Transport,
 )
-from orchestrator.scheduler.base import inventory_backend
+from orchestrator.scheduler.base import backend_traits, inventory_backend
 from orchestrator.workloads.probe import ProbeSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +60,5 @@ def resolve_launcher(req: RecoveryTestRequest, cluster: Cluster) -> RecoveryTest
     host is local and no Slurm is named."""
     if req.launcher != "auto":
         return req
-    slurm = cluster.vars.orch_slurm_conf is not None or inventory_backend(cluster) == "slurm"
+    slurm = cluster.vars.orch_slurm_conf is not None or backend_traits(inventory_backend(cluster)).queued
     return req.model_copy(update={"launcher": "slurm" if slurm else "ssh"})
-
-
