@@ -24,6 +24,7 @@ from orchestrator.models.fingerprint import DriftReport, FingerprintSet
 from orchestrator.models.names import ID_MAX, is_name
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
+from orchestrator.models.recovery_request import RecoveryTestRequest
 from orchestrator.models.run import RunRecord as RunRecord  # re-exported: the readers of load_run
 from orchestrator.models.run import RunResult, RunStatus, StepResult
 from orchestrator.models.stack import Stack
@@ -249,7 +250,7 @@ def load_run(run_dir: Path) -> RunRecord:
         stack=_model(Stack, run_dir, run_dir / "stack.json", warnings),
         fingerprint=_model(FingerprintSet, run_dir, run_dir / "fingerprint.json", warnings),
         drift=_model(DriftReport, run_dir, run_dir / "drift.json", warnings),
-        request=_json_file(run_dir, run_dir / REQUEST_FILE, warnings),
+        request=_model(RecoveryTestRequest, run_dir, run_dir / REQUEST_FILE, warnings),
         warnings=warnings,
         unreadable=unreadable,
         resumes=sum(1 for e in events if e.get("event") == "run_resumed"),

@@ -36,7 +36,8 @@ MODELS_STDLIB = frozenset(
         "typing",
     }
 )
-MODELS_ALLOWED_ORCH = frozenset({"orchestrator.errors"})
+# envpolicy: pure functions over a mapping (which environment values may be recorded).
+MODELS_ALLOWED_ORCH = frozenset({"orchestrator.errors", "orchestrator.envpolicy"})
 MODELS_THIRD_PARTY = ("pydantic",)
 # Builtins and methods that reach the filesystem or other processes.
 MODELS_IO_CALLS = frozenset(

@@ -136,7 +136,7 @@ def test_a_recovery_run_is_a_run_with_report_store_and_compare(
     rec = load_run(a)
     assert rec.status == "accepted" and rec.exit_code == 0
     assert rec.plan_name == "recovery-kill-worker" and rec.backend == "ssh"
-    assert rec.request is not None and rec.request["target"] == "node2:1"
+    assert rec.request is not None and rec.request.target == "node2:1" and rec.request.repeat == 2
     assert [r.repeat for r in rec.recovery] == [0, 1]
     assert all(r.heartbeats and r.verdict == "recovered" for r in rec.recovery)
 
