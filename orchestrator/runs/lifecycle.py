@@ -201,7 +201,7 @@ class RunLifecycle:
 
     def on_error(self, write: Callable[[Ending], object]) -> None:
         """write(ending) records the run's result when it ends on an exception (and usually
-        calls finish); when it raises an OrchError, run_finished is journaled with that error."""
+        calls finish); when it raises, run_finished is journaled with that error instead."""
         self._on_error = write
 
     def finish(self, ending: Ending, *, wall_s: float | None = None) -> Ending:
@@ -263,7 +263,8 @@ class RunLifecycle:
         if self._on_error is not None:
             try:
                 self._on_error(ending)
-            except OrchError as finish_error:  # e.g. the disk is full: the first error is the one to see
+            except Exception as finish_error:  # e.g. the disk is full: the first error is the one to see
+                log.exception("writing the result of run %s failed", self.run_id)
                 with contextlib.suppress(OrchError):
                     self.finish(Ending("infra", ending.exit_code, str(finish_error)))
         with contextlib.suppress(OrchError):

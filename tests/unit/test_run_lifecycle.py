@@ -167,3 +167,16 @@ def test_the_exit_codes() -> None:
     assert error_ending(Interrupted("x")).exit_code == 130
     assert error_ending(ConfigError("x")) == Ending("failed", 2, "x")
     assert error_ending(ValueError("v")) == Ending("infra", 3, "ValueError: v")
+
+
+def test_run_finished_is_journaled_even_when_the_result_cannot_be_written(tmp_path: Path) -> None:
+    life, _ = open_run(tmp_path)
+
+    def write(ending: Ending) -> None:
+        raise OSError(28, "No space left on device")
+
+    life.on_error(write)
+    with pytest.raises(SchedulerError, match="squeue failed"), life:
+        raise SchedulerError("squeue failed")
+    fin = journal(life)[-1]
+    assert fin["event"] == "run_finished" and fin["exit_code"] == 3 and "No space left" in fin["error"]
