@@ -8,7 +8,6 @@ cancelled and faults reverted on any error, run_finished, exit code) is runs/lif
 from __future__ import annotations
 
 import json
-import logging
 import os
 import secrets
 import sys
@@ -57,8 +56,6 @@ from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model, run_kind
 from orchestrator.store.rundir import RunDir, atomic_write, new_run_id
 from orchestrator.workloads.nccltests import parse_nccl_tests
-
-log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 0.5
 # A job that waits for nodes the scheduler will not give it (drained, down) is an infrastructure
