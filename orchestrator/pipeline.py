@@ -1,58 +1,66 @@
 """`orch scale-test`: resolve → plan → submit the ladder → poll → collect → verdict.
 
 The stages report progress to listeners (the CLI's rich renderer is one); nothing here prints or
-exits. Every wait is bounded; on Ctrl-C every job still queued or running is cancelled.
+exits. Every wait is bounded. The run's lifecycle (run directory, journal, store, signals, jobs
+cancelled and faults reverted on any error, run_finished, exit code) is runs/lifecycle.py's.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_THRESHOLDS, ConfigError, Interrupted, OrchError
+from orchestrator.errors import ConfigError, OrchError
 from orchestrator.inventory import load_inventory
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.events import (
+    FingerprintChecked,
+    RunStarted,
+    RunWarning,
+    StepDone,
+    StepState,
+    StepSubmitted,
+)
+from orchestrator.models.events import Listener as Listener  # re-exported: callers of scale_test
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.run import RunResult as RunResult  # re-exported: callers of scale_test
 from orchestrator.models.run import StepResult as StepResult
 from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.allocation import AllocationScheduler
-from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus, inventory_backend
-from orchestrator.scheduler.local import LocalScheduler
-from orchestrator.scheduler.slurm import SlurmScheduler
+from orchestrator.scheduler.backends import make_scheduler as make_scheduler  # re-exported
+from orchestrator.scheduler.base import (
+    JobScheduler,
+    JobSpec,
+    JobState,
+    JobStatus,
+    backend_traits,
+    inventory_backend,
+    pending_wait,
+)
 from orchestrator.stacks import load_stack
 from orchestrator.stages.faults import StepFaults, check_plan_faults, fault_matches
 from orchestrator.stages.stack import StackOutcome, run_stack_stage, stack_name, stack_python
-from orchestrator.store.db import ResultsStore, StoreListener, default_store_path
-from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model
-from orchestrator.store.rundir import RunDir, atomic_write, new_run_id, who
+from orchestrator.store.db import ResultsStore, default_store_path
+from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model, run_kind
+from orchestrator.store.rundir import RunDir, atomic_write, new_run_id
 from orchestrator.workloads.nccltests import parse_nccl_tests
 
-log = logging.getLogger(__name__)
-
 POLL_INTERVAL_S = 0.5
-# A job that waits for a node Slurm will not give it (drained, down) is an infrastructure failure
-# once it has waited this long; Slurm does not end such a job by itself.
+# A job that waits for nodes the scheduler will not give it (drained, down) is an infrastructure
+# failure once it has waited this long; the scheduler does not end such a job by itself.
 UNAVAILABLE_GRACE_S = 10.0
-_UNAVAILABLE_REASONS = ("ReqNodeNotAvail", "NodeDown", "PartitionDown", "PartitionInactive", "BadConstraints")
-
-
-class Listener(Protocol):
-    """Receives progress events. One that raises is logged and skipped (see _emit)."""
-
-    def event(self, kind: str, data: dict[str, Any]) -> None: ...
 
 
 class ScaleTestRequest(StrictModel):
@@ -80,18 +88,6 @@ def choose_backend(plan: Plan, cluster: Cluster) -> Literal["slurm", "local"]:
     return inventory_backend(cluster)
 
 
-def make_scheduler(
-    backend: Literal["slurm", "local"], cluster: Cluster, plan: Plan | None = None
-) -> JobScheduler:
-    """The backend's scheduler; on Slurm, the plan's slurm_mode picks one allocation for the
-    ladder or one job per step (concurrent steps always get a job each)."""
-    if backend == "local":
-        return LocalScheduler()
-    if plan is not None and plan.slurm_mode == "allocation" and not plan.concurrent_steps:
-        return AllocationScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
-    return SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
-
-
 def job_spec(
     step: Step,
     plan: Plan,
@@ -104,10 +100,11 @@ def job_spec(
 ) -> JobSpec:
     """The job of one step: collbench on step.nodes, rendezvous on the first node's fabric address."""
     nodes = [cluster.node(n) for n in step.nodes]
-    if backend == "local" and step.nnodes > 1:
-        raise ConfigError(f"step {step.id}: the local backend runs on one node only (asks {step.nnodes})")
+    here = backend_traits(backend).on_this_machine
+    if here and step.nnodes > 1:
+        raise ConfigError(f"step {step.id}: the {backend} backend runs on one node only (asks {step.nnodes})")
     first = nodes[0]
-    master = "127.0.0.1" if backend == "local" else str(first.fabric_address or first.address)
+    master = "127.0.0.1" if here else str(first.fabric_address or first.address)
     vendors = {n.gpu_vendor for n in nodes}
     dist_backend = "gloo" if vendors == {"none"} else "nccl"
     sizes = plan.sizes
@@ -123,13 +120,13 @@ def job_spec(
     if plan.check:
         argv.append("--check")
     ifaces = {n.rdma_ifaces[0] for n in nodes if n.rdma_ifaces}
-    if backend != "local" and len(ifaces) == 1:
+    if not here and len(ifaces) == 1:
         argv += ["--socket-ifname", ifaces.pop()]
     gpus = step.ranks_per_node if dist_backend == "nccl" else 0
     return JobSpec(
         name=f"orch-{plan.name}-{step.id}",
         step_id=step.id,
-        nodes=[] if backend == "local" else step.nodes,
+        nodes=[] if here else step.nodes,
         nnodes=step.nnodes,
         ranks_per_node=step.ranks_per_node,
         gpus_per_node=gpus,
@@ -143,16 +140,6 @@ def job_spec(
     )
 
 
-def _emit(listeners: list[Listener], kind: str, **data: Any) -> None:
-    """Hand the event to every listener. One that raises is logged and the others still get the
-    event: a progress display or a store that fails never stops the run (the journal has it all)."""
-    for listener in listeners:
-        try:
-            listener.event(kind, data)
-        except Exception:
-            log.exception("listener %s failed on event %s; the run goes on", type(listener).__name__, kind)
-
-
 class _Runner:
     """The execution stage of one run: submit, poll, collect, judge."""
 
@@ -163,26 +150,24 @@ class _Runner:
         steps: list[Step],
         sched: JobScheduler,
         backend: Literal["slurm", "local"],
-        rundir: RunDir,
+        life: RunLifecycle,
         python: str,
-        listeners: list[Listener],
         env: dict[str, str] | None = None,
         faults: StepFaults | None = None,
     ) -> None:
         self.plan, self.cluster, self.steps, self.sched = plan, cluster, steps, sched
-        self.backend, self.rundir, self.python, self.listeners = backend, rundir, python, listeners
+        self.backend, self.life, self.rundir, self.python = backend, life, life.rundir, python
+        self.queued = backend_traits(backend).queued
         self.faults = faults
         self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
         base_port = 20000 + secrets.randbelow(20000)
         self.specs = [
-            job_spec(s, plan, cluster, backend, rundir.step_dir(s.id).absolute(), python, base_port + i, env)
+            job_spec(
+                s, plan, cluster, backend, self.rundir.step_dir(s.id).absolute(), python, base_port + i, env
+            )
             for i, s in enumerate(steps)
         ]
         self.pending_since: dict[str, float] = {}
-
-    def _log(self, kind: str, **data: Any) -> None:
-        self.rundir.event(kind, **data)
-        _emit(self.listeners, kind, **data)
 
     def _save(self, res: StepResult) -> None:
         # Durable before step_done is journaled: a run killed later keeps this step (orch runs resume).
@@ -190,27 +175,17 @@ class _Runner:
 
     def run(self) -> None:
         """Submit, poll, judge. Whatever ends it early (Ctrl-C, a scheduler that stopped
-        answering, a bug) cancels every job of the run still queued or running first; Ctrl-C
-        becomes Interrupted, anything else is raised as it was."""
-        try:
-            if self.faults is not None:
-                self.faults.start()
-            if self.backend == "slurm":
-                self._submit_all()
-            self._loop()
-        except KeyboardInterrupt as e:
-            live = self._cancel_live()
-            self._log("interrupted", cancelled=live)
-            raise Interrupted("interrupted; jobs cancelled: " + (", ".join(live) or "none")) from e
-        except BaseException as e:
-            live = self._cancel_live()
-            self._log("run_error", error=f"{type(e).__name__}: {e}", cancelled=live)
-            raise
-        finally:
-            if self.faults is not None:
-                self.faults.close()  # reverts any fault still active, whatever ended the run
+        answering, a bug), the lifecycle cancels every job of the run still queued or running
+        (cancel_live) and reverts its faults."""
+        self.life.on_cancel(self.cancel_live)
+        if self.faults is not None:
+            self.life.on_close(self.faults.close)  # reverts any fault still active, however the run ends
+            self.faults.start()
+        if self.queued:
+            self._submit_all()
+        self._loop()
 
-    def _cancel_live(self) -> list[str]:
+    def cancel_live(self) -> list[str]:
         """Cancel the run's jobs that are not known to have ended; returns their ids. A cancel
         that fails (the scheduler is what failed) is journaled, never raised over the cause."""
         live = [r.job_id for r in self.results if r.job_id and not (r.job and r.job.status.terminal)]
@@ -224,7 +199,7 @@ class _Runner:
     def _submit(self, i: int, after: str | None) -> None:
         res, spec = self.results[i], self.specs[i]
         res.job_id = self.sched.submit(spec, after=after)
-        self._log("step_submitted", step=spec.step_id, job_id=res.job_id, after=after)
+        self.life.log(StepSubmitted(step=spec.step_id, job_id=res.job_id, after=after))
 
     def _submit_all(self) -> None:
         # Submitting the whole ladder ahead, chained with afterany, leaves no polling gap between
@@ -238,7 +213,7 @@ class _Runner:
             lost = [f"{n} is {unavailable[n]}" for n in self.steps[i].nodes if n in unavailable]
             if lost:
                 self.results[i].blamed_nodes = [n for n in self.steps[i].nodes if n in unavailable]
-                self._abandon([self.results[i]], "Slurm cannot give it its nodes: " + ", ".join(lost))
+                self._abandon([self.results[i]], "the scheduler cannot give it its nodes: " + ", ".join(lost))
                 continue
             todo.append(i)
         if isinstance(self.sched, AllocationScheduler) and todo:
@@ -247,8 +222,8 @@ class _Runner:
             ids = self.sched.submit_ladder([self.specs[i] for i in todo], alloc_dir)
             for k, (i, job_id) in enumerate(zip(todo, ids, strict=True)):
                 self.results[i].job_id = job_id
-                self._log("step_submitted", step=self.specs[i].step_id, job_id=job_id,
-                          after=ids[k - 1] if k else None)  # fmt: skip
+                self.life.log(StepSubmitted(step=self.specs[i].step_id, job_id=job_id,
+                                            after=ids[k - 1] if k else None))  # fmt: skip
             return
         prev: str | None = None
         for i in todo:
@@ -263,7 +238,7 @@ class _Runner:
             open_ = [r for r in self.results if r.verdict == "skipped" and r.ended_mono is None]
             if not open_:
                 return
-            if self.backend == "local" and not any(r.job_id for r in open_):
+            if not self.queued and not any(r.job_id for r in open_):
                 self._submit(self.results.index(open_[0]), None)
             ids = [r.job_id for r in open_ if r.job_id]
             states = self.sched.poll(ids)
@@ -282,35 +257,33 @@ class _Runner:
         old = res.job.status if res.job else None
         res.job = state
         if state.status != old:
-            self._log(
-                "step_state",
-                step=res.step.id,
-                job_id=res.job_id,
-                state=state.raw_state,
-                reason=state.reason if state.status == JobStatus.PENDING else None,
+            self.life.log(
+                StepState(
+                    step=res.step.id,
+                    job_id=res.job_id,
+                    state=state.raw_state,
+                    reason=state.reason if state.status == JobStatus.PENDING else None,
+                )
             )
         if state.status == JobStatus.RUNNING and res.started_mono is None:
             res.started_mono = now
             if self.faults is not None:
                 self.faults.step_started(res.step, now)
         if state.status == JobStatus.PENDING:
-            self._check_pending(res, state.reason or "", now)
+            self._check_pending(res, state, now)
         if state.status.terminal:
             res.ended_mono = now
             self._judge(res)
 
-    def _check_pending(self, res: StepResult, reason: str, now: float) -> None:
-        """Bound the wait of a queued step: it either gets its nodes or becomes an infra failure."""
-        if reason.startswith("Dependency"):
-            self.pending_since.pop(res.step.id, None)  # waiting for the previous step is fine
-            return
-        if not any(reason.startswith(r) for r in _UNAVAILABLE_REASONS):
-            # Resources, Priority, BeginTime...: a busy cluster; the run's own deadline bounds it.
+    def _check_pending(self, res: StepResult, state: JobState, now: float) -> None:
+        """Bound the wait of a queued step: it either gets its nodes or becomes an infra failure.
+        Waiting for the previous step is fine; so is a busy cluster (the run's deadline bounds it)."""
+        if pending_wait(state) != "unavailable":
             self.pending_since.pop(res.step.id, None)
             return
         since = self.pending_since.setdefault(res.step.id, now)
         if now - since > UNAVAILABLE_GRACE_S:
-            self._abandon([res], f"Slurm cannot give it its nodes ({reason})")
+            self._abandon([res], f"the scheduler cannot give it its nodes ({state.reason})")
 
     def _abandon(self, results: list[StepResult], why: str) -> None:
         ids = [r.job_id for r in results if r.job_id]
@@ -320,7 +293,7 @@ class _Runner:
             res.verdict = "infra"
             res.reasons.append(why)
             self._save(res)
-            self._log("step_done", step=res.step.id, verdict=res.verdict, reasons=res.reasons)
+            self.life.log(StepDone(step=res.step.id, verdict=res.verdict, reasons=res.reasons))
 
     def _judge(self, res: StepResult) -> None:
         spec = self.specs[self.results.index(res)]
@@ -365,13 +338,12 @@ class _Runner:
             res.reasons += fails
         res.verdict = verdict
         self._save(res)
-        self._log("step_done", step=res.step.id, job_id=res.job_id, verdict=verdict, reasons=res.reasons)
+        self.life.log(StepDone(step=res.step.id, job_id=res.job_id, verdict=verdict, reasons=res.reasons))
 
 
 def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -> RunResult:
     """Run the plan's ladder on the inventory's cluster; raises OrchError for usage/infra errors
-    found before anything runs and Interrupted on Ctrl-C (after cancelling jobs)."""
-    listeners = listeners or []
+    found before anything runs and Interrupted on Ctrl-C or SIGTERM (after cancelling jobs)."""
     t0 = time.monotonic()
     cluster = load_inventory(req.inventory)
     plan = resolve_plan(req.plan, req.overrides)
@@ -381,40 +353,37 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
     out_root = req.overrides.out_dir or req.out_dir
     _check_before_run(stack_name(None, plan, cluster), out_root, backend, steps)
-    store = _store_listener(out_root)  # before the run directory: a refused ORCH_STORE leaves none
-    rundir = RunDir.create(out_root, new_run_id(plan.name))
-    rundir.write_model("plan.json", plan)
-    rundir.write_model("inventory.json", cluster)
-    atomic_write(rundir.root / "steps.json", _steps_json(steps))
-    listeners = [*listeners, store]
-    rundir.event(
-        "run_started", run_id=rundir.run_id, plan=plan.name, backend=backend, steps=[s.id for s in steps],
-        **_who(),
-    )  # fmt: skip
-    _emit(listeners, "run_started", run_id=rundir.run_id, run_dir=str(rundir.root), plan=plan.name,
-          backend=backend, steps=[s.id for s in steps])  # fmt: skip
-    stack = StackOutcome()
-    if (name := stack_name(None, plan, cluster)) is not None:
-        try:
-            stack = run_stack_stage(cluster, name, steps, rundir, allow_drift=req.allow_drift)
-        except OrchError as e:
-            rundir.event("run_finished", status="refused", exit_code=e.exit_code, error=str(e))
-            raise
-        _emit(listeners, "fingerprint", stack=name, drift=[line for v in stack.drift.values() for line in v])
-    for w in [*cluster.warnings, *fault_warnings]:
-        rundir.event("warning", message=w)
-        _emit(listeners, "warning", message=w)
-    python = req.python or stack.python or sys.executable
-    faults = (
-        StepFaults(plan, cluster, steps, rundir, rundir.event, force=req.force_faults)
-        if plan.faults
-        else None
-    )
-    runner = _Runner(plan, cluster, steps, sched, backend, rundir, python, listeners, stack.env, faults)
-    for res in runner.results:
-        res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
-        res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
-    return _execute(runner, t0)
+    with RunLifecycle.create(out_root, new_run_id(plan.name), listeners or [], t0=t0) as life:
+        life.write_inputs(plan=plan, inventory=cluster)
+        atomic_write(life.root / "steps.json", _steps_json(steps))
+        life.started(
+            RunStarted(run_id=life.run_id, run_dir=life.root, plan=plan.name, backend=backend,
+                       steps=[s.id for s in steps]),
+            kind="scale-test",
+        )  # fmt: skip
+        stack = StackOutcome()
+        if (name := stack_name(None, plan, cluster)) is not None:
+            try:
+                stack = run_stack_stage(cluster, name, steps, life.rundir, allow_drift=req.allow_drift)
+            except OrchError as e:
+                life.finish(Ending("refused", e.exit_code, str(e)))
+                raise
+            life.emit(
+                FingerprintChecked(stack=name, drift=[line for v in stack.drift.values() for line in v])
+            )
+        for w in [*cluster.warnings, *fault_warnings]:
+            life.log(RunWarning(message=w))
+        python = req.python or stack.python or sys.executable
+        faults = (
+            StepFaults(plan, cluster, steps, life.rundir, life.journal, force=req.force_faults)
+            if plan.faults
+            else None
+        )
+        runner = _Runner(plan, cluster, steps, sched, backend, life, python, stack.env, faults)
+        for res in runner.results:
+            res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
+            res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
+        return _execute(runner)
 
 
 def _check_before_run(stack: str | None, out_root: Path, backend: str, steps: list[Step]) -> None:
@@ -422,9 +391,9 @@ def _check_before_run(stack: str | None, out_root: Path, backend: str, steps: li
     typo would stay in `runs list` and `history` as failed): an unknown or invalid stack, a
     multi-node step on the local backend, a file where the run directories go, a results store
     that is not one. Raises ConfigError."""
-    if backend == "local" and (multi := [s.id for s in steps if s.nnodes > 1]):
+    if not backend_traits(backend).multi_node and (multi := [s.id for s in steps if s.nnodes > 1]):
         raise ConfigError(
-            f"steps {', '.join(multi)}: the local backend runs on one node only",
+            f"steps {', '.join(multi)}: the {backend} backend runs on one node only",
             hint="use --backend slurm, or --nodes 1",
         )
     if stack is not None:
@@ -438,25 +407,19 @@ def _steps_json(steps: list[Step]) -> str:
     return json.dumps({"steps": [s.model_dump(mode="json") for s in steps]}, indent=2) + "\n"
 
 
-def _who() -> dict[str, Any]:
-    return who()
-
-
-def _store_listener(runs_root: Path) -> Listener:
-    return StoreListener(default_store_path(runs_root))
-
-
 def resume_run(
     run_dir: Path, python: str | None = None, listeners: list[Listener] | None = None
 ) -> RunResult:
-    """Run, in run_dir, the steps of an earlier run that have no finished result; the finished
-    ones are kept as they are. Raises ConfigError when nothing is left to run or the directory is
-    not a run, and Interrupted on Ctrl-C."""
-    listeners = listeners or []
+    """Run, in run_dir, the steps of an earlier scale-test run that have no finished result; the
+    finished ones are kept as they are. Raises ConfigError when nothing is left to run or the
+    directory is not a scale-test run (runs/resume.py resumes every kind), and Interrupted on
+    Ctrl-C or SIGTERM."""
     t0 = time.monotonic()
     record = load_run(run_dir)
     if record.status == "running":
         raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
+    if (kind := run_kind(run_dir)) != "scale-test":
+        raise ConfigError(f"run {record.run_id} is a {kind} run, not a ladder", hint="orch runs resume")
     # Everything read back from the run folder is checked again here, strictly: a plan name or a
     # step id becomes a job name and a folder, so an edited file is refused, naming the value.
     plan = require_model(Plan, run_dir, run_dir / "plan.json")
@@ -467,59 +430,46 @@ def resume_run(
         raise ConfigError(f"run {record.run_id} has no unfinished steps", hint="see orch runs show")
     # An interrupted run whose steps all finished (killed while writing its result) is finished
     # here without running anything: the runner finds no open step and writes the result.
-    rundir = RunDir(run_dir)
-    attempts = under(rundir.root, "attempts", what="attempts folder")
     for s in steps:
-        old = under(rundir.root, "steps", s.id, what="step folder")
-        if s.id not in done and old.exists() and any(old.iterdir()):
-            # Keep the killed attempt's logs, away from where the new attempt writes its own.
-            attempts.mkdir(exist_ok=True)
-            n = len(list(attempts.glob(f"{s.id}.*"))) + 1
-            old.rename(under(attempts, f"{s.id}.{n}", what="attempt folder"))
+        if s.id not in done:
+            keep_attempt(run_dir, under(run_dir, "steps", s.id, what="step folder"), s.id)
     backend = choose_backend(plan, cluster)
     sched = make_scheduler(backend, cluster, plan)
-    listeners = [*listeners, _store_listener(rundir.root.parent)]
     todo = [s.id for s in steps if s.id not in done]
-    rundir.event("run_resumed", run_id=rundir.run_id, steps=todo, **_who())
-    _emit(listeners, "run_started", run_id=rundir.run_id, run_dir=str(rundir.root), plan=plan.name,
-          backend=backend, steps=[s.id for s in steps])  # fmt: skip
-    env: dict[str, str] = {}
-    if python is None:
-        python, env = stack_python(stack_name(None, plan, cluster))
-    runner = _Runner(plan, cluster, steps, sched, backend, rundir, python, listeners, env)
-    for i, s in enumerate(steps):
-        if s.id in done:
-            runner.results[i] = done[s.id]
-            runner.results[i].ended_mono = runner.results[i].ended_mono or 0.0
-    return _execute(runner, t0)
+    with RunLifecycle(RunDir(run_dir), listeners or [], t0=t0) as life:
+        life.resumed(
+            RunStarted(run_id=life.run_id, run_dir=life.root, plan=plan.name, backend=backend,
+                       steps=[s.id for s in steps]),
+            steps=todo,
+        )  # fmt: skip
+        env: dict[str, str] = {}
+        if python is None:
+            python, env = stack_python(stack_name(None, plan, cluster))
+        runner = _Runner(plan, cluster, steps, sched, backend, life, python, env)
+        for i, s in enumerate(steps):
+            if s.id in done:
+                runner.results[i] = done[s.id]
+                runner.results[i].ended_mono = runner.results[i].ended_mono or 0.0
+        return _execute(runner)
 
 
-def _execute(runner: _Runner, t0: float) -> RunResult:
-    """Run the ladder and write the result. On Ctrl-C the result is written, then Interrupted
-    raised; on any other error (jobs cancelled by the runner) the result is written as an
-    infrastructure failure with run_finished journaled, then the error is raised as it was."""
-    try:
-        runner.run()
-    except Interrupted:
-        _finish(runner, t0, interrupted=True)
-        raise
-    except Exception as e:
-        code = e.exit_code if isinstance(e, OrchError) else EXIT_INFRA
-        for res in runner.results:
-            if res.ended_mono is None:
-                res.reasons.append(f"the run ended before this step: {e}")
-        try:
-            _finish(runner, t0, interrupted=False, error=(code, str(e)))
-        except OrchError as finish_error:  # e.g. the disk is full: the first error is the one to see
-            runner.rundir.event("run_finished", status="infra", exit_code=code, error=str(finish_error))
-        raise
-    return _finish(runner, t0, interrupted=False)
+def _execute(runner: _Runner) -> RunResult:
+    """Run the ladder and write the result, inside the run's lifecycle. On any error the
+    lifecycle cancels the jobs, then the result is written (an interrupted or infrastructure
+    failure, each unfinished step saying why) with run_finished journaled."""
+    runner.life.on_error(lambda ending: _finish(runner, ending))
+    runner.run()
+    return _finish(runner, None)
 
 
-def _finish(
-    runner: _Runner, t0: float, *, interrupted: bool, error: tuple[int, str] | None = None
-) -> RunResult:
+def _finish(runner: _Runner, ending: Ending | None) -> RunResult:
+    """The run's result from its steps (ending None: the run ran to its end and the verdict sets
+    it); written to result.json, then run_finished journaled."""
     results = runner.results
+    if ending is not None and ending.status != "interrupted":
+        for res in results:
+            if res.ended_mono is None:
+                res.reasons.append(f"the run ended before this step: {ending.error}")
     V.apply_efficiency([(r.step, r.summary) for r in results])
     V.apply_line_rate([(r.step, r.summary) for r in results], runner.cluster.vars.orch_fabric_gbps)
     for res in results:
@@ -535,33 +485,23 @@ def _finish(
         for n in runner.cluster.nodes
         if n.name in used
     }
-    overall = V.worst([r.verdict for r in results])
-    if interrupted:
-        status: Literal["accepted", "failed", "infra", "interrupted"] = "interrupted"
-        code = 130
-    elif error is not None:
-        status, code = ("infra" if error[0] == EXIT_INFRA else "failed"), error[0]
-    elif overall == "infra" or overall == "skipped":
-        status, code = "infra", EXIT_INFRA
-    elif overall == "fail":
-        status, code = "failed", EXIT_THRESHOLDS
-    else:
-        status, code = "accepted", EXIT_OK
+    if ending is None:
+        ending = verdict_ending(V.worst([r.verdict for r in results]))
+    status = ending.status
+    assert status != "refused"  # a refused run has no steps and no result
     result = RunResult(
         run_id=runner.rundir.run_id,
         run_dir=runner.rundir.root,
         plan=runner.plan.name,
         backend=runner.backend,
         status=status,
-        exit_code=code,
+        exit_code=ending.exit_code,
         steps=results,
         nodes=nodes,
-        wall_s=time.monotonic() - t0,
+        wall_s=runner.life.wall_s,
     )
     atomic_write(runner.rundir.root / "result.json", result.model_dump_json(indent=2) + "\n")
-    extra = {"error": error[1]} if error is not None else {}
-    runner.rundir.event("run_finished", status=status, exit_code=code, wall_s=result.wall_s, **extra)
-    _emit(runner.listeners, "run_finished", status=status, exit_code=code)
+    runner.life.finish(ending, wall_s=result.wall_s)
     return result
 
 

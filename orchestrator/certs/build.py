@@ -15,7 +15,7 @@ from orchestrator.certs import digest
 from orchestrator.errors import ConfigError
 from orchestrator.metrics import verdict as V
 from orchestrator.models.cert import Certificate, CertTest, Refusal, StackSummary, SurvivedFault
-from orchestrator.models.fingerprint import VERDICTS, Fingerprint
+from orchestrator.models.fingerprint import COMPATS, Fingerprint
 from orchestrator.models.names import is_name
 from orchestrator.models.plan import Plan
 from orchestrator.models.recovery import RecoveryRecord
@@ -155,7 +155,7 @@ def certify(rec: RunRecord, *, now: datetime, valid_days: int) -> tuple[list[Cer
                 drifted = drift.nodes.get(node, []) if drift else []
                 if drifted:
                     summary.drift = drifted
-                    summary.compatibility = max((d.verdict for d in drifted), key=VERDICTS.index)
+                    summary.compatibility = max((d.verdict for d in drifted), key=COMPATS.index)
                     reasons.append(
                         f"differs from stack {summary.stack}: "
                         + "; ".join(f"{d.field} {d.expected} -> {d.found or 'missing'} ({d.verdict})"

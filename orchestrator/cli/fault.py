@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from orchestrator.cli.common import Col, err, fitted_table, out
-from orchestrator.errors import EXIT_INFRA, EXIT_THRESHOLDS
+from orchestrator.errors import EXIT_INFRA
 from orchestrator.faults import service
 from orchestrator.faults.catalog import CATALOG
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
@@ -22,7 +22,7 @@ from orchestrator.models.fault import (
     parse_duration,
 )
 from orchestrator.remote.shells import node_shells
-from orchestrator.runs.recovery import run_recovery_test
+from orchestrator.runs.recovery import run_recovery_test, summary_ending
 from orchestrator.runs.recovery_request import RecoveryTestRequest
 from orchestrator.store.rundir import new_run_id
 
@@ -166,8 +166,8 @@ def recovery_test(
     for w in summary.warnings:
         err.print(f"warning: {w}", markup=False, style="yellow")
     render_recovery(summary, f"recovery-test {kind} on {target} x{repeat} — {root}")
-    if summary.verdicts.get("not-recovered") or summary.verdicts.get("no-data"):
-        raise typer.Exit(EXIT_THRESHOLDS)
+    if (code := summary_ending(summary).exit_code) != 0:
+        raise typer.Exit(code)
 
 
 def _s(v: float | None) -> str:

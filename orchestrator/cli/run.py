@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -26,6 +26,16 @@ from orchestrator.cli.plan import (
     make_overrides,
 )
 from orchestrator.inventory import DEFAULT_INVENTORY
+from orchestrator.models.events import (
+    FingerprintChecked,
+    RunEvent,
+    RunInterrupted,
+    RunStarted,
+    RunWarning,
+    StepDone,
+    StepState,
+    StepSubmitted,
+)
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunResult
 from orchestrator.pipeline import ScaleTestRequest, scale_test
@@ -40,34 +50,33 @@ class ProgressPrinter:
         self.t0 = time.monotonic()
         self.order: list[str] = []
 
-    def event(self, kind: str, data: dict[str, Any]) -> None:
+    def event(self, ev: RunEvent) -> None:
         elapsed = f"{time.monotonic() - self.t0:6.1f}s"
-        if kind == "run_started":
-            self.order = list(data["steps"])
+        if isinstance(ev, RunStarted):
+            self.order = list(ev.steps)
             steps = plural(len(self.order), "step")
-            err.print(f"{elapsed} run {data['run_id']}: plan {data['plan']}, {steps} "
-                      f"via {data['backend']} -> {data['run_dir']}")  # fmt: skip
+            err.print(f"{elapsed} run {ev.run_id}: plan {ev.plan}, {steps} "
+                      f"via {ev.backend} -> {ev.run_dir}")  # fmt: skip
             return
-        step = data.get("step")
+        step = getattr(ev, "step", None)
         pos = f"[{self.order.index(step) + 1}/{len(self.order)}] {step}" if step in self.order else ""
-        if kind == "step_submitted":
-            err.print(f"{elapsed} {pos} submitted as job {data['job_id']}")
-        elif kind == "step_state":
-            reason = f" ({data['reason']})" if data.get("reason") else ""
-            err.print(f"{elapsed} {pos} job {data['job_id']} {data['state']}{reason}")
-        elif kind == "step_done":
-            colour = {"pass": "green", "fail": "red", "infra": "magenta"}.get(data["verdict"], "yellow")
-            err.print(f"{elapsed} {pos}", styled(data["verdict"], colour))
-            for reason in data.get("reasons", []):
+        if isinstance(ev, StepSubmitted):
+            err.print(f"{elapsed} {pos} submitted as job {ev.job_id}")
+        elif isinstance(ev, StepState):
+            reason = f" ({ev.reason})" if ev.reason else ""
+            err.print(f"{elapsed} {pos} job {ev.job_id} {ev.state}{reason}")
+        elif isinstance(ev, StepDone):
+            colour = {"pass": "green", "fail": "red", "infra": "magenta"}.get(ev.verdict, "yellow")
+            err.print(f"{elapsed} {pos}", styled(ev.verdict, colour))
+            for reason in ev.reasons:
                 err.print(f"         {reason}", markup=False)
-        elif kind == "fingerprint":
-            drift = data.get("drift") or []
-            err.print(f"{elapsed} fingerprint against stack {data['stack']}: "
-                      + ("; ".join(drift) if drift else "every node unchanged"), markup=False)  # fmt: skip
-        elif kind == "warning":
-            err.print(f"{elapsed} warning: {data['message']}", markup=False, style="yellow")
-        elif kind == "interrupted":
-            err.print(f"{elapsed} interrupted; cancelled jobs: {data.get('cancelled')}")
+        elif isinstance(ev, FingerprintChecked):
+            drift = "; ".join(ev.drift) if ev.drift else "every node unchanged"
+            err.print(f"{elapsed} fingerprint against stack {ev.stack}: {drift}", markup=False)
+        elif isinstance(ev, RunWarning):
+            err.print(f"{elapsed} warning: {ev.message}", markup=False, style="yellow")
+        elif isinstance(ev, RunInterrupted):
+            err.print(f"{elapsed} interrupted; cancelled jobs: {ev.cancelled}")
 
 
 def render_result(result: RunResult) -> None:

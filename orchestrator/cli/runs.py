@@ -10,6 +10,7 @@ from rich.table import Table
 
 from orchestrator.cli.common import Cell, Col, err, fitted_table, out, styled
 from orchestrator.errors import ConfigError
+from orchestrator.models.fault import RecoverySummary
 from orchestrator.models.plan import format_size
 from orchestrator.report.common import efficiency_cell, reference_cell
 from orchestrator.runs.orphans import cleanup_orphans
@@ -162,12 +163,26 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
 
 @runs_app.command("resume")
 def resume_cmd(run: RunArg, store: StoreOpt = None) -> int:
-    """Run the steps of an interrupted run that did not finish, in the same run directory."""
+    """Finish an interrupted run in the same run directory: a ladder's steps without a result,
+    a recovery-test's repeats without a record."""
+    from orchestrator.cli.fault import render_recovery
     from orchestrator.cli.run import ProgressPrinter, render_result
-    from orchestrator.pipeline import resume_run
+    from orchestrator.remote.shells import node_shells
+    from orchestrator.runs.recovery import summary_ending
+    from orchestrator.runs.resume import resume
 
     run_dir = resolve_run_dir(run, store_path(store))
-    result = resume_run(run_dir, listeners=[ProgressPrinter()])
+    result = resume(
+        run_dir,
+        listeners=[ProgressPrinter()],
+        open_shells=node_shells,
+        progress=lambda m: err.print(m, markup=False),
+    )
+    if isinstance(result, RecoverySummary):
+        for w in result.warnings:
+            err.print(f"warning: {w}", markup=False, style="yellow")
+        render_recovery(result, f"recovery-test {result.kind} x{result.repeats} (resumed) — {run_dir}")
+        return summary_ending(result).exit_code
     render_result(result)
     return result.exit_code
 

@@ -12,6 +12,7 @@ asymptotic efficiency against the mean for normal noise). A band is max(ln(1 + f
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -28,6 +29,14 @@ def mad_sigma(values: Iterable[float]) -> float | None:
         return None
     centre = statistics.median(xs)
     return MAD_SCALE * statistics.median(abs(x - centre) for x in xs)
+
+
+def neighbour_sigma(ds: Sequence[float]) -> float | None:
+    """The spread of a smooth series from its successive differences: 1.4826 x median|d_i -
+    d_(i-1)| / sqrt(2) (a slow trend cancels out); None for fewer than 3 values."""
+    if len(ds) < 3:
+        return None
+    return MAD_SCALE * statistics.median(abs(b - a) for a, b in itertools.pairwise(ds)) / math.sqrt(2)
 
 
 def log_values(values: Iterable[float]) -> list[float]:

@@ -16,8 +16,8 @@ from typing import Literal
 from pydantic import AwareDatetime, Field
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.fingerprint import Compat as Compatibility
 from orchestrator.models.fingerprint import FieldDrift
-from orchestrator.models.fingerprint import Verdict as Compatibility
 from orchestrator.models.names import LongId, Name
 from orchestrator.models.results import Collective
 

@@ -10,8 +10,8 @@ from pydantic import Field
 
 from orchestrator.models.base import StrictModel
 
-Verdict = Literal["unchanged", "needs config change", "needs porting", "unavailable"]
-VERDICTS: tuple[Verdict, ...] = ("unchanged", "needs config change", "needs porting", "unavailable")
+Compat = Literal["unchanged", "needs config change", "needs porting", "unavailable"]
+COMPATS: tuple[Compat, ...] = ("unchanged", "needs config change", "needs porting", "unavailable")
 
 
 class Gpu(StrictModel):
@@ -89,7 +89,7 @@ class FieldDrift(StrictModel):
     field: str
     expected: str
     found: str | None
-    verdict: Verdict
+    verdict: Compat
 
 
 class DriftReport(StrictModel):

@@ -13,8 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from orchestrator.models.base import StrictModel
-from orchestrator.models.fingerprint import VERDICTS
-from orchestrator.models.fingerprint import Verdict as Compat
+from orchestrator.models.fingerprint import COMPATS, Compat
 
 __all__ = ["Compat"]  # the fingerprint's verdict, by the name migrate code uses
 
@@ -80,12 +79,12 @@ class MigrationMatrix(StrictModel):
     @property
     def verdict(self) -> Compat:
         """The worst verdict of the rows (unchanged when there are none)."""
-        rank = {v: i for i, v in enumerate(VERDICTS)}
+        rank = {v: i for i, v in enumerate(COMPATS)}
         return max((r.verdict for r in self.rows), key=lambda v: rank[v], default="unchanged")
 
     def counts(self) -> dict[str, int]:
-        """Rows per verdict, every verdict named (0 included), in VERDICTS order."""
-        return {v: sum(r.verdict == v for r in self.rows) for v in VERDICTS}
+        """Rows per verdict, every verdict named (0 included), in COMPATS order."""
+        return {v: sum(r.verdict == v for r in self.rows) for v in COMPATS}
 
 
 # --- the A/B decision ------------------------------------------------------------------------------

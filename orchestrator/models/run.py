@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.events import RunKind
 from orchestrator.models.fingerprint import DriftReport, FingerprintSet
 from orchestrator.models.job import JobState
 from orchestrator.models.names import LongId
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
+from orchestrator.models.recovery_request import RecoveryTestRequest
 from orchestrator.models.results import Collective, CollRow, CollSummary, Verdict
 from orchestrator.models.stack import Stack
 
@@ -57,6 +59,7 @@ class RunRecord(StrictModel):
 
     run_id: LongId
     run_dir: Path
+    kind: RunKind = "scale-test"
     plan_name: str
     backend: str
     status: RunStatus
@@ -78,7 +81,7 @@ class RunRecord(StrictModel):
     stack: Stack | None = Field(default=None, description="stack.json, when the run kept its stack")
     fingerprint: FingerprintSet | None = None
     drift: DriftReport | None = None
-    request: dict[str, Any] | None = Field(
+    request: RecoveryTestRequest | None = Field(
         default=None, description="a recovery-test run's resolved request (recovery-test.json)"
     )
     warnings: list[str] = Field(default_factory=list, description="files that could not be read")

@@ -28,19 +28,19 @@ from pydantic import ValidationError
 from orchestrator.errors import ConfigError, ParseError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.fingerprint import VERDICTS as VERDICTS  # re-exported
+from orchestrator.models.fingerprint import COMPATS as COMPATS  # re-exported
+from orchestrator.models.fingerprint import Compat as Compat
 from orchestrator.models.fingerprint import DriftReport as DriftReport
 from orchestrator.models.fingerprint import FieldDrift as FieldDrift
 from orchestrator.models.fingerprint import Fingerprint as Fingerprint
 from orchestrator.models.fingerprint import FingerprintSet as FingerprintSet
-from orchestrator.models.fingerprint import Verdict as Verdict
 from orchestrator.models.stack import Stack
 from orchestrator.provision import smi
 from orchestrator.safefs import atomic_write
 
 log = logging.getLogger(__name__)
 
-_RANK = {v: i for i, v in enumerate(VERDICTS)}
+_RANK = {v: i for i, v in enumerate(COMPATS)}
 
 
 class FieldCheck(StrictModel):
@@ -49,7 +49,7 @@ class FieldCheck(StrictModel):
     field: str
     expected: str
     found: str | None
-    verdict: Verdict
+    verdict: Compat
 
 
 class NodeReport(StrictModel):
@@ -57,7 +57,7 @@ class NodeReport(StrictModel):
     checks: list[FieldCheck]
 
     @property
-    def verdict(self) -> Verdict:
+    def verdict(self) -> Compat:
         """The worst verdict of the node's fields."""
         return worst(c.verdict for c in self.checks)
 
@@ -75,7 +75,7 @@ class Compatibility(StrictModel):
             out += [c.field for c in n.checks if c.field not in out]
         return out
 
-    def matrix(self) -> dict[str, dict[str, Verdict]]:
+    def matrix(self) -> dict[str, dict[str, Compat]]:
         """field -> node -> verdict."""
         return {
             f: {n.node: c.verdict for n in self.nodes for c in n.checks if c.field == f} for f in self.fields
@@ -94,7 +94,7 @@ class Change(StrictModel):
     after: str | None
 
 
-def worst(verdicts: Any) -> Verdict:
+def worst(verdicts: Any) -> Compat:
     """The worst of some verdicts (unchanged when there are none)."""
     vs = list(verdicts)
     return max(vs, key=lambda v: _RANK[v]) if vs else "unchanged"
@@ -234,7 +234,7 @@ def _release(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", head))
 
 
-def version_verdict(expected: str, found: str | None) -> Verdict:
+def version_verdict(expected: str, found: str | None) -> Compat:
     """unchanged (equal release), needs config change (same major.minor), needs porting, unavailable."""
     if not found:
         return "unavailable"
@@ -248,14 +248,14 @@ def version_verdict(expected: str, found: str | None) -> Verdict:
     return "needs porting"
 
 
-def pin_verdict(expected: str, found: str | None) -> Verdict:
+def pin_verdict(expected: str, found: str | None) -> Compat:
     """For commits and digests: unchanged, needs config change (another pin), unavailable."""
     if not found:
         return "unavailable"
     return "unchanged" if found.strip() == expected.strip() else "needs config change"
 
 
-def os_verdict(supported: list[str], found: str | None) -> Verdict:
+def os_verdict(supported: list[str], found: str | None) -> Compat:
     """unchanged when found is one of the supported OSes (or any is: an empty list), needs porting
     when it is another, unavailable when the node's OS is unknown."""
     if not found:
@@ -263,7 +263,7 @@ def os_verdict(supported: list[str], found: str | None) -> Verdict:
     return "unchanged" if not supported or found in supported else "needs porting"
 
 
-def _check(field: str, expected: str, found: str | None, verdict: Verdict) -> FieldCheck:
+def _check(field: str, expected: str, found: str | None, verdict: Compat) -> FieldCheck:
     return FieldCheck(field=field, expected=expected, found=found, verdict=verdict)
 
 
@@ -306,7 +306,7 @@ def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) 
         c = stack.cuda
         drv = fp.nvidia_driver
         if not drv:
-            dv: Verdict = "unavailable"
+            dv: Compat = "unavailable"
         elif c.driver is not None:
             dv = (
                 "unchanged"
@@ -330,9 +330,7 @@ def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) 
         )
     if stack.kind in ("rocm", "cuda") and gpus_expected is not None:
         n = len(fp.gpus)
-        gv: Verdict = (
-            "unavailable" if n == 0 else "unchanged" if n == gpus_expected else "needs config change"
-        )
+        gv: Compat = "unavailable" if n == 0 else "unchanged" if n == gpus_expected else "needs config change"
         checks.append(_check("gpus", str(gpus_expected), str(n) if n else None, gv))
     if stack.image is not None:
         ref = stack.image.reference

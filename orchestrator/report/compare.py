@@ -20,7 +20,6 @@ is better) compare the medians over the repeats, with the same robust spread in 
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from typing import Literal
@@ -102,12 +101,6 @@ def _logs(maps: list[dict[Key, float]], key: Key) -> list[float]:
     return noise.log_values(m[key] for m in maps if key in m)
 
 
-def _neighbour_sigma(ds: list[float]) -> float | None:
-    if len(ds) < 3:
-        return None
-    return noise.MAD_SCALE * statistics.median(abs(b - a) for a, b in itertools.pairwise(ds)) / math.sqrt(2)
-
-
 def compare_runs(
     a: RunRecord,
     b: RunRecord,
@@ -137,7 +130,7 @@ def compare_runs(
     else:
         groups: dict[tuple[str, str], float] = {}
         for step, coll in {(s, c) for s, c, _ in d}:
-            sig = _neighbour_sigma([d[key] for key in keys if key in d and key[:2] == (step, coll)])
+            sig = noise.neighbour_sigma([d[key] for key in keys if key in d and key[:2] == (step, coll)])
             if sig is not None:
                 groups[(step, coll)] = sig
         pooled = noise.pooled_sigma(groups.values())

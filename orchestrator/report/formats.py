@@ -47,7 +47,7 @@ def render(rec: RunRecord, fmt: Format, report_dir: Path | None = None) -> str:
 def _progress_line(rec: RunRecord) -> str:
     """How far the run got: steps of a scale-test, repeats of a recovery-test."""
     if rec.request is not None:
-        return f"- repeats: {len(rec.recovery)} of {md(rec.request.get('repeat', '?'))} done"
+        return f"- repeats: {len(rec.recovery)} of {rec.request.repeat} done"
     return f"- steps: {len([s for s in rec.steps if s.verdict != 'skipped'])} of {len(rec.step_ids)} finished"
 
 

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -301,7 +300,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         eff_rows=_eff_rows(rec),
         recovery_plots=_recovery(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
         plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
-        (json.dumps(rec.request, indent=2) if rec.request else "(plan.json missing)"),
+        (rec.request.model_dump_json(indent=2) if rec.request else "(plan.json missing)"),
         stack=rec.stack.model_dump_json(indent=2) if rec.stack else "(no stack.json in this run)",
         drift=rec.drift.model_dump_json(indent=2) if rec.drift else "",
         fingerprint=rec.fingerprint.model_dump_json(indent=2) if rec.fingerprint else "",

@@ -10,26 +10,20 @@ probe is stopped (stop file, then SIGTERM/SIGKILL of what orch started, by PID) 
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import shlex
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-from orchestrator.errors import (
-    EXIT_INFRA,
-    EXIT_OK,
-    EXIT_THRESHOLDS,
-    ConfigError,
-    FaultError,
-    OrchError,
-)
+from orchestrator.errors import ConfigError, FaultError
 from orchestrator.faults.base import NodeShell
 from orchestrator.faults.catalog import unreachable_warning
 from orchestrator.faults.engine import FaultEngine
 from orchestrator.metrics import recovery as rmetrics
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.events import RecoveryDone, RunStarted
 from orchestrator.models.fault import (
     FaultRecord,
     FaultSpec,
@@ -39,12 +33,11 @@ from orchestrator.models.fault import (
 )
 from orchestrator.models.recovery import Heartbeat, RecoveryRecord
 from orchestrator.runs import recovery_records as records
+from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.runs.probe_jobs import ProbeJob, SlurmProbeJob
 from orchestrator.runs.recovery_request import RecoveryTestRequest, resolve_launcher
-from orchestrator.safefs import make_dir
-from orchestrator.store.db import StoreListener, default_store_path
-from orchestrator.store.load import REQUEST_FILE
-from orchestrator.store.rundir import RunDir, atomic_write, who
+from orchestrator.store.load import REQUEST_FILE, load_run, require_model
+from orchestrator.store.rundir import RunDir, atomic_write
 
 
 def _completed(out_dir: Path, offsets: dict[str, float]) -> list[rmetrics.Completed]:
@@ -106,23 +99,83 @@ def run_recovery_test(
 ) -> RecoverySummary:
     """Run the probe, inject ``req.kind`` ``req.repeat`` times, return (and write) the summary.
 
-    ``run_root`` becomes a run directory like scale-test's: inventory.json and the resolved
-    request (recovery-test.json), a journal from run_started to run_finished, the probe's raw
-    heartbeat files (probe/), one RecoveryRecord per repeat (recovery/<fault-id>.json, heartbeats
-    included), fault records (faults/); the run is ingested into the results store as it goes.
+    ``run_root`` becomes a run directory like scale-test's (runs/lifecycle.py): inventory.json and
+    the resolved request (recovery-test.json), a journal from run_started to run_finished, the
+    probe's raw heartbeat files (probe/), one RecoveryRecord per repeat (recovery/<fault-id>.json,
+    heartbeats included), fault records (faults/); the run is ingested into the results store as
+    it goes.
 
     Raises:
         SafetyError: the fault was refused before anything ran (no run directory is made).
         FaultError / RemoteError: the probe or a node failed outside the fault itself.
+        Interrupted: Ctrl-C or SIGTERM (the probe stopped, the fault reverted).
     """
-    fault_dir = run_root / "faults"
+    t0 = time.monotonic()
+    req = _resolve(req, cluster, fresh_port="master_port" not in req.probe.model_fields_set)
+    # Guards first: nothing starts (and no run directory is made) if the fault would be refused.
+    engine, spec = _fault(cluster, shells, req, run_root)
+    with RunLifecycle.at(run_root, t0=t0) as life:
+        life.write_inputs(inventory=cluster)
+        life.rundir.write_model(REQUEST_FILE, req)
+        started = RunStarted(run_id=life.run_id, run_dir=run_root, plan=f"recovery-{req.kind}",
+                             backend=req.launcher)  # fmt: skip
+        life.started(
+            started, kind="recovery-test", fault_kind=req.kind, target=req.target, repeat=req.repeat,
+            duration_s=req.duration_s,
+        )  # fmt: skip
+        return _repeats(engine, spec, cluster, shells, req, life, progress, [])
+
+
+def resume_recovery_test(
+    run_dir: Path,
+    open_shells: Callable[[Cluster], AbstractContextManager[Mapping[str, NodeShell]]],
+    *,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> RecoverySummary:
+    """Run, in run_dir, the repeats of an interrupted recovery-test that have no record; the
+    records of the others are kept, and the summary covers every repeat. The earlier attempt's
+    probe files move to attempts/probe.<n>.
+
+    Raises:
+        ConfigError: the run still runs, has every repeat, or its folder was edited (names the
+            file and the value).
+        Interrupted, FaultError, RemoteError: as run_recovery_test.
+    """
+    t0 = time.monotonic()
+    record = load_run(run_dir)
+    if record.status == "running":
+        raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
+    cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
+    req = require_model(RecoveryTestRequest, run_dir, run_dir / REQUEST_FILE)
+    done = sorted(
+        (r for rec in record.recovery if (r := records.from_record(rec, req.kind)) and r.repeat < req.repeat),
+        key=lambda r: r.repeat,
+    )
+    done = [r for k, r in enumerate(done) if r.repeat == k]  # the repeats done in a row from the first
+    if len(done) >= req.repeat and record.status != "interrupted":
+        raise ConfigError(f"run {record.run_id} has no unfinished repeats", hint="see orch runs show")
+    keep_attempt(run_dir, run_dir / "probe", "probe")
+    req = _resolve(req, cluster, fresh_port=True)  # the killed attempt's port may still be held
+    with open_shells(cluster) as shells:
+        engine, spec = _fault(cluster, shells, req, run_dir)
+        with RunLifecycle(RunDir(run_dir), t0=t0) as life:
+            life.resumed(
+                RunStarted(run_id=life.run_id, run_dir=run_dir, plan=f"recovery-{req.kind}",
+                           backend=req.launcher),
+                repeats=list(range(len(done), req.repeat)),
+            )  # fmt: skip
+            return _repeats(engine, spec, cluster, shells, req, life, progress, done)
+
+
+def _resolve(req: RecoveryTestRequest, cluster: Cluster, *, fresh_port: bool) -> RecoveryTestRequest:
+    """The request made concrete: container storage, a fresh probe port, the launcher."""
     if req.container is not None:
         st = req.container.storage
         params = req.params.model_copy(
             update={"podman_root": str(st / "root"), "podman_runroot": str(st / "run")}
         )
         req = req.model_copy(update={"params": params})
-    if "master_port" not in req.probe.model_fields_set:
+    if fresh_port:
         # A fresh port per run: a previous run's store socket may still linger.
         req = req.model_copy(
             update={"probe": req.probe.model_copy(update={"master_port": 20000 + secrets.randbelow(20000)})}
@@ -130,8 +183,14 @@ def run_recovery_test(
     req = resolve_launcher(req, cluster)
     if req.launcher == "slurm" and req.container is not None:
         raise ConfigError("--launcher slurm does not run the probe in containers")
-    engine = FaultEngine(cluster, shells, record_dir=fault_dir)
-    # Guards first: nothing starts (and no run directory is made) if the fault would be refused.
+    return req
+
+
+def _fault(
+    cluster: Cluster, shells: Mapping[str, NodeShell], req: RecoveryTestRequest, run_root: Path
+) -> tuple[FaultEngine, FaultSpec]:
+    """The engine and the fault of the run, checked by the guards (SafetyError when refused)."""
+    engine = FaultEngine(cluster, shells, record_dir=run_root / "faults")
     spec = FaultSpec(
         kind=req.kind,
         target=FaultTarget.parse(req.target, req.kind),
@@ -144,45 +203,60 @@ def run_recovery_test(
     )
     if spec.kind not in ("kill-worker", "pause-worker", "restart-container", "node-loss"):
         engine.prepare(spec)
-    rundir = _open_run(run_root, cluster, req)
-    store = StoreListener(default_store_path(run_root.parent))
-    store.event("run_started", {"run_dir": str(run_root)})
-    t_start = time.monotonic()
-    status, code, error = "infra", EXIT_INFRA, ""
-    try:
-        summary = _run(engine, spec, cluster, shells, req, rundir, store, progress)
-        bad = summary.verdicts.get("not-recovered") or summary.verdicts.get("no-data")
-        status, code = ("failed", EXIT_THRESHOLDS) if bad else ("accepted", EXIT_OK)
-        return summary
-    except KeyboardInterrupt:
-        status, code = "interrupted", 130
-        raise
-    except OrchError as e:
-        code, error = e.exit_code, str(e)
-        status = "infra" if code == EXIT_INFRA else "failed"
-        raise
-    except Exception as e:
-        error = f"{type(e).__name__}: {e}"
-        raise
-    finally:
-        extra = {"error": error} if error else {}
-        with contextlib.suppress(OrchError):
-            rundir.event("run_finished", status=status, exit_code=code, wall_s=time.monotonic() - t_start,
-                         **extra)  # fmt: skip
-        store.event("run_finished", {})
+    return engine, spec
 
 
-def _open_run(run_root: Path, cluster: Cluster, req: RecoveryTestRequest) -> RunDir:
-    """The run directory with its resolved inputs and run_started; raises InfraError."""
-    make_dir(run_root)
-    rundir = RunDir(run_root)
-    rundir.write_model("inventory.json", cluster)
-    rundir.write_model(REQUEST_FILE, req)
-    rundir.event(
-        "run_started", run_id=rundir.run_id, plan=f"recovery-{req.kind}", backend=req.launcher, steps=[],
-        fault_kind=req.kind, target=req.target, repeat=req.repeat, duration_s=req.duration_s, **who(),
-    )  # fmt: skip
-    return rundir
+def _repeats(
+    engine: FaultEngine,
+    spec: FaultSpec,
+    cluster: Cluster,
+    shells: Mapping[str, NodeShell],
+    req: RecoveryTestRequest,
+    life: RunLifecycle,
+    progress: Callable[[str], None],
+    done: list[RecoveryResult],
+) -> RecoverySummary:
+    """The repeats after ``done`` (the probe's part, _run), the summary over all of them, and the
+    run's end: accepted when every repeat recovered or saw no interruption, failed otherwise."""
+    warnings = [w for w in [unreachable_warning(req.kind, req.transport)] if w]
+    for w in warnings:
+        life.journal("warning", message=w)
+    results = [*done, *_run(engine, spec, cluster, shells, req, life, progress, len(done))]
+    summary = _summary(req, results, warnings, life.root)
+    life.finish(summary_ending(summary))
+    return summary
+
+
+def summary_ending(summary: RecoverySummary) -> Ending:
+    """accepted (exit 0) when every repeat recovered or saw no interruption; failed (exit 1) when
+    one did not recover or gave no data."""
+    bad = summary.verdicts.get("not-recovered") or summary.verdicts.get("no-data")
+    return verdict_ending("fail" if bad else "pass")
+
+
+def _summary(
+    req: RecoveryTestRequest, results: list[RecoveryResult], warnings: list[str], run_root: Path
+) -> RecoverySummary:
+    """The statistics over every repeat; written to faults/recovery-<kind>.json without the
+    per-repeat figures (those live in recovery/<fault-id>.json only; the summary points at them)."""
+    summary = RecoverySummary(
+        kind=req.kind,
+        repeats=req.repeat,
+        verdicts={v: sum(r.verdict == v for r in results) for v in {r.verdict for r in results}},
+        detect=rmetrics.stat(r.detect_s for r in results),
+        recover=rmetrics.stat(r.recover_s for r in results),
+        restore=rmetrics.stat(r.restore_s for r in results),
+        results=results,
+        notes=rmetrics.summary_notes(results),
+        fault_ids=[r.fault_id for r in results],
+        probe_settings=req.probe.record(),
+        warnings=warnings,
+    )
+    atomic_write(
+        run_root / "faults" / f"recovery-{req.kind}.json",
+        summary.model_dump_json(indent=2, exclude={"results"}) + "\n",
+    )
+    return summary
 
 
 def _run(
@@ -191,14 +265,13 @@ def _run(
     cluster: Cluster,
     shells: Mapping[str, NodeShell],
     req: RecoveryTestRequest,
-    rundir: RunDir,
-    store: StoreListener,
+    life: RunLifecycle,
     progress: Callable[[str], None],
-) -> RecoverySummary:
+    first: int,
+) -> list[RecoveryResult]:
+    """The probe's part: start it, then repeats ``first`` .. ``req.repeat - 1``; their results."""
+    rundir = life.rundir
     run_root = rundir.root
-    warnings = [w for w in [unreachable_warning(req.kind, req.transport)] if w]
-    for w in warnings:
-        rundir.event("warning", message=w)
     swept = engine.sweep()
     rundir.event("faults_swept", removed={r.node: r.found for r in swept if r.found})
     out_dir = run_root / "probe"
@@ -219,7 +292,7 @@ def _run(
                      job_id=getattr(job, "job_id", None), pids=getattr(job, "pids", {}))  # fmt: skip
         wait_steps(out_dir, offsets, req.warmup_steps, after=0.0, timeout=180)
         band = rmetrics.band_of(_completed(out_dir, offsets))
-        for k in range(req.repeat):
+        for k in range(first, req.repeat):
             # Steps of the last repeat's recovery are not steady state: wait for a run in the band.
             settle_from = time.monotonic()
             wait_steps(out_dir, offsets, req.settle_steps, after=settle_from, timeout=120)
@@ -249,29 +322,11 @@ def _run(
             rundir.event("recovery_done", fault=record.fault_id, repeat=k, verdict=result.verdict,
                          timings=record.timings.model_dump(), restarts=result.restarts,
                          steady=result.steady)  # fmt: skip
-            store.event("recovery_done", {})
+            life.emit(RecoveryDone(fault=record.fault_id, repeat=k, verdict=result.verdict))
     finally:
         job.stop()
         rundir.event("probe_stopped")
-    summary = RecoverySummary(
-        kind=req.kind,
-        repeats=req.repeat,
-        verdicts={v: sum(r.verdict == v for r in results) for v in {r.verdict for r in results}},
-        detect=rmetrics.stat(r.detect_s for r in results),
-        recover=rmetrics.stat(r.recover_s for r in results),
-        restore=rmetrics.stat(r.restore_s for r in results),
-        results=results,
-        notes=rmetrics.summary_notes(results),
-        fault_ids=[r.fault_id for r in results],
-        probe_settings=req.probe.record(),
-        warnings=warnings,
-    )
-    # The per-repeat figures live in recovery/<fault-id>.json only; the summary points at them.
-    atomic_write(
-        run_root / "faults" / f"recovery-{req.kind}.json",
-        summary.model_dump_json(indent=2, exclude={"results"}) + "\n",
-    )
-    return summary
+    return results
 
 
 def _one(

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from orchestrator.metrics.recovery import to_mono
-from orchestrator.models.fault import FaultRecord, RecoveryResult
+from orchestrator.models.fault import FaultKind, FaultRecord, RecoveryResult
 from orchestrator.models.recovery import Heartbeat, RecoveryOutcome, RecoveryRecord, RecoveryTimings
 
 PRE_S = 10.0
@@ -146,3 +146,32 @@ def mono_to_wall_now() -> Callable[[float], datetime]:
 
     wall, mono = datetime.now(UTC), time.monotonic()
     return lambda m: wall - timedelta(seconds=mono - m)
+
+
+def from_record(rec: RecoveryRecord, kind: FaultKind) -> RecoveryResult | None:
+    """A repeat read back from its record (a resumed run's summary covers every repeat), or None
+    for a record without the probe's analysis (not a repeat of recovery-test). The monotonic
+    injection instant belongs to the process that took it and is not kept."""
+    if rec.verdict is None:
+        return None
+    t = rec.timings
+    return RecoveryResult(
+        fault_id=rec.fault_id,
+        kind=kind,
+        repeat=rec.repeat,
+        verdict=rec.verdict,
+        detect_s=t.detect_s,
+        recover_s=t.recover_s,
+        restore_s=t.restore_s,
+        steps_lost=t.steps_lost or 0,
+        restarts=rec.restarts or 0,
+        step_median_s=rec.step_median_s,
+        busbw_pre_gbs=rec.busbw_pre_gbs,
+        busbw_min_ratio=rec.busbw_min_ratio,
+        clock_offsets_s=dict(rec.clock_offsets_s),
+        held_s=rec.duration_s,
+        stall_s=rec.stall_s,
+        stall_at_s=rec.stall_at_s,
+        steady=rec.steady,
+        notes=list(rec.notes),
+    )

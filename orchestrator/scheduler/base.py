@@ -6,6 +6,7 @@ Backends (slurm.py, local.py) implement JobScheduler; the pipeline only talks to
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Literal, Protocol
@@ -144,3 +145,50 @@ class JobScheduler(Protocol):
 def inventory_backend(cluster: Cluster) -> Literal["slurm", "local"]:
     """The backend an inventory implies: local for local hosts only, Slurm otherwise."""
     return "local" if all(n.is_local for n in cluster.nodes) else "slurm"
+
+
+PendingWait = Literal["dependency", "queued", "unavailable"]
+"""Why a job waits, in orch's words (see pending_wait)."""
+
+# Slurm's pending reasons (squeue %r) for a job whose nodes Slurm will not give it (drained,
+# down, a partition down or inactive, a constraint no node has): Slurm does not end such a job
+# by itself. Any other reason (Resources, Priority, BeginTime ...) is a busy cluster.
+_UNAVAILABLE_REASONS = ("ReqNodeNotAvail", "NodeDown", "PartitionDown", "PartitionInactive", "BadConstraints")
+_DEPENDENCY_REASONS = ("Dependency",)  # Slurm's, and the local backend's "Dependency <job>"
+
+
+def pending_wait(state: JobState) -> PendingWait | None:
+    """Why a pending job waits: "dependency" (the job it was chained after has not ended),
+    "unavailable" (its nodes cannot be given to it now: it will wait forever unless someone acts),
+    "queued" (a busy cluster: resources, priority, a begin time); None when it is not pending."""
+    if state.status != JobStatus.PENDING:
+        return None
+    reason = state.reason or ""
+    if reason.startswith(_DEPENDENCY_REASONS):
+        return "dependency"
+    if reason.startswith(_UNAVAILABLE_REASONS):
+        return "unavailable"
+    return "queued"
+
+
+@dataclass(frozen=True)
+class BackendTraits:
+    """What the run needs to know about a backend, so that it never branches on the name."""
+
+    on_this_machine: bool
+    """Ranks run as processes of this machine: one node, rendezvous on loopback, the interfaces
+    of the inventory unused, and no queue (each step starts when orch submits it, after the
+    previous one ended). Otherwise the ladder is submitted ahead, chained, to a queue."""
+
+    @property
+    def multi_node(self) -> bool:
+        return not self.on_this_machine
+
+    @property
+    def queued(self) -> bool:
+        return not self.on_this_machine
+
+
+def backend_traits(backend: str) -> BackendTraits:
+    """The traits of a backend named in a plan or an inventory (slurm, local)."""
+    return BackendTraits(on_this_machine=backend == "local")

@@ -28,6 +28,7 @@ from pydantic import Field
 from orchestrator.errors import ConfigError, InfraError, OrchError
 from orchestrator.metrics.verdict import BaselineBusbw
 from orchestrator.models.base import StrictModel
+from orchestrator.models.events import RecoveryDone, RunEvent, RunFinished, RunStarted, StepDone
 from orchestrator.models.run import RunRecord
 from orchestrator.safefs import create_private, make_dir
 from orchestrator.store import pg
@@ -37,6 +38,7 @@ from orchestrator.store.location import STORE_NAME as STORE_NAME
 from orchestrator.store.location import PgUrl, StoreLocation, default_store, parse_store
 from orchestrator.store.netfs import JournalMode, Mount, journal_mode_for
 from orchestrator.store.pg import PgConnection
+from orchestrator.store.rundir import RunDir
 
 # Forward-only migrations: MIGRATIONS[i] takes the schema from version i to i + 1. Never edit a
 # released entry; append a new one. PRAGMA user_version holds the version.
@@ -455,16 +457,14 @@ class StoreListener:
         self.path = path
         self.run_dir: Path | None = None
 
-    def event(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "run_started":
-            self.run_dir = Path(data["run_dir"])
-        if self.run_dir is None or kind not in ("run_started", "step_done", "recovery_done", "run_finished"):
+    def event(self, ev: RunEvent) -> None:
+        if isinstance(ev, RunStarted):
+            self.run_dir = ev.run_dir
+        if self.run_dir is None or not isinstance(ev, RunStarted | StepDone | RecoveryDone | RunFinished):
             return
         try:
             with ResultsStore.open(self.path) as store:
                 store.ingest(self.run_dir)
         except (OrchError, sqlite3.Error, OSError) as e:
-            from orchestrator.store.rundir import RunDir
-
             with suppress(OrchError):
                 RunDir(self.run_dir).event("store_error", store=str(self.path), error=str(e))

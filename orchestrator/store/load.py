@@ -11,7 +11,7 @@ import json
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar, cast, get_args
 
 from pydantic import ValidationError
 
@@ -19,10 +19,12 @@ from orchestrator.errors import ConfigError
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.events import RunKind
 from orchestrator.models.fingerprint import DriftReport, FingerprintSet
 from orchestrator.models.names import ID_MAX, is_name
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
+from orchestrator.models.recovery_request import RecoveryTestRequest
 from orchestrator.models.run import RunRecord as RunRecord  # re-exported: the readers of load_run
 from orchestrator.models.run import RunResult, RunStatus, StepResult
 from orchestrator.models.stack import Stack
@@ -116,6 +118,17 @@ def pid_alive(pid: int | None, host: str | None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def run_kind(run_dir: Path) -> RunKind:
+    """What kind of run the folder holds: run_started's `kind`, or for a run journaled before
+    kinds were, its inputs (recovery-test.json: a recovery-test; else a scale-test ladder)."""
+    started = next((e for e in RunDir(run_dir).events() if e.get("event") == "run_started"), {})
+    kind = started.get("kind")
+    for known in get_args(RunKind):
+        if kind == known:
+            return cast(RunKind, known)
+    return "recovery-test" if os.path.lexists(run_dir / REQUEST_FILE) else "scale-test"
 
 
 def load_run(run_dir: Path) -> RunRecord:
@@ -215,6 +228,7 @@ def load_run(run_dir: Path) -> RunRecord:
     return RunRecord(
         run_id=run_id,
         run_dir=run_dir,
+        kind=run_kind(run_dir),
         plan_name=str(started.get("plan") or (plan.name if plan else "?")),
         backend=str(started.get("backend") or "?"),
         status=status,
@@ -236,7 +250,7 @@ def load_run(run_dir: Path) -> RunRecord:
         stack=_model(Stack, run_dir, run_dir / "stack.json", warnings),
         fingerprint=_model(FingerprintSet, run_dir, run_dir / "fingerprint.json", warnings),
         drift=_model(DriftReport, run_dir, run_dir / "drift.json", warnings),
-        request=_json_file(run_dir, run_dir / REQUEST_FILE, warnings),
+        request=_model(RecoveryTestRequest, run_dir, run_dir / REQUEST_FILE, warnings),
         warnings=warnings,
         unreadable=unreadable,
         resumes=sum(1 for e in events if e.get("event") == "run_resumed"),

@@ -125,7 +125,7 @@ class RunDir:
         atomic_write(path, model.model_dump_json(indent=2) + "\n")
         return path
 
-    def event(self, kind: str, **fields: Any) -> None:
+    def event(self, kind: str, /, **fields: Any) -> None:
         """Append one event to the journal, durable when this returns."""
         record = {"t": datetime.now(UTC).isoformat(), "mono": time.monotonic(), "event": kind, **fields}
         line = json.dumps(record, default=str, separators=(",", ":")) + "\n"

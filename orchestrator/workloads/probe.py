@@ -30,43 +30,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import Field
-
 from orchestrator.envpolicy import record_env
 from orchestrator.metrics.busbw import busbw_factor
-from orchestrator.models.base import StrictModel
 from orchestrator.models.plan import parse_size
+from orchestrator.models.recovery_request import ProbeSettings as ProbeSettings  # re-exported
 
 STORE_PREFIX = "orch-probe"
-
-
-class ProbeSettings(StrictModel):
-    """How the probe runs; recorded in every start line and in the recovery summary."""
-
-    size_bytes: int = Field(default=64 * 1024, ge=4)
-    backend: str = "gloo"
-    pg_timeout_s: float = Field(default=30.0, gt=0)
-    socket_ifname: str | None = Field(default="fab0", description="GLOO/NCCL_SOCKET_IFNAME")
-    max_restarts: int = Field(default=10, ge=0)
-    monitor_interval_s: float = Field(default=0.1, gt=0)
-    nproc_per_node: int = Field(default=2, ge=1)
-    master_port: int = Field(default=29611, ge=1024, le=65535)
-    step_sleep_s: float = Field(default=0.0, ge=0)
-    extra_env: dict[str, str] = Field(default_factory=dict, description="NCCL_*/GLOO_* from the plan")
-
-    def env(self) -> dict[str, str]:
-        """Environment of the workers (transport settings recorded with the run)."""
-        env = {"OMP_NUM_THREADS": "1", **self.extra_env}
-        if self.socket_ifname:
-            env.setdefault("GLOO_SOCKET_IFNAME", self.socket_ifname)
-            env.setdefault("NCCL_SOCKET_IFNAME", self.socket_ifname)
-        return env
-
-    def record(self) -> dict[str, str]:
-        """Flat strings for records and reports (values of allow-listed variables only)."""
-        flat = {k: str(v) for k, v in self.model_dump(exclude={"extra_env"}).items()}
-        flat.update({f"env.{k}": v for k, v in record_env(self.env()).items()})
-        return flat
 
 
 def torchrun_argv(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
+from orchestrator.models.events import RunEvent
 from orchestrator.models.plan import PlanOverrides
 from orchestrator.pipeline import ScaleTestRequest, scale_test
 
@@ -93,16 +94,16 @@ def test_accepted_run_exit_zero(tmp_path: Path, inventory: Path) -> None:
 
 
 class _Broken:
-    def event(self, kind: str, data: dict[str, object]) -> None:
-        raise RuntimeError(f"display gone ({kind})")
+    def event(self, ev: RunEvent) -> None:
+        raise RuntimeError(f"display gone ({ev.kind})")
 
 
 class _Recorder:
     def __init__(self) -> None:
         self.kinds: list[str] = []
 
-    def event(self, kind: str, data: dict[str, object]) -> None:
-        self.kinds.append(kind)
+    def event(self, ev: RunEvent) -> None:
+        self.kinds.append(ev.kind)
 
 
 def test_a_listener_that_raises_does_not_stop_the_run(
@@ -112,7 +113,7 @@ def test_a_listener_that_raises_does_not_stop_the_run(
     plan.write_text(PLAN.split("thresholds:")[0].replace("[1, 2]", "[1]"))
     after = _Recorder()
     req = ScaleTestRequest(inventory=inventory, plan=str(plan), out_dir=tmp_path / "runs")
-    with caplog.at_level("ERROR", logger="orchestrator.pipeline"):
+    with caplog.at_level("ERROR", logger="orchestrator.runs.lifecycle"):
         result = scale_test(req, listeners=[_Broken(), after])
     assert result.exit_code == EXIT_OK
     # the listener after the broken one got every event, to the end

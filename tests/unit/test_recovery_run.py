@@ -14,12 +14,14 @@ from test_report import _svg_kinds
 
 from orchestrator.errors import FaultError
 from orchestrator.models.cluster import Cluster, ClusterVars, Node
+from orchestrator.models.events import RecoveryDone
 from orchestrator.models.fault import RecoveryResult, RecoverySummary, Stat
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.report.compare import compare_runs
 from orchestrator.report.formats import render
 from orchestrator.runs import recovery as rt
 from orchestrator.runs import recovery_records as records
+from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.store.db import ResultsStore
 from orchestrator.store.load import load_run
 from orchestrator.store.rundir import RunDir
@@ -76,13 +78,17 @@ def _cluster() -> Cluster:
     return Cluster(source=Path("x.ini"), nodes=[Node(name=n, address=n) for n in OFFSETS])
 
 
-def _fake_run(recover: tuple[float, ...]) -> Any:
-    """A stand-in for the probe part of run_recovery_test: writes one record per repeat."""
+def _fake_run(recover: tuple[float, ...], stop_after: int | None = None) -> Any:
+    """A stand-in for the probe part of run_recovery_test: writes one record per repeat, from
+    repeat ``first`` on; with ``stop_after``, Ctrl-C comes once that many repeats are recorded."""
 
     def fake(engine: Any, spec: Any, cluster: Any, shells: Any, req: rt.RecoveryTestRequest,
-             rundir: RunDir, store: Any, progress: Any) -> RecoverySummary:  # fmt: skip
+             life: RunLifecycle, progress: Any, first: int) -> list[RecoveryResult]:  # fmt: skip
         results = []
-        for k, rec_s in enumerate(recover):
+        for k in range(first, len(recover)):
+            if stop_after is not None and k >= stop_after:
+                raise KeyboardInterrupt
+            rec_s = recover[k]
             t0 = T0 + 60 * k
             r = RecoveryResult(fault_id=f"kill-{k}", kind=req.kind, repeat=k, injected_at_mono=t0,
                                verdict="recovered", detect_s=0.2, recover_s=rec_s, restore_s=rec_s + 1,
@@ -93,14 +99,12 @@ def _fake_run(recover: tuple[float, ...]) -> Any:
                 heartbeats=hbs, heartbeats_total=total,
                 mono_to_wall=lambda m: datetime(2026, 11, 30, tzinfo=UTC) + timedelta(seconds=m),
             )  # fmt: skip
-            rundir.event("recovery_done", fault=record.fault_id, repeat=k)
-            (rundir.root / "recovery").mkdir(exist_ok=True)
-            (rundir.root / "recovery" / f"{r.fault_id}.json").write_text(record.model_dump_json())
-            store.event("recovery_done", {})
+            life.journal("recovery_done", fault=record.fault_id, repeat=k)
+            (life.root / "recovery").mkdir(exist_ok=True)
+            (life.root / "recovery" / f"{r.fault_id}.json").write_text(record.model_dump_json())
+            life.emit(RecoveryDone(fault=record.fault_id, repeat=k, verdict=r.verdict))
             results.append(r)
-        none = Stat(n=0)
-        return RecoverySummary(kind=req.kind, repeats=len(recover), verdicts={"recovered": len(recover)},
-                               detect=none, recover=none, restore=none, results=results)  # fmt: skip
+        return results
 
     return fake
 
@@ -132,7 +136,7 @@ def test_a_recovery_run_is_a_run_with_report_store_and_compare(
     rec = load_run(a)
     assert rec.status == "accepted" and rec.exit_code == 0
     assert rec.plan_name == "recovery-kill-worker" and rec.backend == "ssh"
-    assert rec.request is not None and rec.request["target"] == "node2:1"
+    assert rec.request is not None and rec.request.target == "node2:1" and rec.request.repeat == 2
     assert [r.repeat for r in rec.recovery] == [0, 1]
     assert all(r.heartbeats and r.verdict == "recovered" for r in rec.recovery)
 
@@ -280,3 +284,109 @@ def test_a_record_says_no_interruption_and_the_measured_hold() -> None:
     rec = records.to_record(stalled, None, target="node2:3", duration_s=5.0, window_s=60.0, heartbeats=[],
                             mono_to_wall=lambda m: datetime(2026, 12, 1, tzinfo=UTC))  # fmt: skip
     assert rec.outcome == "recovered" and rec.stall_s == 5.0 and rec.timings.detect_s is None
+
+
+def test_an_interrupted_recovery_run_resumes_with_the_repeats_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_env: Path
+) -> None:
+    from contextlib import nullcontext
+
+    from orchestrator.errors import ConfigError, Interrupted
+    from orchestrator.runs.resume import resume
+    from orchestrator.store.load import run_kind
+
+    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2, 2.4), stop_after=1))
+    req = rt.RecoveryTestRequest(kind="kill-worker", target="node2:1", repeat=3)
+    root = tmp_path / "runs" / "rec-r"
+    with pytest.raises(Interrupted):
+        rt.run_recovery_test(_cluster(), {}, req, root)
+    rec = load_run(root)
+    assert rec.status == "interrupted" and rec.kind == "recovery-test" and run_kind(root) == "recovery-test"
+    assert [r.repeat for r in rec.recovery] == [0]
+    (root / "probe").mkdir(exist_ok=True)
+    (root / "probe" / "hb-0.jsonl").write_text("{}\n")  # the killed attempt's heartbeats
+
+    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2, 2.4)))
+    opened: list[Cluster] = []
+
+    def shells(cluster: Cluster) -> Any:
+        opened.append(cluster)
+        return nullcontext({})
+
+    summary = resume(root, open_shells=shells)
+    assert isinstance(summary, RecoverySummary) and [c.names for c in opened] == [["node1", "node2"]]
+    assert [r.repeat for r in summary.results] == [0, 1, 2] and summary.verdicts == {"recovered": 3}
+    assert summary.recover.n == 3 and summary.fault_ids == ["kill-0", "kill-1", "kill-2"]
+    events = [e["event"] for e in RunDir(root).events()]
+    assert events.count("run_started") == 1 and events.count("run_resumed") == 1
+    assert events.count("recovery_done") == 3 and events[-1] == "run_finished"
+    resumed = next(e for e in RunDir(root).events() if e["event"] == "run_resumed")
+    assert resumed["repeats"] == [1, 2]
+    assert (root / "attempts" / "probe.1" / "hb-0.jsonl").exists()
+    rec = load_run(root)
+    assert rec.status == "accepted" and rec.resumes == 1 and [r.repeat for r in rec.recovery] == [0, 1, 2]
+    with sqlite3.connect(store_env) as c:
+        assert c.execute("SELECT count(*) FROM recoveries").fetchone()[0] == 3
+        assert c.execute("SELECT status FROM runs").fetchone()[0] == "accepted"
+    with pytest.raises(ConfigError, match="no unfinished repeats"):
+        resume(root, open_shells=shells)
+
+
+def test_a_failing_repeat_after_resume_fails_the_whole_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_env: Path
+) -> None:
+    from contextlib import nullcontext
+
+    from orchestrator.errors import Interrupted
+    from orchestrator.runs.resume import resume
+
+    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2), stop_after=1))
+    root = tmp_path / "runs" / "rec-f"
+    with pytest.raises(Interrupted):
+        rt.run_recovery_test(_cluster(), {}, rt.RecoveryTestRequest(kind="kill-worker", target="node2:1",
+                                                                    repeat=2), root)  # fmt: skip
+    ran = _fake_run((2.0, 2.2))
+
+    def second_fails(*a: Any) -> list[RecoveryResult]:
+        results: list[RecoveryResult] = ran(*a)
+        return [r.model_copy(update={"verdict": "not-recovered"}) for r in results]
+
+    monkeypatch.setattr(rt, "_run", second_fails)
+    summary = resume(root, open_shells=lambda _c: nullcontext({}))
+    assert isinstance(summary, RecoverySummary)
+    assert summary.verdicts == {"recovered": 1, "not-recovered": 1}
+    fin = [e for e in RunDir(root).events() if e["event"] == "run_finished"]
+    assert [(f["status"], f["exit_code"]) for f in fin] == [("interrupted", 130), ("failed", 1)]
+
+
+def test_orch_runs_resume_finishes_a_recovery_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from contextlib import nullcontext
+
+    from orchestrator.errors import Interrupted
+    from orchestrator.remote import shells
+
+    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2), stop_after=1))
+    root = tmp_path / "runs" / "rec-c"
+    with pytest.raises(Interrupted):
+        rt.run_recovery_test(_cluster(), {}, rt.RecoveryTestRequest(kind="kill-worker", target="node2:1",
+                                                                    repeat=2), root)  # fmt: skip
+    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2)))
+    monkeypatch.setattr(shells, "node_shells", lambda _c: nullcontext({}))
+    code, out, err = _cli(["runs", "resume", str(root)], capsys)
+    assert code == 0, err
+    assert "resumed" in out and "recovered=2" in out
+
+
+def test_the_kind_of_an_older_run_folder_is_read_from_its_inputs(tmp_path: Path) -> None:
+    from orchestrator.store.load import run_kind
+
+    ladder, recovery = tmp_path / "a", tmp_path / "b"
+    for d in (ladder, recovery):
+        d.mkdir()
+        RunDir(d).event("run_started", run_id=d.name, plan="p", backend="slurm", steps=[])
+    (recovery / "recovery-test.json").write_text("{}")
+    assert run_kind(ladder) == "scale-test" and run_kind(recovery) == "recovery-test"
+    RunDir(ladder).event("run_started", run_id="a", kind="recovery-test")  # only the first counts
+    assert run_kind(ladder) == "scale-test"

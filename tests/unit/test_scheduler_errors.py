@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -13,12 +12,14 @@ import yaml
 
 from orchestrator.errors import RemoteError, SchedulerError
 from orchestrator.inventory import load_inventory
+from orchestrator.models.run import RunResult
 from orchestrator.pipeline import _execute, _Runner
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.base import CmdResult
+from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus
 from orchestrator.scheduler.slurm import SlurmScheduler
-from orchestrator.store.rundir import RunDir, new_run_id
+from orchestrator.store.rundir import new_run_id
 
 SLURM = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
@@ -204,8 +205,14 @@ def _runner(tmp_path: Path, fake: FakeSlurm) -> _Runner:
     plan = load_plan("smoke").model_copy(update={"backend": "slurm"})
     plan = plan.model_copy(update={"ladder": plan.ladder.model_copy(update={"ranks_per_node": [1]})})
     steps = expand_steps(plan, cluster)
-    rundir = RunDir.create(tmp_path / "runs", new_run_id(plan.name))
-    return _Runner(plan, cluster, steps, fake, "slurm", rundir, "/x/python", [])
+    life = RunLifecycle.create(tmp_path / "runs", new_run_id(plan.name))
+    return _Runner(plan, cluster, steps, fake, "slurm", life, "/x/python")
+
+
+def execute(runner: _Runner) -> RunResult:
+    """The ladder inside its run's lifecycle, as scale_test runs it."""
+    with runner.life:
+        return _execute(runner)
 
 
 @pytest.mark.parametrize("fail", [SchedulerError("sacct failed 5 times in a row"), RuntimeError("a bug")])
@@ -213,7 +220,7 @@ def test_an_error_mid_ladder_cancels_the_jobs_and_finishes_the_run(tmp_path: Pat
     fake = FakeSlurm(fail, at_poll=3)
     runner = _runner(tmp_path, fake)
     with pytest.raises(type(fail)):
-        _execute(runner, time.monotonic())
+        execute(runner)
     assert fake.submitted == ["101", "102", "103"]
     assert fake.cancelled == ["102", "103"]  # 101 had ended
     events = [json.loads(line) for line in runner.rundir.journal_path.read_text().splitlines()]
@@ -233,7 +240,7 @@ def test_a_cancel_that_fails_too_does_not_hide_the_cause(tmp_path: Path) -> None
     fake.cancel = cancel  # type: ignore[method-assign]
     runner = _runner(tmp_path, fake)
     with pytest.raises(SchedulerError, match="squeue failed"):
-        _execute(runner, time.monotonic())
+        execute(runner)
     events = [json.loads(line) for line in runner.rundir.journal_path.read_text().splitlines()]
     assert [e["event"] for e in events][-3:] == ["cancel_failed", "run_error", "run_finished"]
 
@@ -270,7 +277,7 @@ def test_allocation_mode_sacct_failing_cancels_the_allocation_and_finishes_the_r
     sched = AllocationScheduler(runner=slurm, clock=tick)  # type: ignore[arg-type]
     runner = _runner(tmp_path, sched)  # type: ignore[arg-type]
     with pytest.raises(SchedulerError, match="sacct failed 5 times in a row") as e:
-        _execute(runner, time.monotonic())
+        execute(runner)
     assert "per-step" in str(e.value.hint)
     sbatch = next(c for c in slurm.calls if c[0] == "sbatch")
     assert sbatch[-1] == str((runner.rundir.root / "alloc" / "alloc.sbatch").absolute())

@@ -132,3 +132,28 @@ def test_recorded_output(path: Path) -> None:
     states = PARSE[kind](text)
     assert states
     assert all(s.status == JobStatus(expected) for s in states.values())
+
+
+def _recorded(name: str) -> str:
+    return "".join(
+        ln for ln in (SLURM / name).read_text().splitlines(keepends=True) if not ln.startswith("#")
+    )
+
+
+def test_why_a_job_waits_is_answered_in_orchs_words() -> None:
+    from orchestrator.scheduler.base import JobState, pending_wait
+
+    (begin,) = parse_squeue(_recorded("squeue-PENDING-begintime.txt")).values()
+    (held,) = parse_squeue(_recorded("squeue-PENDING-held.txt")).values()
+    assert pending_wait(begin) == "queued" and pending_wait(held) == "queued"
+
+    def pending(reason: str | None) -> JobState:
+        return JobState(job_id="1", status=JobStatus.PENDING, raw_state="PENDING", reason=reason)
+
+    assert pending_wait(pending("ReqNodeNotAvail, UnavailableNodes:node3")) == "unavailable"
+    assert pending_wait(pending("PartitionDown")) == "unavailable"
+    assert pending_wait(pending("Dependency")) == "dependency"
+    assert pending_wait(pending("Dependency 12")) == "dependency"  # the local backend's chain
+    assert pending_wait(pending(None)) == "queued"
+    running = JobState(job_id="1", status=JobStatus.RUNNING, raw_state="RUNNING")
+    assert pending_wait(running) is None

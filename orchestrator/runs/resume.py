@@ -1,0 +1,41 @@
+"""`orch runs resume`: finish an interrupted run of any kind, in its own run directory.
+
+The kind is what the run folder says (store/load.py run_kind): a scale-test ladder runs the steps
+without a finished result (pipeline.resume_run); a recovery-test runs the repeats without a
+record (runs/recovery.py resume_recovery_test). Either way the journal gets run_resumed, the
+records are appended, and the result or summary covers the whole run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from orchestrator.faults.base import NodeShell
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.events import Listener
+from orchestrator.models.fault import RecoverySummary
+from orchestrator.models.run import RunResult
+from orchestrator.pipeline import resume_run
+from orchestrator.runs.recovery import resume_recovery_test
+from orchestrator.store.load import run_kind
+
+
+def resume(
+    run_dir: Path,
+    *,
+    listeners: list[Listener] | None = None,
+    open_shells: Callable[[Cluster], AbstractContextManager[Mapping[str, NodeShell]]],
+    progress: Callable[[str], None] = lambda _m: None,
+) -> RunResult | RecoverySummary:
+    """Resume the run in run_dir by its kind. ``listeners`` hear a ladder's events; ``open_shells``
+    opens the nodes' shells a recovery-test needs; ``progress`` gets its lines.
+
+    Raises:
+        ConfigError: not a run directory, still running, nothing left to run, or a damaged folder.
+        Interrupted: Ctrl-C or SIGTERM (jobs cancelled, faults reverted, run_finished journaled).
+    """
+    if run_kind(run_dir) == "recovery-test":
+        return resume_recovery_test(run_dir, open_shells, progress=progress)
+    return resume_run(run_dir, listeners=listeners)
