@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,14 +52,25 @@ class WheelInstall:
 
 
 def _run(argv: list[str], cwd: Path | None = None) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=300, check=False)
+    # Without PYTHONPATH: pip would take the checkout on it (with its orch.egg-info) for an
+    # installed orch, and skip the wheel ("Requirement already satisfied").
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=300, check=False)
     assert proc.returncode == 0, f"{argv}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="session")
-def installed(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> WheelInstall:
-    """orch's wheel in a fresh venv outside the checkout (after the lab fixture has provisioned)."""
-    root = tmp_path_factory.mktemp("wheel-install")
+def installed(lab: Lab) -> Iterator[WheelInstall]:
+    """orch's wheel in a fresh venv outside the checkout (after the lab fixture has provisioned).
+
+    In a folder of its own, not pytest's tmp_path: other pytest sessions of the same user prune
+    pytest's old base folders, this one included, while this session still runs.
+    """
+    with tempfile.TemporaryDirectory(prefix="orch-wheel-") as tmp:
+        yield _install(lab, Path(tmp))
+
+
+def _install(lab: Lab, root: Path) -> WheelInstall:
     assert not root.resolve().is_relative_to(REPO)
     dist, venv, work = root / "dist", root / "venv", root / "work"
     work.mkdir()
