@@ -1,11 +1,12 @@
 """orch installed from its wheel, run from outside the checkout, against the lab.
 
-Builds orch's wheel (`pip wheel --no-deps`), installs it into a fresh venv in a temporary folder
-(no system site packages, so the shared venv's editable install is out of sight; the dependencies
-come from the wheelhouse the lab fixture's provisioning built, offline), then runs that venv's
-`orch` from a folder outside the checkout with PYTHONPATH unset: provision, scale-test and
-recovery-test. The venv is built once per session. About 1.5 minutes on a provisioned lab (36 s to
-build and install, 48 s for provision and scale-test), before the recovery-test step runs.
+Builds orch's wheel (`pip wheel --no-deps` of a clean copy of the tree), installs it into a fresh
+venv in a temporary folder (no system site packages, so the shared venv's editable install is out
+of sight; the dependencies come from the wheelhouse the lab fixture's provisioning built, offline),
+then runs that venv's `orch` from a folder outside the checkout with PYTHONPATH unset: provision,
+scale-test and recovery-test. The venv is built once per session. About 1.5 minutes on a
+provisioned lab (36 s to build and install, 48 s for provision and scale-test), before the
+recovery-test step runs.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,7 +77,14 @@ def _install(lab: Lab, root: Path) -> WheelInstall:
     assert not root.resolve().is_relative_to(REPO)
     dist, venv, work = root / "dist", root / "venv", root / "work"
     work.mkdir()
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(dist), str(REPO)])
+    # From a clean copy of what the build reads: setuptools builds in the tree's build/, and a file
+    # left in build/lib by an older build (a module since moved) would go into the wheel (seen).
+    src = root / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "orchestrator", src / "orchestrator", ignore=shutil.ignore_patterns("__pycache__"))
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(dist), str(src)])
     (wheel,) = dist.glob("orch-*.whl")
     _run([sys.executable, "-m", "venv", str(venv)])
     # orch's dependencies, offline: the lab fixture's `orch provision` left them (with torch) in the
