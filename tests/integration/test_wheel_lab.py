@@ -5,7 +5,7 @@ venv in a temporary folder (no system site packages, so the shared venv's editab
 of sight; the dependencies come from the wheelhouse the lab fixture's provisioning built, offline),
 then runs that venv's `orch` from a folder outside the checkout with PYTHONPATH unset: provision,
 scale-test and recovery-test. The venv is built once per session. About 1.5 minutes on a
-provisioned lab (36 s to build and install, 48 s for provision and scale-test), before the
+provisioned lab (33-36 s to build and install, 33-48 s for provision and scale-test), before the
 recovery-test step runs.
 """
 
