@@ -35,8 +35,8 @@ deps:
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/ansible-playbook --syntax-check -i inventories/local.ini playbooks/provision.yml playbooks/fingerprint.yml
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --nocolor playbooks/
+	$(BIN)/ansible-playbook --syntax-check -i inventories/local.ini orchestrator/playbooks/provision.yml orchestrator/playbooks/fingerprint.yml
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --nocolor orchestrator/playbooks/
 
 unit: venv
 	$(BIN)/pytest -q tests/unit

@@ -36,8 +36,9 @@ from orchestrator.text import plural
 
 log = logging.getLogger(__name__)
 
-# The embedded default: this machine alone, CPU ranks, no Slurm.
-DEFAULT_INVENTORY = Path(__file__).resolve().parent.parent / "inventories" / "local.ini"
+# The embedded default: this machine alone, CPU ranks, no Slurm. Package data, so that a wheel
+# install has it; inventories/local.ini in the source tree is the same text, for users to copy.
+DEFAULT_INVENTORY = Path(__file__).resolve().parent / "inventories" / "local.ini"
 
 # Host variable by which an inventory opts in to options that make ssh or Ansible run commands on
 # this machine (ProxyCommand …, templates in interpreter paths): refused without it.

@@ -1,4 +1,4 @@
-"""Find, load and validate stack manifests (playbooks/stacks/*.yaml)."""
+"""Find, load and validate stack manifests (orchestrator/playbooks/stacks/*.yaml)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from orchestrator.errors import ConfigError
 from orchestrator.models.plan import Plan
 from orchestrator.models.stack import Stack
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PLAYBOOKS_DIR = REPO_ROOT / "playbooks"
+# The playbooks, roles and stacks ship inside the package (package data): a wheel install has them.
+PLAYBOOKS_DIR = Path(__file__).resolve().parent / "playbooks"
 STACKS_DIR = PLAYBOOKS_DIR / "stacks"
 
 

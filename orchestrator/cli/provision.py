@@ -67,6 +67,15 @@ def register(app: typer.Typer) -> None:
                 help="File whose first line is the become password (implies --become); never on argv.",
             ),
         ] = None,
+        orch_wheel: Annotated[
+            Path | None,
+            typer.Option(
+                "--orch-wheel",
+                envvar="ORCH_WHEEL",
+                help="orch's wheel for a cpu stack's nodes (default: this source tree, or the wheel "
+                "orch was installed from).",
+            ),
+        ] = None,
     ) -> None:
         """Install a stack on the inventory's hosts. Exit 3 when any host failed or was unreachable."""
         become_password = None
@@ -85,6 +94,7 @@ def register(app: typer.Typer) -> None:
                 become=become or become_password is not None,
                 vault_password_file=vault_password_file,
                 become_password=become_password,
+                orch_wheel=orch_wheel,
             ),
             listener=_progress,
         )

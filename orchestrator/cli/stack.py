@@ -14,7 +14,9 @@ from orchestrator.stacks import list_stacks, load_stack, schema_text
 
 def register(app: typer.Typer) -> None:
     """Add `stack` and `schema` to the root app."""
-    stack_app = typer.Typer(help="Pinned software stacks (playbooks/stacks/*.yaml).", no_args_is_help=True)
+    stack_app = typer.Typer(
+        help="Pinned software stacks (orchestrator/playbooks/stacks/*.yaml).", no_args_is_help=True
+    )
 
     @stack_app.command("list")
     def list_cmd() -> None:

@@ -137,7 +137,9 @@ class ClusterVars(StrictModel):
     orch_slurm_conf: Path | None = None
     orch_lab_state: Path | None = None
     orch_partition: str | None = None
-    orch_stack: str | None = Field(default=None, description="the stack (playbooks/stacks/) the nodes hold")
+    orch_stack: str | None = Field(
+        default=None, description="the stack (orchestrator/playbooks/stacks/) the nodes hold"
+    )
     orch_fabric_gbps: float | None = Field(
         default=None, gt=0, description="line rate of one rank's fabric link, Gbit/s (reports: busbw / it)"
     )

@@ -1,6 +1,6 @@
 """A stack: one tested, pinned combination of driver, runtime, collective library and benchmark.
 
-Stacks are YAML files in playbooks/stacks/. There are three kinds: ``rocm`` (ROCm + RCCL +
+Stacks are YAML files in orchestrator/playbooks/stacks/. There are three kinds: ``rocm`` (ROCm + RCCL +
 rccl-tests), ``cuda`` (driver branch + CUDA + NCCL + nccl-tests) and ``cpu`` (the virtual lab and the
 local default: a Python environment in /opt with torch and orch's collbench, backend gloo). Every
 value that reaches a node (a package version, a git commit, an image digest) is checked here, so
@@ -133,7 +133,7 @@ class PythonEnv(StrictModel):
 
 
 class Stack(StrictModel):
-    """One stack manifest (playbooks/stacks/NAME.yaml)."""
+    """One stack manifest (orchestrator/playbooks/stacks/NAME.yaml)."""
 
     name: str = Field(description="the file's name without .yaml, e.g. rocm-6.2")
     kind: StackKind

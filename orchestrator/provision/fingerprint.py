@@ -1,6 +1,6 @@
 """What each node really has, compared with what its stack pins: verdicts, matrix, drift, diff.
 
-A Fingerprint is built from the raw JSON that playbooks/files/fingerprint_probe.py prints on a
+A Fingerprint is built from the raw JSON that orchestrator/playbooks/files/fingerprint_probe.py prints on a
 node (parsed here with orchestrator.provision.smi). compare() gives each pinned field one of four
 verdicts (docs/stacks.md defines them):
 

@@ -2,7 +2,7 @@
 
 scale-test fingerprints every run's nodes; through ansible-runner that costs about 5 s on the lab
 (runner start-up, one SSH session per task), more than a short ladder's own overhead. Here the
-probe (playbooks/files/fingerprint_probe.py, the very file the playbook ships) is fed on stdin to
+probe (orchestrator/playbooks/files/fingerprint_probe.py, the very file the playbook ships) is fed on stdin to
 each node's Python over its kept-open shell, all nodes at once, and its JSON is read with the same
 parser. `orch fingerprint` keeps the playbook, for the artifacts and the privilege escalation.
 """

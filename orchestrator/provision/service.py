@@ -7,7 +7,6 @@ compare it with the stack. Artifacts go to <out>/<id>/ansible/. Nothing here pri
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import sys
@@ -23,11 +22,13 @@ from orchestrator.inventory import load_inventory
 from orchestrator.models.base import StrictModel
 from orchestrator.models.stack import Stack
 from orchestrator.provision import fingerprint as fpmod
+from orchestrator.provision import orchwheel
+from orchestrator.provision.orchwheel import OrchSource, file_sha256
 from orchestrator.provision.runner import Listener, PlaybookRequest, PlaybookResult, execute
 from orchestrator.remote.base import CommandRunner
 from orchestrator.remote.local import LocalRunner
 from orchestrator.safefs import atomic_write, make_dir
-from orchestrator.stacks import PLAYBOOKS_DIR, REPO_ROOT, load_stack
+from orchestrator.stacks import PLAYBOOKS_DIR, load_stack
 
 WHEELHOUSE_TIMEOUT_S = 1800
 
@@ -42,6 +43,9 @@ class ProvisionRequest(StrictModel):
     become: bool = False
     become_password: str | None = Field(default=None, repr=False)
     wheelhouse: Path | None = Field(default=None, description="default: ~/.cache/orch/wheelhouse/<stack>")
+    orch_wheel: Path | None = Field(
+        default=None, description="orch's wheel for the nodes (default: see provision/orchwheel.py)"
+    )
 
 
 class ProvisionReport(StrictModel):
@@ -71,10 +75,8 @@ def requirements(stack: Stack) -> list[str]:
     return [f"torch=={stack.python.torch}", f"orch=={__version__}", *stack.python.packages]
 
 
-def wheelhouse_argv(stack: Stack, dest: Path, python: str = sys.executable) -> list[str]:
-    """`pip wheel` for the stack's requirements, orch built from this source tree when it has one."""
-    reqs = requirements(stack)
-    source = str(REPO_ROOT) if (REPO_ROOT / "pyproject.toml").exists() else f"orch=={__version__}"
+def wheelhouse_argv(stack: Stack, dest: Path, orch: OrchSource, python: str = sys.executable) -> list[str]:
+    """`pip wheel` for the stack's requirements and orch (its source tree or its wheel file)."""
     return [
         python,
         "-m",
@@ -83,51 +85,31 @@ def wheelhouse_argv(stack: Stack, dest: Path, python: str = sys.executable) -> l
         "--quiet",
         "--wheel-dir",
         str(dest),
-        *[r for r in reqs if not r.startswith("orch==")],
-        source,
+        *[r for r in requirements(stack) if not r.startswith("orch==")],
+        str(orch.path),
     ]
-
-
-def source_digest() -> str:
-    """A line naming the hash of orch's own source tree, when building from one (else empty).
-
-    The orch wheel keeps its version while the code changes; without this the wheelhouse (and so
-    the nodes) would keep running the workload as it was when the wheelhouse was first built.
-    """
-    if not (REPO_ROOT / "pyproject.toml").exists():
-        return ""
-    h = hashlib.sha256()
-    files = [REPO_ROOT / "pyproject.toml", *sorted((REPO_ROOT / "orchestrator").rglob("*"))]
-    for f in files:
-        if f.is_file() and f.suffix in {".py", ".toml", ".yaml", ".j2", ".typed"}:
-            h.update(str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return f"# orch source {h.hexdigest()}\n"
 
 
 def sha256sums(dest: Path) -> str:
     """SHA256SUMS of the wheels in dest, sorted by name (what the hosts compare with)."""
     lines = []
     for whl in sorted(dest.glob("*.whl")):
-        h = hashlib.sha256()
-        with whl.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        lines.append(f"{h.hexdigest()}  {whl.name}")
+        lines.append(f"{file_sha256(whl)}  {whl.name}")
     return "\n".join(lines) + "\n"
 
 
-def prepare_wheelhouse(stack: Stack, dest: Path, runner: CommandRunner) -> Path:
+def prepare_wheelhouse(stack: Stack, dest: Path, runner: CommandRunner, orch: OrchSource) -> Path:
     """Build (once) the wheelhouse of a cpu stack: every wheel the venv needs, for offline installs.
 
-    Rebuilt only when the requirements change (a stamp file records them). Raises ProvisionError
-    when pip cannot build it.
+    Rebuilt only when the requirements or orch's source or wheel change (a stamp file records
+    them). Raises ProvisionError when pip cannot build it.
     """
     stamp = dest / "REQUIREMENTS"
-    wanted = "\n".join(requirements(stack)) + "\n" + source_digest()
+    wanted = "\n".join(requirements(stack)) + "\n" + orch.stamp
     if stamp.exists() and stamp.read_text() == wanted and (dest / "SHA256SUMS").exists():
         return dest
     dest.mkdir(parents=True, exist_ok=True)
-    res = runner.run(wheelhouse_argv(stack, dest), timeout=WHEELHOUSE_TIMEOUT_S)
+    res = runner.run(wheelhouse_argv(stack, dest, orch), timeout=WHEELHOUSE_TIMEOUT_S)
     if not res.ok:
         raise ProvisionError(
             f"cannot build the wheelhouse for {stack.name}: {res.brief()}",
@@ -158,13 +140,17 @@ def provision(
     cluster = load_inventory(req.inventory)
     if req.limit:
         cluster.select(req.limit)  # refuse unknown names before Ansible silently matches nothing
+    orch_source = orchwheel.resolve(req.orch_wheel) if stack.python is not None else None
     run_dir = _run_dir(req.out_dir, "provision")
     extra: dict[str, object] = {"orch_become": req.become}
     wheelhouse, wh_s = None, 0.0
-    if stack.python is not None:
+    if orch_source is not None:
         t0 = time.monotonic()
         wheelhouse = prepare_wheelhouse(
-            stack, req.wheelhouse or default_wheelhouse(stack), runner or LocalRunner()
+            stack,
+            req.wheelhouse or default_wheelhouse(stack),
+            runner or LocalRunner(),
+            orch_source,
         )
         wh_s = time.monotonic() - t0
         extra |= {"orch_wheelhouse": str(wheelhouse.absolute()), "orch_requirements": requirements(stack)}

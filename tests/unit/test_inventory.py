@@ -98,6 +98,14 @@ def test_lab_inventory() -> None:
     assert cluster.vars.orch_lab_state == Path("/var/lib/orch-lab")
 
 
+def test_the_embedded_default_is_the_users_local_ini() -> None:
+    """The default ships in the package (a wheel install has no inventories/); the copy users read
+    and `make run` names must say the same."""
+    users = Path(__file__).resolve().parents[2] / "inventories" / "local.ini"
+    assert DEFAULT_INVENTORY.parent.parent.name == "orchestrator"
+    assert DEFAULT_INVENTORY.read_bytes() == users.read_bytes()
+
+
 def test_default_local_inventory() -> None:
     cluster = load_inventory(DEFAULT_INVENTORY)
     (node,) = cluster.nodes

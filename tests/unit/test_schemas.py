@@ -17,7 +17,7 @@ from orchestrator.stacks import json_schema, load_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANS = sorted((ROOT / "orchestrator" / "plans").glob("*.yaml"))
-STACKS = sorted((ROOT / "playbooks" / "stacks").glob("*.yaml"))
+STACKS = sorted((ROOT / "orchestrator" / "playbooks" / "stacks").glob("*.yaml"))
 
 
 def errors(kind: str, doc: Any) -> list[str]:
