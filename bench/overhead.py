@@ -136,6 +136,31 @@ def _log_events(files: list[Path], alloc: str) -> list[tuple[float, str]]:
     return sorted(out)
 
 
+def srun_seconds(files: list[Path], job_ids: list[str]) -> float | None:
+    """The time the jobs' srun steps ran, summed, from Slurm's logs (ms): for each numbered step,
+    its first task launched -> its last task done. The same measure in every mode (a ladder step's
+    srun, whether it is a job's step 0 or one of the allocation's steps), without the whole-second
+    rounding of ElapsedRaw and without what a per-step job's elapsed holds besides its srun (Slurm's
+    batch launch, the batch script). None when a step's launch or end is not in the logs."""
+    total = 0.0
+    for job in dict.fromkeys(j.partition(".")[0] for j in job_ids):
+        launches: dict[int, float] = {}
+        ends: dict[int, float] = {}
+        for ts, msg in _log_events(files, job):
+            if m := re.search(rf"StepId={job}\.(\d+) ", msg):
+                launches.setdefault(int(m.group(1)), ts)
+            elif m := re.match(rf"\[{job}\.(\d+)\] done with job", msg):
+                ends[int(m.group(1))] = ts
+        if not launches or set(launches) != set(ends):
+            return None
+        total += sum(ends[k] - launches[k] for k in launches)
+    return total
+
+
+# wall / srun_seconds per tool, over the rounds (when Slurm's logs can be read).
+ON_SRUN: dict[str, list[float]] = {}
+
+
 def alloc_breakdown(journal: Path, alloc: str, logs: list[Path], t0: float, t1: float) -> dict[str, float]:
     """Where an allocation-mode run's wall went, in seconds, from orch's journal (wall clock, µs)
     and Slurm's own logs (ms): orch before submitting (inventory, plan, checks; then the stack's
@@ -200,6 +225,7 @@ def main() -> None:
         print("reframe is not installed in this venv (pip install -e '.[bench]'): orch's modes only")
     cluster = load_inventory(args.inventory)
     env = slurm_env(cluster)
+    logs = slurm_logs(args.inventory)
     tools = ["orch allocation", "orch per-step", *(["reframe"] if with_reframe else [])]
     got: dict[str, list[Timing]] = {t: [] for t in tools}
     for r in range(args.rounds):
@@ -221,7 +247,15 @@ def main() -> None:
                 t.elapsed = step_elapsed_raw(t.job_ids, env) if steps else elapsed_raw(t.job_ids, env)
                 got[tool].append(t)
                 print(f"round {r + 1}: {describe(t)}", flush=True)
+                if logs is not None and (srun := srun_seconds(logs, t.job_ids)):
+                    ON_SRUN.setdefault(tool, []).append(t.wall_s / srun)
+                    print(f"round {r + 1}: {tool:20s} srun steps {srun:.3f} s (Slurm's logs), "
+                          f"wall / srun steps {t.wall_s / srun:.3f}", flush=True)  # fmt: skip
         print(f"round {r + 1}: order {', '.join(order)}; {load_note()}")
+    if ON_SRUN:
+        print("wall / time the srun steps ran (Slurm's logs, ms; the same measure in every mode):")
+        for tool, v in ON_SRUN.items():
+            print(f"  {tool:16s} {statistics.median(v):.3f} (min-max {min(v):.3f}-{max(v):.3f}, n={len(v)})")
     print("overhead wall / sum of Slurm elapsed (median over rounds; pooled: sum of walls / sum of sums):")
     for tool in tools:
         med = statistics.median(t.overhead for t in got[tool])
