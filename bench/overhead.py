@@ -20,6 +20,11 @@ is off by less than 1 s either way (on average 0); a ladder of 3 steps of 2-8 s 
 by up to 3 s, so each ratio is printed with the range it has if every step was 1 s longer or
 shorter than recorded. The target is allocation mode <= 1.10. Never part of the pass/fail run.
 
+Where Slurm's logs can be read (the lab's, named in its slurm.conf), two more figures: each tool's
+wall over the time its sruns ran (each step's first task launched -> its last task done, in ms),
+the same measure in every mode, since a per-step job's elapsed also holds Slurm's batch launch and
+its batch script; and for allocation mode, where the wall went (alloc_breakdown).
+
 Usage: .venv/bin/python bench/overhead.py [--inventory inventories/lab.ini] [--rounds 1]
        [--no-reframe]
 """
