@@ -20,6 +20,11 @@ is off by less than 1 s either way (on average 0); a ladder of 3 steps of 2-8 s 
 by up to 3 s, so each ratio is printed with the range it has if every step was 1 s longer or
 shorter than recorded. The target is allocation mode <= 1.10. Never part of the pass/fail run.
 
+Where Slurm's logs can be read (the lab's, named in its slurm.conf), two more figures: each tool's
+wall over the time its sruns ran (each step's first task launched -> its last task done, in ms),
+the same measure in every mode, since a per-step job's elapsed also holds Slurm's batch launch and
+its batch script; and for allocation mode, where the wall went (alloc_breakdown).
+
 Usage: .venv/bin/python bench/overhead.py [--inventory inventories/lab.ini] [--rounds 1]
        [--no-reframe]
 """
@@ -29,10 +34,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from _lab import elapsed_raw, load_note, slurm_env, step_elapsed_raw, wait_idle
@@ -58,12 +65,19 @@ def run_orch(inventory: Path, nodes: str, mode: SlurmMode, work: Path, gpus: str
         overrides=PlanOverrides(nodes=nodes, gpus_per_node=gpus, backend="slurm", slurm_mode=mode),
         out_dir=work / f"orch-{mode}",
     )
-    t0 = time.monotonic()
+    t0, t0_wall = time.monotonic(), time.time()
     result = scale_test(req)
     wall = time.monotonic() - t0
+    t1_wall = time.time()
     if result.status != "accepted":
         raise RoundFailed(f"orch {mode} ended {result.status}")
     print(f"  orch {mode}: where the wall went: {breakdown(result.run_dir / 'journal.jsonl', t0)}")
+    if mode == "allocation" and (logs := slurm_logs(inventory)) is not None:
+        alloc = next(s.job_id for s in result.steps if s.job_id).partition(".")[0]
+        parts = alloc_breakdown(result.run_dir / "journal.jsonl", alloc, logs, t0_wall, t1_wall)
+        PARTS.append(parts)
+        print("  orch allocation, from the journal and Slurm's logs (ms): "
+              + "; ".join(f"{k} {v:.3f}" for k, v in parts.items()))  # fmt: skip
     for st in result.steps:
         if "all_reduce" in st.summary:
             BUSBW.setdefault(mode, {}).setdefault(st.step.id, []).append(st.summary["all_reduce"].busbw_gbs)
@@ -91,6 +105,109 @@ def breakdown(journal: Path, t0: float) -> str:
     return "; ".join(parts)
 
 
+# Allocation mode's breakdown per round (alloc_breakdown), for the summary.
+PARTS: list[dict[str, float]] = []
+_LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] (.*)$")
+
+
+def slurm_logs(inventory: Path) -> list[Path] | None:
+    """slurmctld's and every slurmd's log file, named in the cluster's slurm.conf (the lab's are
+    under its state dir); None when they cannot be read (then only the journal's view is shown)."""
+    conf = load_inventory(inventory).vars.orch_slurm_conf
+    if conf is None or not conf.exists():
+        return None
+    keys = dict(
+        line.split("=", 1)
+        for line in conf.read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    ctl, slurmd = keys.get("SlurmctldLogFile"), keys.get("SlurmdLogFile")
+    if not ctl or not slurmd:
+        return None
+    files = [Path(ctl), *sorted(Path(slurmd).parent.glob(Path(slurmd).name.replace("%n", "*")))]
+    return files if all(f.exists() for f in files) else None
+
+
+def _log_events(files: list[Path], alloc: str) -> list[tuple[float, str]]:
+    """(epoch seconds, message) of the log lines about this allocation, in time order (Slurm's
+    logs carry milliseconds in the machine's local time)."""
+    marks = (f"JobId={alloc} ", f"batch job {alloc} ", f"StepId={alloc}.", f"[{alloc}.")
+    out = []
+    for f in files:
+        for line in f.read_text(errors="replace").splitlines():
+            m = _LOG_TIME.match(line)
+            if m and any(k in m.group(2) for k in marks):
+                out.append((datetime.fromisoformat(m.group(1)).timestamp(), m.group(2)))
+    return sorted(out)
+
+
+def srun_seconds(files: list[Path], job_ids: list[str]) -> float | None:
+    """The time the jobs' srun steps ran, summed, from Slurm's logs (ms): for each numbered step,
+    its first task launched -> its last task done. The same measure in every mode (a ladder step's
+    srun, whether it is a job's step 0 or one of the allocation's steps), without the whole-second
+    rounding of ElapsedRaw and without what a per-step job's elapsed holds besides its srun (Slurm's
+    batch launch, the batch script). None when a step's launch or end is not in the logs."""
+    total = 0.0
+    for job in dict.fromkeys(j.partition(".")[0] for j in job_ids):
+        launches: dict[int, float] = {}
+        ends: dict[int, float] = {}
+        for ts, msg in _log_events(files, job):
+            if m := re.search(rf"StepId={job}\.(\d+) ", msg):
+                launches.setdefault(int(m.group(1)), ts)
+            elif m := re.match(rf"\[{job}\.(\d+)\] done with job", msg):
+                ends[int(m.group(1))] = ts
+        if not launches or set(launches) != set(ends):
+            return None
+        total += sum(ends[k] - launches[k] for k in launches)
+    return total
+
+
+# wall / srun_seconds per tool, over the rounds (when Slurm's logs can be read).
+ON_SRUN: dict[str, list[float]] = {}
+
+
+def alloc_breakdown(journal: Path, alloc: str, logs: list[Path], t0: float, t1: float) -> dict[str, float]:
+    """Where an allocation-mode run's wall went, in seconds, from orch's journal (wall clock, µs)
+    and Slurm's own logs (ms): orch before submitting (inventory, plan, checks; then the stack's
+    fingerprint over SSH), sbatch, Slurm's scheduling (submit -> Allocate), its batch launch
+    (Allocate -> the driver starts on the first node), the driver's first srun, the steps (first
+    launch to the last task's end), the gaps between steps (one step's last task done -> the next
+    step's first launch, summed), orch noticing the end (the last step's end -> its COMPLETED in the
+    journal: poll interval, sacct, slurmdbd), and orch's finish (judging, result, store)."""
+    evs = [json.loads(line) for line in journal.read_text().splitlines()]
+    t = {e["event"]: datetime.fromisoformat(e["t"]).timestamp() for e in reversed(evs)}  # first of each
+    last_state = max(datetime.fromisoformat(e["t"]).timestamp() for e in evs if e["event"] == "step_state")
+    log = _log_events(logs, alloc)
+    first = lambda word: next(ts for ts, msg in log if word in msg)  # noqa: E731
+    submit, allocate, batch = (
+        first("_slurm_rpc_submit_batch_job"),
+        first("sched: Allocate"),
+        first("Launching batch"),
+    )
+    launches: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for ts, msg in log:
+        if m := re.search(rf"StepId={alloc}\.(\d+) ", msg):
+            launches.setdefault(int(m.group(1)), ts)
+        elif m := re.match(rf"\[{alloc}\.(\d+)\] done with job", msg):
+            ends[int(m.group(1))] = ts  # the step's last task on its last node
+    steps = sorted(launches)
+    gaps = sum(launches[b] - ends[a] for a, b in itertools.pairwise(steps))
+    return {
+        "orch before submit": t["fingerprint"] - t0 if "fingerprint" in t else t["step_submitted"] - t0,
+        "of which fingerprint": t["fingerprint"] - t["run_started"] if "fingerprint" in t else 0.0,
+        "sbatch": submit - t.get("fingerprint", t["run_started"]),
+        "Slurm scheduling": allocate - submit,
+        "Slurm batch launch": batch - allocate,
+        "driver to first srun": launches[steps[0]] - batch,
+        "steps": ends[steps[-1]] - launches[steps[0]] - gaps,
+        "gaps between steps": gaps,
+        "orch notices the end": last_state - ends[steps[-1]],
+        "orch finish": t1 - last_state,
+        "wall": t1 - t0,
+    }
+
+
 def describe(t: Timing) -> str:
     n = len(t.job_ids)
     lo = t.wall_s / (t.jobs_s + n) if t.jobs_s else float("inf")
@@ -113,6 +230,7 @@ def main() -> None:
         print("reframe is not installed in this venv (pip install -e '.[bench]'): orch's modes only")
     cluster = load_inventory(args.inventory)
     env = slurm_env(cluster)
+    logs = slurm_logs(args.inventory)
     tools = ["orch allocation", "orch per-step", *(["reframe"] if with_reframe else [])]
     got: dict[str, list[Timing]] = {t: [] for t in tools}
     for r in range(args.rounds):
@@ -134,7 +252,15 @@ def main() -> None:
                 t.elapsed = step_elapsed_raw(t.job_ids, env) if steps else elapsed_raw(t.job_ids, env)
                 got[tool].append(t)
                 print(f"round {r + 1}: {describe(t)}", flush=True)
+                if logs is not None and (srun := srun_seconds(logs, t.job_ids)):
+                    ON_SRUN.setdefault(tool, []).append(t.wall_s / srun)
+                    print(f"round {r + 1}: {tool:20s} srun steps {srun:.3f} s (Slurm's logs), "
+                          f"wall / srun steps {t.wall_s / srun:.3f}", flush=True)  # fmt: skip
         print(f"round {r + 1}: order {', '.join(order)}; {load_note()}")
+    if ON_SRUN:
+        print("wall / time the srun steps ran (Slurm's logs, ms; the same measure in every mode):")
+        for tool, v in ON_SRUN.items():
+            print(f"  {tool:16s} {statistics.median(v):.3f} (min-max {min(v):.3f}-{max(v):.3f}, n={len(v)})")
     print("overhead wall / sum of Slurm elapsed (median over rounds; pooled: sum of walls / sum of sums):")
     for tool in tools:
         med = statistics.median(t.overhead for t in got[tool])
@@ -145,6 +271,11 @@ def main() -> None:
             else ""
         )
         print(f"  {tool:16s} {med:.3f} (pooled {pooled:.3f}){note}")
+    if PARTS:
+        print(f"orch allocation, where the wall went (seconds, median and min-max over {len(PARTS)} rounds):")
+        for key in PARTS[0]:
+            v = [p[key] for p in PARTS]
+            print(f"  {key:22s} {statistics.median(v):7.3f} ({min(v):.3f}-{max(v):.3f})")
     print("all_reduce busbw at the largest size, GB/s (median, min-max over rounds):")
     for step in BUSBW.get("per-step", {}):
         cells = []

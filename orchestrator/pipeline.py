@@ -251,6 +251,8 @@ class _Runner:
                     [r for r in self.results if r.ended_mono is None], "the run's time limit passed"
                 )
                 return
+            if all(r.ended_mono is not None for r in open_):
+                return  # the last step was just judged: no poll interval to sit out
             time.sleep(POLL_INTERVAL_S)
 
     def _update(self, res: StepResult, state: JobState, now: float) -> None:

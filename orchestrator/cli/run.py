@@ -151,8 +151,8 @@ def scale_test_cmd(
         Literal["allocation", "per-step"] | None,
         typer.Option(
             "--slurm-mode",
-            help="per-step: one job per step, for a shared cluster (default); "
-            "allocation: the ladder in one allocation, a job step per step (needs sacct).",
+            help="allocation: the ladder in one allocation, a job step per step (default; needs sacct); "
+            "per-step: one job per step, for a shared cluster.",
         ),
     ] = None,
 ) -> int:

@@ -6,7 +6,7 @@ import socket
 
 from orchestrator.errors import LabError
 from orchestrator.lab import daemons, files, shell
-from orchestrator.lab.config import CLUSTER_NAME, LabConfig
+from orchestrator.lab.config import CLUSTER_NAME, LabConfig, controller_address
 from orchestrator.lab.render import DB_NAME, DB_USER
 from orchestrator.lab.state import DaemonRecord
 
@@ -89,7 +89,8 @@ def create_database(cfg: LabConfig, password: str) -> None:
 
 
 def start_slurmdbd(cfg: LabConfig, env: dict[str, str]) -> DaemonRecord:
-    """Start slurmdbd (it finds slurmdbd.conf beside SLURM_CONF) and wait for its port.
+    """Start slurmdbd (it finds slurmdbd.conf beside SLURM_CONF) and wait for its port on the
+    management bridge, where the nodes reach it.
 
     Raises:
         LabError: it does not listen within 60 s.
@@ -97,7 +98,10 @@ def start_slurmdbd(cfg: LabConfig, env: dict[str, str]) -> DaemonRecord:
     log = cfg.log_dir / "slurmdbd.stderr.log"
     record = daemons.spawn("slurmdbd", ["slurmdbd", "-D"], log=log, env=env)
     daemons.wait_for(
-        "slurmdbd", lambda: tcp_open(cfg.ports.slurmdbd), timeout=60, log=cfg.log_dir / "slurmdbd.log"
+        "slurmdbd",
+        lambda: tcp_open(cfg.ports.slurmdbd, controller_address()),
+        timeout=60,
+        log=cfg.log_dir / "slurmdbd.log",
     )
     return record
 

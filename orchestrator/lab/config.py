@@ -40,6 +40,12 @@ def bridge_address(net: ipaddress.IPv4Network) -> ipaddress.IPv4Address:
     return net.network_address + 1
 
 
+def controller_address() -> str:
+    """Where the nodes reach the controller's daemons (slurmctld, slurmdbd): the management
+    bridge's address, as a cluster's nodes reach its head node over the management network."""
+    return str(bridge_address(MGMT_NET))
+
+
 class Ports(StrictModel):
     """TCP ports private to the lab, away from the Slurm and MariaDB defaults of the system."""
 

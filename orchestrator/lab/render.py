@@ -10,11 +10,10 @@ from orchestrator.lab.config import (
     CLUSTER_NAME,
     FABRIC_IFACE,
     MGMT_IFACE,
-    MGMT_NET,
     PARTITION,
     LabConfig,
     NodeSpec,
-    bridge_address,
+    controller_address,
 )
 
 DB_NAME = "orch_slurm_acct"
@@ -45,13 +44,21 @@ def slurm_conf(cfg: LabConfig) -> str:
         nodes=cfg.node_specs,
         cluster_name=CLUSTER_NAME,
         partition=PARTITION,
-        ctl_address=bridge_address(MGMT_NET),
+        ctl_address=controller_address(),
     )
 
 
 def slurmdbd_conf(cfg: LabConfig, db_password: str) -> str:
-    """slurmdbd.conf: MariaDB on loopback at the lab's own port."""
-    return _render("slurmdbd.conf.j2", cfg=cfg, db_user=DB_USER, db_password=db_password, db_name=DB_NAME)
+    """slurmdbd.conf: slurmdbd on the management bridge (sacct works from the nodes, as on a
+    cluster), MariaDB on loopback at the lab's own port (only slurmdbd talks to it)."""
+    return _render(
+        "slurmdbd.conf.j2",
+        cfg=cfg,
+        dbd_address=controller_address(),
+        db_user=DB_USER,
+        db_password=db_password,
+        db_name=DB_NAME,
+    )
 
 
 def cgroup_conf() -> str:

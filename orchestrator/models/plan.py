@@ -280,8 +280,8 @@ class Plan(StrictModel):
     concurrent_steps: bool = Field(default=False, description="let steps on disjoint nodes run together")
     backend: Backend = "auto"
     slurm_mode: SlurmMode = Field(
-        default="per-step",
-        description="Slurm: a job per step, or the ladder as job steps of one allocation (scale-test.md)",
+        default="allocation",
+        description="Slurm: the ladder as job steps of one allocation, or a job per step (scale-test.md)",
     )
     partition: str | None = Field(
         default=None, pattern=SLURM_WORD, description="Slurm partition (letters, digits, _ . - only)"

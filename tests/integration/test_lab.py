@@ -74,6 +74,12 @@ def test_sinfo_idle_and_sacct_completed(lab: Lab, tmp_path: Path) -> None:
     job = _sbatch_wait(lab, tmp_path / "hello.out", "-N1", "--wrap", "echo hello")
     assert (tmp_path / "hello.out").read_text().strip() == "hello"
     assert _sacct_state(lab, job) == "COMPLETED"
+    # sacct works from a node too, as on a cluster (slurmdbd listens on the management network):
+    # allocation mode and the nightly job, which runs orch on a node, follow jobs through it.
+    conf = f"SLURM_CONF={lab.config.slurm_conf}"
+    on_node = lab.ssh(lab.nodes[-1], "env", conf, "sacct", "--parsable2", "--noheader", "-X", "-j", job,
+                      "-o", "jobid,state", check=False)  # fmt: skip
+    assert on_node.stdout.split() == [f"{job}|COMPLETED"], on_node.stdout + on_node.stderr
 
 
 def test_tasks_run_in_their_own_node_namespace(lab: Lab, tmp_path: Path) -> None:

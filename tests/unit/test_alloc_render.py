@@ -185,7 +185,7 @@ def test_cancel_of_any_step_cancels_its_allocation() -> None:
 @pytest.mark.parametrize(
     ("overrides", "kind"),
     [
-        ({}, SlurmScheduler),  # the default: per-step
+        ({}, AllocationScheduler),  # the default
         ({"slurm_mode": "allocation"}, AllocationScheduler),
         ({"slurm_mode": "per-step"}, SlurmScheduler),
         ({"slurm_mode": "allocation", "concurrent_steps": True}, SlurmScheduler),  # a job each

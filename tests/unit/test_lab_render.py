@@ -48,6 +48,8 @@ def test_slurm_conf_has_what_later_features_rely_on() -> None:
         "AuthInfo=socket=/var/lib/orch-lab/run/munge/munge.socket",
         "AccountingStoragePass=/var/lib/orch-lab/run/munge/munge.socket",
         "AccountingStorageType=accounting_storage/slurmdbd",
+        # on the management bridge, where the nodes reach it (sacct on a node)
+        "AccountingStorageHost=198.18.0.1",
         "ScronParameters=enable",
         "ReturnToService=2",
         "SlurmdTimeout=10",
@@ -75,6 +77,8 @@ def test_slurmdbd_conf_points_at_private_mariadb() -> None:
     lines = _conf_lines(render.slurmdbd_conf(_cfg(), "s3cret"))
     assert "StorageHost=127.0.0.1" in lines and "StoragePort=3316" in lines
     assert "StoragePass=s3cret" in lines and "DbdPort=6919" in lines
+    # slurmdbd where the nodes reach it, MariaDB where only slurmdbd does
+    assert "DbdAddr=198.18.0.1" in lines
 
 
 def test_sshd_config_listens_on_management_only() -> None:

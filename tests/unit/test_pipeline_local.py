@@ -121,3 +121,34 @@ def test_a_listener_that_raises_does_not_stop_the_run(
     failed = [r for r in caplog.records if "listener _Broken failed" in r.getMessage()]
     assert len(failed) == len(after.kinds)
     assert all(r.exc_info and isinstance(r.exc_info[1], RuntimeError) for r in failed)
+
+
+def test_no_poll_interval_is_sat_out_after_the_last_step(
+    tmp_path: Path, inventory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run finishes as soon as its last step is judged (docs/benchmarks.md: where the wall goes)."""
+    import time
+
+    from orchestrator import pipeline
+
+    seen: list[str] = []
+    interval = 0.0123  # a value only the runner's poll loop sleeps
+    real_sleep = time.sleep
+
+    def sleep(s: float) -> None:
+        if s == interval:
+            seen.append("poll_sleep")
+        real_sleep(s)
+
+    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", interval)
+    monkeypatch.setattr(time, "sleep", sleep)
+    rec = _Recorder()
+    rec.kinds = seen
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.split("thresholds:")[0].replace("[1, 2]", "[1]"))
+    result = scale_test(ScaleTestRequest(inventory=inventory, plan=str(plan), out_dir=tmp_path / "runs"),
+                        listeners=[rec])  # fmt: skip
+    assert result.exit_code == EXIT_OK
+    assert "poll_sleep" in seen  # the step was polled while it ran
+    last_done = max(i for i, k in enumerate(seen) if k == "step_done")
+    assert seen[last_done + 1 :] == ["run_finished"], seen[last_done:]
