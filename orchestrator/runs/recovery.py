@@ -40,7 +40,7 @@ from orchestrator.models.fault import (
 from orchestrator.models.recovery import Heartbeat, RecoveryRecord
 from orchestrator.runs import recovery_records as records
 from orchestrator.runs.probe_jobs import ProbeJob, SlurmProbeJob
-from orchestrator.runs.recovery_request import RecoveryTestRequest, resolve_launcher
+from orchestrator.runs.recovery_request import RecoveryTestRequest, resolve_container, resolve_launcher
 from orchestrator.safefs import make_dir
 from orchestrator.store.db import StoreListener, default_store_path
 from orchestrator.store.load import REQUEST_FILE
@@ -112,15 +112,16 @@ def run_recovery_test(
     included), fault records (faults/); the run is ingested into the results store as it goes.
 
     Raises:
+        ConfigError: the probe should run in the stack's image and there is none, or a node has no
+            container runtime (named); nothing ran.
         SafetyError: the fault was refused before anything ran (no run directory is made).
         FaultError / RemoteError: the probe or a node failed outside the fault itself.
     """
     fault_dir = run_root / "faults"
-    if req.container is not None:
+    req = resolve_container(req, cluster)
+    if req.container is not None and req.container.storage is not None:
         st = req.container.storage
-        params = req.params.model_copy(
-            update={"podman_root": str(st / "root"), "podman_runroot": str(st / "run")}
-        )
+        params = req.params.model_copy(update={"podman_root": f"{st}/root", "podman_runroot": f"{st}/run"})
         req = req.model_copy(update={"params": params})
     if "master_port" not in req.probe.model_fields_set:
         # A fresh port per run: a previous run's store socket may still linger.
@@ -129,7 +130,11 @@ def run_recovery_test(
         )
     req = resolve_launcher(req, cluster)
     if req.launcher == "slurm" and req.container is not None:
-        raise ConfigError("--launcher slurm does not run the probe in containers")
+        raise ConfigError(
+            "--launcher slurm does not run the probe in containers"
+            " (a restarted container would end its Slurm task)",
+            hint="use --launcher ssh (auto picks it for containers)",
+        )
     engine = FaultEngine(cluster, shells, record_dir=fault_dir)
     # Guards first: nothing starts (and no run directory is made) if the fault would be refused.
     spec = FaultSpec(
