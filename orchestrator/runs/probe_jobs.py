@@ -47,18 +47,20 @@ class ProbeJob:
         (self.out_dir / "stop").unlink(missing_ok=True)
         s = self.req.probe
         c = self.req.container
+        # A container sees the node folder at its absolute path only (binds cannot be relative).
+        out_dir = self.out_dir if c is None else self.out_dir.absolute()
         for k, node in enumerate(self.cluster.nodes):
             argv = torchrun_argv(
                 s,
                 python=self.req.python if c is None else c.python,
-                out_dir=self.out_dir,
+                out_dir=out_dir,
                 node_rank=k,
                 nnodes=len(self.cluster.nodes),
                 master_addr=self.master_addr(),
                 run_id=self.run_id,
             )
             env = {**s.env(), "ORCH_NODE": node.name, "ORCH_PROBE_RUN": self.run_id}
-            log = self.out_dir / f"agent-{node.name}.log"
+            log = out_dir / f"agent-{node.name}.log"
             if c is None:
                 env["PYTHONPATH"] = str(REPO)
                 line = (
@@ -69,7 +71,7 @@ class ProbeJob:
                 # The stack's image holds the interpreter, torch and orch's probe: only the run's
                 # node folder is mounted. A container left by an earlier start of this run goes first.
                 name = container_name(self.run_id, node.name)
-                run = c.run_argv(node.name, name=name, argv=argv, env=env, binds=[self.out_dir], log=log)
+                run = c.run_argv(node.name, name=name, argv=argv, env=env, binds=[out_dir], log=log)
                 line = f"{sh(*c.rm_argv(node.name, name))} >/dev/null 2>&1; {sh(*run)}"
                 self.containers[node.name] = name
             res = self.shells[node.name].run_script(line, timeout=120)

@@ -172,12 +172,15 @@ class _Shell:
         return SimpleNamespace(ok=True, stdout="", brief=lambda: "")
 
 
-def test_the_probe_job_starts_one_container_per_node_and_removes_it(tmp_path: Path) -> None:
+def test_the_probe_job_starts_one_container_per_node_and_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cluster = _cluster("podman", "podman")
     req = rr.resolve_container(rr.RecoveryTestRequest(kind="restart-container", target="node2:1"), cluster)
     shells = {n.name: _Shell() for n in cluster.nodes}
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "run x" / "probe"
-    job = ProbeJob(cluster, shells, req, out, RUN_ID)  # type: ignore[arg-type]
+    job = ProbeJob(cluster, shells, req, Path("run x/probe"), RUN_ID)  # type: ignore[arg-type]
     job.start()
     line = shells["node2"].scripts[0]
     rm, run = line.split(" >/dev/null 2>&1; ")
@@ -188,6 +191,7 @@ def test_the_probe_job_starts_one_container_per_node_and_removes_it(tmp_path: Pa
     assert "ORCH_PROBE_RUN=" + RUN_ID in argv and not any(a.startswith("PYTHONPATH=") for a in argv)
     image = argv.index("localhost/orch-stack/cpu-gloo:provisioned")
     assert argv[image + 1] == "/opt/orch/venv/bin/python" and "--node-rank=1" in argv
+    assert argv[argv.index("--out") + 1] == str(out)  # absolute, as the bind
     assert str(rr.REPO) not in run  # nothing of the checkout reaches the container
     job.stop(grace_s=0)
     assert shlex.split(shells["node2"].scripts[-1].split(" >")[0])[-2:] == ["5", name]
