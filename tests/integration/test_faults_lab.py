@@ -139,7 +139,7 @@ def test_restart_container_from_the_cli_in_the_stack_image(cluster: Cluster, she
     argv = [sys.executable, "-m", "orchestrator", *shlex.split(line)[1:]]
     proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    (run,) = (tmp_path / "runs").iterdir()
+    (run,) = (tmp_path / "runs").glob("*-recovery-restart-container-*")
     records = [json.loads(p.read_text()) for p in sorted((run / "recovery").glob("*.json"))]
     assert [r["verdict"] for r in records] == ["recovered"] * 3, proc.stdout
     request = json.loads((run / "recovery-test.json").read_text())
