@@ -5,7 +5,8 @@ The image holds the stack's tree (e.g. /opt/orch/venv), the interpreter it runs 
 interpreter's standard library, and the shared libraries that they and every extension module
 load (found with ldd): nothing of the controller, nothing else of the host. It is streamed as a tar
 into ``RUNTIME import`` (no temporary file) and tagged REPOSITORY:<tree hash>, a hash of every
-member's path, type, mode, size, mtime and link target: a re-provisioning that changed nothing
+member's path, type, mode, size, mtime and link target (__pycache__ and folders' times left out:
+any Python run writes those): a re-provisioning that changed nothing
 finds that tag and builds nothing. REPOSITORY:provisioned names the last image built or found here,
 the one runs use. Older tags of REPOSITORY are removed (an image a container still uses stays).
 
@@ -118,12 +119,20 @@ def members(prefix, python, exclude=()):
 
 
 def tree_hash(paths):
-    """sha256 over each member's path, type, mode, size, mtime and link target (first 16 hex)."""
+    """sha256 over each member's path, type, mode, size, mtime and link target (first 16 hex).
+
+    Caches and folders' own times do not count: any Python run on the host writes __pycache__
+    files into the stdlib or the venv (and so changes their folders' mtimes) without changing
+    what the image runs; they are still copied into the image as they are.
+    """
     h = hashlib.sha256()
     for p in paths:
+        if "__pycache__" in p.split("/"):
+            continue
         st = os.lstat(p)
         target = os.readlink(p) if stat.S_ISLNK(st.st_mode) else ""
-        h.update(f"{p}\0{st.st_mode:o}\0{st.st_size}\0{st.st_mtime_ns}\0{target}\n".encode())
+        size, mtime = (0, 0) if stat.S_ISDIR(st.st_mode) else (st.st_size, st.st_mtime_ns)
+        h.update(f"{p}\0{st.st_mode:o}\0{size}\0{mtime}\0{target}\n".encode())
     return h.hexdigest()[:16]
 
 
