@@ -195,3 +195,21 @@ def test_the_probe_job_starts_one_container_per_node_and_removes_it(
     assert str(rr.REPO) not in run  # nothing of the checkout reaches the container
     job.stop(grace_s=0)
     assert shlex.split(shells["node2"].scripts[-1].split(" >")[0])[-2:] == ["5", name]
+
+
+def test_a_plan_cannot_restart_a_rank_container_that_scale_test_does_not_make() -> None:
+    from orchestrator.models.plan import Plan, Step
+    from orchestrator.stages.faults import check_plan_faults
+
+    step = Step(id="n2xg1", index=0, nnodes=2, ranks_per_node=1, nodes=["node1", "node2"], world_size=2,
+                collectives=["all_reduce"], sizes=[1024])  # type: ignore[list-item]  # fmt: skip
+    cluster = _cluster("podman", "podman")
+
+    def plan(target: str) -> Plan:
+        faults = [{"kind": "restart-container", "target": target}]
+        return Plan.model_validate({"name": "p", "sizes": {"min": 8, "max": 1024}, "faults": faults})
+
+    with pytest.raises(ConfigError, match="do not run in containers") as e:
+        check_plan_faults(plan("node2:1"), cluster, [step], force=False)
+    assert "orch recovery-test --fault restart-container" in (e.value.hint or "")
+    assert check_plan_faults(plan("node2:orch-serving"), cluster, [step], force=False) == []
