@@ -129,6 +129,14 @@ def recovery_test(
             " has Slurm (orch_slurm_conf or remote hosts, as scale-test decides)",
         ),
     ] = "auto",
+    container: Annotated[
+        Literal["auto", "on", "off"],
+        typer.Option(
+            "--container",
+            help="on: the probe runs in the stack's image with each node's container_runtime;"
+            " auto: for restart-container only",
+        ),
+    ] = "auto",
 ) -> None:
     """Run the recovery probe, inject FAULT K times, print detect/recover/restore per repeat and median."""
     if runs is not None:
@@ -158,6 +166,7 @@ def recovery_test(
             "window_s": window,
             "probe": {"pg_timeout_s": pg_timeout},
             "launcher": launcher,
+            "in_container": None if container == "auto" else container == "on",
         }
     )
     root = out_dir / new_run_id(f"recovery-{kind}")

@@ -5,9 +5,7 @@ from __future__ import annotations
 from orchestrator.faults.base import Action, sh
 from orchestrator.models.cluster import ContainerRuntime
 from orchestrator.models.fault import FaultSpec
-
-# Flags the virtual lab's podman needs (LAB-NOTES: crun fails on hybrid cgroups).
-LAB_PODMAN_FLAGS = ["--runtime", "runc"]
+from orchestrator.workloads.container import PODMAN_FLAGS
 
 
 def restart_container(spec: FaultSpec, runtime: ContainerRuntime, container: str) -> Action:
@@ -15,7 +13,7 @@ def restart_container(spec: FaultSpec, runtime: ContainerRuntime, container: str
     p = spec.params
     storage: list[str] = []
     if runtime == "podman":
-        storage += LAB_PODMAN_FLAGS
+        storage += PODMAN_FLAGS
         storage += ["--root", p.podman_root] if p.podman_root else []
         storage += ["--runroot", p.podman_runroot] if p.podman_runroot else []
     argv = [runtime, *storage, "restart", "-t", str(p.restart_timeout_s), container]

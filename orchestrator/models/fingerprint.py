@@ -71,6 +71,9 @@ class Fingerprint(StrictModel):
     nccl: str | None = None
     nccl_tests: str | None = None
     images: list[str] = Field(default_factory=list)
+    stack_image: str | None = Field(
+        default=None, description="id of the image provisioning built from the stack's tree on the node"
+    )
     gpus: list[Gpu] = Field(default_factory=list)
     rdma: list[RdmaDevice] = Field(default_factory=list)
     rdma_links: list[dict[str, Any]] = Field(default_factory=list)

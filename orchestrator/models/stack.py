@@ -87,6 +87,59 @@ class Image(StrictModel):
         return f"{self.repository}@{self.digest}"
 
 
+_REL_GLOB = re.compile(r"^[A-Za-z0-9._*?-][A-Za-z0-9._*?/-]{0,200}$")
+PROVISIONED_TAG = "provisioned"
+
+
+class StackImage(StrictModel):
+    """A container image built on each node at provisioning from the stack's own tree: no registry.
+
+    ``build: import`` streams a tar of the tree (``python.prefix``), the interpreter it runs on, its
+    standard library and the shared libraries they load into ``RUNTIME import``
+    (playbooks/roles/stack_image). Each node's image is tagged ``REPOSITORY:<tree hash>`` and
+    ``REPOSITORY:provisioned``; runs use the latter, with the node's runtime (its
+    ``container_runtime``).
+    """
+
+    build: Literal["import"] = Field(description="import: RUNTIME import of the tree, Python and libraries")
+    repository: str = Field(description="a local name under localhost/, e.g. localhost/orch-stack/cpu-gloo")
+    storage: str | None = Field(
+        default=None,
+        description="orch's own image store on the node (podman --root STORAGE/root --runroot STORAGE/run);"
+        " unset: the runtime's default store",
+    )
+    exclude: list[str] = Field(
+        default_factory=list, description="paths under the prefix left out of the image (globs)"
+    )
+
+    @field_validator("repository")
+    @classmethod
+    def _local(cls, v: str) -> str:
+        if not _IMAGE_REPO.match(v) or not v.startswith("localhost/"):
+            raise ValueError(f"{v!r} is not a local image name (localhost/NAME)")
+        return v
+
+    @field_validator("storage")
+    @classmethod
+    def _abs(cls, v: str | None) -> str | None:
+        if v is not None and (not _ABS_PATH.match(v) or ".." in v.split("/")):
+            raise ValueError(f"{v!r} is not a plain absolute path")
+        return v
+
+    @field_validator("exclude")
+    @classmethod
+    def _globs(cls, v: list[str]) -> list[str]:
+        for g in v:
+            if not _REL_GLOB.match(g) or ".." in g.split("/"):
+                raise ValueError(f"{g!r} is not a relative path or glob under the prefix")
+        return v
+
+    @property
+    def reference(self) -> str:
+        """What runs use: the image provisioning last built (or found) on the node."""
+        return f"{self.repository}:{PROVISIONED_TAG}"
+
+
 class Rocm(StrictModel):
     """ROCm release, its amdgpu kernel driver and RCCL."""
 
@@ -147,7 +200,10 @@ class Stack(StrictModel):
     cuda: Cuda | None = None
     python: PythonEnv | None = None
     container_runtime: ContainerRuntimeChoice | None = None
-    image: Image | None = None
+    image: Image | None = Field(default=None, description="a registry image, by digest (GPU stacks)")
+    container: StackImage | None = Field(
+        default=None, description="an image built on each node from the stack's tree (the cpu stack)"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="environment set for the workloads")
 
     @field_validator("name")
@@ -177,7 +233,20 @@ class Stack(StrictModel):
                 raise ValueError(f"a {self.kind} stack must not have a '{other}' section")
         if self.image is not None and self.container_runtime is None:
             raise ValueError("an image needs container_runtime (podman or docker)")
+        if self.container is not None and self.image is not None:
+            raise ValueError("name either an image (by digest) or a container build, not both")
+        if self.container is not None and self.python is None:
+            raise ValueError("a container build needs a 'python' section (the tree it holds)")
         return self
+
+    @property
+    def workload_image(self) -> str | None:
+        """The image the workloads run in (a registry reference by digest, or the built one), if any."""
+        if self.image is not None:
+            return self.image.reference
+        if self.container is not None:
+            return self.container.reference
+        return None
 
     @property
     def benchmark(self) -> GitPin | None:

@@ -150,6 +150,7 @@ def from_probe(node: str, raw: Mapping[str, Any]) -> Fingerprint:
             except ParseError as e:
                 problems.append(f"{key}: {e.message}")
     fp["gpus"] = gpus
+    fp["stack_image"] = raw.get("stack_image_id")
     if raw.get("ibv_devinfo"):
         try:
             fp["rdma"] = smi.parse_ibv_devinfo(raw["ibv_devinfo"])
@@ -387,7 +388,7 @@ def check_drift(cluster: Cluster, stack_name: str, fingerprints: Mapping[str, Fi
 
 _DIFF_FIELDS = (
     "os", "kernel", "system_python", "venv_python", "torch", "orch", "amdgpu_driver", "rocm", "rccl",
-    "rccl_tests", "nvidia_driver", "cuda", "nccl", "nccl_tests",
+    "rccl_tests", "nvidia_driver", "cuda", "nccl", "nccl_tests", "stack_image",
 )  # fmt: skip
 
 

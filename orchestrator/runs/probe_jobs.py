@@ -18,6 +18,7 @@ from orchestrator.runs.recovery_request import REPO, RecoveryTestRequest
 from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.rundir import check_run_id
+from orchestrator.workloads.container import container_name
 from orchestrator.workloads.probe import ProbeSettings, torchrun_argv
 
 
@@ -40,76 +41,43 @@ class ProbeJob:
         n = self.cluster.nodes[0]
         return str(n.fabric_address or n.address)
 
-    def podman(self) -> list[str]:
-        c = self.req.container
-        assert c is not None
-        return [
-            "podman",
-            "--runtime",
-            "runc",
-            "--root",
-            str(c.storage / "root"),
-            "--runroot",
-            str(c.storage / "run"),
-        ]
-
     def start(self) -> None:
         """Start one agent per node; raises FaultError when a node refuses."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "stop").unlink(missing_ok=True)
         s = self.req.probe
+        c = self.req.container
+        # A container sees the node folder at its absolute path only (binds cannot be relative).
+        out_dir = self.out_dir if c is None else self.out_dir.absolute()
         for k, node in enumerate(self.cluster.nodes):
             argv = torchrun_argv(
                 s,
-                python=self.req.python,
-                out_dir=self.out_dir,
+                python=self.req.python if c is None else c.python,
+                out_dir=out_dir,
                 node_rank=k,
                 nnodes=len(self.cluster.nodes),
                 master_addr=self.master_addr(),
                 run_id=self.run_id,
             )
-            env = {**s.env(), "ORCH_NODE": node.name, "ORCH_PROBE_RUN": self.run_id, "PYTHONPATH": str(REPO)}
-            log = self.out_dir / f"agent-{node.name}.log"
-            if self.req.container is None:
+            env = {**s.env(), "ORCH_NODE": node.name, "ORCH_PROBE_RUN": self.run_id}
+            log = out_dir / f"agent-{node.name}.log"
+            if c is None:
+                env["PYTHONPATH"] = str(REPO)
                 line = (
                     f"cd {sh(str(REPO))} && setsid {sh('env', *(f'{k}={v}' for k, v in env.items()), *argv)}"
                     f" </dev/null >{sh(str(log))} 2>&1 & echo $!"
                 )
             else:
-                name = f"orch-probe-{self.run_id}-{node.name}"
-                c = self.req.container
-                run = [
-                    *self.podman(),
-                    "run",
-                    "-d",
-                    "--name",
-                    name,
-                    "--network",
-                    "host",
-                    "--ulimit",
-                    "nofile=1024:1024",
-                    "--ulimit",
-                    "nproc=1024:1024",
-                    "--log-driver",
-                    "k8s-file",
-                    "--log-opt",
-                    f"path={log}",
-                    "-w",
-                    str(REPO),
-                    *(a for b in c.binds for a in ("-v", b)),
-                    "-v",
-                    f"{self.out_dir}:{self.out_dir}",
-                    *(a for k2, v in env.items() for a in ("-e", f"{k2}={v}")),
-                    "--rootfs",
-                    str(c.rootfs),
-                    *argv,
-                ]
-                line = sh(*run)
+                # The stack's image holds the interpreter, torch and orch's probe: only the run's
+                # node folder is mounted. A container left by an earlier start of this run goes first.
+                name = container_name(self.run_id, node.name)
+                run = c.run_argv(node.name, name=name, argv=argv, env=env, binds=[out_dir], log=log)
+                line = f"{sh(*c.rm_argv(node.name, name))} >/dev/null 2>&1; {sh(*run)}"
                 self.containers[node.name] = name
-            res = self.shells[node.name].run_script(line, timeout=60)
+            res = self.shells[node.name].run_script(line, timeout=120)
             if not res.ok:
                 raise FaultError(f"{node.name}: cannot start the probe: {res.brief()}")
-            if self.req.container is None:
+            if c is None:
                 self.pids[node.name] = int(res.stdout.strip().splitlines()[-1])
 
     def stop(self, grace_s: float = 20.0) -> None:
@@ -125,10 +93,10 @@ class ProbeJob:
             shell.run_script(
                 f"kill -TERM -{pid} 2>/dev/null; sleep 1; kill -KILL -{pid} 2>/dev/null; :", timeout=20
             )
+        c = self.req.container
         for name, cname in self.containers.items():
-            self.shells[name].run_script(
-                f"{sh(*self.podman(), 'rm', '-f', '-t', '5', cname)} >/dev/null 2>&1; :", timeout=120
-            )
+            assert c is not None
+            self.shells[name].run_script(f"{sh(*c.rm_argv(name, cname))} >/dev/null 2>&1; :", timeout=120)
 
 
 def probe_job_spec(
@@ -239,5 +207,3 @@ class SlurmProbeJob:
             time.sleep(0.5)
         with contextlib.suppress(SchedulerError):
             self.sched.cancel([self.job_id])
-
-

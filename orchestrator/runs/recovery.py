@@ -35,7 +35,7 @@ from orchestrator.models.recovery import Heartbeat, RecoveryRecord
 from orchestrator.runs import recovery_records as records
 from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.runs.probe_jobs import ProbeJob, SlurmProbeJob
-from orchestrator.runs.recovery_request import RecoveryTestRequest, resolve_launcher
+from orchestrator.runs.recovery_request import RecoveryTestRequest, resolve_container, resolve_launcher
 from orchestrator.store.load import REQUEST_FILE, load_run, require_model
 from orchestrator.store.rundir import RunDir, atomic_write
 
@@ -106,6 +106,8 @@ def run_recovery_test(
     it goes.
 
     Raises:
+        ConfigError: the probe should run in the stack's image and there is none, or a node has no
+            container runtime (named); nothing ran.
         SafetyError: the fault was refused before anything ran (no run directory is made).
         FaultError / RemoteError: the probe or a node failed outside the fault itself.
         Interrupted: Ctrl-C or SIGTERM (the probe stopped, the fault reverted).
@@ -169,11 +171,10 @@ def resume_recovery_test(
 
 def _resolve(req: RecoveryTestRequest, cluster: Cluster, *, fresh_port: bool) -> RecoveryTestRequest:
     """The request made concrete: container storage, a fresh probe port, the launcher."""
-    if req.container is not None:
+    req = resolve_container(req, cluster)
+    if req.container is not None and req.container.storage is not None:
         st = req.container.storage
-        params = req.params.model_copy(
-            update={"podman_root": str(st / "root"), "podman_runroot": str(st / "run")}
-        )
+        params = req.params.model_copy(update={"podman_root": f"{st}/root", "podman_runroot": f"{st}/run"})
         req = req.model_copy(update={"params": params})
     if fresh_port:
         # A fresh port per run: a previous run's store socket may still linger.
@@ -182,7 +183,11 @@ def _resolve(req: RecoveryTestRequest, cluster: Cluster, *, fresh_port: bool) ->
         )
     req = resolve_launcher(req, cluster)
     if req.launcher == "slurm" and req.container is not None:
-        raise ConfigError("--launcher slurm does not run the probe in containers")
+        raise ConfigError(
+            "--launcher slurm does not run the probe in containers"
+            " (a restarted container would end its Slurm task)",
+            hint="use --launcher ssh (auto picks it for containers)",
+        )
     return req
 
 

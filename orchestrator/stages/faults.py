@@ -55,6 +55,15 @@ def check_plan_faults(plan: Plan, cluster: Cluster, steps: list[Step], force: bo
         except ValidationError as e:
             raise ConfigError(f"{where}: {e.errors()[0]['msg']}") from e
         cluster.node(spec.target.node)
+        if pf.kind == "restart-container" and spec.target.container is None:
+            # scale-test's collbench ranks run as plain processes (only recovery-test's probe runs
+            # in the stack's image): a rank target would fail mid-run with "does not run in a container".
+            raise ConfigError(
+                f"{where}: scale-test steps do not run in containers, so there is no rank container"
+                " to restart",
+                hint="name a container (NODE:CONTAINER), or run"
+                " `orch recovery-test --fault restart-container` (its probe runs in the stack's image)",
+            )
         if (w := unreachable_warning(pf.kind, transport)) is not None:
             warnings.append(f"{where}: {w}")
     return warnings

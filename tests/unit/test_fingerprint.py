@@ -126,3 +126,13 @@ def test_diff_and_save_load(tmp_path: Path) -> None:
         ("n1", "torch", "2.13.0+cpu", "2.13.1"),
         ("n2", "node", None, "present"),
     ]
+
+
+def test_the_stack_image_id_is_fingerprinted_and_a_rebuild_shows_in_the_diff() -> None:
+    def fps(image: str) -> F.FingerprintSet:
+        fp = F.from_probe("n1", {**_probe(), "stack_image_id": image})
+        return F.FingerprintSet(stack="cpu-gloo", nodes={"n1": fp})
+
+    a, b = fps("aa"), fps("bb")
+    assert a.nodes["n1"].stack_image == "aa" and F.from_probe("n1", _probe()).stack_image is None
+    assert [(c.field, c.before, c.after) for c in F.diff(a, b)] == [("stack_image", "aa", "bb")]

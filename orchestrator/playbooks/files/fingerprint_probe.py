@@ -62,10 +62,24 @@ def venv_python(venv):
     return json.loads(out) if out else None
 
 
+def stack_image_id(runtime, ref, store):
+    """The id of the stack's built image (REPOSITORY:provisioned), or None."""
+    if runtime not in ("podman", "docker") or not ref:
+        return None
+    argv = [runtime]
+    if runtime == "podman" and store:
+        argv += ["--root", store + "/root", "--runroot", store + "/run"]
+    out = run([*argv, "image", "inspect", "--format", "{{.Id}}", ref])
+    return (out or "").strip() or None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--venv", default="/opt/orch/venv")
     ap.add_argument("--bench-dir", default="/opt/orch")
+    ap.add_argument("--runtime", default="none", help="the node's container_runtime")
+    ap.add_argument("--stack-image", default="", help="the stack's built image, REPOSITORY:provisioned")
+    ap.add_argument("--image-store", default="", help="its podman store (--root/--runroot parent)")
     args = ap.parse_args()
     rel = os_release()
     facts = {
@@ -98,6 +112,7 @@ def main():
         "ibv_devinfo": run(["ibv_devinfo"]),
         "rdma_link": run(["rdma", "-j", "link", "show"]),
         "images": {},
+        "stack_image_id": stack_image_id(args.runtime, args.stack_image, args.image_store),
     }
     for runtime in ("podman", "docker"):
         out = run([runtime, "images", "--digests", "--format", "{{.Repository}}@{{.Digest}}"])
