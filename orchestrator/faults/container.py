@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from orchestrator.faults.base import Action, sh
 from orchestrator.models.cluster import ContainerRuntime
+from orchestrator.models.container import PODMAN_FLAGS
 from orchestrator.models.fault import FaultSpec
-from orchestrator.workloads.container import PODMAN_FLAGS
 
 
 def restart_container(spec: FaultSpec, runtime: ContainerRuntime, container: str) -> Action:

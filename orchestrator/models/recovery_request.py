@@ -1,5 +1,5 @@
 """What `orch recovery-test` is asked to do, as recorded in its run directory (recovery-test.json):
-the request, the probe's settings, the container mode. runs/recovery_request.py resolves it; the
+the request, the probe's settings, the stack's image it runs in. runs/recovery_request.py resolves it; the
 run record (models/run.py) reads it back."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pydantic import Field
 
 from orchestrator.envpolicy import record_env
 from orchestrator.models.base import StrictModel
+from orchestrator.models.container import StackContainer
 from orchestrator.models.fault import FaultKind, FaultParams, Transport
 
 REPO = Path(__file__).parents[2]
@@ -46,14 +47,6 @@ class ProbeSettings(StrictModel):
         return flat
 
 
-class ContainerMode(StrictModel):
-    """Run each node's probe agent in a podman container (for restart-container)."""
-
-    rootfs: Path = Field(description="a root filesystem folder (symlinks into the bind-mounted /usr)")
-    storage: Path = Field(description="podman --root / --runroot parent, cleaned by the caller")
-    binds: list[str] = Field(default_factory=list, description="SRC:DST[:ro] bind mounts")
-
-
 class RecoveryTestRequest(StrictModel):
     kind: FaultKind
     target: str
@@ -72,7 +65,12 @@ class RecoveryTestRequest(StrictModel):
     settle_timeout_s: float = Field(default=30.0, gt=0, description="the longest wait for that run")
     window_s: float = 60.0
     gap_s: float = 1.0
-    container: ContainerMode | None = None
+    in_container: bool | None = Field(
+        default=None,
+        description="run the probe in the stack's image with each node's runtime; None: when the fault"
+        " is restart-container (resolve_container)",
+    )
+    container: StackContainer | None = Field(default=None, description="the image, resolved from the stack")
     launcher: Literal["auto", "ssh", "slurm"] = Field(
         default="ssh",
         description="ssh: torchrun agents over the kept-open shells; slurm: sbatch --requeue;"

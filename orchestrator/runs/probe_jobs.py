@@ -14,11 +14,11 @@ from orchestrator.errors import (
 from orchestrator.faults.base import NodeShell, sh
 from orchestrator.metrics import recovery as rmetrics
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.container import container_name
 from orchestrator.runs.recovery_request import REPO, RecoveryTestRequest
 from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.rundir import check_run_id
-from orchestrator.workloads.container import container_name
 from orchestrator.workloads.probe import ProbeSettings, torchrun_argv
 
 

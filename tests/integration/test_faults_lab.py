@@ -25,12 +25,12 @@ from orchestrator.faults.safety import SafetyError
 from orchestrator.faults.tc import NETEM_MISSING
 from orchestrator.inventory import load_inventory
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.container import runtime_argv
 from orchestrator.models.fault import FaultSpec, FaultTarget
 from orchestrator.remote.base import NodeShell
 from orchestrator.remote.shells import node_shells
 from orchestrator.runs.recovery import run_recovery_test
 from orchestrator.runs.recovery_request import RecoveryTestRequest
-from orchestrator.workloads.container import runtime_argv
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = REPO / "inventories" / "lab.ini"

@@ -97,7 +97,10 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def sse_server(b: Behaviour) -> Iterator[str]:
     """Serve b on 127.0.0.1; yields the base URL (http://127.0.0.1:PORT)."""
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(b))
+    # socketserver's listen backlog is 5: a burst of Poisson arrivals on a loaded machine would
+    # overflow it and see resets that belong to the double, not to the client under test.
+    server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128})
+    srv = server_class(("127.0.0.1", 0), _handler(b))
     srv.daemon_threads = True
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()

@@ -1,4 +1,4 @@
-"""The node-side image builder (playbooks/roles/stack_image/files/stack_image.py): what the image
+"""The node-side image builder (orchestrator/playbooks/roles/stack_image/files/stack_image.py): what the image
 holds, and its idempotence (a tree that did not change is found by its hash, never rebuilt)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "playbooks/roles/stack_image/files/stack_image.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "orchestrator/playbooks/roles/stack_image/files/stack_image.py"
 REPO = "localhost/orch-stack/t"
 
 

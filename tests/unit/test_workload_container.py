@@ -14,12 +14,12 @@ import pytest
 from orchestrator.errors import ConfigError
 from orchestrator.faults.container import restart_container
 from orchestrator.models.cluster import Cluster, ClusterVars, ContainerRuntime, Node
+from orchestrator.models.container import StackContainer, container_name, stack_container
 from orchestrator.models.fault import FaultSpec, FaultTarget
 from orchestrator.models.stack import Stack
 from orchestrator.runs import recovery_request as rr
 from orchestrator.runs.probe_jobs import ProbeJob
 from orchestrator.stacks import load_stack
-from orchestrator.workloads.container import StackContainer, container_name, stack_container
 
 RUN_ID = "20261201T060000Z-recovery-restart-container-ab12"
 
