@@ -27,6 +27,7 @@ from orchestrator.models.run import RunResult as RunResult  # re-exported: calle
 from orchestrator.models.run import StepResult as StepResult
 from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.base import JobScheduler, JobSpec, JobState, JobStatus, inventory_backend
@@ -174,8 +175,14 @@ class _Runner:
         self.faults = faults
         self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
         base_port = 20000 + secrets.randbelow(20000)
+        # Where the nodes write (remote/nodefiles.py): the run directory itself, or each node's own
+        # folder that orch collects from after each step. Job scripts are written here in any case.
+        self.layout: RunDataLayout = run_data_layout(cluster, rundir.root)
+        self.files = NodeFiles(self.layout, {})
         self.specs = [
-            job_spec(s, plan, cluster, backend, rundir.step_dir(s.id).absolute(), python, base_port + i, env)
+            job_spec(
+                s, plan, cluster, backend, self.layout.node_path("steps", s.id), python, base_port + i, env
+            ).model_copy(update={"script": rundir.step_dir(s.id).absolute() / "job.sbatch"})
             for i, s in enumerate(steps)
         ]
         self.pending_since: dict[str, float] = {}
@@ -193,11 +200,16 @@ class _Runner:
         answering, a bug) cancels every job of the run still queued or running first; Ctrl-C
         becomes Interrupted, anything else is raised as it was."""
         try:
-            if self.faults is not None:
-                self.faults.start()
-            if self.backend == "slurm":
-                self._submit_all()
-            self._loop()
+            with node_files(self.cluster, self.layout) as self.files:
+                try:
+                    if self.faults is not None:
+                        self.faults.start()
+                    self._prepare_folders()
+                    if self.backend == "slurm":
+                        self._submit_all()
+                    self._loop()
+                finally:
+                    self._collect_rest()
         except KeyboardInterrupt as e:
             live = self._cancel_live()
             self._log("interrupted", cancelled=live)
@@ -209,6 +221,53 @@ class _Runner:
         finally:
             if self.faults is not None:
                 self.faults.close()  # reverts any fault still active, whatever ended the run
+
+    def _prepare_folders(self) -> None:
+        """Each node's folders of the steps left to run (and allocation mode's driver folder on the
+        ladder's nodes), before anything is submitted: Slurm writes --output only into a folder
+        that exists. Raises InfraError naming the node."""
+        folders: dict[str, list[tuple[str, ...]]] = {}
+        for res in self.results:
+            if res.ended_mono is None:
+                for node in res.step.nodes:
+                    folders.setdefault(node, []).append(("steps", res.step.id))
+        if isinstance(self.sched, AllocationScheduler):
+            for node in folders:
+                folders[node].append(("alloc",))
+        self.files.prepare(folders)
+
+    def _collect(self, res: StepResult) -> None:
+        """Bring the step's files from its nodes into its step folder (nothing to do when the
+        nodes write into the run directory); a node whose files did not come is a warning."""
+        if not self.layout.remote:
+            return
+        t0 = time.monotonic()
+        got = self.files.collect(res.step.nodes, "steps", res.step.id)
+        for g in got:
+            if g.error:
+                res.warnings.append(f"{g.node}: files not collected: {g.error}")
+            res.warnings += [f"{g.node}: not collected: {why}" for why in g.skipped]
+        self.rundir.event(
+            "step_collected", step=res.step.id, seconds=round(time.monotonic() - t0, 4),
+            files=sum(g.files for g in got), bytes=sum(g.bytes for g in got),
+            errors=[g.error for g in got if g.error],
+        )  # fmt: skip
+
+    def _collect_rest(self) -> None:
+        """At the end, whatever ended it: the driver's output (allocation mode), then each node's
+        folder of the run is removed. Failures are journaled, never raised over the run's end."""
+        if not self.layout.remote:
+            return
+        try:
+            if isinstance(self.sched, AllocationScheduler):
+                nodes = sorted({n for r in self.results for n in r.step.nodes})
+                got = self.files.collect(nodes, "alloc")
+                self.rundir.event("alloc_collected", errors=[g.error for g in got if g.error])
+            errors = self.files.remove_all()
+            if errors:
+                self.rundir.event("node_folders_left", errors=errors)
+        except OrchError as e:
+            self.rundir.event("node_folders_left", errors=[str(e)])
 
     def _cancel_live(self) -> list[str]:
         """Cancel the run's jobs that are not known to have ended; returns their ids. A cancel
@@ -242,9 +301,11 @@ class _Runner:
                 continue
             todo.append(i)
         if isinstance(self.sched, AllocationScheduler) and todo:
-            # One allocation runs the steps in ladder order, one job step each.
-            alloc_dir = (self.rundir.root / "alloc").absolute()  # like the steps' workdirs
-            ids = self.sched.submit_ladder([self.specs[i] for i in todo], alloc_dir)
+            # One allocation runs the steps in ladder order, one job step each; its driver writes
+            # its output on the nodes (like the steps), its script is written here.
+            alloc_dir = self.layout.node_path("alloc")
+            script_dir = self.layout.local_path("alloc")
+            ids = self.sched.submit_ladder([self.specs[i] for i in todo], alloc_dir, script_dir=script_dir)
             for k, (i, job_id) in enumerate(zip(todo, ids, strict=True)):
                 self.results[i].job_id = job_id
                 self._log("step_submitted", step=self.specs[i].step_id, job_id=job_id,
@@ -325,7 +386,10 @@ class _Runner:
     def _judge(self, res: StepResult) -> None:
         spec = self.specs[self.results.index(res)]
         assert res.job is not None and res.job_id is not None
-        out = self.sched.collect(res.job_id, spec)
+        self._collect(res)
+        # The rank logs are read from the step's folder here, wherever the nodes wrote them.
+        here = spec.model_copy(update={"workdir": self.rundir.step_dir(res.step.id).absolute()})
+        out = self.sched.collect(res.job_id, here)
         rank0 = next((r.log for r in out.ranks if r.rank == 0), None)
         text = ""
         if rank0 is not None and os.path.lexists(rank0):

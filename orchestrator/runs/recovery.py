@@ -40,7 +40,7 @@ from orchestrator.models.fault import (
 from orchestrator.models.recovery import Heartbeat, RecoveryRecord
 from orchestrator.runs import recovery_records as records
 from orchestrator.runs.probe_jobs import ProbeJob, SlurmProbeJob
-from orchestrator.runs.recovery_request import RecoveryTestRequest, resolve_launcher
+from orchestrator.runs.recovery_request import RecoveryTestRequest, node_python, resolve_launcher
 from orchestrator.safefs import make_dir
 from orchestrator.store.db import StoreListener, default_store_path
 from orchestrator.store.load import REQUEST_FILE
@@ -128,6 +128,8 @@ def run_recovery_test(
             update={"probe": req.probe.model_copy(update={"master_port": 20000 + secrets.randbelow(20000)})}
         )
     req = resolve_launcher(req, cluster)
+    if req.python is None:
+        req = req.model_copy(update={"python": node_python(cluster)})  # recorded as it ran
     if req.launcher == "slurm" and req.container is not None:
         raise ConfigError("--launcher slurm does not run the probe in containers")
     engine = FaultEngine(cluster, shells, record_dir=fault_dir)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
+from orchestrator.errors import ConfigError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import (
@@ -15,9 +17,8 @@ from orchestrator.models.fault import (
     Transport,
 )
 from orchestrator.scheduler.base import inventory_backend
+from orchestrator.stacks import load_stack
 from orchestrator.workloads.probe import ProbeSettings
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class ContainerMode(StrictModel):
@@ -38,7 +39,10 @@ class RecoveryTestRequest(StrictModel):
     force: bool = False
     probe: ProbeSettings = Field(default_factory=ProbeSettings)
     transport: Transport = "socket"
-    python: str = Field(default_factory=lambda: str(REPO / ".venv" / "bin" / "python"))
+    python: str | None = Field(
+        default=None,
+        description="the Python that runs the probe on the nodes; None: the stack's (node_python)",
+    )
     warmup_steps: int = 30
     settle_steps: int = Field(
         default=30, ge=2, description="before each injection: a run of this many steps in the pre-fault band"
@@ -64,3 +68,18 @@ def resolve_launcher(req: RecoveryTestRequest, cluster: Cluster) -> RecoveryTest
     return req.model_copy(update={"launcher": "slurm" if slurm else "ssh"})
 
 
+def node_python(cluster: Cluster) -> str:
+    """The Python that runs the probe on the nodes, as scale-test's collbench: the one of the
+    inventory's stack (orch_stack) under its prefix in /opt; this one when every node is this
+    machine (the local inventory). Raises ConfigError when remote nodes have no stack to name one."""
+    if all(n.is_local for n in cluster.nodes):
+        return sys.executable
+    name = cluster.vars.orch_stack
+    stack = load_stack(name) if name not in (None, "none") else None
+    if stack is None or stack.python is None:
+        raise ConfigError(
+            f"{cluster.source}: the probe needs a Python on the nodes, and "
+            + (f"stack {name} has no Python environment" if stack else "the inventory names no stack"),
+            hint="set orch_stack to a stack with a python prefix (e.g. cpu-gloo) and `orch provision` it",
+        )
+    return f"{stack.python.prefix}/bin/python"
