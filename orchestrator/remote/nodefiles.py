@@ -104,9 +104,9 @@ class Collected(StrictModel):
 def extract_tar(data: bytes, dest: Path) -> tuple[int, int, list[str]]:
     """Unpack a tar archive a node sent into ``dest``: (files, bytes, refused members).
 
-    Only regular files and folders are unpacked, through tarfile's ``data`` filter (no absolute
-    names, nothing outside ``dest``, not through a link planted in ``dest``, no special bits).
-    Links and devices are refused. Raises InfraError when ``data`` is not a tar archive.
+    Only regular files and folders with relative names are unpacked, through tarfile's ``data``
+    filter (nothing outside ``dest``, not through a link planted in ``dest``, no special bits).
+    Links, devices and absolute names are refused (skipped and named). Raises InfraError when ``data`` is not a tar archive.
     """
     skipped: list[str] = []
     files = size = 0
@@ -115,6 +115,9 @@ def extract_tar(data: bytes, dest: Path) -> tuple[int, int, list[str]]:
         nonlocal files, size
         if not (member.isfile() or member.isdir()):
             skipped.append(f"{member.name}: not a regular file or folder")
+            return None
+        if member.name.startswith("/"):  # the data filter would make it relative: refused instead
+            skipped.append(f"{member.name}: an absolute name")
             return None
         try:
             checked = tarfile.data_filter(member, path)
