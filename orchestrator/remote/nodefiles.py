@@ -106,7 +106,8 @@ def extract_tar(data: bytes, dest: Path) -> tuple[int, int, list[str]]:
 
     Only regular files and folders with relative names are unpacked, through tarfile's ``data``
     filter (nothing outside ``dest``, not through a link planted in ``dest``, no special bits).
-    Links, devices and absolute names are refused (skipped and named). Raises InfraError when ``data`` is not a tar archive.
+    Links, devices and absolute names are refused (skipped and named). Raises InfraError when
+    ``data`` is not a tar archive.
     """
     skipped: list[str] = []
     files = size = 0

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.errors import ConfigError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import (
@@ -17,7 +15,7 @@ from orchestrator.models.fault import (
     Transport,
 )
 from orchestrator.scheduler.base import inventory_backend
-from orchestrator.stacks import load_stack
+from orchestrator.stages.stack import node_python as node_python  # re-exported: the probe's Python
 from orchestrator.workloads.probe import ProbeSettings
 
 
@@ -66,20 +64,3 @@ def resolve_launcher(req: RecoveryTestRequest, cluster: Cluster) -> RecoveryTest
         return req
     slurm = cluster.vars.orch_slurm_conf is not None or inventory_backend(cluster) == "slurm"
     return req.model_copy(update={"launcher": "slurm" if slurm else "ssh"})
-
-
-def node_python(cluster: Cluster) -> str:
-    """The Python that runs the probe on the nodes, as scale-test's collbench: the one of the
-    inventory's stack (orch_stack) under its prefix in /opt; this one when every node is this
-    machine (the local inventory). Raises ConfigError when remote nodes have no stack to name one."""
-    if all(n.is_local for n in cluster.nodes):
-        return sys.executable
-    name = cluster.vars.orch_stack
-    stack = load_stack(name) if name not in (None, "none") else None
-    if stack is None or stack.python is None:
-        raise ConfigError(
-            f"{cluster.source}: the probe needs a Python on the nodes, and "
-            + (f"stack {name} has no Python environment" if stack else "the inventory names no stack"),
-            hint="set orch_stack to a stack with a python prefix (e.g. cpu-gloo) and `orch provision` it",
-        )
-    return f"{stack.python.prefix}/bin/python"

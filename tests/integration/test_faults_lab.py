@@ -126,15 +126,15 @@ def test_fault_against_live_probe(cluster: Cluster, shells: dict[str, NodeShell]
 
 @pytest.fixture
 def container_mode(tmp_path: Path) -> Iterator[ContainerMode]:
-    """A rootfs of symlinks into a read-only /usr; python comes from the bind-mounted pyenv."""
+    """A rootfs of symlinks into a read-only /usr; python is the stack's, from the node's own /opt
+    (the controller's checkout and pyenv are hidden from the nodes)."""
     base = Path(f"/tmp/orch-fault-ct-{os.getpid()}")
     rootfs = base / "rootfs"
-    for d in ("usr", "etc", "tmp", "proc", "sys", "dev", "root", "work", "run", "var/tmp"):
+    for d in ("usr", "etc", "tmp", "proc", "sys", "dev", "root", "opt", "run", "var/tmp"):
         (rootfs / d).mkdir(parents=True, exist_ok=True)
     for link in ("bin", "lib", "lib64", "sbin"):
         (rootfs / link).symlink_to(f"usr/{link}")
-    pyenv = Path(os.path.realpath(sys.executable)).parents[3]
-    binds = ["/usr:/usr:ro", f"{pyenv}:{pyenv}:ro", f"{REPO}:{REPO}:ro"]
+    binds = ["/usr:/usr:ro", "/opt:/opt:ro"]
     try:
         yield ContainerMode(rootfs=rootfs, storage=base / "storage", binds=binds)
     finally:
