@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import secrets
-import sys
 import time
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -35,7 +34,7 @@ from orchestrator.scheduler.local import LocalScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.stacks import load_stack
 from orchestrator.stages.faults import StepFaults, check_plan_faults, fault_matches
-from orchestrator.stages.stack import StackOutcome, run_stack_stage, stack_name, stack_python
+from orchestrator.stages.stack import StackOutcome, node_python, run_stack_stage, stack_name, stack_python
 from orchestrator.store.db import ResultsStore, StoreListener, default_store_path
 from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model
 from orchestrator.store.rundir import RunDir, atomic_write, new_run_id, who
@@ -445,6 +444,10 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
     out_root = req.overrides.out_dir or req.out_dir
     _check_before_run(stack_name(None, plan, cluster), out_root, backend, steps)
+    # The workload's Python on the nodes: --python, else the stack's; with no stack named here
+    # (--stack none), the inventory's stack's (node_python): never this machine's venv on remote
+    # nodes, which do not have it. Refused before the run directory is made.
+    given_python = req.python or (node_python(cluster) if stack_name(None, plan, cluster) is None else None)
     store = _store_listener(out_root)  # before the run directory: a refused ORCH_STORE leaves none
     rundir = RunDir.create(out_root, new_run_id(plan.name))
     rundir.write_model("plan.json", plan)
@@ -468,7 +471,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     for w in [*cluster.warnings, *fault_warnings]:
         rundir.event("warning", message=w)
         _emit(listeners, "warning", message=w)
-    python = req.python or stack.python or sys.executable
+    python = given_python or stack.python or node_python(cluster)
     faults = (
         StepFaults(plan, cluster, steps, rundir, rundir.event, force=req.force_faults)
         if plan.faults
@@ -549,7 +552,8 @@ def resume_run(
           backend=backend, steps=[s.id for s in steps])  # fmt: skip
     env: dict[str, str] = {}
     if python is None:
-        python, env = stack_python(stack_name(None, plan, cluster))
+        name = stack_name(None, plan, cluster)
+        python, env = stack_python(name) if name is not None else (node_python(cluster), {})
     runner = _Runner(plan, cluster, steps, sched, backend, rundir, python, listeners, env)
     for i, s in enumerate(steps):
         if s.id in done:

@@ -379,3 +379,17 @@ def test_the_ssh_probe_starts_in_its_node_folder_and_stops_by_a_stop_file_on_eve
     assert stop_seen == [True], "the stop file was made in the node folder before the probe's files came home"
     assert (out / "hb-rank0.jsonl").read_text() == '{"ev": "step"}\n'
     assert not (node_dir / "recovery-1").exists()
+
+
+def test_scale_test_on_remote_nodes_without_a_stack_is_refused_before_a_run_exists(tmp_path: Path) -> None:
+    # No stack to name a Python on the nodes: this machine's venv is not there, so no guess.
+    from orchestrator.models.plan import PlanOverrides
+    from orchestrator.pipeline import ScaleTestRequest, scale_test
+
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"n1": {"ansible_host": "198.18.0.1"}}}}))
+    out = tmp_path / "runs"
+    req = ScaleTestRequest(inventory=inv, out_dir=out, overrides=PlanOverrides(backend="slurm"))
+    with pytest.raises(ConfigError, match="names no stack"):
+        scale_test(req)
+    assert not out.exists() or not [p for p in out.iterdir() if p.is_dir()]
