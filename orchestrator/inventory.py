@@ -77,8 +77,15 @@ _READ = (
     "orch_partition",
     "orch_stack",
     "orch_fabric_gbps",
+    "orch_node_dir",
+    "orch_shared_dirs",
 )
-_CLUSTER_VARS = ("orch_slurm_conf", "orch_lab_state", "orch_partition", "orch_stack")
+_CLUSTER_VARS = (
+    "orch_slurm_conf", "orch_lab_state", "orch_partition", "orch_stack", "orch_node_dir", "orch_shared_dirs",
+)  # fmt: skip
+# orch_node_dir and orch_shared_dirs become paths on the nodes, in Slurm --output patterns and
+# shell lines (quoted): absolute, plain characters only.
+_NODE_PATH = re.compile(r"^/[A-Za-z0-9_./+-]*$")
 ORCH_VARS = tuple(sorted(v for v in _READ if v.startswith("orch_")))
 # Programs Ansible runs (here or on the node) whose paths it templates first, on this machine.
 _EXEC_VARS = ("ansible_shell_executable", "ansible_ssh_executable", "ansible_become_exe")
@@ -450,9 +457,24 @@ def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> Cl
         if var in values:
             p = Path(values[var]).expanduser()
             values[var] = p if p.is_absolute() else base / p
+    if "orch_node_dir" in values:
+        values["orch_node_dir"] = _node_path("orch_node_dir", values["orch_node_dir"], problems)
+    if "orch_shared_dirs" in values:
+        paths = [p.strip() for p in values.pop("orch_shared_dirs").split(",") if p.strip()]
+        values["orch_shared_dirs"] = [
+            q for p in paths if (q := _node_path("orch_shared_dirs", p, problems)) is not None
+        ]
     if (gbps := _fabric_gbps(hosts, problems)) is not None:
         values["orch_fabric_gbps"] = gbps
     return ClusterVars.model_validate(values)
+
+
+def _node_path(var: str, value: str, problems: list[str]) -> Path | None:
+    """An absolute path of plain characters without '..', else a problem and None."""
+    if not _NODE_PATH.match(value) or ".." in Path(value).parts:
+        problems.append(f"{var}={value!r} must be an absolute path of [A-Za-z0-9_./+-] without '..'")
+        return None
+    return Path(value)
 
 
 def _fabric_gbps(hosts: list[RawHost], problems: list[str]) -> float | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -37,6 +36,7 @@ from orchestrator.models.run import StepResult as StepResult
 from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
 from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
+from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.backends import make_scheduler as make_scheduler  # re-exported
@@ -51,7 +51,7 @@ from orchestrator.scheduler.base import (
 )
 from orchestrator.stacks import load_stack
 from orchestrator.stages.faults import StepFaults, check_plan_faults, fault_matches
-from orchestrator.stages.stack import StackOutcome, run_stack_stage, stack_name, stack_python
+from orchestrator.stages.stack import StackOutcome, node_python, run_stack_stage, stack_name, stack_python
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model, run_kind
 from orchestrator.store.rundir import RunDir, atomic_write, new_run_id
@@ -161,10 +161,14 @@ class _Runner:
         self.faults = faults
         self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
         base_port = 20000 + secrets.randbelow(20000)
+        # Where the nodes write (remote/nodefiles.py): the run directory itself, or each node's own
+        # folder that orch collects from after each step. Job scripts are written here in any case.
+        self.layout: RunDataLayout = run_data_layout(cluster, self.rundir.root)
+        self.files = NodeFiles(self.layout, {})
         self.specs = [
             job_spec(
-                s, plan, cluster, backend, self.rundir.step_dir(s.id).absolute(), python, base_port + i, env
-            )
+                s, plan, cluster, backend, self.layout.node_path("steps", s.id), python, base_port + i, env
+            ).model_copy(update={"script": self.rundir.step_dir(s.id).absolute() / "job.sbatch"})
             for i, s in enumerate(steps)
         ]
         self.pending_since: dict[str, float] = {}
@@ -176,14 +180,67 @@ class _Runner:
     def run(self) -> None:
         """Submit, poll, judge. Whatever ends it early (Ctrl-C, a scheduler that stopped
         answering, a bug), the lifecycle cancels every job of the run still queued or running
-        (cancel_live) and reverts its faults."""
+        (cancel_live) and reverts its faults; the nodes' folders of the run are collected and
+        removed whatever ends it."""
         self.life.on_cancel(self.cancel_live)
         if self.faults is not None:
             self.life.on_close(self.faults.close)  # reverts any fault still active, however the run ends
-            self.faults.start()
-        if self.queued:
-            self._submit_all()
-        self._loop()
+        with node_files(self.cluster, self.layout) as self.files:
+            try:
+                if self.faults is not None:
+                    self.faults.start()
+                self._prepare_folders()
+                if self.queued:
+                    self._submit_all()
+                self._loop()
+            finally:
+                self._collect_rest()
+    def _prepare_folders(self) -> None:
+        """Each node's folders of the steps left to run (and allocation mode's driver folder on the
+        ladder's nodes), before anything is submitted: Slurm writes --output only into a folder
+        that exists. Raises InfraError naming the node."""
+        folders: dict[str, list[tuple[str, ...]]] = {}
+        for res in self.results:
+            if res.ended_mono is None:
+                for node in res.step.nodes:
+                    folders.setdefault(node, []).append(("steps", res.step.id))
+        if isinstance(self.sched, AllocationScheduler):
+            for node in folders:
+                folders[node].append(("alloc",))
+        self.files.prepare(folders)
+
+    def _collect(self, res: StepResult) -> None:
+        """Bring the step's files from its nodes into its step folder (nothing to do when the
+        nodes write into the run directory); a node whose files did not come is a warning."""
+        if not self.layout.remote:
+            return
+        t0 = time.monotonic()
+        got = self.files.collect(res.step.nodes, "steps", res.step.id)
+        for g in got:
+            if g.error:
+                res.warnings.append(f"{g.node}: files not collected: {g.error}")
+            res.warnings += [f"{g.node}: not collected: {why}" for why in g.skipped]
+        self.rundir.event(
+            "step_collected", step=res.step.id, seconds=round(time.monotonic() - t0, 4),
+            files=sum(g.files for g in got), bytes=sum(g.bytes for g in got),
+            errors=[g.error for g in got if g.error],
+        )  # fmt: skip
+
+    def _collect_rest(self) -> None:
+        """At the end, whatever ended it: the driver's output (allocation mode), then each node's
+        folder of the run is removed. Failures are journaled, never raised over the run's end."""
+        if not self.layout.remote:
+            return
+        try:
+            if isinstance(self.sched, AllocationScheduler):
+                nodes = sorted({n for r in self.results for n in r.step.nodes})
+                got = self.files.collect(nodes, "alloc")
+                self.rundir.event("alloc_collected", errors=[g.error for g in got if g.error])
+            errors = self.files.remove_all()
+            if errors:
+                self.rundir.event("node_folders_left", errors=errors)
+        except OrchError as e:
+            self.rundir.event("node_folders_left", errors=[str(e)])
 
     def cancel_live(self) -> list[str]:
         """Cancel the run's jobs that are not known to have ended; returns their ids. A cancel
@@ -217,9 +274,11 @@ class _Runner:
                 continue
             todo.append(i)
         if isinstance(self.sched, AllocationScheduler) and todo:
-            # One allocation runs the steps in ladder order, one job step each.
-            alloc_dir = (self.rundir.root / "alloc").absolute()  # like the steps' workdirs
-            ids = self.sched.submit_ladder([self.specs[i] for i in todo], alloc_dir)
+            # One allocation runs the steps in ladder order, one job step each; its driver writes
+            # its output on the nodes (like the steps), its script is written here.
+            alloc_dir = self.layout.node_path("alloc")
+            script_dir = self.layout.local_path("alloc")
+            ids = self.sched.submit_ladder([self.specs[i] for i in todo], alloc_dir, script_dir=script_dir)
             for k, (i, job_id) in enumerate(zip(todo, ids, strict=True)):
                 self.results[i].job_id = job_id
                 self.life.log(StepSubmitted(step=self.specs[i].step_id, job_id=job_id,
@@ -300,7 +359,10 @@ class _Runner:
     def _judge(self, res: StepResult) -> None:
         spec = self.specs[self.results.index(res)]
         assert res.job is not None and res.job_id is not None
-        out = self.sched.collect(res.job_id, spec)
+        self._collect(res)
+        # The rank logs are read from the step's folder here, wherever the nodes wrote them.
+        here = spec.model_copy(update={"workdir": self.rundir.step_dir(res.step.id).absolute()})
+        out = self.sched.collect(res.job_id, here)
         rank0 = next((r.log for r in out.ranks if r.rank == 0), None)
         text = ""
         if rank0 is not None and os.path.lexists(rank0):
@@ -355,6 +417,10 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
     out_root = req.overrides.out_dir or req.out_dir
     _check_before_run(stack_name(None, plan, cluster), out_root, backend, steps)
+    # The workload's Python on the nodes: --python, else the stack's; with no stack named here
+    # (--stack none), the inventory's stack's (node_python): never this machine's venv on remote
+    # nodes, which do not have it. Refused before the run directory is made.
+    given_python = req.python or (node_python(cluster) if stack_name(None, plan, cluster) is None else None)
     with RunLifecycle.create(out_root, new_run_id(plan.name), listeners or [], t0=t0) as life:
         life.write_inputs(plan=plan, inventory=cluster)
         atomic_write(life.root / "steps.json", _steps_json(steps))
@@ -375,7 +441,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             )
         for w in [*cluster.warnings, *fault_warnings]:
             life.log(RunWarning(message=w))
-        python = req.python or stack.python or sys.executable
+        python = given_python or stack.python or node_python(cluster)
         faults = (
             StepFaults(plan, cluster, steps, life.rundir, life.journal, force=req.force_faults)
             if plan.faults
@@ -446,7 +512,8 @@ def resume_run(
         )  # fmt: skip
         env: dict[str, str] = {}
         if python is None:
-            python, env = stack_python(stack_name(None, plan, cluster))
+            name = stack_name(None, plan, cluster)
+            python, env = stack_python(name) if name is not None else (node_python(cluster), {})
         runner = _Runner(plan, cluster, steps, sched, backend, life, python, env)
         for i, s in enumerate(steps):
             if s.id in done:

@@ -16,6 +16,7 @@ from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.local import LocalRunner
 from orchestrator.runs.nightly import CronEntry, CronManager, CronMode, time_limit_min
+from orchestrator.stages.stack import node_python
 from orchestrator.store.db import default_store_path
 from orchestrator.store.location import store_ref
 
@@ -50,11 +51,29 @@ def install_cmd(
         list[str] | None,
         typer.Option("--job-arg", help="sbatch option of the entry's own job, e.g. --partition=service."),
     ] = None,
+    orch_path: Annotated[
+        str | None,
+        typer.Option(
+            "--orch",
+            help="The orch executable as the node that runs the entry's job sees it (default: the "
+            "stack's, <python prefix>/bin/orch, on a cluster; this one on the local inventory).",
+        ),
+    ] = None,
     extra: Annotated[list[str] | None, typer.Argument(help="More scale-test flags, after --.")] = None,
 ) -> int:
-    """Install a daily Slurm entry that runs the plan and records it in the results store."""
-    orch = shutil.which("orch") or str(Path(sys.executable).with_name("orch"))
+    """Install a daily Slurm entry that runs the plan and records it in the results store.
+
+    The entry's job runs on a node: there it runs the orch the node has (the stack's, installed
+    by `orch provision`), never this machine's checkout or venv, in the --out folder, which (with
+    the inventory) must be on a filesystem that node shares."""
     cluster = load_inventory(inventory)
+    local = all(n.is_local for n in cluster.nodes)
+    if orch_path is not None:
+        orch = orch_path
+    elif local:
+        orch = str(Path(shutil.which("orch") or Path(sys.executable).with_name("orch")).resolve())
+    else:
+        orch = str(Path(node_python(cluster)).with_name("orch"))
     resolved = load_plan(plan)
     n_steps = len(expand_steps(resolved, cluster))
     limit = time_limit_min(resolved.run_timeout_s, resolved.step_timeout_s, n_steps)
@@ -65,15 +84,15 @@ def install_cmd(
         plan=plan,
         out_dir=out_dir.resolve(),
         store=store_ref(default_store_path(out_dir.resolve())),
-        orch=str(Path(orch).resolve()),
-        workdir=Path.cwd(),
+        orch=orch,
+        workdir=Path.cwd() if local else out_dir.resolve(),
         slurm_conf=None,
         extra_args=list(extra or []),
         time_limit_min=limit,
         job_args=list(job_arg or []),
-        # The job gets only an allow-list of this environment (sbatch --export): it runs the same
-        # orch as this command only if it gets the same PYTHONPATH.
-        pythonpath=os.environ.get("PYTHONPATH") or None,
+        # The job gets only an allow-list of this environment (sbatch --export): on this machine
+        # it runs the same orch as this command only if it gets the same PYTHONPATH.
+        pythonpath=(os.environ.get("PYTHONPATH") or None) if local and orch_path is None else None,
     )
     mgr = _manager(inventory, mode)
     if mgr.env.get("SLURM_CONF"):

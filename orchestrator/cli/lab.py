@@ -21,6 +21,12 @@ INVENTORY_OPT = typer.Option(
 )
 NO_ACCT_OPT = typer.Option(False, "--no-accounting", help="No slurmdbd/MariaDB (sacct then fails).")
 KEEP_OPT = typer.Option(False, "--keep-on-failure", help="Leave a failed lab as it is, for debugging.")
+SHARED_OPT = typer.Option(
+    [],
+    "--shared",
+    help="A folder every node sees at the same path, as a cluster's NFS (repeatable); "
+    "run directories under it are written by the nodes directly.",
+)
 STATE_DIR_OPT = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="Folder for the lab's state, keys, logs.")
 
 
@@ -29,7 +35,13 @@ def _progress(line: str) -> None:
 
 
 def _config(
-    state_dir: Path, *, nodes: int = 3, inventory_out: Path = DEFAULT_INVENTORY, accounting: bool = True
+    state_dir: Path,
+    *,
+    nodes: int = 3,
+    inventory_out: Path = DEFAULT_INVENTORY,
+    accounting: bool = True,
+    shared: list[Path] | None = None,
+    masks: bool = False,
 ) -> LabConfig:
     return make_config(
         nodes=nodes,
@@ -38,6 +50,8 @@ def _config(
         accounting=accounting,
         hostname=os.uname().nodename.split(".")[0],
         cpus=max(os.cpu_count() or 1, 2),
+        shared=shared,
+        masks=masks,
     )
 
 
@@ -54,6 +68,14 @@ def _show(st: LabStatus) -> None:
     verdict = styled("healthy", "green") if st.healthy else styled("not healthy", "red")
     out.print(f"lab in {st.state_dir}: ", verdict, f"; accounting {'on' if st.accounting else 'off'}", sep="")
     out.print(f"SLURM_CONF={st.slurm_conf}  inventory: {st.inventory}")
+    if st.masks is not None:
+        m = st.masks
+        hidden = [str(p) for p in m.hidden] + ([f"{m.home} (each node its own)"] if m.home else [])
+        out.print("nodes do not see: " + (", ".join(hidden) or "nothing"), markup=False)
+        if m.shared:
+            out.print("nodes share: " + ", ".join(str(p) for p in m.shared), markup=False)
+        for note in m.notes:
+            out.print(f"note: {note}", markup=False)
     nodes = Table("node", "namespace", "mgmt", "fabric", "netns", "slurm")
     for n in st.nodes:
         nodes.add_row(
@@ -78,9 +100,20 @@ def up_cmd(
     inventory_out: Path = INVENTORY_OPT,
     no_accounting: bool = NO_ACCT_OPT,
     keep_on_failure: bool = KEEP_OPT,
+    shared: list[Path] = SHARED_OPT,
 ) -> None:
-    """Bring the lab up (or report the one running) and wait until every node is idle in Slurm."""
-    cfg = _config(state_dir, nodes=nodes, inventory_out=inventory_out, accounting=not no_accounting)
+    """Bring the lab up (or report the one running) and wait until every node is idle in Slurm.
+
+    Each node sees neither the folder orch runs from (checkout, venv, current folder) nor the
+    user's home (it has its own), unless --shared names a folder to share, as a cluster's NFS."""
+    cfg = _config(
+        state_dir,
+        nodes=nodes,
+        inventory_out=inventory_out,
+        accounting=not no_accounting,
+        shared=shared,
+        masks=True,
+    )
     result = up(cfg, _progress, keep_on_failure=keep_on_failure)
     if result.already_running:
         out.print(

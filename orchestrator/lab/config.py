@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from orchestrator.errors import ConfigError
+from orchestrator.lab.masks import MaskPlan, controller_paths, home_path, plan_masks
 from orchestrator.models.base import StrictModel
 
 DEFAULT_STATE_DIR = Path("/var/lib/orch-lab")
@@ -91,6 +92,9 @@ class LabConfig(StrictModel):
     hostname: str = "localhost"
     cpus: int = Field(default=2, ge=1)
     ports: Ports = Field(default_factory=Ports)
+    masks: MaskPlan = Field(
+        default_factory=MaskPlan, description="what each node's mount namespace hides (lab/masks.py)"
+    )
 
     @field_validator("state_dir")
     @classmethod
@@ -152,8 +156,16 @@ class LabConfig(StrictModel):
         return self.state_dir / "state.json"
 
     def node_dir(self, node: NodeSpec) -> Path:
-        """Per-node folder: host key, sshd_config, private /opt."""
+        """Per-node folder: host key, sshd_config, private /opt, home and scratch."""
         return self.state_dir / "nodes" / node.name
+
+    def node_home(self, node: NodeSpec) -> Path:
+        """The node's own home, mounted over the user's home in the node (masks.py)."""
+        return self.node_dir(node) / "home"
+
+    def node_scratch(self, node: NodeSpec) -> Path:
+        """The node's own scratch, mounted on masks.NODE_SCRATCH (where it keeps run data)."""
+        return self.node_dir(node) / "scratch"
 
 
 def make_config(
@@ -164,16 +176,21 @@ def make_config(
     accounting: bool,
     hostname: str,
     cpus: int,
+    shared: list[Path] | None = None,
+    masks: bool = True,
 ) -> LabConfig:
-    """Validate the user's choices into a LabConfig.
+    """Validate the user's choices into a LabConfig, with the masks of the nodes decided from
+    where orch runs now (lab/masks.py; not with ``masks`` false: for status and down, which read
+    the running lab's own); ``shared``: folders the nodes see all the same.
 
     Raises:
-        ConfigError: a value is out of range or a path is unusable.
+        ConfigError: a value is out of range, a path is unusable, a shared folder does not exist,
+            or a folder to hide holds the state dir.
     """
     from pydantic import ValidationError
 
     try:
-        return LabConfig(
+        cfg = LabConfig(
             nodes=nodes,
             state_dir=state_dir,
             inventory_out=inventory_out,
@@ -185,3 +202,12 @@ def make_config(
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"lab option {where}: {first['msg']}", hint="see `orch lab up --help`") from e
+    if not masks:
+        return cfg
+    shares = []
+    for s in shared or []:
+        if not s.expanduser().is_dir():
+            raise ConfigError(f"--shared {s}: not a folder", hint="give an existing folder to share")
+        shares.append(s.expanduser().resolve())
+    plan = plan_masks(controller_paths(), home_path(), shares, cfg.state_dir.resolve())
+    return cfg.model_copy(update={"masks": plan})

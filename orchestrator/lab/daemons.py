@@ -2,7 +2,8 @@
 
 A node daemon runs in the node's network namespace with its own sysfs (so /sys/class/net shows
 the node's NICs), the host's cgroup tree put back under it, and a private /opt — the recipe of
-LAB-NOTES.md. Each wrapper ends in ``exec``, so the PID that Popen returns is the daemon's.
+LAB-NOTES.md —, its own scratch and home, and the controller's folders hidden (masks.py). Each
+wrapper ends in ``exec``, so the PID that Popen returns is the daemon's.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import psutil
@@ -36,8 +37,11 @@ def daemon_env(slurm_conf: Path) -> dict[str, str]:
     }
 
 
-def in_node(netns: str, cgroup_mount: Path, private_opt: Path, argv: list[str]) -> list[str]:
-    """Wrap ``argv`` to run in a node: its netns, its own sysfs, host cgroups, private /opt."""
+def in_node(
+    netns: str, cgroup_mount: Path, private_opt: Path, argv: list[str], mounts: Sequence[str] = ()
+) -> list[str]:
+    """Wrap ``argv`` to run in a node: its netns, its own sysfs, host cgroups, private /opt, then
+    ``mounts`` (quoted shell lines: the node's scratch, what it must not see; masks.mount_lines)."""
     cg = shlex.quote(str(cgroup_mount))
     script = " && ".join(
         [
@@ -46,6 +50,7 @@ def in_node(netns: str, cgroup_mount: Path, private_opt: Path, argv: list[str]) 
             "mount -t sysfs none /sys",
             f"mount --rbind {cg} /sys/fs/cgroup",
             f"mount --bind {shlex.quote(str(private_opt))} /opt",
+            *mounts,
             f"exec {shlex.join(argv)}",
         ]
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from orchestrator.lab import render, shell
 from orchestrator.lab.config import LabConfig, NodeSpec
+from orchestrator.lab.masks import NODE_SCRATCH
 from orchestrator.safefs import atomic_write
 
 
@@ -81,6 +82,8 @@ def prepare(cfg: LabConfig, db_password: str) -> None:
         _mkdir(mysql_datadir(cfg), 0o750, owner="mysql")
         _mkdir(cfg.mariadb_socket.parent, 0o755, owner="mysql")
     _mkdir(Path("/run/sshd"), 0o755)
+    NODE_SCRATCH.mkdir(parents=True, exist_ok=True)  # the mount point of each node's scratch
+    _mkdir(sd / "run" / "share")
 
     write_munge_key(munge_key(cfg))
 
@@ -92,6 +95,8 @@ def prepare(cfg: LabConfig, db_password: str) -> None:
         ndir = cfg.node_dir(node)
         _mkdir(ndir, 0o700)
         _mkdir(ndir / "opt")
+        _mkdir(cfg.node_home(node), 0o700)
+        _mkdir(cfg.node_scratch(node), 0o1777)  # like /var/tmp: any job user may make its folder
         _keygen(host_key(cfg, node), f"orch-lab-{node.name}")
         host_pubs[node.name] = host_key(cfg, node).with_suffix(".pub").read_text()
         _write(ndir / "sshd_config", render.sshd_config(cfg, node), 0o600)

@@ -9,9 +9,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pydantic import Field
+
 from orchestrator.errors import LabError
-from orchestrator.lab import accounting, daemons, files, netns, preflight, prove, shell
+from orchestrator.lab import accounting, daemons, files, masks, netns, preflight, prove, shell
 from orchestrator.lab.config import FABRIC_BRIDGE, MGMT_BRIDGE, LabConfig
+from orchestrator.lab.masks import MaskPlan
 from orchestrator.lab.state import DaemonRecord, LabState, load_state, save_state
 from orchestrator.models.base import StrictModel
 from orchestrator.remote.proctree import stop_processes
@@ -57,6 +60,7 @@ class LabStatus(StrictModel):
     daemons: list[DaemonStatus] = []
     leftovers: list[str] = []
     elsewhere: str | None = None
+    masks: MaskPlan | None = Field(default=None, description="what the nodes do not see, and what they share")
 
 
 class UpResult(StrictModel):
@@ -127,6 +131,7 @@ def status(cfg: LabConfig) -> LabStatus:
         accounting=scfg.accounting,
         slurm_conf=str(scfg.slurm_conf),
         inventory=str(scfg.inventory_out),
+        masks=scfg.masks,
         nodes=[
             NodeStatus(
                 name=n.name,
@@ -286,7 +291,15 @@ def _start(cfg: LabConfig, state: LabState, progress: Progress) -> None:
         sshd_argv = ["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg.node_dir(node) / "sshd_config")]
         slurmd_argv = ["slurmd", "-D", "-N", node.name, "-f", str(cfg.slurm_conf)]
         for name, argv in (("sshd", sshd_argv), ("slurmd", slurmd_argv)):
-            wrapped = daemons.in_node(node.netns, cfg.run_dir / "cg" / f"{node.name}-{name}", opt, argv)
+            mounts = masks.mount_lines(
+                cfg.masks,
+                cfg.node_home(node),
+                cfg.node_scratch(node),
+                cfg.run_dir / "share" / f"{node.name}-{name}",
+            )
+            wrapped = daemons.in_node(
+                node.netns, cfg.run_dir / "cg" / f"{node.name}-{name}", opt, argv, mounts
+            )
             record = daemons.spawn(
                 f"{name}@{node.name}",
                 wrapped,

@@ -15,6 +15,7 @@ from orchestrator.lab.config import (
     NodeSpec,
     controller_address,
 )
+from orchestrator.lab.masks import NODE_SCRATCH
 
 DB_NAME = "orch_slurm_acct"
 DB_USER = "orchslurm"
@@ -79,8 +80,9 @@ def sshd_config(cfg: LabConfig, node: NodeSpec) -> str:
 def inventory(cfg: LabConfig) -> str:
     """The Ansible INI inventory of the lab, with orch's host variables."""
     return _render(
-        "lab.ini.j2", cfg=cfg, nodes=cfg.node_specs, mgmt_iface=MGMT_IFACE, fabric_iface=FABRIC_IFACE
-    )
+        "lab.ini.j2", cfg=cfg, nodes=cfg.node_specs, mgmt_iface=MGMT_IFACE, fabric_iface=FABRIC_IFACE,
+        node_dir=NODE_SCRATCH,
+    )  # fmt: skip
 
 
 def known_hosts(nodes: list[NodeSpec], host_keys: dict[str, str]) -> str:

@@ -143,6 +143,15 @@ class ClusterVars(StrictModel):
     orch_fabric_gbps: float | None = Field(
         default=None, gt=0, description="line rate of one rank's fabric link, Gbit/s (reports: busbw / it)"
     )
+    orch_node_dir: Path | None = Field(
+        default=None,
+        description="each node's own folder for run data, <dir>/<run-id>/ (None: /var/tmp/orch)",
+    )
+    orch_shared_dirs: list[Path] = Field(
+        default_factory=list,
+        description="folders every node sees at the same path (NFS): a run directory under one is "
+        "written by the nodes directly",
+    )
 
 
 class Cluster(StrictModel):

@@ -14,10 +14,6 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.container import StackContainer
 from orchestrator.models.fault import FaultKind, FaultParams, Transport
 
-REPO = Path(__file__).parents[2]
-"""The checkout orch runs from (the default Python of the probe is its .venv)."""
-
-
 class ProbeSettings(StrictModel):
     """How the probe runs; recorded in every start line and in the recovery summary."""
 
@@ -57,7 +53,10 @@ class RecoveryTestRequest(StrictModel):
     force: bool = False
     probe: ProbeSettings = Field(default_factory=ProbeSettings)
     transport: Transport = "socket"
-    python: str = Field(default_factory=lambda: str(REPO / ".venv" / "bin" / "python"))
+    python: str | None = Field(
+        default=None,
+        description="the Python that runs the probe on the nodes; None: the stack's (node_python)",
+    )
     warmup_steps: int = 30
     settle_steps: int = Field(
         default=30, ge=2, description="before each injection: a run of this many steps in the pre-fault band"

@@ -35,7 +35,7 @@ from orchestrator.models.recovery import Heartbeat, RecoveryRecord
 from orchestrator.runs import recovery_records as records
 from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.runs.probe_jobs import ProbeJob, SlurmProbeJob
-from orchestrator.runs.recovery_request import RecoveryTestRequest, resolve_container, resolve_launcher
+from orchestrator.runs.recovery_request import RecoveryTestRequest, node_python, resolve_container, resolve_launcher
 from orchestrator.store.load import REQUEST_FILE, load_run, require_model
 from orchestrator.store.rundir import RunDir, atomic_write
 
@@ -182,6 +182,8 @@ def _resolve(req: RecoveryTestRequest, cluster: Cluster, *, fresh_port: bool) ->
             update={"probe": req.probe.model_copy(update={"master_port": 20000 + secrets.randbelow(20000)})}
         )
     req = resolve_launcher(req, cluster)
+    if req.python is None:
+        req = req.model_copy(update={"python": node_python(cluster)})  # recorded as it ran
     if req.launcher == "slurm" and req.container is not None:
         raise ConfigError(
             "--launcher slurm does not run the probe in containers"

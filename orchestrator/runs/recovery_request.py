@@ -8,12 +8,12 @@ from pathlib import Path
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.container import stack_container
-from orchestrator.models.recovery_request import REPO as REPO  # re-exported: the probe jobs
 from orchestrator.models.recovery_request import RecoveryTestRequest
 from orchestrator.scheduler.base import backend_traits, inventory_backend
 from orchestrator.stacks import load_stack
+from orchestrator.stages.stack import node_python as node_python  # re-exported: the probe's Python
 
-__all__ = ["REPO", "RecoveryTestRequest", "resolve_container", "resolve_launcher"]
+__all__ = ["RecoveryTestRequest", "node_python", "resolve_container", "resolve_launcher"]
 
 
 def resolve_container(

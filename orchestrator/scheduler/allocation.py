@@ -192,15 +192,21 @@ class AllocationScheduler(SlurmScheduler):
         return sbatch_base(workdir / "alloc-%j.out")
 
     # -- commands -------------------------------------------------------------------------
-    def submit_ladder(self, specs: list[JobSpec], workdir: Path) -> list[str]:
-        """sbatch the driver of these steps (script and driver output in workdir); returns the
-        steps' ids ALLOC.K in the order given. Raises ConfigError when the ladder cannot be
-        rendered safely, SchedulerError when sbatch refuses it."""
+    def submit_ladder(
+        self, specs: list[JobSpec], workdir: Path, *, script_dir: Path | None = None
+    ) -> list[str]:
+        """sbatch the driver of these steps (driver output in workdir, its script in script_dir,
+        default workdir); returns the steps' ids ALLOC.K in the order given. Folders are made
+        here only where they are on this machine (workdir when it holds the script, a step's
+        workdir when it holds the step's script: JobSpec.script). Raises ConfigError when the
+        ladder cannot be rendered safely, SchedulerError when sbatch refuses it."""
         check_output_path(workdir)
         text = self.render_ladder(specs)
         for spec in specs:
-            spec.workdir.mkdir(parents=True, exist_ok=True)
-        script = workdir / "alloc.sbatch"
+            if spec.script is None:
+                spec.workdir.mkdir(parents=True, exist_ok=True)
+        script = (script_dir or workdir) / "alloc.sbatch"
+        script.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(script, text)
         alloc = self._sbatch([*self.ladder_argv(workdir), str(script)], "the ladder")
         ids = [f"{alloc}.{k}" for k in range(len(specs))]

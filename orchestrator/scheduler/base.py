@@ -61,7 +61,11 @@ class JobSpec(StrictModel):
     output: Path | None = Field(default=None, description="Slurm's output file (%j allowed); default workdir")
     append_output: bool = False
     log: Path | None = Field(default=None, description="launch=batch: the command's output is appended here")
-    script: Path | None = Field(default=None, description="where submit writes it (workdir/job.sbatch)")
+    script: Path | None = Field(
+        default=None,
+        description="where submit writes it, on this machine (None: workdir/job.sbatch, and submit "
+        "makes workdir; else workdir is a folder on the nodes that the caller made)",
+    )
     notes: list[str] = Field(default_factory=list, description="comment lines written into the script")
     extra_args: list[str] = Field(
         default_factory=list, description="more sbatch options, --option=value of plain characters"

@@ -198,7 +198,10 @@ class SlurmScheduler:
         """
         script = self.script_path(spec)
         text = self.render(spec)
-        spec.workdir.mkdir(parents=True, exist_ok=True)
+        if spec.script is None:
+            # The script goes into the workdir, so the workdir is here; a spec that names its
+            # script elsewhere has a workdir on the nodes, which its caller made there.
+            spec.workdir.mkdir(parents=True, exist_ok=True)
         script.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(script, text)
         argv = self.sbatch_argv(spec)

@@ -48,6 +48,26 @@ def stack_python(name: str | None) -> tuple[str, dict[str, str]]:
     return python, dict(stack.env)
 
 
+def node_python(cluster: Cluster) -> str:
+    """The Python that orch's own programs run with on the nodes (the recovery probe, the nightly
+    job's orch beside it): the inventory stack's (orch_stack) under its prefix, as collbench's;
+    this one when every node is this machine (the local inventory). Raises ConfigError when
+    remote nodes have no stack to name one."""
+    if all(n.is_local for n in cluster.nodes):
+        return sys.executable
+    from orchestrator.stacks import load_stack
+
+    name = cluster.vars.orch_stack
+    stack = load_stack(name) if name not in (None, NO_STACK) else None
+    if stack is None or stack.python is None:
+        raise ConfigError(
+            f"{cluster.source}: orch's programs need a Python on the nodes, and "
+            + (f"stack {name} has no Python environment" if stack else "the inventory names no stack"),
+            hint="set orch_stack to a stack with a python prefix (e.g. cpu-gloo) and `orch provision` it",
+        )
+    return f"{stack.python.prefix}/bin/python"
+
+
 def refused_steps(steps: list[Step], drifted: set[str]) -> list[str]:
     """'n2xg1 (node2)' for each step that includes a drifted node."""
     out = []

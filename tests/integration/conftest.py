@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.lab import down, slurm_env, status, up
-from orchestrator.lab.config import DEFAULT_STATE_DIR, LabConfig, NodeSpec
+from orchestrator.lab.config import DEFAULT_STATE_DIR, LabConfig, NodeSpec, make_config
 from orchestrator.lab.state import LabState, load_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,11 +88,13 @@ def run(
 
 
 def lab_config(state_dir: Path) -> LabConfig:
-    """The config of a default 3-node lab in ``state_dir`` (used when none is running)."""
-    return LabConfig(
+    """The config of a default 3-node lab in ``state_dir`` (used when none is running), as
+    `orch lab up --nodes 3` from the checkout makes it: the nodes do not see the checkout."""
+    return make_config(
         nodes=3,
         state_dir=state_dir,
         inventory_out=REPO / "inventories" / "lab.ini",
+        accounting=True,
         hostname=os.uname().nodename.split(".")[0],
         cpus=max(os.cpu_count() or 1, 2),
     )

@@ -38,7 +38,9 @@ def test_cron_entry_runs_the_plan_and_lands_in_history(lab: Lab, tmp_path: Path)
     env = {k: v for k, v in {**os.environ, **lab.env}.items() if k != "ORCH_STORE"}
     now = datetime.now()
     at = (now + timedelta(minutes=1 if now.second < 40 else 2)).strftime("%H:%M")
-    inv = ["--inventory", str(lab.inventory), "--out", str(runs), "--mode", "sbatch-begin"]
+    # The entry's job runs orch on node3, which sees neither the checkout (where lab.inventory
+    # lies) nor its venv: it reads the lab's own copy of the inventory and runs the stack's orch.
+    inv = ["--inventory", str(lab.config.state_inventory), "--out", str(runs), "--mode", "sbatch-begin"]
     try:
         install = [*ORCH, "cron", "install", "--plan", "smoke", "--name", name, "--at", at, *inv,
                    "--job-arg=--nodelist=node3", "--", *SMALL]

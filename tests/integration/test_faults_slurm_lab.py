@@ -82,7 +82,10 @@ def node3_back(lab: Lab) -> Iterator[None]:
 
 
 def submit_on_node3(lab: Lab, name: str) -> str:
+    # In a folder node3 has: sbatch's default, the current folder (the checkout), is hidden from
+    # the nodes (an empty read-only tmpfs), and Slurm could not write slurm-<id>.out there.
     job = lab.slurm("sbatch", "--parsable", "--no-requeue", "-J", name, "-w", "node3", "-N1",
+                    "--chdir=/tmp", "--output=/dev/null",
                     "--time=10", "--wrap", "srun sleep 600").stdout.strip().split(";")[0]
     wait_for(lambda: job_state(lab, job) == "RUNNING", 60, f"job {job} running")
     return job

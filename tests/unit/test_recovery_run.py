@@ -75,7 +75,9 @@ def test_heartbeats_are_thinned_per_rank_but_errors_stay() -> None:
 
 
 def _cluster() -> Cluster:
-    return Cluster(source=Path("x.ini"), nodes=[Node(name=n, address=n) for n in OFFSETS])
+    # The probe runs with the stack's Python on remote nodes: the inventory names the stack.
+    return Cluster(source=Path("x.ini"), nodes=[Node(name=n, address=n) for n in OFFSETS],
+                   vars=ClusterVars(orch_stack="cpu-gloo"))  # fmt: skip
 
 
 def _fake_run(recover: tuple[float, ...], stop_after: int | None = None) -> Any:

@@ -200,7 +200,8 @@ def _runner(tmp_path: Path, fake: FakeSlurm) -> _Runner:
     inv = tmp_path / "inv.yml"
     host = {"ansible_host": "198.18.0.1", "gpu_vendor": "none", "gpus_per_node": 1}
     hosts = {f"node{i}": {**host, "ansible_host": f"198.18.0.{i}"} for i in (1, 2, 3)}
-    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    # The run folder is on a share the nodes see (no node folders to make or collect over SSH).
+    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": {"orch_shared_dirs": str(tmp_path)}}}))
     cluster = load_inventory(inv)
     plan = load_plan("smoke").model_copy(update={"backend": "slurm"})
     plan = plan.model_copy(update={"ladder": plan.ladder.model_copy(update={"ranks_per_node": [1]})})
