@@ -35,8 +35,8 @@ from orchestrator.models.run import RunResult as RunResult  # re-exported: calle
 from orchestrator.models.run import StepResult as StepResult
 from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
-from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
+from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.backends import make_scheduler as make_scheduler  # re-exported

@@ -4,7 +4,6 @@ run record (models/run.py) reads it back."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -13,6 +12,7 @@ from orchestrator.envpolicy import record_env
 from orchestrator.models.base import StrictModel
 from orchestrator.models.container import StackContainer
 from orchestrator.models.fault import FaultKind, FaultParams, Transport
+
 
 class ProbeSettings(StrictModel):
     """How the probe runs; recorded in every start line and in the recovery summary."""

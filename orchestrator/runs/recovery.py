@@ -35,7 +35,12 @@ from orchestrator.models.recovery import Heartbeat, RecoveryRecord
 from orchestrator.runs import recovery_records as records
 from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.runs.probe_jobs import ProbeJob, SlurmProbeJob
-from orchestrator.runs.recovery_request import RecoveryTestRequest, node_python, resolve_container, resolve_launcher
+from orchestrator.runs.recovery_request import (
+    RecoveryTestRequest,
+    node_python,
+    resolve_container,
+    resolve_launcher,
+)
 from orchestrator.store.load import REQUEST_FILE, load_run, require_model
 from orchestrator.store.rundir import RunDir, atomic_write
 

@@ -11,7 +11,6 @@ import io
 import json
 import re
 import tarfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +32,7 @@ from orchestrator.remote.nodefiles import (
     extract_tar,
     run_data_layout,
 )
+from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 from orchestrator.store.rundir import RunDir, new_run_id
 
@@ -278,8 +278,10 @@ def test_the_runner_collects_each_step_into_the_run_directory(
 
     monkeypatch.setattr(pipeline, "node_files", local_shells)
     fake = FakeSlurm()
-    runner = _Runner(plan, cluster, steps, fake, "slurm", rundir, "/opt/x/bin/python", [])
-    _execute(runner, time.monotonic())
+    life = RunLifecycle(rundir)
+    runner = _Runner(plan, cluster, steps, fake, "slurm", life, "/opt/x/bin/python")
+    with life:
+        _execute(runner)
     for spec in fake.specs:
         assert spec.workdir == node_dir / rundir.run_id / "steps" / spec.step_id  # on the node
         assert spec.script == rundir.root.absolute() / "steps" / spec.step_id / "job.sbatch"  # here
