@@ -51,7 +51,9 @@ def isolate_cmd(
         str | None, typer.Option("--nodes", help="Suspects, comma list (default: every node).")
     ] = None,
     known_good: Annotated[str | None, typer.Option("--known-good", help="Partners known to pass.")] = None,
-    collective: Annotated[Collective, typer.Option("--collective", help="The one collective of the tests.")] = "all_reduce",
+    collective: Annotated[
+        Collective, typer.Option("--collective", help="The one collective of the tests.")
+    ] = "all_reduce",
     size: Annotated[str, typer.Option("--size", help="Message size, e.g. 64M.")] = "64M",
     timeout: Annotated[
         int, typer.Option("--timeout", min=5, max=MAX_TIMEOUT_S, help="Time limit of one test (s).")

@@ -16,6 +16,10 @@ The pass rule (docs/isolation.md):
   against the node alone), and at least --min-gbs. With no single-node figure (every node failed
   alone), only completion and --min-gbs count.
 
+`scale-test --isolate` (isolate_after_scale_test) runs it on the nodes of the multi-node steps that
+failed their thresholds, as a linked run: its own folder beside the scale-test's, `parent_run` in
+its run_started and isolation.json, and a copy of isolation.json in the scale-test's folder.
+
 Results: `isolation_round` and `isolation_result` journal lines, isolation.json in the run folder
 (IsolationRun), each test's step folder (steps/<id>/, result.json as a ladder step), and
 report.md. `--drain-bad` drains the culprit nodes (runs/drain.py).
@@ -40,11 +44,12 @@ from orchestrator.models.events import Listener, RunStarted
 from orchestrator.models.isolation import Group, Isolation, Outcome, Round
 from orchestrator.models.plan import Plan, SizeRange, Step
 from orchestrator.models.results import PlanCollective
-from orchestrator.models.run import StepResult
+from orchestrator.models.run import RunResult, StepResult
 from orchestrator.pipeline import _Runner, choose_backend, make_scheduler
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
 from orchestrator.stages.stack import stack_name, stack_python
+from orchestrator.store.load import require_model
 from orchestrator.store.rundir import atomic_write, new_run_id
 
 MAX_TIMEOUT_S = 60
@@ -342,3 +347,45 @@ def isolation_markdown(r: IsolationRun) -> str:
         lines += [f"- {t.line()} {'' if t.outcome.passed else t.outcome.detail}".rstrip() for t in rnd.trials]
     lines += ["", f"Good: {', '.join(iso.good) or 'none'}", ""]
     return "\n".join(lines)
+
+
+def failed_multinode_nodes(result: RunResult) -> tuple[list[str], list[str]]:
+    """(suspects, known good) after a scale-test: the nodes of multi-node steps that failed their
+    thresholds, and the nodes of multi-node steps that passed and are in no failing one."""
+    failed = [r for r in result.steps if r.step.nnodes > 1 and r.verdict == "fail"]
+    suspects = sorted({n for r in failed for n in r.step.nodes})
+    passed = {n for r in result.steps if r.step.nnodes > 1 and r.verdict == "pass" for n in r.step.nodes}
+    return suspects, sorted(passed - set(suspects))
+
+
+def isolate_after_scale_test(
+    result: RunResult,
+    inventory: Path,
+    on_round: Callable[[Round], None] = lambda _r: None,
+    *,
+    drain_bad: bool = False,
+    force: bool = False,
+) -> IsolationRun | None:
+    """`scale-test --isolate`: when a multi-node step failed its thresholds, isolate on its nodes
+    as a linked run (its own folder beside the scale-test's, parent_run naming the scale-test;
+    the scale-test's folder gets a copy of isolation.json). None when no multi-node step failed.
+    The tests use the scale-test plan's first collective, at its largest size up to 64 MiB, and
+    its step timeout up to a minute. Raises as run_isolation."""
+    suspects, good = failed_multinode_nodes(result)
+    if not suspects:
+        return None
+    base = require_model(Plan, result.run_dir, result.run_dir / "plan.json")
+    req = IsolateRequest(
+        inventory=inventory,
+        nodes=suspects,
+        known_good=good,
+        collective=base.collectives[0],
+        size=min(base.sizes.max, 64 * 2**20),
+        timeout_s=max(5, min(MAX_TIMEOUT_S, base.step_timeout_s)),
+        drain_bad=drain_bad,
+        force=force,
+        out_dir=result.run_dir.parent,
+    )
+    found = run_isolation(req, on_round=on_round, base_plan=base, parent_run=result.run_id)
+    atomic_write(result.run_dir / "isolation.json", found.model_dump_json(indent=2) + "\n")
+    return found

@@ -207,3 +207,34 @@ def test_drain_refuses_more_than_the_share_without_force(tmp_path: Path) -> None
         rounds=[], culprits=[Culprit(kind="link", nodes=["node1", "node2"], why="link", evidence=[])], good=[]
     )
     assert drain_culprits(link, cluster, "r1", 0.5, force=False, sched=sched) == []
+
+
+def test_scale_test_isolate_runs_on_the_failed_multinode_steps_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.models.run import RunResult
+    from orchestrator.plan import load_plan
+
+    fake = StandIn({"node3"})
+    monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
+    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    parent = tmp_path / "runs" / "smoke-1"
+    parent.mkdir(parents=True)
+    plan = load_plan("smoke").model_copy(update={"step_timeout_s": 600})
+    (parent / "plan.json").write_text(plan.model_dump_json())
+    steps = [
+        _res(["node1"], 1.0),
+        _res(["node1", "node2"], 0.5),
+        _res(["node1", "node2", "node3"], 0.01, "fail"),
+    ]
+    result = RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
+                       exit_code=1, steps=steps, nodes={}, wall_s=1.0)  # fmt: skip
+    assert iso.failed_multinode_nodes(result) == (["node1", "node2", "node3"], [])
+    found = iso.isolate_after_scale_test(result, _inventory(tmp_path))
+    assert found is not None and found.parent_run == "smoke-1"
+    assert [c.nodes for c in found.isolation.culprits] == [["node3"]]
+    assert found.run_dir.parent == parent.parent and found.run_dir != parent
+    assert all(s.time_limit_s <= 60 for s in fake.specs.values())
+    assert json.loads((parent / "isolation.json").read_text())["run_id"] == found.run_id
+    steps[2].verdict = "pass"
+    assert iso.isolate_after_scale_test(result, _inventory(tmp_path)) is None
