@@ -46,6 +46,7 @@ from orchestrator.models.plan import Plan, SizeRange, Step
 from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import RunResult, StepResult
 from orchestrator.pipeline import _Runner, choose_backend, make_scheduler
+from orchestrator.runs.drain import drain_culprits
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
 from orchestrator.stages.stack import stack_name, stack_python
@@ -292,8 +293,6 @@ def run_isolation(
             wall_s=0.0,
         )
         if req.drain_bad and found.culprits:
-            from orchestrator.runs.drain import drain_culprits
-
             try:
                 result.drained = drain_culprits(found, cluster, life.run_id, plan.max_share, force=req.force)
             except ConfigError as e:

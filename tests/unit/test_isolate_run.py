@@ -238,3 +238,36 @@ def test_scale_test_isolate_runs_on_the_failed_multinode_steps_nodes(
     assert json.loads((parent / "isolation.json").read_text())["run_id"] == found.run_id
     steps[2].verdict = "pass"
     assert iso.isolate_after_scale_test(result, _inventory(tmp_path)) is None
+
+
+def test_cert_resume_retests_a_drained_node_and_drains_it_again_when_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.runs.node_resume import resume_node
+
+    class Slurm(Recorder):
+        def run(self, argv: list[str], **kw: object) -> CmdResult:
+            out = "NodeName=node3 State=IDLE+DRAIN Reason=orch isolate-1: bad [root@2026-12-01T07:00:00]"
+            self.calls.append(list(argv))
+            return CmdResult(
+                argv=argv, rc=0, stdout=out if argv[1] == "show" else "", stderr="", elapsed_s=0.0
+            )
+
+    for bad, resumed in ((set(), True), ({"node3"}, False)):
+        rec = Slurm()
+        fake = StandIn(bad)
+        monkeypatch.setattr(iso, "make_scheduler", lambda *_a, _f=fake, **_k: _f)
+        monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+        monkeypatch.setattr(
+            "orchestrator.runs.drain.SlurmScheduler", lambda _r=rec, **_k: SlurmScheduler(runner=_r)
+        )  # type: ignore[arg-type]
+        res = resume_node(
+            "node3", _inventory(tmp_path), tmp_path / "runs", sched=SlurmScheduler(runner=rec), size=SIZE
+        )  # type: ignore[arg-type]
+        assert res.resumed is resumed and res.was.startswith("IDLE+DRAIN")
+        states = [a[3] for a in rec.calls if a[:2] == ["scontrol", "update"]]
+        assert states == (["state=resume"] if resumed else ["state=resume", "state=drain"])
+        assert ["node3", "node1"] in fake.order or ["node3", "node2"] in fake.order
+        if not resumed:
+            drain = next(a for a in rec.calls if "state=drain" in a)
+            assert drain[4].startswith(f"reason=orch {res.retest.run_id}: ")
