@@ -36,7 +36,8 @@ def _setup(tmp_path: Path, fp: Fingerprint, valid_days: int) -> tuple[Path, Path
         node="node1", run_id="20261201T060000Z-smoke-abcd", plan="smoke", run_status="accepted",
         issued_at=NOW - timedelta(days=1), valid_until=NOW + timedelta(days=valid_days),
         stack=stack_summary("cpu-gloo", NOW, fp),
-        tests=[CertTest(step="n1xg2", collective="all_reduce", nnodes=1, ranks=2, metric="busbw_gbs", measured=1.0, passed=True)],
+        tests=[CertTest(step="n1xg2", collective="all_reduce", nnodes=1, ranks=2, metric="busbw_gbs",
+                        measured=1.0, passed=True)],
     )  # fmt: skip
     path = cert_path(tmp_path / "runs" / "r1", "node1")
     path.parent.mkdir(parents=True)
