@@ -123,13 +123,18 @@ def resume_cmd(
     inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Root of the run directories.")] = Path("runs"),
     size: Annotated[str, typer.Option("--size", help="Message size of the re-test, e.g. 64M.")] = "64M",
+    min_efficiency: Annotated[
+        float, typer.Option("--min-efficiency", help="The pair passes at this share of the node alone.")
+    ] = 0.5,
 ) -> int:
     """Re-test a drained NODE (alone, then with a known-good partner) and return it to service when
     it passes; a failing re-test drains it again naming the re-test run (exit 1)."""
     from orchestrator.cli.isolate import print_round, render_isolation
     from orchestrator.runs.node_resume import resume_node
 
-    res = resume_node(node, inventory, out_dir, print_round, size=parse_size(size))
+    res = resume_node(
+        node, inventory, out_dir, print_round, size=parse_size(size), min_efficiency=min_efficiency
+    )
     render_isolation(res.retest)
     if res.resumed:
         out.print(styled("resumed", "green"), f"{node} (was {res.was}); re-test {res.retest.run_id} passed")

@@ -369,7 +369,8 @@ def isolate_after_scale_test(
     as a linked run (its own folder beside the scale-test's, parent_run naming the scale-test;
     the scale-test's folder gets a copy of isolation.json). None when no multi-node step failed.
     The tests use the scale-test plan's first collective, at its largest size up to 64 MiB, and
-    its step timeout up to a minute. Raises as run_isolation."""
+    its step timeout up to a minute; the pass rule is isolate's own (its min_scaling_efficiency
+    is against a 2-node step, not against a node alone). Raises as run_isolation."""
     suspects, good = failed_multinode_nodes(result)
     if not suspects:
         return None

@@ -33,6 +33,7 @@ def resume_node(
     *,
     sched: SlurmScheduler | None = None,
     size: int = IsolateRequest.model_fields["size"].default,
+    min_efficiency: float = IsolateRequest.model_fields["min_efficiency"].default,
 ) -> ResumeOutcome:
     """Return a drained node to service after a passing re-test: Slurm runs no job on a drained
     node, so the node is resumed, re-tested at once as an isolate run (alone with 2 ranks, then
@@ -53,6 +54,7 @@ def resume_node(
     req = IsolateRequest(
         inventory=inventory,
         size=size,
+        min_efficiency=min_efficiency,
         nodes=[node],
         known_good=partners,
         drain_bad=True,
