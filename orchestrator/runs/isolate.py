@@ -131,6 +131,9 @@ def rule_text(req: IsolateRequest) -> str:
 def test_step(group: Group, cluster: Cluster, plan: Plan, round_no: int, i: int) -> Step:
     """One isolation test as a ladder step: a single node runs 2 ranks (or its GPUs), a group one
     rank per GPU (one per node on CPU nodes)."""
+    # In inventory order: Slurm places rank 0 on the first node of its own (sorted) list, and
+    # job_spec puts the rendezvous on the step's first node: the two must be the same node.
+    order = [n.name for n in cluster.nodes if n.name in group]
     gpus = min(cluster.node(n).gpus_per_node for n in group)
     rpn = max(2, gpus) if len(group) == 1 else gpus
     kind = "single" if len(group) == 1 else "pair" if len(group) == 2 else "set"
@@ -139,7 +142,7 @@ def test_step(group: Group, cluster: Cluster, plan: Plan, round_no: int, i: int)
         index=i,
         nnodes=len(group),
         ranks_per_node=rpn,
-        nodes=list(group),
+        nodes=order,
         world_size=len(group) * rpn,
         collectives=[plan.collectives[0]],
         sizes=[plan.sizes.min],

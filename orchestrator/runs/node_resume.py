@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from orchestrator.models.isolation import Round
 from orchestrator.runs.drain import drain_reason
 from orchestrator.runs.isolate import IsolateRequest, IsolationRun, run_isolation
 from orchestrator.scheduler.slurm import SlurmScheduler
+
+RESPOND_WAIT_S = 60.0
 
 
 class ResumeOutcome(StrictModel):
@@ -51,6 +54,7 @@ def resume_node(
         )
     partners = [n.name for n in cluster.nodes if n.name != node]
     sched.resume_nodes([node])
+    _wait_responding(sched, node)
     req = IsolateRequest(
         inventory=inventory,
         size=size,
@@ -68,3 +72,14 @@ def resume_node(
     return ResumeOutcome(
         node=node, was=f"{state} ({reason})" if reason else state, retest=retest, resumed=passed
     )
+
+
+def _wait_responding(sched: SlurmScheduler, node: str, timeout_s: float = RESPOND_WAIT_S) -> None:
+    """Right after a resume, Slurm may show the node not responding ('idle*') until its next
+    ping; a job submitted then would be refused the node. Wait (bounded) for that to pass."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state, _ = sched.node_state(node)
+        if state and not state.endswith("*"):
+            return
+        time.sleep(1.0)

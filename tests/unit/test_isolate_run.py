@@ -106,6 +106,8 @@ def test_a_throttled_node_is_named_with_its_evidence(tmp_path: Path, monkeypatch
     assert len(result.isolation.rounds) <= result.round_bound + 1
     # every test ran as a pipeline step of its own folder, singles with 2 ranks
     assert ["node1"] in fake.order and any(len(o) == 2 and "node3" in o for o in fake.order)
+    # inventory order: rank 0 (first in Slurm's sorted node list) is where the rendezvous is
+    assert all(s.nodes == sorted(s.nodes) for s in fake.specs.values())
     singles = [s for s in fake.specs.values() if len(s.nodes) == 1]
     assert singles and all(s.ranks_per_node == 2 for s in singles)
     assert all((Path(s.workdir) / "result.json").exists() for s in fake.specs.values())
@@ -267,7 +269,7 @@ def test_cert_resume_retests_a_drained_node_and_drains_it_again_when_it_fails(
         assert res.resumed is resumed and res.was.startswith("IDLE+DRAIN")
         states = [a[3] for a in rec.calls if a[:2] == ["scontrol", "update"]]
         assert states == (["state=resume"] if resumed else ["state=resume", "state=drain"])
-        assert ["node3", "node1"] in fake.order or ["node3", "node2"] in fake.order
+        assert ["node1", "node3"] in fake.order or ["node2", "node3"] in fake.order
         if not resumed:
             drain = next(a for a in rec.calls if "state=drain" in a)
             assert drain[4].startswith(f"reason=orch {res.retest.run_id}: ")
