@@ -75,11 +75,9 @@ def resume_node(
 
 
 def _wait_responding(sched: SlurmScheduler, node: str, timeout_s: float = RESPOND_WAIT_S) -> None:
-    """Right after a resume, Slurm may show the node not responding ('idle*') until its next
-    ping; a job submitted then would be refused the node. Wait (bounded) for that to pass."""
+    """Right after a resume, Slurm may show the node not responding ('idle*' in the lab) until
+    its next ping; a job submitted then would be refused the node (the runner abandons a step
+    whose node is unavailable). Wait, bounded, until the scheduler calls it available."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        state, _ = sched.node_state(node)
-        if state and not state.endswith("*"):
-            return
+    while sched.unavailable_nodes([node]) and time.monotonic() < deadline:
         time.sleep(1.0)

@@ -251,9 +251,8 @@ def test_cert_resume_retests_a_drained_node_and_drains_it_again_when_it_fails(
         def run(self, argv: list[str], **kw: object) -> CmdResult:
             out = "NodeName=node3 State=IDLE+DRAIN Reason=orch isolate-1: bad [root@2026-12-01T07:00:00]"
             self.calls.append(list(argv))
-            return CmdResult(
-                argv=argv, rc=0, stdout=out if argv[1] == "show" else "", stderr="", elapsed_s=0.0
-            )
+            text = out if argv[1] == "show" else "node3|idle\n" if argv[0] == "sinfo" else ""
+            return CmdResult(argv=argv, rc=0, stdout=text, stderr="", elapsed_s=0.0)
 
     for bad, resumed in ((set(), True), ({"node3"}, False)):
         rec = Slurm()
