@@ -325,7 +325,8 @@ def isolation_markdown(r: IsolationRun) -> str:
         f"# orch isolate {r.run_id}",
         "",
         f"- {r.collective} at {r.size_bytes} bytes; rounds ran **{r.mode}**; "
-        f"{len(iso.rounds)} rounds (one bad node: at most {r.round_bound} + 1), {r.wall_s:.0f} s",
+        f"{len(iso.rounds)} rounds (the bar for one bad node, ⌈log₂ N⌉ + 2: {r.round_bound + 1}), "
+        f"{r.wall_s:.0f} s",
         f"- rule: {r.rule}",
         "- reference (best single-node busbw): "
         + (f"{r.reference_gbs:.4g} GB/s" if r.reference_gbs is not None else "none"),
