@@ -272,3 +272,11 @@ def test_cert_resume_retests_a_drained_node_and_drains_it_again_when_it_fails(
         if not resumed:
             drain = next(a for a in rec.calls if "state=drain" in a)
             assert drain[4].startswith(f"reason=orch {res.retest.run_id}: ")
+
+
+def test_runs_resume_refuses_an_isolate_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.runs.resume import resume
+
+    result, _ = _run(tmp_path, monkeypatch, set())
+    with pytest.raises(ConfigError, match="isolate run"):
+        resume(result.run_dir, open_shells=lambda _c: None)  # type: ignore[arg-type, return-value]
