@@ -11,10 +11,12 @@ from orchestrator.certs import service
 from orchestrator.cli.common import Cell, Col, err, fitted_table, out, styled
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
 from orchestrator.models.cert import Certificate, CertTest
-from orchestrator.models.plan import format_size
+from orchestrator.models.plan import format_size, parse_size
 
 cert_app = typer.Typer(
-    name="cert", help="Per-node certificates: issue from a run, show, verify, list.", no_args_is_help=True
+    name="cert",
+    help="Per-node certificates: issue from a run, show, verify, list; resume a drained node.",
+    no_args_is_help=True,
 )
 DirOpt = Annotated[
     Path,
@@ -113,6 +115,32 @@ def list_cmd(
                      f"{e.valid_until:%Y-%m-%d %H:%M}" if e.valid_until else "-", state, e.path])  # fmt: skip
     out.print(fitted_table(f"certificates under {root}", cols, rows, out.width))
     return EXIT_OK
+
+
+@cert_app.command("resume")
+def resume_cmd(
+    node: Annotated[str, typer.Argument(help="A node drained in Slurm (by --drain-bad).")],
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Root of the run directories.")] = Path("runs"),
+    size: Annotated[str, typer.Option("--size", help="Message size of the re-test, e.g. 64M.")] = "64M",
+    min_efficiency: Annotated[
+        float, typer.Option("--min-efficiency", help="The pair passes at this share of the node alone.")
+    ] = 0.5,
+) -> int:
+    """Re-test a drained NODE (alone, then with a known-good partner) and return it to service when
+    it passes; a failing re-test drains it again naming the re-test run (exit 1)."""
+    from orchestrator.cli.isolate import print_round, render_isolation
+    from orchestrator.runs.node_resume import resume_node
+
+    res = resume_node(
+        node, inventory, out_dir, print_round, size=parse_size(size), min_efficiency=min_efficiency
+    )
+    render_isolation(res.retest)
+    if res.resumed:
+        out.print(styled("resumed", "green"), f"{node} (was {res.was}); re-test {res.retest.run_id} passed")
+        return EXIT_OK
+    out.print(styled("still drained", "red"), f"{node}: re-test {res.retest.run_id} did not pass")
+    return EXIT_THRESHOLDS
 
 
 def register(app: typer.Typer) -> None:

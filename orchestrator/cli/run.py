@@ -155,6 +155,13 @@ def scale_test_cmd(
             "per-step: one job per step, for a shared cluster.",
         ),
     ] = None,
+    isolate: Annotated[
+        bool,
+        typer.Option("--isolate", help="When a multi-node step fails its thresholds, isolate on its nodes."),
+    ] = False,
+    drain_bad: Annotated[
+        bool, typer.Option("--drain-bad", help="With --isolate: drain the culprit nodes in Slurm.")
+    ] = False,
 ) -> int:
     """Run the collective benchmark ladder and give a verdict (exit 0 accepted, 1 thresholds, 3 infra)."""
     overrides = make_overrides(
@@ -174,6 +181,13 @@ def scale_test_cmd(
     )
     result = scale_test(req, [ProgressPrinter()])
     render_result(result)
+    if isolate:
+        from orchestrator.cli.isolate import print_round, render_isolation
+        from orchestrator.runs.isolate import isolate_after_scale_test
+
+        found = isolate_after_scale_test(result, inventory, print_round, drain_bad=drain_bad, force=force)
+        if found is not None:
+            render_isolation(found)
     return result.exit_code
 
 

@@ -5,7 +5,8 @@
 - The management interface and the interface that carries orch's own SSH are never targets,
   whatever --force says.
 - An interface that is not one of the node's rdma_ifaces needs --force.
-- Hitting more than ``max_share`` of the cluster's nodes needs --force.
+- Hitting more than ``max_share`` of the cluster's nodes needs --force. The share is the plan's
+  ``max_share`` (models/plan.py); draining nodes (runs/drain.py) is bounded by the same check.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Iterable
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Node
 from orchestrator.models.fault import IFACE_KINDS, FaultSpec, plain_word_problem
+from orchestrator.models.plan import Plan
 from orchestrator.text import plural
 
-DEFAULT_MAX_SHARE = 0.5
+DEFAULT_MAX_SHARE: float = Plan.model_fields["max_share"].default
 
 
 class SafetyError(ConfigError):
@@ -57,12 +59,19 @@ def check_iface(spec: FaultSpec, node: Node, ssh_iface: str | None) -> None:
 
 
 def check_share(
-    targets: Iterable[str], cluster_size: int, *, force: bool, max_share: float = DEFAULT_MAX_SHARE
+    targets: Iterable[str],
+    cluster_size: int,
+    *,
+    force: bool,
+    max_share: float = DEFAULT_MAX_SHARE,
+    what: str = "the fault hits",
 ) -> None:
-    """Refuse hitting more than ``max_share`` of the nodes without --force; raises SafetyError."""
+    """Refuse hitting more than ``max_share`` of the nodes without --force; raises SafetyError.
+    ``what`` starts the message ('draining would take')."""
     hit = len(set(targets))
     if cluster_size > 0 and hit / cluster_size > max_share and not force:
         raise SafetyError(
-            f"refused: the fault hits {hit} of {plural(cluster_size, 'node')} (more than {max_share:.0%})",
+            f"refused: {what} {hit} of {plural(cluster_size, 'node')} (more than the plan's "
+            f"max_share, {max_share:.0%})",
             hint="add --force if that is what you mean",
         )

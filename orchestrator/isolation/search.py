@@ -10,7 +10,8 @@ its groups are disjoint, so on a real cluster they run at the same time):
 
 1. singles: every candidate alone (a node that fails alone is bad: its GPUs, its own links);
 2. bisection: a failing set is split in halves, each tested alone; a half of one node is tested
-   with a known-good partner (a pair). Halves that pass are known-good and become partners;
+   with a known-good partner (a pair); while none is known, the other half is tested alone first
+   and the lone node waits for the partners it gives. Halves that pass are known-good and become partners;
    halves that fail are split again. One bad node among N is found in 1 + ceil(log2 N) rounds;
    two bad nodes in different halves are searched side by side, in the same rounds;
 3. when both halves pass but the whole fails, the fault lies between them: one side is halved per
@@ -57,7 +58,7 @@ def round_bound(n: int) -> int:
 class _Task:
     """A suspect set and what is known of it (see the module doc)."""
 
-    kind: Literal["split", "whole", "cross", "grow", "pair", "confirm", "mix"]
+    kind: Literal["split", "part", "whole", "cross", "grow", "pair", "confirm", "mix"]
     a: Group
     b: Group = ()
     known_fail: bool = False
@@ -149,6 +150,12 @@ class _Search:
         is a link between the two parts (origin keeps the whole set for that)."""
         out: list[_Task] = []
         for task in tasks:
+            if task.kind == "split" and not task.known_fail and set(task.a) <= self.s.good:
+                continue  # a suspect that passed with others since (a mix round) needs no test
+            if task.kind == "split" and task.known_fail and self._convict_on_record(task.a):
+                task = _Task("split", tuple(n for n in task.a if not self._convicted(n)), known_fail=True)
+                if not task.a or set(task.a) <= self.s.good:
+                    continue  # the fault of this set is found
             left = tuple(n for n in task.a if n not in self.s.good)
             if task.kind != "split" or not task.known_fail or left == task.a:
                 out.append(task)
@@ -159,6 +166,23 @@ class _Search:
             else:
                 out.append(_cross(*_halves(task.a)))
         return out
+
+    def _convicted(self, node: str) -> bool:
+        return any(c.kind == "node" and node in c.nodes for c in self.s.culprits)
+
+    def _convict_on_record(self, nodes: Group) -> bool:
+        """Convict each of nodes that already failed with two disjoint partners that pass with
+        others (mix rounds can show it); True when one was."""
+        found = False
+        for node in nodes:
+            if node in self.s.good or self._convicted(node):
+                continue
+            partners = [set(t.group) - {node} for t in self._failures(node)]
+            cleared = [p for p in partners if p <= self.s.good]
+            if any(p.isdisjoint(q) for i, p in enumerate(cleared) for q in cleared[i + 1 :]):
+                self._convict_node(node, "fails with partners that pass with others", self._failures(node))
+                found = True
+        return found
 
     def _mix(self, stuck: list[_Task], shift: int) -> list[_Request]:
         """Pairs across stuck failing sets (no partner is known good yet), the second set turned by
@@ -191,7 +215,13 @@ class _Search:
                     group = (*group, g)
                 ready.append(_Request(group, purpose, task))
             if wanted and not ready:
-                if task.kind == "split" and not task.known_fail and len(task.a) >= 2:
+                parts = [g for g, _ in wanted if len(g) >= 2]
+                if task.kind == "split" and not task.known_fail and parts and len(parts) < len(wanted):
+                    # a half of one node has no partner yet: test the other half alone now, and the
+                    # lone node once that half gives partners (3 nodes: the pair, then the third)
+                    ready = [_Request(g, "half", _Task("part", g)) for g in parts]
+                    deferred += [_Task("split", g) for g, _ in wanted if len(g) < 2]
+                elif task.kind == "split" and not task.known_fail and len(task.a) >= 2:
                     ready = [_Request(task.a, "whole", _Task("whole", task.a))]  # no partner yet
                 else:
                     deferred.append(task)
@@ -250,6 +280,8 @@ class _Search:
             return self._after_split(task, results)
         if task.kind == "mix":
             return []
+        if task.kind == "part":  # passed: its nodes are cleared; failed: it holds a fault
+            return [] if results[0][1].outcome.passed else [_Task("split", task.a, known_fail=True)]
         trial = results[0][1]
         if task.kind == "whole":
             if trial.outcome.passed:

@@ -278,6 +278,13 @@ class Plan(StrictModel):
     run_timeout_s: int | None = Field(default=None, ge=1, description="time limit of the whole run")
     thresholds: Thresholds = Field(default_factory=Thresholds)
     concurrent_steps: bool = Field(default=False, description="let steps on disjoint nodes run together")
+    max_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="the largest share of the cluster's nodes that faults may hit, or that --drain-bad "
+        "may drain, without --force",
+    )
     backend: Backend = "auto"
     slurm_mode: SlurmMode = Field(
         default="allocation",

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from orchestrator.errors import ConfigError
 from orchestrator.faults.base import NodeShell
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener
@@ -36,6 +37,11 @@ def resume(
         ConfigError: not a run directory, still running, nothing left to run, or a damaged folder.
         Interrupted: Ctrl-C or SIGTERM (jobs cancelled, faults reverted, run_finished journaled).
     """
+    if run_kind(run_dir) == "isolate":
+        raise ConfigError(
+            f"{run_dir} is an isolate run: it is not resumed",
+            hint="run orch isolate again (its tests take a minute at most each)",
+        )
     if run_kind(run_dir) == "recovery-test":
         return resume_recovery_test(run_dir, open_shells, progress=progress)
     return resume_run(run_dir, listeners=listeners)

@@ -77,6 +77,21 @@ def _check_env_name(key: str) -> None:
         raise ConfigError(f"environment variable name {key!r} is not valid")
 
 
+DRAIN_REASON = re.compile(r"[A-Za-z0-9 _.,:;()+=/@%-]{1,200}")
+
+
+def check_drain_reason(reason: str) -> str:
+    """reason when it is plain text Slurm keeps as one value (letters, digits, spaces and
+    _.,:;()+=/@%-, at most 200); raises ConfigError naming the first character refused."""
+    if not DRAIN_REASON.fullmatch(reason):
+        bad = next((c for c in reason if not DRAIN_REASON.fullmatch(c)), "")
+        raise ConfigError(
+            f"drain reason {reason[:60]!r} refused"
+            + (f": character {bad!r} is not allowed" if bad else ": empty or longer than 200")
+        )
+    return reason
+
+
 def check_output_path(path: Path) -> None:
     """Refuse a path Slurm would misread in an --output pattern; raises ConfigError."""
     if "\\" in str(path):
@@ -378,6 +393,38 @@ class SlurmScheduler:
         res = self._run(["scrontab", str(path)] if path is not None else ["scrontab", "-r"])
         if not res.ok:
             raise SchedulerError(f"scrontab failed: {res.brief()}")
+
+    def drain(self, nodes: list[str], reason: str) -> None:
+        """`scontrol update nodename=A,B state=drain reason=…` (one argv item each, no shell).
+        Raises ConfigError when a node is not one word or the reason holds a character outside
+        DRAIN_REASON (quotes, $, backticks, newlines), SchedulerError when scontrol refuses."""
+        self._set_state(nodes, "drain", check_drain_reason(reason))
+
+    def resume_nodes(self, nodes: list[str]) -> None:
+        """`scontrol update nodename=… state=resume`: back to service; raises like drain."""
+        self._set_state(nodes, "resume", None)
+
+    def _set_state(self, nodes: list[str], state: str, reason: str | None) -> None:
+        for node in nodes:
+            _check_word("node", node)
+        if not nodes:
+            return
+        argv = ["scontrol", "update", f"nodename={','.join(nodes)}", f"state={state}"]
+        if reason is not None:
+            argv.append(f"reason={reason}")
+        res = self._run(argv)
+        if not res.ok:
+            raise SchedulerError(f"cannot set {', '.join(nodes)} to {state}: {res.brief()}")
+
+    def node_state(self, node: str) -> tuple[str, str]:
+        """(state, reason) of one node from `scontrol show node -o`; raises SchedulerError."""
+        _check_word("node", node)
+        res = self._run(["scontrol", "show", "node", "-o", node])
+        if not res.ok:
+            raise SchedulerError(f"scontrol show node {node} failed: {res.brief()}")
+        state = re.search(r"\bState=(\S+)", res.stdout)
+        reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", res.stdout.strip())
+        return (state.group(1) if state else "", reason.group(1) if reason else "")
 
     def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
         """Nodes sinfo shows drained, down, failed, in maintenance or not responding (state ends in *)."""

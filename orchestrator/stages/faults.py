@@ -66,6 +66,11 @@ def check_plan_faults(plan: Plan, cluster: Cluster, steps: list[Step], force: bo
             )
         if (w := unreachable_warning(pf.kind, transport)) is not None:
             warnings.append(f"{where}: {w}")
+    from orchestrator.faults.safety import check_share
+
+    targets = [pf.spec(force=force).target.node for pf in plan.faults]
+    what = "the plan's faults hit"
+    check_share(targets, len(cluster.nodes), force=force, max_share=plan.max_share, what=what)
     return warnings
 
 
@@ -92,7 +97,9 @@ class StepFaults:
         from orchestrator.remote.shells import node_shells
 
         shells = self._exit.enter_context(node_shells(self.cluster))
-        self._engine = FaultEngine(self.cluster, shells, record_dir=self.rundir.root / "faults")
+        self._engine = FaultEngine(
+            self.cluster, shells, record_dir=self.rundir.root / "faults", max_share=self.plan.max_share
+        )
         swept = self._engine.sweep(self.nodes)
         self.log("faults_swept", nodes=self.nodes, removed={r.node: r.found for r in swept if r.found})
 

@@ -209,3 +209,21 @@ def test_two_bad_nodes_anywhere_are_both_named(n: int, data: st.DataObject) -> N
     assert _disjoint(res.rounds)
     # both halves may fail: then pairs across them (a 'mix' round) find the first good partners
     assert len(res.rounds) <= round_bound(n) + 2
+
+
+@pytest.mark.parametrize("bad", ["node1", "node2", "node3"])
+def test_three_nodes_one_throttled_nic_is_named_as_a_node_not_a_link(bad: str) -> None:
+    # The lab's case: no partner is known after the singles, and the set has a half of one node.
+    c = Cluster(3, bad_nic={bad})
+    res = isolate(c.nodes, c.test)
+    assert _named(res) == [("node", [bad])]
+    assert sorted(res.good) == sorted(set(c.nodes) - {bad})
+    assert len(res.rounds) <= 5
+
+
+def test_three_clean_nodes_clear_the_lone_node_with_a_partner() -> None:
+    c = Cluster(3)
+    res = isolate(c.nodes, c.test)
+    assert res.culprits == [] and res.undecided == []
+    assert sorted(res.good) == c.nodes
+    assert ("node1", "node2") in c.calls and any("node3" in g and len(g) == 2 for g in c.calls)

@@ -1,0 +1,131 @@
+"""CLI commands: isolate (find the bad node or link) and check --quick (a prolog-sized check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from orchestrator.cli.common import err, out, styled
+from orchestrator.cli.plan import InventoryOpt, OutOpt
+from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE
+from orchestrator.inventory import DEFAULT_INVENTORY
+from orchestrator.models.isolation import Round
+from orchestrator.models.plan import parse_size
+from orchestrator.runs.isolate import MAX_TIMEOUT_S, IsolateRequest, IsolationRun, run_isolation
+
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv"]
+
+
+def print_round(rnd: Round) -> None:
+    """Each test of a round as it ends (Trial.line(), then why a failing one failed)."""
+    for t in rnd.trials:
+        line = t.line() + ("" if t.outcome.passed else f"  [{t.outcome.detail}]")
+        err.print(line, markup=False, style=None if t.outcome.passed else "red")
+
+
+def render_isolation(r: IsolationRun) -> None:
+    """The culprits with their evidence, the mode, the verdict line."""
+    iso = r.isolation
+    out.print(
+        f"orch isolate {r.run_id}: {len(iso.rounds)} rounds, run {r.mode}, {r.wall_s:.0f} s", markup=False
+    )
+    for c in iso.culprits:
+        out.print(styled(f"culprit {c.kind} {'+'.join(c.nodes)}", "red"), f"— {c.why}", markup=False)
+        for t in c.evidence:
+            out.print(f"    {t.line()}", markup=False)
+    if not iso.culprits:
+        out.print(styled("no culprit", "green"), markup=False)
+    if iso.undecided:
+        out.print(f"undecided: {', '.join(iso.undecided)}", markup=False)
+    if r.drained:
+        out.print(f"drained: {', '.join(r.drained)}", markup=False)
+    if r.drain_refused:
+        out.print(styled(f"drain refused: {r.drain_refused}", "red"), markup=False)
+    out.print(f"good: {', '.join(iso.good) or 'none'} — {r.run_dir}", markup=False)
+
+
+def isolate_cmd(
+    inventory: InventoryOpt = DEFAULT_INVENTORY,
+    nodes: Annotated[
+        str | None, typer.Option("--nodes", help="Suspects, comma list (default: every node).")
+    ] = None,
+    known_good: Annotated[str | None, typer.Option("--known-good", help="Partners known to pass.")] = None,
+    collective: Annotated[
+        Collective, typer.Option("--collective", help="The one collective of the tests.")
+    ] = "all_reduce",
+    size: Annotated[str, typer.Option("--size", help="Message size, e.g. 64M.")] = "64M",
+    timeout: Annotated[
+        int, typer.Option("--timeout", min=5, max=MAX_TIMEOUT_S, help="Time limit of one test (s).")
+    ] = MAX_TIMEOUT_S,
+    iters: Annotated[int, typer.Option("--iters", min=1, help="Timed iterations per test.")] = 5,
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", help="A single node passes within this of the best single.")
+    ] = 0.2,
+    min_efficiency: Annotated[
+        float, typer.Option("--min-efficiency", help="A group passes at this share of the best single.")
+    ] = 0.5,
+    min_gbs: Annotated[float | None, typer.Option("--min-gbs", help="Absolute busbw floor, GB/s.")] = None,
+    concurrent: Annotated[
+        bool, typer.Option("--concurrent", help="Run a round's disjoint tests together (real clusters).")
+    ] = False,
+    drain_bad: Annotated[bool, typer.Option("--drain-bad", help="Drain the culprit nodes in Slurm.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Drain past the plan's max_share.")] = False,
+    out_dir: OutOpt = None,
+) -> int:
+    """Find the bad node or link: singles, pairs with known-good partners, bisection (exit 0: no
+    culprit, 1: culprits named, 2: drain refused, 3: infra)."""
+    req = IsolateRequest(
+        inventory=inventory,
+        nodes=[n for n in nodes.split(",") if n] if nodes else None,
+        known_good=[n for n in known_good.split(",") if n] if known_good else [],
+        collective=collective,
+        size=parse_size(size),
+        timeout_s=timeout,
+        iters=iters,
+        tolerance=tolerance,
+        min_efficiency=min_efficiency,
+        min_gbs=min_gbs,
+        concurrent=concurrent,
+        drain_bad=drain_bad,
+        force=force,
+        out_dir=out_dir or Path("runs"),
+    )
+    err.print(f"isolation: rounds run {'concurrent' if concurrent else 'sequential'}", markup=False)
+    result = run_isolation(req, on_round=print_round)
+    render_isolation(result)
+    return result.exit_code
+
+
+def check_cmd(
+    node: Annotated[str | None, typer.Argument(help="The node (default: this host's short name).")] = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Certificate and fingerprint only (seconds).")
+    ] = False,
+    inventory: InventoryOpt = DEFAULT_INVENTORY,
+    root: Annotated[
+        Path, typer.Option("--dir", help="The folder of run folders holding certificates.")
+    ] = Path("runs"),
+) -> int:
+    """Exit 1 when NODE's newest certificate is missing, edited or expired, or its fingerprint
+    drifted against the stack; 0 otherwise (for a Slurm prolog or health-check program)."""
+    import socket
+
+    from orchestrator.certs.quick import quick_check
+
+    if not quick:
+        err.print("only --quick exists today", markup=False)
+        return EXIT_USAGE
+    res = quick_check(node or socket.gethostname().split(".")[0], inventory, root)
+    for p in res.problems:
+        err.print(f"{res.node}: {p}", markup=False)
+    if res.ok:
+        out.print(f"{res.node}: ok ({res.certificate})", markup=False)
+    return EXIT_OK if res.ok else EXIT_THRESHOLDS
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the root app."""
+    app.command("isolate")(isolate_cmd)
+    app.command("check")(check_cmd)

@@ -1,0 +1,395 @@
+"""`orch isolate`: find the bad node or link among nodes, each test a pipeline step.
+
+A run of its own kind ("isolate") inside RunLifecycle. The search (isolation/search.py) decides
+what to test; each test (one node with 2 ranks, a pair, a set) is a step of a short plan (one
+collective, one size, a step timeout of a minute at most) run by the pipeline's own executor
+(pipeline._Runner: job_spec, the scheduler of make_scheduler, collection and judging), so an
+isolation test is run, collected and kept exactly as a ladder step is. A round's steps run
+concurrently where their nodes are disjoint (plan.concurrent_steps, `--concurrent`) or one after
+another (the default: in the lab they share 2 cores); the mode is journaled and printed.
+
+The pass rule (docs/isolation.md):
+- a single node passes when its step passed (completed, every row, #wrong 0) and its busbw is at
+  least (1 - tolerance) x the best single-node busbw of the round, and at least --min-gbs;
+- a multi-node group passes when its step passed and its busbw is at least min_efficiency x the
+  reference, the best single-node busbw of the run (the intra-node figure: inter-node efficiency
+  against the node alone), and at least --min-gbs. With no single-node figure (every node failed
+  alone), only completion and --min-gbs count.
+
+`scale-test --isolate` (isolate_after_scale_test) runs it on the nodes of the multi-node steps that
+failed their thresholds, as a linked run: its own folder beside the scale-test's, `parent_run` in
+its run_started and isolation.json, and a copy of isolation.json in the scale-test's folder.
+
+Results: `isolation_round` and `isolation_result` journal lines, isolation.json in the run folder
+(IsolationRun), each test's step folder (steps/<id>/, result.json as a ladder step), and
+report.md. `--drain-bad` drains the culprit nodes (runs/drain.py).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE, ConfigError
+from orchestrator.inventory import load_inventory
+from orchestrator.isolation.search import isolate, round_bound
+from orchestrator.models.base import StrictModel
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.events import Listener, RunStarted
+from orchestrator.models.isolation import Group, Isolation, Outcome, Round
+from orchestrator.models.plan import Plan, SizeRange, Step
+from orchestrator.models.results import PlanCollective
+from orchestrator.models.run import RunResult, StepResult
+from orchestrator.pipeline import _Runner, choose_backend, make_scheduler
+from orchestrator.runs.drain import drain_culprits
+from orchestrator.runs.lifecycle import Ending, RunLifecycle
+from orchestrator.scheduler.base import backend_traits
+from orchestrator.stages.stack import stack_name, stack_python
+from orchestrator.store.load import require_model
+from orchestrator.store.rundir import atomic_write, new_run_id
+
+MAX_TIMEOUT_S = 60
+Mode = Literal["concurrent", "sequential"]
+
+
+class IsolateRequest(StrictModel):
+    """Everything `orch isolate` needs, as the CLI parsed it."""
+
+    inventory: Path
+    nodes: list[str] | None = Field(default=None, description="the suspects; None = every node")
+    known_good: list[str] = Field(default_factory=list, description="partners known to pass")
+    collective: PlanCollective = "all_reduce"
+    size: int = Field(default=64 * 2**20, ge=1)
+    timeout_s: int = Field(default=MAX_TIMEOUT_S, ge=5, le=MAX_TIMEOUT_S)
+    iters: int = Field(default=5, ge=1)
+    warmup_iters: int = Field(default=1, ge=0)
+    tolerance: float = Field(default=0.2, ge=0, lt=1, description="singles: within this of the best")
+    min_efficiency: float = Field(default=0.5, gt=0, le=1, description="groups: of the best single")
+    min_gbs: float | None = Field(default=None, gt=0, description="absolute busbw floor, GB/s")
+    concurrent: bool = Field(default=False, description="a round's disjoint tests run together")
+    max_share: float = Field(default=Plan.model_fields["max_share"].default, gt=0, le=1)
+    drain_bad: bool = False
+    force: bool = Field(default=False, description="drain more than max_share of the nodes")
+    out_dir: Path = Path("runs")
+    python: str | None = None
+
+
+class IsolationRun(StrictModel):
+    """isolation.json: what an isolate run found, and how."""
+
+    run_id: str
+    run_dir: Path
+    parent_run: str | None = Field(default=None, description="the scale-test whose step failed")
+    mode: Mode
+    collective: PlanCollective
+    size_bytes: int
+    rule: str
+    reference_gbs: float | None = Field(default=None, description="best single-node busbw of the run")
+    round_bound: int = Field(description="1 + ceil(log2 N): the rounds one bad node should take")
+    isolation: Isolation
+    drained: list[str] = Field(default_factory=list)
+    drain_refused: str | None = None
+    status: Literal["accepted", "failed", "infra", "interrupted"]
+    exit_code: int
+    wall_s: float
+
+
+def isolation_plan(req: IsolateRequest, base: Plan | None = None) -> Plan:
+    """The short plan of isolation tests: one collective at one size, a minute at most per step
+    (base: the scale-test plan it follows, for its backend, partition, stack and max_share)."""
+    return Plan(
+        name="isolate",
+        description="isolation tests (orch isolate)",
+        collectives=[req.collective],
+        sizes=SizeRange(min=req.size, max=req.size),
+        warmup_iters=req.warmup_iters,
+        iters=req.iters,
+        step_timeout_s=req.timeout_s,
+        concurrent_steps=req.concurrent,
+        max_share=base.max_share if base else req.max_share,
+        backend=base.backend if base else "auto",
+        partition=base.partition if base else None,
+        stack=base.stack if base else None,
+        slurm_mode="per-step",
+    )
+
+
+def rule_text(req: IsolateRequest) -> str:
+    floor = f", and >= {req.min_gbs} GB/s" if req.min_gbs else ""
+    return (
+        f"single node: completes and busbw >= {1 - req.tolerance:.0%} of the round's best single"
+        f"{floor}; group: completes and busbw >= {req.min_efficiency:.0%} of the best single-node "
+        f"busbw of the run{floor}"
+    )
+
+
+def test_step(group: Group, cluster: Cluster, plan: Plan, round_no: int, i: int) -> Step:
+    """One isolation test as a ladder step: a single node runs 2 ranks (or its GPUs), a group one
+    rank per GPU (one per node on CPU nodes)."""
+    # In inventory order: Slurm places rank 0 on the first node of its own (sorted) list, and
+    # job_spec puts the rendezvous on the step's first node: the two must be the same node.
+    order = [n.name for n in cluster.nodes if n.name in group]
+    gpus = min(cluster.node(n).gpus_per_node for n in group)
+    rpn = max(2, gpus) if len(group) == 1 else gpus
+    kind = "single" if len(group) == 1 else "pair" if len(group) == 2 else "set"
+    return Step(
+        id=f"r{round_no}-t{i + 1}-{kind}",
+        index=i,
+        nnodes=len(group),
+        ranks_per_node=rpn,
+        nodes=order,
+        world_size=len(group) * rpn,
+        collectives=[plan.collectives[0]],
+        sizes=[plan.sizes.min],
+    )
+
+
+def judge(results: Sequence[StepResult], req: IsolateRequest, reference: float | None) -> list[Outcome]:
+    """Each step's outcome by the pass rule (module doc); reference: the best single-node busbw
+    known before this round (the round's own singles are compared with each other)."""
+    figures = [_busbw(r) for r in results]
+    singles = [f for r, f in zip(results, figures, strict=True) if r.step.nnodes == 1 and r.verdict == "pass"]
+    best_single = max([f for f in singles if f is not None], default=None)
+    outcomes: list[Outcome] = []
+    for res, fig in zip(results, figures, strict=True):
+        why: list[str] = []
+        if res.verdict != "pass":
+            why.append(f"step {res.verdict}: " + ("; ".join(res.reasons) or "no result"))
+        elif fig is None:
+            why.append("no busbw figure")
+        else:
+            if req.min_gbs is not None and fig < req.min_gbs:
+                why.append(f"busbw {fig:.4g} < {req.min_gbs} GB/s")
+            if res.step.nnodes == 1 and best_single and fig < (1 - req.tolerance) * best_single:
+                why.append(
+                    f"busbw {fig:.4g} < {1 - req.tolerance:.0%} of the best single ({best_single:.4g})"
+                )
+            ref = max((x for x in (reference, best_single) if x is not None), default=None)
+            if res.step.nnodes > 1 and ref and fig < req.min_efficiency * ref:
+                why.append(
+                    f"efficiency {fig / ref:.1%} < {req.min_efficiency:.0%} of the best single ({ref:.4g})"
+                )
+        outcomes.append(Outcome(passed=not why, figure=fig, detail="; ".join(why) or f"step {res.step.id}"))
+    return outcomes
+
+
+def _busbw(res: StepResult) -> float | None:
+    s = next(iter(res.summary.values()), None)
+    return s.busbw_gbs if s is not None else None
+
+
+class _Rounds:
+    """The round runner isolate() calls: each round's groups become steps run by the pipeline."""
+
+    def __init__(
+        self,
+        req: IsolateRequest,
+        plan: Plan,
+        cluster: Cluster,
+        life: RunLifecycle,
+        python: str,
+        env: dict[str, str],
+        on_round: Callable[[Round], None],
+    ) -> None:
+        self.req, self.plan, self.cluster, self.life, self.python, self.env = (
+            req,
+            plan,
+            cluster,
+            life,
+            python,
+            env,
+        )
+        self.backend = choose_backend(plan, cluster)
+        self.sched = make_scheduler(self.backend, cluster, plan)
+        self.on_round = on_round
+        self.index = 0
+        self.reference: float | None = None
+        self.mode: Mode = "concurrent" if plan.concurrent_steps else "sequential"
+
+    def __call__(self, groups: Sequence[Group]) -> list[Outcome]:
+        self.index += 1
+        steps = [test_step(g, self.cluster, self.plan, self.index, i) for i, g in enumerate(groups)]
+        self.life.journal(
+            "isolation_round_started",
+            round=self.index,
+            mode=self.mode,
+            steps=[s.id for s in steps],
+            groups=[list(g) for g in groups],
+        )
+        runner = _Runner(
+            self.plan, self.cluster, steps, self.sched, self.backend, self.life, self.python, self.env
+        )
+        runner.run()
+        outcomes = judge(runner.results, self.req, self.reference)
+        for res, o in zip(runner.results, outcomes, strict=True):
+            if res.step.nnodes == 1 and o.passed and o.figure is not None:
+                self.reference = max(self.reference or 0.0, o.figure)
+        return outcomes
+
+    def round_done(self, rnd: Round) -> None:
+        self.life.journal(
+            "isolation_round",
+            round=rnd.index,
+            mode=self.mode,
+            trials=[t.model_dump(mode="json") for t in rnd.trials],
+        )
+        self.on_round(rnd)
+
+
+def run_isolation(
+    req: IsolateRequest,
+    listeners: list[Listener] | None = None,
+    on_round: Callable[[Round], None] = lambda _r: None,
+    *,
+    base_plan: Plan | None = None,
+    parent_run: str | None = None,
+) -> IsolationRun:
+    """Run the isolation search on req.nodes as a run of kind "isolate"; on_round sees each round
+    as it ends. base_plan and parent_run: the scale-test it follows (scale-test --isolate).
+
+    Raises ConfigError (unknown node, a backend that runs on one node only, fewer than 2 nodes)
+    and Interrupted on Ctrl-C or SIGTERM (jobs cancelled, run_finished journaled)."""
+    t0 = time.monotonic()
+    cluster = load_inventory(req.inventory)
+    plan = isolation_plan(req, base_plan)
+    nodes = req.nodes or [n.name for n in cluster.nodes]
+    for n in [*nodes, *req.known_good]:
+        cluster.node(n)
+    if len(set(nodes) | set(req.known_good)) < 2:
+        raise ConfigError("isolation needs at least 2 nodes (suspects and known-good partners)")
+    backend = choose_backend(plan, cluster)
+    if not backend_traits(backend).multi_node:
+        raise ConfigError(f"isolation runs multi-node tests; the {backend} backend runs on one node only")
+    python, env = (req.python, {}) if req.python else stack_python(stack_name(None, plan, cluster))
+    run_id = new_run_id("isolate")
+    with RunLifecycle.create(req.out_dir, run_id, listeners or [], t0=t0) as life:
+        life.write_inputs(plan=plan, inventory=cluster, request=req)
+        mode: Mode = "concurrent" if plan.concurrent_steps else "sequential"
+        life.started(
+            RunStarted(run_id=life.run_id, run_dir=life.root, plan=plan.name, backend=backend, steps=[]),
+            kind="isolate",
+            nodes=nodes,
+            mode=mode,
+            parent_run=parent_run,
+            rule=rule_text(req),
+        )
+        rounds = _Rounds(req, plan, cluster, life, python or sys.executable, env, on_round)
+        found = isolate(nodes, known_good=req.known_good, run_round=rounds, on_round=rounds.round_done)
+        result = IsolationRun(
+            run_id=life.run_id,
+            run_dir=life.root,
+            parent_run=parent_run,
+            mode=mode,
+            collective=req.collective,
+            size_bytes=req.size,
+            rule=rule_text(req),
+            reference_gbs=rounds.reference,
+            round_bound=round_bound(len(nodes)),
+            isolation=found,
+            status="accepted" if not found.culprits and not found.undecided else "failed",
+            exit_code=EXIT_OK if not found.culprits and not found.undecided else EXIT_THRESHOLDS,
+            wall_s=0.0,
+        )
+        if req.drain_bad and found.culprits:
+            try:
+                result.drained = drain_culprits(found, cluster, life.run_id, plan.max_share, force=req.force)
+            except ConfigError as e:
+                result.drain_refused = str(e)
+                result.exit_code = EXIT_USAGE
+            life.journal("drain", drained=result.drained, refused=result.drain_refused)
+        result.wall_s = life.wall_s
+        life.journal(
+            "isolation_result",
+            culprits=[c.model_dump(mode="json") for c in found.culprits],
+            good=found.good,
+            undecided=found.undecided,
+            rounds=len(found.rounds),
+            mode=mode,
+            reference_gbs=rounds.reference,
+        )
+        atomic_write(life.root / "isolation.json", result.model_dump_json(indent=2) + "\n")
+        atomic_write(life.root / "report.md", isolation_markdown(result))
+        life.finish(Ending(result.status, result.exit_code, result.drain_refused), wall_s=result.wall_s)
+        return result
+
+
+def isolation_markdown(r: IsolationRun) -> str:
+    """report.md of an isolate run: the culprits with their evidence, then every round."""
+    iso = r.isolation
+    lines = [
+        f"# orch isolate {r.run_id}",
+        "",
+        f"- {r.collective} at {r.size_bytes} bytes; rounds ran **{r.mode}**; "
+        f"{len(iso.rounds)} rounds (the bar for one bad node, ⌈log₂ N⌉ + 2: {r.round_bound + 1}), "
+        f"{r.wall_s:.0f} s",
+        f"- rule: {r.rule}",
+        "- reference (best single-node busbw): "
+        + (f"{r.reference_gbs:.4g} GB/s" if r.reference_gbs is not None else "none"),
+    ]
+    if r.parent_run:
+        lines.append(f"- after scale-test run {r.parent_run}")
+    lines += ["", "## Culprits", ""]
+    if not iso.culprits:
+        lines.append("none" + (f" (undecided: {', '.join(iso.undecided)})" if iso.undecided else ""))
+    for c in iso.culprits:
+        lines += [f"- **{c.kind} {'+'.join(c.nodes)}**: {c.why}"]
+        lines += [f"  - {t.line()} {t.outcome.detail}".rstrip() for t in c.evidence]
+    if r.drained or r.drain_refused:
+        lines += [
+            "",
+            f"Drained: {', '.join(r.drained) or 'none'}"
+            + (f" ({r.drain_refused})" if r.drain_refused else ""),
+        ]
+    lines += ["", "## Rounds", ""]
+    for rnd in iso.rounds:
+        lines += [f"- {t.line()} {'' if t.outcome.passed else t.outcome.detail}".rstrip() for t in rnd.trials]
+    lines += ["", f"Good: {', '.join(iso.good) or 'none'}", ""]
+    return "\n".join(lines)
+
+
+def failed_multinode_nodes(result: RunResult) -> tuple[list[str], list[str]]:
+    """(suspects, known good) after a scale-test: the nodes of multi-node steps that failed their
+    thresholds, and the nodes of multi-node steps that passed and are in no failing one."""
+    failed = [r for r in result.steps if r.step.nnodes > 1 and r.verdict == "fail"]
+    suspects = sorted({n for r in failed for n in r.step.nodes})
+    passed = {n for r in result.steps if r.step.nnodes > 1 and r.verdict == "pass" for n in r.step.nodes}
+    return suspects, sorted(passed - set(suspects))
+
+
+def isolate_after_scale_test(
+    result: RunResult,
+    inventory: Path,
+    on_round: Callable[[Round], None] = lambda _r: None,
+    *,
+    drain_bad: bool = False,
+    force: bool = False,
+) -> IsolationRun | None:
+    """`scale-test --isolate`: when a multi-node step failed its thresholds, isolate on its nodes
+    as a linked run (its own folder beside the scale-test's, parent_run naming the scale-test;
+    the scale-test's folder gets a copy of isolation.json). None when no multi-node step failed.
+    The tests use the scale-test plan's first collective, at its largest size up to 64 MiB, and
+    its step timeout up to a minute; the pass rule is isolate's own (its min_scaling_efficiency
+    is against a 2-node step, not against a node alone). Raises as run_isolation."""
+    suspects, good = failed_multinode_nodes(result)
+    if not suspects:
+        return None
+    base = require_model(Plan, result.run_dir, result.run_dir / "plan.json")
+    req = IsolateRequest(
+        inventory=inventory,
+        nodes=suspects,
+        known_good=good,
+        collective=base.collectives[0],
+        size=min(base.sizes.max, 64 * 2**20),
+        timeout_s=max(5, min(MAX_TIMEOUT_S, base.step_timeout_s)),
+        drain_bad=drain_bad,
+        force=force,
+        out_dir=result.run_dir.parent,
+    )
+    found = run_isolation(req, on_round=on_round, base_plan=base, parent_run=result.run_id)
+    atomic_write(result.run_dir / "isolation.json", found.model_dump_json(indent=2) + "\n")
+    return found

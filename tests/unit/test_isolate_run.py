@@ -1,0 +1,282 @@
+"""`orch isolate` as a run: each test a pipeline step (a stand-in scheduler answers), the culprit
+named with its evidence in the journal, isolation.json and report.md; the pass rule; draining."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+import orchestrator.pipeline as pipeline
+import orchestrator.runs.isolate as iso
+from orchestrator.errors import ConfigError
+from orchestrator.faults.safety import SafetyError
+from orchestrator.models.isolation import Culprit, Isolation
+from orchestrator.models.plan import Step
+from orchestrator.models.results import CollSummary
+from orchestrator.models.run import StepResult
+from orchestrator.remote.base import CmdResult
+from orchestrator.runs.drain import drain_culprits, drain_reason
+from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
+from orchestrator.scheduler.slurm import SlurmScheduler, check_drain_reason
+
+# rank 0 of a real 2-rank collbench run (SOURCE.md beside it): all_reduce at 1M..16M
+LOG = Path(__file__).parents[1] / "fixtures" / "collbench" / "a-vs-a-2ranks" / "run1-rank0.log"
+SIZE = 16 * 2**20
+
+
+class StandIn:
+    """Jobs end at once: COMPLETED with a real collbench log, or FAILED (no log) when the job
+    spans more than one node and one of them is in `bad`."""
+
+    name = "slurm"
+
+    def __init__(self, bad: set[str]) -> None:
+        self.bad = bad
+        self.specs: dict[str, JobSpec] = {}
+        self.order: list[list[str]] = []
+
+    def render(self, spec: JobSpec) -> str:
+        return ""
+
+    def submit(self, spec: JobSpec, *, after: str | None = None) -> str:
+        job = str(100 + len(self.specs))
+        self.specs[job] = spec
+        self.order.append(list(spec.nodes))
+        spec.workdir.mkdir(parents=True, exist_ok=True)
+        if not self._fails(spec):
+            shutil.copy(LOG, spec.workdir / "rank-0.log")
+        return job
+
+    def _fails(self, spec: JobSpec) -> bool:
+        return len(spec.nodes) > 1 and bool(self.bad & set(spec.nodes))
+
+    def poll(self, job_ids: list[str]) -> dict[str, JobState]:
+        out: dict[str, JobState] = {}
+        for j in job_ids:
+            failed = self._fails(self.specs[j])
+            status = JobStatus.FAILED if failed else JobStatus.COMPLETED
+            out[j] = JobState(job_id=j, status=status, raw_state=status.value.upper())
+        return out
+
+    def cancel(self, job_ids: list[str]) -> None:
+        pass
+
+    def collect(self, job_id: str, spec: JobSpec) -> JobOutput:
+        log = spec.workdir / "rank-0.log"
+        return JobOutput(job_id=job_id, ranks=[RankOutput(rank=0, log=log)] if log.exists() else [])
+
+    def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
+        return {}
+
+
+def _inventory(tmp_path: Path, n: int = 3) -> Path:
+    inv = tmp_path / "inv.yml"
+    hosts = {
+        f"node{i}": {"ansible_host": f"198.18.0.{10 + i}", "gpu_vendor": "none"} for i in range(1, n + 1)
+    }
+    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    return inv
+
+
+def _run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: set[str], **kw: object
+) -> tuple[iso.IsolationRun, StandIn]:
+    fake = StandIn(bad)
+    monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
+    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    req = iso.IsolateRequest(inventory=_inventory(tmp_path), size=SIZE, out_dir=tmp_path / "runs", **kw)  # type: ignore[arg-type]
+    rounds: list[int] = []
+    result = iso.run_isolation(req, on_round=lambda r: rounds.append(r.index))
+    assert rounds == [r.index for r in result.isolation.rounds]
+    return result, fake
+
+
+def _journal(run_dir: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+
+
+def test_a_throttled_node_is_named_with_its_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, fake = _run(tmp_path, monkeypatch, {"node3"})
+    assert [(c.kind, c.nodes) for c in result.isolation.culprits] == [("node", ["node3"])]
+    assert result.exit_code == 1 and result.status == "failed" and result.mode == "sequential"
+    assert len(result.isolation.rounds) <= result.round_bound + 1
+    # every test ran as a pipeline step of its own folder, singles with 2 ranks
+    assert ["node1"] in fake.order and any(len(o) == 2 and "node3" in o for o in fake.order)
+    # inventory order: rank 0 (first in Slurm's sorted node list) is where the rendezvous is
+    assert all(s.nodes == sorted(s.nodes) for s in fake.specs.values())
+    singles = [s for s in fake.specs.values() if len(s.nodes) == 1]
+    assert singles and all(s.ranks_per_node == 2 for s in singles)
+    assert all((Path(s.workdir) / "result.json").exists() for s in fake.specs.values())
+    events = _journal(result.run_dir)
+    started = next(e for e in events if e["event"] == "run_started")
+    assert started["kind"] == "isolate" and started["mode"] == "sequential"
+    assert [e["round"] for e in events if e["event"] == "isolation_round"] == list(
+        range(1, len(result.isolation.rounds) + 1)
+    )
+    end = next(e for e in events if e["event"] == "isolation_result")
+    assert [c["nodes"] for c in end["culprits"]] == [["node3"]]  # type: ignore[index, union-attr]
+    assert events[-1]["event"] == "run_finished" and events[-1]["exit_code"] == 1
+    saved = iso.IsolationRun.model_validate_json((result.run_dir / "isolation.json").read_text())
+    assert saved.isolation.culprits[0].evidence
+    report = (result.run_dir / "report.md").read_text()
+    assert "node node3" in report and "FAIL" in report and "sequential" in report
+
+
+def test_a_clean_cluster_has_no_culprit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, _ = _run(tmp_path, monkeypatch, set(), concurrent=True)
+    assert result.isolation.culprits == [] and result.isolation.undecided == []
+    assert result.exit_code == 0 and result.mode == "concurrent"
+    assert result.reference_gbs is not None and result.reference_gbs > 0
+
+
+def test_isolation_refuses_an_unknown_node_and_a_timeout_past_a_minute(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nodeX"):
+        iso.run_isolation(iso.IsolateRequest(inventory=_inventory(tmp_path), nodes=["node1", "nodeX"]))
+    with pytest.raises(ValueError, match="60"):
+        iso.IsolateRequest(inventory=_inventory(tmp_path), timeout_s=600)
+
+
+def _res(nodes: list[str], busbw: float | None, verdict: str = "pass") -> StepResult:
+    step = Step(id="t", index=0, nnodes=len(nodes), ranks_per_node=1, nodes=nodes, world_size=len(nodes),
+                collectives=["all_reduce"], sizes=[SIZE])  # fmt: skip
+    summary = (
+        {
+            "all_reduce": CollSummary(
+                collective="all_reduce", size_bytes=SIZE, busbw_gbs=busbw, algbw_gbs=busbw
+            )
+        }
+        if busbw is not None
+        else {}
+    )
+    return StepResult(step=step, verdict=verdict, summary=summary)  # type: ignore[arg-type]
+
+
+def test_the_pass_rule_singles_against_the_best_single_groups_against_efficiency() -> None:
+    req = iso.IsolateRequest(inventory=Path("x"), tolerance=0.2, min_efficiency=0.5)
+    singles = iso.judge([_res(["a"], 1.0), _res(["b"], 0.85), _res(["c"], 0.7)], req, None)
+    assert [o.passed for o in singles] == [True, True, False]
+    assert "80%" in singles[2].detail
+    groups = iso.judge(
+        [_res(["a", "b"], 0.6), _res(["c", "d"], 0.4), _res(["e", "f"], None, "infra")], req, 1.0
+    )
+    assert [o.passed for o in groups] == [True, False, False]
+    assert "efficiency" in groups[1].detail and "infra" in groups[2].detail
+    floor = iso.IsolateRequest(inventory=Path("x"), min_gbs=0.5)
+    assert not iso.judge([_res(["a", "b"], 0.45)], floor, None)[0].passed
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def run(self, argv: list[str], *, timeout: float | None = None, env: dict[str, str] | None = None,
+            **_kw: object) -> CmdResult:  # fmt: skip
+        self.calls.append(list(argv))
+        return CmdResult(argv=argv, rc=0, stdout="", stderr="", elapsed_s=0.0)
+
+
+def test_drain_goes_through_scontrol_as_argv_with_a_checked_reason(tmp_path: Path) -> None:
+    rec = Recorder()
+    sched = SlurmScheduler(runner=rec)  # type: ignore[arg-type]
+    bad = Culprit(kind="node", nodes=["node3"], why="fails with partners; $(x)", evidence=[])
+    found = Isolation(rounds=[], culprits=[bad], good=["node1", "node2"])
+    cluster = pipeline.load_inventory(_inventory(tmp_path))
+    assert drain_culprits(found, cluster, "isolate-1", 0.5, force=False, sched=sched) == ["node3"]
+    argv = rec.calls[0]
+    assert argv[:4] == ["scontrol", "update", "nodename=node3", "state=drain"]
+    assert argv[4].startswith("reason=orch isolate-1: ") and "$" not in argv[4] and "(x)" in argv[4]
+    for bad in ('a"b', "a$b", "a`b", "a\nb", "", "x" * 201):
+        with pytest.raises(ConfigError):
+            check_drain_reason(bad)
+    assert drain_reason("r1", 'say "hi"; rm') == "orch r1: say  hi ; rm"
+
+
+def test_drain_refuses_more_than_the_share_without_force(tmp_path: Path) -> None:
+    rec = Recorder()
+    sched = SlurmScheduler(runner=rec)  # type: ignore[arg-type]
+    culprits = [Culprit(kind="node", nodes=[n], why="bad", evidence=[]) for n in ("node1", "node2")]
+    two = Isolation(rounds=[], culprits=culprits, good=["node3"])
+    cluster = pipeline.load_inventory(_inventory(tmp_path))
+    with pytest.raises(SafetyError, match="max_share"):
+        drain_culprits(two, cluster, "r1", 0.5, force=False, sched=sched)
+    assert rec.calls == []
+    assert drain_culprits(two, cluster, "r1", 0.5, force=True, sched=sched) == ["node1", "node2"]
+    link = Isolation(
+        rounds=[], culprits=[Culprit(kind="link", nodes=["node1", "node2"], why="link", evidence=[])], good=[]
+    )
+    assert drain_culprits(link, cluster, "r1", 0.5, force=False, sched=sched) == []
+
+
+def test_scale_test_isolate_runs_on_the_failed_multinode_steps_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.models.run import RunResult
+    from orchestrator.plan import load_plan
+
+    fake = StandIn({"node3"})
+    monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
+    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    parent = tmp_path / "runs" / "smoke-1"
+    parent.mkdir(parents=True)
+    plan = load_plan("smoke").model_copy(update={"step_timeout_s": 600})
+    (parent / "plan.json").write_text(plan.model_dump_json())
+    steps = [
+        _res(["node1"], 1.0),
+        _res(["node1", "node2"], 0.5),
+        _res(["node1", "node2", "node3"], 0.01, "fail"),
+    ]
+    result = RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
+                       exit_code=1, steps=steps, nodes={}, wall_s=1.0)  # fmt: skip
+    assert iso.failed_multinode_nodes(result) == (["node1", "node2", "node3"], [])
+    found = iso.isolate_after_scale_test(result, _inventory(tmp_path))
+    assert found is not None and found.parent_run == "smoke-1"
+    assert [c.nodes for c in found.isolation.culprits] == [["node3"]]
+    assert found.run_dir.parent == parent.parent and found.run_dir != parent
+    assert all(s.time_limit_s <= 60 for s in fake.specs.values())
+    assert json.loads((parent / "isolation.json").read_text())["run_id"] == found.run_id
+    steps[2].verdict = "pass"
+    assert iso.isolate_after_scale_test(result, _inventory(tmp_path)) is None
+
+
+def test_cert_resume_retests_a_drained_node_and_drains_it_again_when_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.runs.node_resume import resume_node
+
+    class Slurm(Recorder):
+        def run(self, argv: list[str], **kw: object) -> CmdResult:
+            out = "NodeName=node3 State=IDLE+DRAIN Reason=orch isolate-1: bad [root@2026-12-01T07:00:00]"
+            self.calls.append(list(argv))
+            text = out if argv[1] == "show" else "node3|idle\n" if argv[0] == "sinfo" else ""
+            return CmdResult(argv=argv, rc=0, stdout=text, stderr="", elapsed_s=0.0)
+
+    for bad, resumed in ((set(), True), ({"node3"}, False)):
+        rec = Slurm()
+        fake = StandIn(bad)
+        monkeypatch.setattr(iso, "make_scheduler", lambda *_a, _f=fake, **_k: _f)
+        monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+        monkeypatch.setattr(
+            "orchestrator.runs.drain.SlurmScheduler", lambda _r=rec, **_k: SlurmScheduler(runner=_r)
+        )  # type: ignore[arg-type]
+        res = resume_node(
+            "node3", _inventory(tmp_path), tmp_path / "runs", sched=SlurmScheduler(runner=rec), size=SIZE
+        )  # type: ignore[arg-type]
+        assert res.resumed is resumed and res.was.startswith("IDLE+DRAIN")
+        states = [a[3] for a in rec.calls if a[:2] == ["scontrol", "update"]]
+        assert states == (["state=resume"] if resumed else ["state=resume", "state=drain"])
+        assert ["node1", "node3"] in fake.order or ["node2", "node3"] in fake.order
+        if not resumed:
+            drain = next(a for a in rec.calls if "state=drain" in a)
+            assert drain[4].startswith(f"reason=orch {res.retest.run_id}: ")
+
+
+def test_runs_resume_refuses_an_isolate_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.runs.resume import resume
+
+    result, _ = _run(tmp_path, monkeypatch, set())
+    with pytest.raises(ConfigError, match="isolate run"):
+        resume(result.run_dir, open_shells=lambda _c: None)  # type: ignore[arg-type, return-value]

@@ -1,0 +1,73 @@
+"""`orch check --quick`: exit non-zero on an expired certificate or a drifted fingerprint."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+import orchestrator.provision.quickprint as quickprint
+from orchestrator.certs.build import seal, stack_summary
+from orchestrator.certs.quick import quick_check
+from orchestrator.certs.service import cert_path, cert_text
+from orchestrator.models.cert import Certificate, CertTest
+from orchestrator.models.fingerprint import Fingerprint
+from orchestrator.stacks import load_stack
+
+NOW = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
+
+
+def _matching(node: str) -> Fingerprint:
+    """A fingerprint with every field the cpu-gloo manifest pins, as the manifest says."""
+    stack = load_stack("cpu-gloo")
+    py = stack.python
+    assert py is not None
+    from orchestrator import __version__
+
+    return Fingerprint(node=node, venv_python=py.python_version + ".2", torch=py.torch, orch=__version__)
+
+
+def _setup(tmp_path: Path, fp: Fingerprint, valid_days: int) -> tuple[Path, Path]:
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"node1": {"ansible_host": "198.18.0.11"}}}}))
+    cert = Certificate(
+        node="node1", run_id="20261201T060000Z-smoke-abcd", plan="smoke", run_status="accepted",
+        issued_at=NOW - timedelta(days=1), valid_until=NOW + timedelta(days=valid_days),
+        stack=stack_summary("cpu-gloo", NOW, fp),
+        tests=[CertTest(step="n1xg2", collective="all_reduce", nnodes=1, ranks=2, metric="busbw_gbs",
+                        measured=1.0, passed=True)],
+    )  # fmt: skip
+    path = cert_path(tmp_path / "runs" / "r1", "node1")
+    path.parent.mkdir(parents=True)
+    path.write_text(cert_text(seal(cert)))
+    return inv, tmp_path / "runs"
+
+
+def _fingerprint_now(monkeypatch: pytest.MonkeyPatch, fp: Fingerprint) -> None:
+    monkeypatch.setattr(quickprint, "quick_fingerprint", lambda _c, _s, names: ({n: fp for n in names}, {}))
+
+
+def test_a_valid_certificate_and_the_same_fingerprint_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fp = _matching("node1")
+    inv, root = _setup(tmp_path, fp, 30)
+    _fingerprint_now(monkeypatch, fp)
+    res = quick_check("node1", inv, root, now=NOW)
+    assert res.ok, res.problems
+
+
+def test_expired_drifted_or_missing_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fp = _matching("node1")
+    inv, root = _setup(tmp_path, fp, 30)
+    _fingerprint_now(monkeypatch, fp.model_copy(update={"venv_python": None}))  # the venv removed from /opt
+    res = quick_check("node1", inv, root, now=NOW)
+    assert not res.ok and any("drift" in p for p in res.problems)
+    assert any("differs from the one the certificate holds" in p for p in res.problems)
+    _fingerprint_now(monkeypatch, fp)
+    late = quick_check("node1", inv, root, now=NOW + timedelta(days=31))
+    assert not late.ok and any("expired" in p for p in late.problems)
+    none = quick_check("node1", inv, tmp_path / "elsewhere", now=NOW)
+    assert not none.ok and "no certificate" in none.problems[0]
