@@ -145,14 +145,6 @@ def test_provision_and_scale_test_from_the_wheel(lab: Lab, installed: WheelInsta
     assert _journal(run)[-1] == "run_finished"
 
 
-# Not run until then: it fails only after the probe's 180 s start-up wait (seen on the lab: "the
-# probe did not complete 30 steps within 180 s", exit 3).
-@pytest.mark.xfail(
-    run=False,
-    reason="until the `nodefiles` change of issue 13 is merged, recovery-test runs the probe with "
-    "<checkout>/.venv/bin/python and PYTHONPATH=<checkout>; from a wheel install that path is "
-    "<site-packages>/.venv, which does not exist. Remove this mark with that merge.",
-)
 def test_recovery_test_from_the_wheel(lab: Lab, installed: WheelInstall) -> None:
     runs = installed.work / "recovery-runs"
     rt = installed.orch("recovery-test", "-i", str(lab.inventory), "--fault", "kill-worker",

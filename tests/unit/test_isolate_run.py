@@ -78,7 +78,10 @@ def _inventory(tmp_path: Path, n: int = 3) -> Path:
     hosts = {
         f"node{i}": {"ansible_host": f"198.18.0.{10 + i}", "gpu_vendor": "none"} for i in range(1, n + 1)
     }
-    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    # The stand-in scheduler "runs" the tests here: the run folder is declared shared, so the nodes'
+    # files are the run folder's own and nothing is collected over SSH (remote/nodefiles.py).
+    shared = {"orch_shared_dirs": str(tmp_path)}
+    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": shared}}))
     return inv
 
 
