@@ -176,6 +176,9 @@ def test_the_probe_job_starts_one_container_per_node_and_removes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster = _cluster("podman", "podman")
+    # The run folder is declared shared: the probe's files are not collected over SSH here.
+    shared = cluster.vars.model_copy(update={"orch_shared_dirs": [tmp_path]})
+    cluster = cluster.model_copy(update={"vars": shared})
     req = rr.resolve_container(rr.RecoveryTestRequest(kind="restart-container", target="node2:1"), cluster)
     shells = {n.name: _Shell() for n in cluster.nodes}
     monkeypatch.chdir(tmp_path)
@@ -192,7 +195,7 @@ def test_the_probe_job_starts_one_container_per_node_and_removes_it(
     image = argv.index("localhost/orch-stack/cpu-gloo:provisioned")
     assert argv[image + 1] == "/opt/orch/venv/bin/python" and "--node-rank=1" in argv
     assert argv[argv.index("--out") + 1] == str(out)  # absolute, as the bind
-    assert str(rr.REPO) not in run  # nothing of the checkout reaches the container
+    assert str(Path(__file__).resolve().parents[2]) not in run  # nothing of the checkout reaches it
     job.stop(grace_s=0)
     assert shlex.split(shells["node2"].scripts[-1].split(" >")[0])[-2:] == ["5", name]
 
