@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import ConfigError, InfraError
 
@@ -229,3 +232,19 @@ def runtime_dir(name: str) -> Path:
     path = runtime_path(name)
     private_dir(path.parent)
     return private_dir(path)
+
+
+def json_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, in order; a line that is not a JSON object (a torn
+    last line, a stray print) is skipped. A missing file yields nothing."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict):
+                    yield rec
+    except FileNotFoundError:
+        return

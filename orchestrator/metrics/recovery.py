@@ -27,7 +27,6 @@ With t0 the injection instant (docs/faults.md says the same, in the same words):
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import statistics
 import time
@@ -40,6 +39,7 @@ from typing import Any
 from orchestrator.errors import FaultError, RemoteError
 from orchestrator.metrics.percentiles import percentile
 from orchestrator.models.fault import RecoveryResult, Stat
+from orchestrator.safefs import json_lines
 
 ROLL = 5
 RESTORE_FRACTION = 0.95
@@ -72,15 +72,7 @@ def load_heartbeats(out_dir: Path) -> list[dict[str, Any]]:
     """
     recs: list[dict[str, Any]] = []
     for path in sorted(out_dir.glob("hb-rank*.jsonl")):
-        mine: list[dict[str, Any]] = []
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict):
-                    mine.append(rec)
+        mine = list(json_lines(path))
         nodes = {str(r["node"]) for r in mine if r.get("node")}
         if len(nodes) == 1:
             (node,) = nodes

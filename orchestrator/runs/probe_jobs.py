@@ -82,7 +82,28 @@ class ProbeFiles:
             self._files = self._follower = None
 
 
-class ProbeJob:
+class _Probe:
+    """What both ways of running the probe share: its files (ProbeFiles), the Python it runs
+    with, and stop(): the agents stopped the subclass's way, then the files brought home and the
+    node folders removed, whatever the stopping raised."""
+
+    def __init__(self, cluster: Cluster, req: RecoveryTestRequest, out_dir: Path, run_id: str) -> None:
+        self.cluster, self.req, self.out_dir, self.run_id = cluster, req, out_dir, run_id
+        self.files = ProbeFiles(cluster, out_dir)
+        self.python = req.python or node_python(cluster)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Stop the agents (_stop), then bring the probe's files home and remove its node folders."""
+        try:
+            self._stop(grace_s)
+        finally:
+            self.files.close()
+
+    def _stop(self, grace_s: float) -> None:
+        raise NotImplementedError
+
+
+class ProbeJob(_Probe):
     """The probe's torchrun agents on the nodes, started detached over the kept-open shells."""
 
     def __init__(
@@ -93,11 +114,10 @@ class ProbeJob:
         out_dir: Path,
         run_id: str,
     ) -> None:
-        self.cluster, self.shells, self.req, self.out_dir, self.run_id = cluster, shells, req, out_dir, run_id
+        super().__init__(cluster, req, out_dir, run_id)
+        self.shells = shells
         self.pids: dict[str, int] = {}
         self.containers: dict[str, str] = {}
-        self.files = ProbeFiles(cluster, out_dir)
-        self.python = req.python or node_python(cluster)
 
     def master_addr(self) -> str:
         n = self.cluster.nodes[0]
@@ -141,15 +161,8 @@ class ProbeJob:
             if c is None:
                 self.pids[node.name] = int(res.stdout.strip().splitlines()[-1])
 
-    def stop(self, grace_s: float = 20.0) -> None:
-        """Stop file, wait, then SIGTERM/SIGKILL the agents orch started (by PID) or rm containers;
-        then the probe's files are brought home and its node folders removed."""
-        try:
-            self._stop(grace_s)
-        finally:
-            self.files.close()
-
     def _stop(self, grace_s: float) -> None:
+        """Stop file, wait, then SIGTERM/SIGKILL the agents orch started (by PID) or rm containers."""
         self.files.stop_file()
         deadline = time.monotonic() + grace_s
         for name, pid in self.pids.items():
@@ -210,7 +223,7 @@ def probe_job_spec(
     )
 
 
-class SlurmProbeJob:
+class SlurmProbeJob(_Probe):
     """The probe as one Slurm job (``sbatch --requeue``, one torchrun agent per node via srun).
 
     A requeue (``scontrol requeue``, or Slurm's own after a node failure) restarts every agent;
@@ -219,11 +232,9 @@ class SlurmProbeJob:
     """
 
     def __init__(self, cluster: Cluster, req: RecoveryTestRequest, out_dir: Path, run_id: str) -> None:
-        self.cluster, self.req, self.out_dir, self.run_id = cluster, req, out_dir, check_run_id(run_id)
+        super().__init__(cluster, req, out_dir, check_run_id(run_id))
         self.sched = SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
         self.job_id: str | None = None
-        self.files = ProbeFiles(cluster, out_dir)
-        self.python = req.python or node_python(cluster)
 
     def spec(self) -> JobSpec:
         first = self.cluster.nodes[0]
@@ -270,15 +281,8 @@ class SlurmProbeJob:
             time.sleep(0.25)
         self.sched.start_now(self.job_id)
 
-    def stop(self, grace_s: float = 20.0) -> None:
-        """Stop file, wait for the job to end, then scancel it; then the probe's files are brought
-        home and its node folders removed."""
-        try:
-            self._stop(grace_s)
-        finally:
-            self.files.close()
-
     def _stop(self, grace_s: float) -> None:
+        """Stop file, wait for the job to end, then scancel it."""
         self.files.stop_file()
         if self.job_id is None:
             return

@@ -34,6 +34,7 @@ from orchestrator.envpolicy import record_env
 from orchestrator.metrics.busbw import busbw_factor
 from orchestrator.models.plan import parse_size
 from orchestrator.models.recovery_request import ProbeSettings as ProbeSettings  # re-exported
+from orchestrator.safefs import json_lines
 
 STORE_PREFIX = "orch-probe"
 
@@ -99,17 +100,9 @@ def _max_heartbeat(path: Path, event: str, field: str, default: int | None = Non
     Lines that are not JSON are skipped. A line without `field` counts as `default`; with no
     default it raises KeyError."""
     last = -1
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if rec.get("ev") == event:
-                    last = max(last, int(rec[field] if default is None else rec.get(field, default)))
-    except FileNotFoundError:
-        pass
+    for rec in json_lines(path):
+        if rec.get("ev") == event:
+            last = max(last, int(rec[field] if default is None else rec.get(field, default)))
     return last
 
 
