@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sse_server import HOLD_TOKENS, Behaviour, sse_server
 
 from orchestrator.models.serving_results import RequestRecord
 from orchestrator.workloads.loadgen import (
@@ -24,7 +25,6 @@ from orchestrator.workloads.loadgen import (
     main,
     read_lengths,
 )
-from tests.unit.sse_server import HOLD_TOKENS, Behaviour, sse_server
 
 # Upper slack on measured delays: the machine is shared, so a sample may be late by scheduling,
 # never early. Lower bounds are exact where they are cumulative (a token cannot arrive before the
