@@ -26,11 +26,12 @@ import io
 import os
 import re
 import shlex
+import shutil
 import tarfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from pydantic import Field
@@ -101,39 +102,51 @@ class Collected(StrictModel):
     error: str | None = None
 
 
+def _refused(member: tarfile.TarInfo) -> str | None:
+    """Why a member of what a node sent is not unpacked, or None."""
+    if not (member.isfile() or member.isdir()):
+        return "not a regular file or folder"
+    if member.name.startswith("/"):
+        return "an absolute name"
+    if ".." in PurePosixPath(member.name).parts:
+        return "a '..' in its name"
+    return None
+
+
 def extract_tar(data: bytes, dest: Path) -> tuple[int, int, list[str]]:
     """Unpack a tar archive a node sent into ``dest``: (files, bytes, refused members).
 
-    Only regular files and folders with relative names are unpacked, through tarfile's ``data``
-    filter (nothing outside ``dest``, not through a link planted in ``dest``, no special bits).
-    Links, devices and absolute names are refused (skipped and named). Raises InfraError when
-    ``data`` is not a tar archive.
+    Only regular files and folders with relative names are unpacked, each written by orch itself
+    (mode 0600/0700, never through a link: nothing outside ``dest``, not through a link planted in
+    ``dest``, no special bits). Links, devices, absolute names and '..' are refused (skipped and
+    named). It does not rely on tarfile's extraction filters, which the Python 3.11 of Debian 12
+    (3.11.2) lacks. Raises InfraError when ``data`` is not a tar archive or cannot be written.
     """
     skipped: list[str] = []
     files = size = 0
-
-    def keep(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-        nonlocal files, size
-        if not (member.isfile() or member.isdir()):
-            skipped.append(f"{member.name}: not a regular file or folder")
-            return None
-        if member.name.startswith("/"):  # the data filter would make it relative: refused instead
-            skipped.append(f"{member.name}: an absolute name")
-            return None
-        try:
-            checked = tarfile.data_filter(member, path)
-        except tarfile.FilterError as e:
-            skipped.append(f"{member.name}: {e}")
-            return None
-        if checked.isfile():
-            files += 1
-            size += checked.size
-        return checked
-
-    make_dir(dest)
     try:
+        base = make_dir(dest).resolve()
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            tar.extractall(dest, filter=keep)  # noqa: S202 - every member passes keep() first
+            for member in tar:
+                why = _refused(member)
+                target = dest.joinpath(*(part for part in PurePosixPath(member.name).parts if part != "."))
+                if why is None and os.path.islink(target):
+                    why = "a link stands in its place"
+                if why is None and not (target.resolve() == base or target.resolve().is_relative_to(base)):
+                    why = f"it would leave {dest}"
+                if why is not None:
+                    skipped.append(f"{member.name}: {why}")
+                    continue
+                if member.isdir():
+                    make_dir(target)
+                    continue
+                make_dir(target.parent)
+                src = tar.extractfile(member)
+                assert src is not None  # a regular file has its data
+                with os.fdopen(open_write(target), "wb") as out:
+                    shutil.copyfileobj(src, out)
+                files += 1
+                size += member.size
     except (tarfile.TarError, OSError) as e:
         raise InfraError(f"cannot unpack the files sent for {dest}: {e}") from e
     return files, size, skipped
