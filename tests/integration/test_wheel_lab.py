@@ -148,7 +148,7 @@ def test_provision_and_scale_test_from_the_wheel(lab: Lab, installed: WheelInsta
 def test_recovery_test_from_the_wheel(lab: Lab, installed: WheelInstall) -> None:
     runs = installed.work / "recovery-runs"
     rt = installed.orch("recovery-test", "-i", str(lab.inventory), "--fault", "kill-worker",
-                        "--target", "node2:1", "--repeat", "1", "--out", str(runs))  # fmt: skip
+                        "--target", "node2:3", "--repeat", "1", "--out", str(runs))  # fmt: skip
     assert rt.returncode == 0, rt.stdout[-3000:] + rt.stderr[-3000:]
     run = _one_run(runs)
     events = _journal(run)
