@@ -199,15 +199,18 @@ class NodeFiles:
 
     def touch(self, nodes: Sequence[str], *parts: str) -> list[str]:
         """Create the (empty) file parts on every node (a stop file); returns per-node errors."""
-        errors: list[str] = []
         if not self.layout.remote:
             with contextlib.suppress(OSError):
                 os.close(open_write(self.layout.local_path(*parts), append=True))
-            return errors
-        path = self.layout.node_path(*parts)
+            return []
+        return self._on_each(nodes, f": >> {_q(self.layout.node_path(*parts))}", timeout=15)
+
+    def _on_each(self, nodes: Sequence[str], line: str, *, timeout: float) -> list[str]:
+        """Run line on each node; returns one error per node where it failed, never raises."""
+        errors: list[str] = []
         for node in nodes:
             try:
-                res = self.shell(node).run_script(f": >> {_q(path)}", timeout=15)
+                res = self.shell(node).run_script(line, timeout=timeout)
                 if not res.ok:
                     errors.append(f"{node}: {res.brief()}")
             except RemoteError as e:
@@ -254,17 +257,9 @@ class NodeFiles:
 
     def remove_all(self) -> list[str]:
         """Delete the run's folder on every node that got one; returns per-node errors."""
-        errors: list[str] = []
         if not self.layout.remote:
-            return errors
-        for node in sorted(self.used):
-            try:
-                res = self.shell(node).run_script(f"rm -rf -- {_q(self.layout.node_root)}", timeout=60)
-                if not res.ok:
-                    errors.append(f"{node}: {res.brief()}")
-            except RemoteError as e:
-                errors.append(str(e))
-        return errors
+            return []
+        return self._on_each(sorted(self.used), f"rm -rf -- {_q(self.layout.node_root)}", timeout=60)
 
 
 class Follower:
