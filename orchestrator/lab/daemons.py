@@ -19,7 +19,7 @@ import psutil
 from orchestrator.errors import LabError
 from orchestrator.lab.netns import netns_path
 from orchestrator.lab.shell import BASE_PATH
-from orchestrator.lab.state import DaemonRecord
+from orchestrator.lab.state import DaemonRecord, boot_id, start_ticks
 
 # Executables that may belong to a lab; strays are matched on these names plus the state dir.
 LAB_EXECUTABLES = frozenset(
@@ -103,7 +103,14 @@ def spawn(
     except psutil.Error:
         create_time = time.time()
     record = DaemonRecord(
-        name=name, pid=proc.pid, create_time=create_time, node=node, argv=argv, log=str(log)
+        name=name,
+        pid=proc.pid,
+        create_time=create_time,
+        start_ticks=start_ticks(proc.pid),
+        boot_id=boot_id(),
+        node=node,
+        argv=argv,
+        log=str(log),
     )
     time.sleep(0.05)
     if proc.poll() is not None:

@@ -17,13 +17,48 @@ from orchestrator.lab.config import LabConfig
 from orchestrator.models.base import StrictModel
 from orchestrator.safefs import atomic_write
 
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start in clock ticks since boot (field 22 of /proc/PID/stat), or None.
+
+    Unlike a start time in seconds since the epoch (psutil's ``create_time``, which adds the boot
+    time as the wall clock sees it now), it does not move when the clock is stepped: by NTP, or
+    when a virtual machine is paused and its clock put right on resume. A lab whose clock moved by
+    more than a second once looked dead to `status` while every daemon still ran.
+    """
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    _, sep, rest = raw.rpartition(")")  # the command name may hold spaces and parentheses
+    fields = rest.split()
+    if not sep or len(fields) < 20 or not fields[19].isdigit():
+        return None
+    return int(fields[19])
+
+
+def boot_id() -> str | None:
+    """The kernel's boot id (new at every boot), or None where it cannot be read."""
+    try:
+        return _BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
+
 
 class DaemonRecord(StrictModel):
-    """One daemon started by `up`: its PID and start time (to tell it from a reused PID)."""
+    """One daemon started by `up`: its PID and start (to tell it from a reused PID).
+
+    ``start_ticks`` and ``boot_id`` identify the process whatever the wall clock does;
+    ``create_time`` is kept for records written before them and for people reading the file.
+    """
 
     name: str
     pid: int
     create_time: float
+    start_ticks: int | None = None
+    boot_id: str | None = None
     node: str | None = None
     argv: list[str]
     log: str | None = None
@@ -32,7 +67,12 @@ class DaemonRecord(StrictModel):
         """The live process, or None when it is gone (or its PID now belongs to another)."""
         try:
             proc = psutil.Process(self.pid)
-            if abs(proc.create_time() - self.create_time) > 1.0:
+            if self.start_ticks is not None:
+                if start_ticks(self.pid) != self.start_ticks or (
+                    self.boot_id is not None and boot_id() != self.boot_id
+                ):
+                    return None
+            elif abs(proc.create_time() - self.create_time) > 1.0:
                 return None
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return None

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
+import shutil
+import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 import pytest
 
 from orchestrator.errors import ConfigError, LabError
 from orchestrator.lab import render
 from orchestrator.lab.config import LabConfig, NodeSpec, make_config
 from orchestrator.lab.daemons import in_node
-from orchestrator.lab.state import DaemonRecord, LabState, load_state, save_state
+from orchestrator.lab.state import DaemonRecord, LabState, boot_id, load_state, save_state, start_ticks
 
 
 def _cfg(**kw: object) -> LabConfig:
@@ -170,3 +174,41 @@ def test_state_missing_and_corrupt(tmp_path: Path) -> None:
 def test_dead_pid_is_not_alive() -> None:
     rec = DaemonRecord(name="x", pid=2**22 + 17, create_time=0.0, argv=["x"])
     assert not rec.alive()
+
+
+def test_a_live_daemon_stays_alive_when_the_wall_clock_steps() -> None:
+    # A paused VM whose clock is put right on resume, or NTP stepping it: the start in seconds
+    # since the epoch moves by as much, the start in ticks since boot does not.
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        ticks = start_ticks(proc.pid)
+        assert ticks is not None
+        stepped = psutil.Process(proc.pid).create_time() - 3600.0
+        rec = DaemonRecord(
+            name="x", pid=proc.pid, create_time=stepped, start_ticks=ticks, boot_id=boot_id(), argv=["sleep"]
+        )
+        assert rec.alive()
+        # the same PID with another start (a reused PID) or from another boot is not our process
+        assert not rec.model_copy(update={"start_ticks": ticks + 1}).alive()
+        assert not rec.model_copy(update={"boot_id": "0" * 36}).alive()
+        # a record from before start_ticks existed falls back to the epoch start, within a second
+        legacy = DaemonRecord(name="x", pid=proc.pid, create_time=stepped, argv=["sleep"])
+        assert not legacy.alive()
+        assert legacy.model_copy(update={"create_time": stepped + 3600.0}).alive()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_start_ticks_reads_a_command_name_with_spaces_and_parentheses(tmp_path: Path) -> None:
+    exe = tmp_path / "a (b) c"
+    exe.symlink_to(shutil.which("sleep") or "/bin/sleep")
+    proc = subprocess.Popen([str(exe), "30"])
+    try:
+        ticks = start_ticks(proc.pid)
+        assert ticks is not None and ticks == start_ticks(proc.pid)
+        assert ticks <= int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK")) + 1
+    finally:
+        proc.kill()
+        proc.wait()
+    assert start_ticks(proc.pid) is None
