@@ -21,6 +21,7 @@ from orchestrator.inventory import load_inventory
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.container import ContainerChoice, StackContainer
 from orchestrator.models.events import (
     FingerprintChecked,
     RunStarted,
@@ -51,13 +52,27 @@ from orchestrator.scheduler.base import (
 )
 from orchestrator.stacks import load_stack
 from orchestrator.stages.faults import StepFaults, check_plan_faults, fault_matches
-from orchestrator.stages.stack import StackOutcome, node_python, run_stack_stage, stack_name, stack_python
+from orchestrator.stages.stack import (
+    StackOutcome,
+    node_python,
+    run_stack_stage,
+    stack_name,
+    stack_python,
+    workload_container,
+)
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model, run_kind
 from orchestrator.store.rundir import RunDir, atomic_write, new_run_id
 from orchestrator.workloads.nccltests import parse_nccl_tests
 
 POLL_INTERVAL_S = 0.5
+# What a rank in a container is given from its task (by name): Slurm's rank variables, the local
+# backend's, and the rendezvous; the stack's own variables are added to these.
+CONTAINER_FILE = "container.json"
+CONTAINER_ENV = (
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURMD_NODENAME",
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+)  # fmt: skip
 # A job that waits for nodes the scheduler will not give it (drained, down) is an infrastructure
 # failure once it has waited this long; the scheduler does not end such a job by itself.
 UNAVAILABLE_GRACE_S = 10.0
@@ -79,6 +94,9 @@ class ScaleTestRequest(StrictModel):
     force_faults: bool = Field(
         default=False, description="let plan faults hit more than the safe share of nodes"
     )
+    container: ContainerChoice = Field(
+        default="auto", description="run collbench in the stack's image (stages/stack.workload_container)"
+    )
 
 
 def choose_backend(plan: Plan, cluster: Cluster) -> Literal["slurm", "local"]:
@@ -97,8 +115,11 @@ def job_spec(
     python: str,
     port: int,
     env: dict[str, str] | None = None,
+    container: StackContainer | None = None,
+    run_id: str = "",
 ) -> JobSpec:
-    """The job of one step: collbench on step.nodes, rendezvous on the first node's fabric address."""
+    """The job of one step: collbench on step.nodes, rendezvous on the first node's fabric address;
+    with ``container``, each rank runs it in the stack's image (``python`` is then the image's)."""
     nodes = [cluster.node(n) for n in step.nodes]
     here = backend_traits(backend).on_this_machine
     if here and step.nnodes > 1:
@@ -123,6 +144,16 @@ def job_spec(
     if not here and len(ifaces) == 1:
         argv += ["--socket-ifname", ifaces.pop()]
     gpus = step.ranks_per_node if dist_backend == "nccl" else 0
+    if container is not None:
+        argv = container.task_argv(
+            step.nodes,
+            argv=argv,
+            env_names=[*CONTAINER_ENV, *(env or {})],
+            workdir=workdir,
+            run_id=run_id,
+            gpu_vendor=first.gpu_vendor,
+            rdma=any(n.rdma_ifaces for n in nodes) and first.gpu_vendor != "none",
+        )
     return JobSpec(
         name=f"orch-{plan.name}-{step.id}",
         step_id=step.id,
@@ -154,8 +185,10 @@ class _Runner:
         python: str,
         env: dict[str, str] | None = None,
         faults: StepFaults | None = None,
+        container: StackContainer | None = None,
     ) -> None:
         self.plan, self.cluster, self.steps, self.sched = plan, cluster, steps, sched
+        self.container = container
         self.backend, self.life, self.rundir, self.python = backend, life, life.rundir, python
         self.queued = backend_traits(backend).queued
         self.faults = faults
@@ -167,7 +200,8 @@ class _Runner:
         self.files = NodeFiles(self.layout, {})
         self.specs = [
             job_spec(
-                s, plan, cluster, backend, self.layout.node_path("steps", s.id), python, base_port + i, env
+                s, plan, cluster, backend, self.layout.node_path("steps", s.id),
+                container.python if container else python, base_port + i, env, container, life.run_id,
             ).model_copy(update={"script": self.rundir.step_dir(s.id).absolute() / "job.sbatch"})
             for i, s in enumerate(steps)
         ]
@@ -185,7 +219,7 @@ class _Runner:
         self.life.on_cancel(self.cancel_live)
         if self.faults is not None:
             self.life.on_close(self.faults.close)  # reverts any fault still active, however the run ends
-        with node_files(self.cluster, self.layout) as self.files:
+        with node_files(self.cluster, self.layout, shells=self.container is not None) as self.files:
             try:
                 if self.faults is not None:
                     self.faults.start()
@@ -195,6 +229,7 @@ class _Runner:
                 self._loop()
             finally:
                 self._collect_rest()
+                self._remove_containers()
     def _prepare_folders(self) -> None:
         """Each node's folders of the steps left to run (and allocation mode's driver folder on the
         ladder's nodes), before anything is submitted: Slurm writes --output only into a folder
@@ -241,6 +276,17 @@ class _Runner:
                 self.rundir.event("node_folders_left", errors=errors)
         except OrchError as e:
             self.rundir.event("node_folders_left", errors=[str(e)])
+
+    def _remove_containers(self) -> None:
+        """At the end, whatever ended it: every container of the run left on the steps' nodes is
+        removed (a rank killed with SIGKILL leaves its container running). Journaled, never raised."""
+        if self.container is None:
+            return
+        c, run_id = self.container, self.life.run_id
+        errors: list[str] = []
+        for node in sorted({n for r in self.results for n in r.step.nodes}):
+            errors += self.files.on_each([node], c.cleanup_line(node, run_id), timeout=60)
+        self.rundir.event("containers_removed", errors=errors)
 
     def cancel_live(self) -> list[str]:
         """Cancel the run's jobs that are not known to have ended; returns their ids. A cancel
@@ -421,9 +467,12 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     # (--stack none), the inventory's stack's (node_python): never this machine's venv on remote
     # nodes, which do not have it. Refused before the run directory is made.
     given_python = req.python or (node_python(cluster) if stack_name(None, plan, cluster) is None else None)
+    container = workload_container(req.container, stack_name(None, plan, cluster), cluster, steps)
     with RunLifecycle.create(out_root, new_run_id(plan.name), listeners or [], t0=t0) as life:
         life.write_inputs(plan=plan, inventory=cluster)
         atomic_write(life.root / "steps.json", _steps_json(steps))
+        if container is not None:  # read back by resume_run: a resumed run runs where it started
+            atomic_write(life.root / CONTAINER_FILE, container.model_dump_json(indent=2) + "\n")
         life.started(
             RunStarted(run_id=life.run_id, run_dir=life.root, plan=plan.name, backend=backend,
                        steps=[s.id for s in steps]),
@@ -447,7 +496,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             if plan.faults
             else None
         )
-        runner = _Runner(plan, cluster, steps, sched, backend, life, python, stack.env, faults)
+        runner = _Runner(plan, cluster, steps, sched, backend, life, python, stack.env, faults, container)
         for res in runner.results:
             res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
             res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
@@ -514,7 +563,12 @@ def resume_run(
         if python is None:
             name = stack_name(None, plan, cluster)
             python, env = stack_python(name) if name is not None else (node_python(cluster), {})
-        runner = _Runner(plan, cluster, steps, sched, backend, life, python, env)
+        container = (
+            require_model(StackContainer, run_dir, run_dir / CONTAINER_FILE)
+            if (run_dir / CONTAINER_FILE).exists()
+            else None
+        )
+        runner = _Runner(plan, cluster, steps, sched, backend, life, python, env, container=container)
         for i, s in enumerate(steps):
             if s.id in done:
                 runner.results[i] = done[s.id]

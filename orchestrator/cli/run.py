@@ -26,6 +26,7 @@ from orchestrator.cli.plan import (
     make_overrides,
 )
 from orchestrator.inventory import DEFAULT_INVENTORY
+from orchestrator.models.container import ContainerChoice
 from orchestrator.models.events import (
     FingerprintChecked,
     RunEvent,
@@ -162,6 +163,14 @@ def scale_test_cmd(
     drain_bad: Annotated[
         bool, typer.Option("--drain-bad", help="With --isolate: drain the culprit nodes in Slurm.")
     ] = False,
+    container: Annotated[
+        ContainerChoice,
+        typer.Option(
+            "--container",
+            help="on: each rank runs in the stack's image with its node's container_runtime; off: from"
+            " the stack's tree under /opt; auto: on when the stack names a registry image.",
+        ),
+    ] = "auto",
 ) -> int:
     """Run the collective benchmark ladder and give a verdict (exit 0 accepted, 1 thresholds, 3 infra)."""
     overrides = make_overrides(
@@ -178,6 +187,7 @@ def scale_test_cmd(
         group=group,
         allow_drift=allow_drift,
         force_faults=force,
+        container=container,
     )
     result = scale_test(req, [ProgressPrinter()])
     render_result(result)

@@ -10,13 +10,16 @@ removed with ``rm -f`` whatever ends the run. Nothing of the controller's checko
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from pydantic import Field
 
 from orchestrator.errors import ConfigError
 from orchestrator.models.base import StrictModel
-from orchestrator.models.cluster import Cluster, ContainerRuntime
+from orchestrator.models.cluster import Cluster, ContainerRuntime, GpuVendor
 from orchestrator.models.names import ID_MAX, check_name
 from orchestrator.models.stack import ContainerRuntimeChoice, Stack
 
@@ -24,6 +27,21 @@ from orchestrator.models.stack import ContainerRuntimeChoice, Stack
 # explicit rlimits (podman's defaults, and even --ulimit host, fail with EPERM): LAB-NOTES.md.
 PODMAN_FLAGS = ("--runtime", "runc")
 PODMAN_RUN_FLAGS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
+
+
+# Where a run's workloads run: off = from the stack's tree; on = in its image; auto = stages/stack.py.
+ContainerChoice = Literal["auto", "on", "off"]
+
+# The label on every workload container of a run: ``orch.run=<run id>``.
+RUN_LABEL = "orch.run"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_env_name(name: str) -> str:
+    """name, when it is a variable name; raises ConfigError otherwise (it goes on a command line)."""
+    if not _ENV_NAME.match(name):
+        raise ConfigError(f"{name!r} is not an environment variable name")
+    return name
 
 
 def runtime_argv(runtime: ContainerRuntime, storage: str | None = None) -> list[str]:
@@ -92,6 +110,72 @@ class StackContainer(StrictModel):
             self.image,
             *argv,
         ]
+
+    def task_argv(
+        self,
+        nodes: list[str],
+        *,
+        argv: list[str],
+        env_names: list[str],
+        workdir: Path,
+        run_id: str,
+        gpu_vendor: GpuVendor = "none",
+        rdma: bool = False,
+    ) -> list[str]:
+        """``RUNTIME run --rm`` of one rank's argv in the image, in the foreground: what each task
+        of a step runs (srun starts one per rank, on every node of the step).
+
+        The container shares the node's network (the fabric NIC, the rendezvous address) and sees
+        the step's folder at its own path. Variables pass by name only (``-e NAME``: the value is
+        the task's, set by srun or the job script, and never written on the command line). It is
+        labelled with the run, so that ``cleanup_line`` removes any left behind. GPUs: AMD's
+        documented devices (/dev/kfd, /dev/dri, group video); NVIDIA's through CDI (podman) or
+        ``--gpus all`` (docker). Raises ConfigError when the step's nodes differ in runtime (one
+        argv serves every rank).
+        """
+        kinds = {self.runtimes.get(n) for n in nodes}
+        if len(kinds) != 1 or None in kinds:
+            raise ConfigError(
+                f"nodes {', '.join(nodes)}: one step's ranks run one command, but the nodes' "
+                f"container runtimes differ ({', '.join(sorted(str(k) for k in kinds))})",
+                hint="give the step's nodes the same container_runtime, or --container off",
+            )
+        runtime = kinds.pop()
+        assert runtime is not None
+        devices: list[str] = []
+        if gpu_vendor == "amd":
+            devices = ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+            devices += ["--ipc", "host"]
+        elif gpu_vendor == "nvidia":
+            gpus = ["--device", "nvidia.com/gpu=all"] if runtime == "podman" else ["--gpus", "all"]
+            devices = [*gpus, "--ipc", "host"]
+        if rdma:
+            devices += ["--device", "/dev/infiniband", "--ulimit", "memlock=-1:-1"]
+        return [
+            *self.runtime(nodes[0]),
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "--label",
+            f"{RUN_LABEL}={run_id}",
+            *(PODMAN_RUN_FLAGS if runtime == "podman" else ()),
+            *devices,
+            "-w",
+            str(workdir),
+            "-v",
+            f"{workdir}:{workdir}",
+            *(a for k in sorted(set(env_names)) for a in ("-e", check_env_name(k))),
+            self.image,
+            *argv,
+        ]
+
+    def cleanup_line(self, node: str, run_id: str) -> str:
+        """The shell line that removes every container of the run left on node (a task killed
+        with SIGKILL leaves its container running: ``--rm`` acts only when it ends)."""
+        rt = shlex.join(self.runtime(node))
+        label = shlex.quote(f"label={RUN_LABEL}={run_id}")
+        return f"{rt} ps -aq --filter {label} | xargs -r {rt} rm -f -t 5 >/dev/null"
 
     def rm_argv(self, node: str, name: str) -> list[str]:
         """``RUNTIME rm -f`` of the run's container (a missing one is not an error for the caller)."""

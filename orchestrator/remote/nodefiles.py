@@ -203,9 +203,9 @@ class NodeFiles:
             with contextlib.suppress(OSError):
                 os.close(open_write(self.layout.local_path(*parts), append=True))
             return []
-        return self._on_each(nodes, f": >> {_q(self.layout.node_path(*parts))}", timeout=15)
+        return self.on_each(nodes, f": >> {_q(self.layout.node_path(*parts))}", timeout=15)
 
-    def _on_each(self, nodes: Sequence[str], line: str, *, timeout: float) -> list[str]:
+    def on_each(self, nodes: Sequence[str], line: str, *, timeout: float) -> list[str]:
         """Run line on each node; returns one error per node where it failed, never raises."""
         errors: list[str] = []
         for node in nodes:
@@ -259,7 +259,7 @@ class NodeFiles:
         """Delete the run's folder on every node that got one; returns per-node errors."""
         if not self.layout.remote:
             return []
-        return self._on_each(sorted(self.used), f"rm -rf -- {_q(self.layout.node_root)}", timeout=60)
+        return self.on_each(sorted(self.used), f"rm -rf -- {_q(self.layout.node_root)}", timeout=60)
 
 
 class Follower:
@@ -353,13 +353,13 @@ class Follower:
 
 
 @contextlib.contextmanager
-def node_files(cluster: Cluster, layout: RunDataLayout) -> Iterator[NodeFiles]:
+def node_files(cluster: Cluster, layout: RunDataLayout, *, shells: bool = False) -> Iterator[NodeFiles]:
     """NodeFiles for ``layout`` with kept-open shells to the nodes (opened only in collect mode,
-    each on first use), closed on exit."""
-    if not layout.remote:
+    or when ``shells`` asks for them for ``on_each``; each on first use), closed on exit."""
+    if not layout.remote and not shells:
         yield NodeFiles(layout, {})
         return
     from orchestrator.remote.shells import node_shells
 
-    with node_shells(cluster) as shells:
-        yield NodeFiles(layout, shells)
+    with node_shells(cluster) as opened:
+        yield NodeFiles(layout, opened)

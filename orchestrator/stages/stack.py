@@ -15,6 +15,7 @@ from pydantic import Field
 from orchestrator.errors import ConfigError, InfraError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.container import ContainerChoice, StackContainer, stack_container
 from orchestrator.models.plan import Plan, Step
 from orchestrator.store.rundir import RunDir, atomic_write
 
@@ -117,3 +118,31 @@ def run_stack_stage(
         )
     python, env = stack_python(name)
     return StackOutcome(stack=name, python=python, env=env, drift=by_node)
+
+
+def workload_container(
+    choice: ContainerChoice, name: str | None, cluster: Cluster, steps: list[Step]
+) -> StackContainer | None:
+    """The image the steps' workloads run in, or None to run them from the stack's tree.
+
+    ``off``: none. ``on``: the stack's image (a registry image, or the one `orch provision` builds
+    on each node). ``auto``: the stack's registry image when it names one; a stack whose image is
+    only built from its tree (the CPU stack: for restart-container) runs its workloads from /opt.
+    Raises ConfigError naming the stack or the node when ``on`` cannot be met (no stack, no image,
+    a node of the steps without a container runtime).
+    """
+    if choice == "off":
+        return None
+    from orchestrator.stacks import load_stack
+
+    stack = load_stack(name) if name is not None else None
+    if choice == "auto" and (stack is None or stack.image is None):
+        return None
+    if stack is None:
+        raise ConfigError(
+            f"{cluster.source}: --container on needs a stack (its image), and none is named",
+            hint="set orch_stack in the inventory, or --stack NAME",
+        )
+    used = {n for s in steps for n in s.nodes}
+    nodes = cluster.model_copy(update={"nodes": [n for n in cluster.nodes if n.name in used]})
+    return stack_container(stack, nodes)

@@ -46,6 +46,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
@@ -237,6 +238,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     except ConfigError as e:
         p.error(str(e))
     return args
+
+
+def container_engine(root: Path = Path("/")) -> str:
+    """The container engine this process runs in, from the file each puts in its containers:
+    podman's /run/.containerenv, docker's /.dockerenv; 'none' outside a container."""
+    if (root / "run" / ".containerenv").exists():
+        return "podman"
+    if (root / ".dockerenv").exists():
+        return "docker"
+    return "none"
+
+
+def container_line(engines: list[str]) -> str:
+    """``# Container: podman (4 of 4 ranks)``, or ``# Container: none``: where the ranks ran."""
+    inside = [e for e in engines if e != "none"]
+    if not inside:
+        return "# Container: none"
+    kinds = ",".join(sorted(set(inside)))
+    return f"# Container: {kinds} ({len(inside)} of {len(engines)} ranks)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -558,17 +578,20 @@ class _Bench:
         info = json.dumps(
             {
                 "rank": self.d.rank, "host": socket.gethostname(), "pid": os.getpid(),
-                "local": self.d.local_rank, "device": str(self.device),
+                "local": self.d.local_rank, "device": str(self.device), "container": container_engine(),
             }
         )  # fmt: skip
         self.emit("# Using devices")
+        engines: list[str] = []
         for raw in self.gather_text(info):
             g = json.loads(raw)
+            engines.append(str(g["container"]))
             self.emit(
                 f"#  Rank {g['rank']:2d} Group  0 Pid {g['pid']:6d} on {g['host']:>10s} "
                 f"device {g['local']:2d} [{g['device']}] "
                 f"{self.backend}"
             )
+        self.emit(container_line(engines))
 
 
 if __name__ == "__main__":
