@@ -321,3 +321,25 @@ def test_sacct_failing_mid_ladder_ends_the_run_with_exit_3_and_no_job_left(
         time.sleep(0.5)
     assert not left, left
     print(f"\n{'+'.join(failing)} failing: orch exited 3 after {took:.1f} s, cancelled {error['cancelled']}")
+
+
+def test_ranks_run_in_the_stacks_image_with_container_on(lab: Lab, tmp_path: Path) -> None:
+    """--container on: every rank of the step runs collbench in cpu-gloo's image (built on each node
+    by `orch provision`), and no container of the run is left on a node afterwards."""
+    out = tmp_path / "runs"
+    proc = orch(lab, "scale-test", "-i", str(lab.inventory), "--container", "on", "--nodes", "2",
+                "--gpus-per-node", "2", "--sizes", "1K:4K", "--collectives", "all_reduce",
+                "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    image = json.loads((run / "container.json").read_text())["image"]
+    assert image == "localhost/orch-stack/cpu-gloo:provisioned"
+    log = (run / "steps" / "n2xg2" / "rank-0.log").read_text()
+    assert "# Container: podman (4 of 4 ranks)" in log, log
+    assert [r["verdict"] for r in json.loads((run / "result.json").read_text())["steps"]] == ["pass"]
+    events = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+    assert [e["errors"] for e in events if e["event"] == "containers_removed"] == [[]]
+    ps = "podman --runtime runc --root /opt/orch/containers/root --runroot /opt/orch/containers/run ps -aq"
+    for node in lab.nodes[:2]:
+        left = lab.ssh(node, f"{ps} --filter label=orch.run={run.name}").stdout.strip()
+        assert left == "", (node.name, left)
