@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import time
 from pathlib import Path
 from typing import Literal
@@ -21,7 +22,7 @@ from orchestrator.inventory import load_inventory
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.container import ContainerChoice, StackContainer
+from orchestrator.models.container import RUN_LABEL, ContainerChoice, StackContainer
 from orchestrator.models.events import (
     FingerprintChecked,
     RunStarted,
@@ -104,6 +105,14 @@ def choose_backend(plan: Plan, cluster: Cluster) -> Literal["slurm", "local"]:
     if plan.backend != "auto":
         return plan.backend
     return inventory_backend(cluster)
+
+
+def container_cleanup_line(c: StackContainer, node: str, run_id: str) -> str:
+    """The shell line that removes every container of the run left on node (a task killed with
+    SIGKILL leaves its container running: ``--rm`` acts only when it ends)."""
+    rt = shlex.join(c.runtime(node))
+    label = shlex.quote(f"label={RUN_LABEL}={run_id}")
+    return f"{rt} ps -aq --filter {label} | xargs -r {rt} rm -f -t 5 >/dev/null"
 
 
 def job_spec(
@@ -285,7 +294,7 @@ class _Runner:
         c, run_id = self.container, self.life.run_id
         errors: list[str] = []
         for node in sorted({n for r in self.results for n in r.step.nodes}):
-            errors += self.files.on_each([node], c.cleanup_line(node, run_id), timeout=60)
+            errors += self.files.on_each([node], container_cleanup_line(c, node, run_id), timeout=60)
         self.rundir.event("containers_removed", errors=errors)
 
     def cancel_live(self) -> list[str]:

@@ -11,7 +11,6 @@ removed with ``rm -f`` whatever ends the run. Nothing of the controller's checko
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
@@ -128,10 +127,10 @@ class StackContainer(StrictModel):
         The container shares the node's network (the fabric NIC, the rendezvous address) and sees
         the step's folder at its own path. Variables pass by name only (``-e NAME``: the value is
         the task's, set by srun or the job script, and never written on the command line). It is
-        labelled with the run, so that ``cleanup_line`` removes any left behind. GPUs: AMD's
-        documented devices (/dev/kfd, /dev/dri, group video); NVIDIA's through CDI (podman) or
-        ``--gpus all`` (docker). Raises ConfigError when the step's nodes differ in runtime (one
-        argv serves every rank).
+        labelled with the run, so that ``pipeline.container_cleanup_line`` removes any left
+        behind. GPUs: AMD's documented devices (/dev/kfd, /dev/dri, group video); NVIDIA's through
+        CDI (podman) or ``--gpus all`` (docker). Raises ConfigError when the step's nodes differ
+        in runtime (one argv serves every rank).
         """
         kinds = {self.runtimes.get(n) for n in nodes}
         if len(kinds) != 1 or None in kinds:
@@ -169,13 +168,6 @@ class StackContainer(StrictModel):
             self.image,
             *argv,
         ]
-
-    def cleanup_line(self, node: str, run_id: str) -> str:
-        """The shell line that removes every container of the run left on node (a task killed
-        with SIGKILL leaves its container running: ``--rm`` acts only when it ends)."""
-        rt = shlex.join(self.runtime(node))
-        label = shlex.quote(f"label={RUN_LABEL}={run_id}")
-        return f"{rt} ps -aq --filter {label} | xargs -r {rt} rm -f -t 5 >/dev/null"
 
     def rm_argv(self, node: str, name: str) -> list[str]:
         """``RUNTIME rm -f`` of the run's container (a missing one is not an error for the caller)."""

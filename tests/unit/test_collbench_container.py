@@ -13,7 +13,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster, ClusterVars, ContainerRuntime, GpuVendor, Node
 from orchestrator.models.container import StackContainer, stack_container
 from orchestrator.models.plan import Plan, PlanOverrides, Step
-from orchestrator.pipeline import CONTAINER_ENV, job_spec
+from orchestrator.pipeline import CONTAINER_ENV, container_cleanup_line, job_spec
 from orchestrator.plan import expand_steps, resolve_plan
 from orchestrator.stacks import load_stack
 from orchestrator.stages.stack import workload_container
@@ -126,7 +126,7 @@ def test_auto_on_off() -> None:
 def test_cleanup_line_removes_the_runs_containers_only() -> None:
     c = StackContainer(image="localhost/x:provisioned", python="python3", storage="/opt/orch/containers",
                        runtimes={"node1": "podman"})  # fmt: skip
-    line = c.cleanup_line("node1", RUN)
+    line = container_cleanup_line(c, "node1", RUN)
     rt = "podman --runtime runc --root /opt/orch/containers/root --runroot /opt/orch/containers/run"
     assert line == f"{rt} ps -aq --filter label=orch.run={RUN} | xargs -r {rt} rm -f -t 5 >/dev/null"
 
