@@ -178,6 +178,16 @@ def judge(results: Sequence[StepResult], req: IsolateRequest, reference: float |
     return outcomes
 
 
+def next_reference(
+    reference: float | None, results: Sequence[StepResult], outcomes: Sequence[Outcome]
+) -> float | None:
+    """The reference after a round: the best busbw of a single node that passed, so far."""
+    for res, o in zip(results, outcomes, strict=True):
+        if res.step.nnodes == 1 and o.passed and o.figure is not None:
+            reference = max(reference or 0.0, o.figure)
+    return reference
+
+
 def _busbw(res: StepResult) -> float | None:
     s = next(iter(res.summary.values()), None)
     return s.busbw_gbs if s is not None else None
@@ -226,9 +236,7 @@ class _Rounds:
         )
         runner.run()
         outcomes = judge(runner.results, self.req, self.reference)
-        for res, o in zip(runner.results, outcomes, strict=True):
-            if res.step.nnodes == 1 and o.passed and o.figure is not None:
-                self.reference = max(self.reference or 0.0, o.figure)
+        self.reference = next_reference(self.reference, runner.results, outcomes)
         return outcomes
 
     def round_done(self, rnd: Round) -> None:
