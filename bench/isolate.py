@@ -3,8 +3,9 @@
 Simulated part (`simulate`, no lab, a few seconds): orch's own isolation code runs on a simulated
 cluster of N nodes, the code `orch isolate` runs (orchestrator/runs/isolate.py): the search of
 orchestrator/isolation/search.py decides each round, each group becomes a step by `test_step`,
-and each round's results are judged by `judge` with the reference `next_reference` keeps, under
-the pass rule of the request. Only the executor is a stand-in (`StandIn`): where `orch isolate`
+the nodes are split by kind (`partition_nodes`: one kind here) and searched by
+`isolate_partitioned`, and each round's results are judged by `judge_by_kind`, under the pass rule
+of the request. Only the executor is a stand-in (`StandIn`): where `orch isolate`
 submits a round's steps to Slurm and collects them, the stand-in answers each step with a
 StepResult made from figures recorded on the lab (bench/isolate_lab_figures.json says which runs):
 
@@ -53,12 +54,19 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.isolation.search import isolate
+from orchestrator.isolation.search import isolate_partitioned
 from orchestrator.models.cluster import Cluster, Node
 from orchestrator.models.isolation import Group, Isolation, Outcome
 from orchestrator.models.results import CollSummary
 from orchestrator.models.run import StepResult
-from orchestrator.runs.isolate import IsolateRequest, isolation_plan, judge, next_reference, test_step
+from orchestrator.runs.isolate import (
+    IsolateRequest,
+    Partition,
+    isolation_plan,
+    judge_by_kind,
+    partition_nodes,
+    test_step,
+)
 
 FIGURES = Path(__file__).resolve().with_name("isolate_lab_figures.json")
 NOISE = 0.05
@@ -125,9 +133,11 @@ class StandIn:
         self.plan = isolation_plan(req)
         self.bad_node, self.bad_link = bad_node, frozenset(bad_link) if bad_link else None
         self.order = {n.name: i for i, n in enumerate(cluster.nodes)}
+        self.parts: list[Partition] = partition_nodes(cluster, cluster.names, [])
+        self.kind_of = {n: p.label for p in self.parts for n in p.nodes}
+        self.references: dict[str, float | None] = {}
         self.single: dict[str, float] = {}
         self.link: dict[frozenset[str], float] = {}
-        self.reference: float | None = None
         self.round_walls: list[list[float]] = []
 
     def _noise(self) -> float:
@@ -171,8 +181,7 @@ class StandIn:
             algbw = busbw * st.world_size / (2 * (st.world_size - 1))
             summary = CollSummary(collective="all_reduce", size_bytes=SIZE, busbw_gbs=busbw, algbw_gbs=algbw)
             results.append(StepResult(step=st, summary={"all_reduce": summary}, verdict="pass"))
-        outcomes = judge(results, self.req, self.reference)
-        self.reference = next_reference(self.reference, results, outcomes)
+        outcomes = judge_by_kind(results, self.req, self.references, self.kind_of)
         self.round_walls.append(walls)
         return outcomes
 
@@ -270,7 +279,11 @@ def simulate(
         bad_node = rng.choice(cluster.names)
     t0 = time.process_time()
     stand_in = StandIn(cluster, lab_request(), rec, rng, bad_node=bad_node, bad_link=bad_link)
-    found = isolate(cluster.names, run_round=stand_in, on_round=on_round if callable(on_round) else None)
+    found = isolate_partitioned(
+        [(p.nodes, p.known_good) for p in stand_in.parts],
+        run_round=stand_in,
+        on_round=on_round if callable(on_round) else None,
+    )
     cpu = time.process_time() - t0
     walls = stand_in.round_walls
     index = {n: i for i, n in enumerate(cluster.names)}
