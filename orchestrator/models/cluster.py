@@ -49,6 +49,13 @@ def same_gpu_model(model: str | None) -> str:
     return " ".join((model or "").split()).casefold()
 
 
+def kind_label(vendor: str, model: str | None) -> str:
+    """A kind of node in words: 'cpu', 'nvidia H100', 'amd (model unknown)'."""
+    if vendor == "none":
+        return "cpu"
+    return f"{vendor} {model or '(model unknown)'}"
+
+
 def interface_name_problem(name: str) -> str | None:
     """Say why Linux would refuse `name` as a network interface name, or None if it is valid.
 

@@ -39,7 +39,7 @@ from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE, ConfigErro
 from orchestrator.inventory import load_inventory
 from orchestrator.isolation.search import isolate_partitioned, round_bound
 from orchestrator.models.base import StrictModel
-from orchestrator.models.cluster import Cluster, gpu_model_problem, same_gpu_model
+from orchestrator.models.cluster import Cluster, gpu_model_problem, kind_label, same_gpu_model
 from orchestrator.models.events import Listener, RunStarted
 from orchestrator.models.fingerprint import FingerprintSet, Gpu
 from orchestrator.models.isolation import Group, Isolation, Outcome, Round
@@ -95,9 +95,7 @@ class Partition(StrictModel):
 
     @property
     def label(self) -> str:
-        if self.vendor == "none":
-            return "cpu"
-        return f"{self.vendor} {self.model or '(model unknown)'}"
+        return kind_label(self.vendor, self.model)
 
 
 class IsolationRun(StrictModel):
