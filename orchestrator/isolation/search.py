@@ -2,8 +2,11 @@
 
 The caller supplies the test (`test(group) -> Outcome`: run one collective on these nodes and judge
 it), or a round runner that tests disjoint groups at once; `isolate` decides what to test next and
-returns the rounds, the culprits and the evidence. `orch isolate` (to come, in runs/) will run each
-round as Slurm jobs; bench/ and the unit tests run it against simulated clusters.
+returns the rounds, the culprits and the evidence. `orch isolate` (runs/isolate.py) runs each
+round as Slurm jobs; bench/isolate.py and the unit tests run it against simulated clusters.
+`isolate_partitioned` searches several parts of a cluster (kinds of node) each on its own, in the
+same rounds: each part's search is a generator that yields a round's groups and is sent their
+outcomes.
 
 The search, round by round (a round is the set of tests whose results the next decision waits for;
 its groups are disjoint, so on a real cluster they run at the same time):
