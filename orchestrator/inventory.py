@@ -29,6 +29,7 @@ from orchestrator.models.cluster import (
     Cluster,
     ClusterVars,
     Node,
+    gpu_model_problem,
     host_name_problem,
     interface_name_problem,
 )
@@ -68,6 +69,7 @@ _READ = (
     ALLOW_COMMANDS_VAR,
     "gpu_vendor",
     "gpus_per_node",
+    "gpu_model",
     "rdma_ifaces",
     "mgmt_iface",
     "fabric_address",
@@ -255,6 +257,10 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
         else:
             gpus = parsed
 
+    model = _opt_str(v, "gpu_model", bad)
+    if model is not None and (why := gpu_model_problem(model)) is not None:
+        bad("gpu_model", why)
+
     rdma = _iface_list(v, bad)
     mgmt = _opt_str(v, "mgmt_iface", bad, strip=False)
     if mgmt is not None and (why := interface_name_problem(mgmt)) is not None:
@@ -289,6 +295,7 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
             "python_interpreter": python,
             "gpu_vendor": vendor,
             "gpus_per_node": gpus,
+            "gpu_model": model,
             "rdma_ifaces": rdma,
             "mgmt_iface": mgmt,
             "fabric_address": fabric,

@@ -13,7 +13,13 @@ from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.models.isolation import Round
 from orchestrator.models.plan import parse_size
-from orchestrator.runs.isolate import MAX_TIMEOUT_S, IsolateRequest, IsolationRun, run_isolation
+from orchestrator.runs.isolate import (
+    MAX_TIMEOUT_S,
+    IsolateRequest,
+    IsolationRun,
+    partitions_line,
+    run_isolation,
+)
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv"]
 
@@ -31,6 +37,7 @@ def render_isolation(r: IsolationRun) -> None:
     out.print(
         f"orch isolate {r.run_id}: {len(iso.rounds)} rounds, run {r.mode}, {r.wall_s:.0f} s", markup=False
     )
+    out.print(partitions_line(r.partitions), markup=False)
     for c in iso.culprits:
         out.print(styled(f"culprit {c.kind} {'+'.join(c.nodes)}", "red"), f"— {c.why}", markup=False)
         for t in c.evidence:

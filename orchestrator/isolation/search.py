@@ -2,8 +2,11 @@
 
 The caller supplies the test (`test(group) -> Outcome`: run one collective on these nodes and judge
 it), or a round runner that tests disjoint groups at once; `isolate` decides what to test next and
-returns the rounds, the culprits and the evidence. `orch isolate` (to come, in runs/) will run each
-round as Slurm jobs; bench/ and the unit tests run it against simulated clusters.
+returns the rounds, the culprits and the evidence. `orch isolate` (runs/isolate.py) runs each
+round as Slurm jobs; bench/isolate.py and the unit tests run it against simulated clusters.
+`isolate_partitioned` searches several parts of a cluster (kinds of node) each on its own, in the
+same rounds: each part's search is a generator that yields a round's groups and is sent their
+outcomes.
 
 The search, round by round (a round is the set of tests whose results the next decision waits for;
 its groups are disjoint, so on a real cluster they run at the same time):
@@ -34,14 +37,18 @@ each of its nodes passed with other partners is a bad link. Outcomes are taken a
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.models.isolation import Culprit, Group, Isolation, Kind, Outcome, Purpose, Round, Trial
 
 RoundRunner = Callable[[Sequence[Group]], Sequence[Outcome]]
+# A search runs as a generator: it yields a round's groups and is sent their outcomes, so that the
+# searches of several partitions of a cluster run in the same rounds (isolate_partitioned).
+_Rounds = Generator[list[Group], Sequence[Outcome], None]
 
 
 def sequential(test: Callable[[Group], Outcome]) -> RoundRunner:
@@ -98,19 +105,19 @@ def _cross(a: Group, b: Group, sides: tuple[Group, Group] | None = None) -> _Tas
 
 
 class _Search:
-    def __init__(self, candidates: Group, known_good: Iterable[str], run_round: RoundRunner) -> None:
+    def __init__(self, candidates: Group, known_good: Iterable[str]) -> None:
         self.candidates = candidates
         self.s = _State(good=set(known_good))
-        self.run_round = run_round
         self.rounds: list[Round] = []
-        self.on_round: Callable[[Round], None] | None = None
         self._mixed_at = -1  # how many nodes were known good at the last mix round
         self._mix_tries = 0  # mix rounds since then (each pairs the sets another way)
 
     # --- rounds -----------------------------------------------------------------------------------
 
-    def _run(self, requests: list[_Request]) -> list[Trial]:
-        outcomes = list(self.run_round([r.group for r in requests]))
+    def _run(self, requests: list[_Request]) -> Generator[list[Group], Sequence[Outcome], list[Trial]]:
+        if not requests:
+            return []
+        outcomes = list((yield [r.group for r in requests]))
         if len(outcomes) != len(requests):
             raise ValueError(f"the round runner gave {len(outcomes)} outcomes for {len(requests)} groups")
         index = len(self.rounds) + 1
@@ -121,16 +128,15 @@ class _Search:
         rnd = Round(index=index, trials=trials)
         self.rounds.append(rnd)
         self.s.trials += trials
-        if self.on_round is not None:
-            self.on_round(rnd)
         return trials
 
     def _clear(self, group: Group) -> None:
         if len(group) >= 2:
             self.s.good.update(group)
 
-    def search(self) -> None:
-        singles = self._run([_Request((n,), "single", _Task("split", (n,))) for n in self.candidates])
+    def search(self) -> _Rounds:
+        alone = [_Request((n,), "single", _Task("split", (n,))) for n in self.candidates]
+        singles = yield from self._run(alone)
         ok: list[str] = []
         for t in singles:
             if t.outcome.passed:
@@ -139,7 +145,7 @@ class _Search:
                 self._convict_node(t.group[0], "fails alone", [t])
         tasks = [_Task("split", tuple(ok))] if len(ok) >= 2 or (ok and self.s.good - set(ok)) else []
         while tasks:
-            tasks = self._step(tasks)
+            tasks = yield from self._step(tasks)
 
     def _anchor(self, busy: set[str]) -> str | None:
         free = sorted(self.s.good - busy - {n for c in self.s.culprits for n in c.nodes})
@@ -196,7 +202,7 @@ class _Search:
             pairs += [_Request((a, b), "mix", probe) for a, b in zip(first, turned, strict=False)]
         return pairs
 
-    def _step(self, tasks: list[_Task]) -> list[_Task]:
+    def _step(self, tasks: list[_Task]) -> Generator[list[Group], Sequence[Outcome], list[_Task]]:
         tasks = self._prune(tasks)
         requests: list[_Request] = []
         busy = {n for t in tasks for n in (*t.a, *t.b)}
@@ -239,7 +245,7 @@ class _Search:
             for task in deferred:  # no partner will ever come: say what is left
                 self.s.undecided += [n for n in (*task.a, *task.b) if n not in self.s.undecided]
             return []
-        trials = self._run(requests)
+        trials = yield from self._run(requests)
         nxt = list(deferred)
         by_task: dict[int, list[tuple[_Request, Trial]]] = {}
         for req, trial in zip(requests, trials, strict=True):
@@ -412,17 +418,64 @@ def isolate(
         if test is None:
             raise ValueError("isolate needs a test or a round runner")
         run_round = sequential(test)
-    if len(set(nodes)) != len(nodes):
+    return isolate_partitioned([(nodes, known_good)], run_round=run_round, on_round=on_round)
+
+
+def isolate_partitioned(
+    parts: Sequence[tuple[Sequence[str], Iterable[str]]],
+    *,
+    run_round: RoundRunner,
+    on_round: Callable[[Round], None] | None = None,
+) -> Isolation:
+    """Search each part (its suspects, its known-good partners) on its own, in the same rounds.
+
+    A part's nodes are only ever tested with nodes of the same part (a cluster of two GPU models:
+    one part each), so no node is judged against, or cleared by, a node of another kind. Round k
+    holds the k-th round of every part still searching; their groups are disjoint. The result
+    holds every part's culprits, good and undecided nodes, and the rounds. Raises ValueError when
+    a node is named twice (in one part or across parts) or the runner gives a wrong number of
+    outcomes.
+    """
+    parts = [(list(nodes), set(good)) for nodes, good in parts]
+    if any(len(set(nodes)) != len(nodes) for nodes, _ in parts):
         raise ValueError("node names repeat")
-    good = set(known_good)
-    search = _Search(tuple(n for n in nodes if n not in good), good, run_round)
-    search.on_round = on_round
-    search.search()
-    s = search.s
-    culprit_nodes = {n for c in s.culprits for n in c.nodes if c.kind == "node"}
+    seen = [n for nodes, good in parts for n in set(nodes) | set(good)]
+    if len(set(seen)) != len(seen):
+        raise ValueError("node names repeat across parts")
+    searches: list[_Search] = []
+    for nodes, good in parts:
+        searches.append(_Search(tuple(n for n in nodes if n not in good), good))
+    pending: list[tuple[_Search, _Rounds, list[Group]]] = []
+    for search in searches:
+        gen = search.search()
+        with contextlib.suppress(StopIteration):  # no suspect: nothing to test
+            pending.append((search, gen, next(gen)))
+    rounds: list[Round] = []
+    while pending:
+        groups = [g for _, _, gs in pending for g in gs]
+        outcomes = list(run_round(groups))
+        if len(outcomes) != len(groups):
+            raise ValueError(f"the round runner gave {len(outcomes)} outcomes for {len(groups)} groups")
+        nxt: list[tuple[_Search, _Rounds, list[Group]]] = []
+        trials: list[Trial] = []
+        at = 0
+        for search, gen, gs in pending:
+            mine, at = outcomes[at : at + len(gs)], at + len(gs)
+            with contextlib.suppress(StopIteration):  # this part's search ended with this round
+                nxt.append((search, gen, gen.send(mine)))
+            trials += search.rounds[-1].trials
+        rnd = Round(index=len(rounds) + 1, trials=trials)
+        rounds.append(rnd)
+        if on_round is not None:
+            on_round(rnd)
+        pending = nxt
+    culprits = [c for search in searches for c in search.s.culprits]
+    culprit_nodes = {n for c in culprits for n in c.nodes if c.kind == "node"}
+    good = {n for search in searches for n in search.s.good}
+    undecided = [n for search in searches for n in search.s.undecided]
     return Isolation(
-        rounds=search.rounds,
-        culprits=s.culprits,
-        good=sorted(s.good - culprit_nodes),
-        undecided=[n for n in s.undecided if n not in culprit_nodes],
+        rounds=rounds,
+        culprits=culprits,
+        good=sorted(good - culprit_nodes),
+        undecided=[n for n in undecided if n not in culprit_nodes],
     )

@@ -18,12 +18,13 @@ way as long as each node has three or more partners.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
 from orchestrator.metrics.noise import mad_sigma
 from orchestrator.models.base import StrictModel
+from orchestrator.models.run import StepResult
 
 DEFAULT_K = 3.0
 DEFAULT_FLOOR = 0.05
@@ -108,3 +109,48 @@ def stragglers(
         partners={n: len(p) for n, p in sorted(by_node.items())}, stragglers=slow,
         too_few=sorted(set(by_node) - set(judged)),
     )  # fmt: skip
+
+
+def pair_matrix(steps: Sequence[StepResult]) -> tuple[str, dict[tuple[str, str], float]]:
+    """The node-pair matrix of a run's 2-node steps: (metric, (a, b) -> figure, larger is worse).
+
+    The collective is sendrecv when a 2-node step measured it, else the first collective of the
+    first 2-node step. The figure is the per-iteration time at the largest size, out-of-place: the
+    median of the slowest rank's iterations where collbench gave them, else size / algbw. Steps
+    without a figure (failed, not run) are left out: their pair reads "not measured". ("", {}) when
+    the run has no 2-node step with a figure.
+    """
+    pairs = [s for s in steps if s.step.nnodes == 2 and len(set(s.step.nodes)) == 2 and s.summary]
+    if not pairs:
+        return "", {}
+    colls = {c for s in pairs for c in s.summary}
+    coll = "sendrecv" if "sendrecv" in colls else next(iter(pairs[0].summary))
+    matrix: dict[tuple[str, str], float] = {}
+    for s in pairs:
+        c = s.summary.get(coll)
+        if c is None:
+            continue
+        lat = c.latency_us.p50 if c.latency_us is not None else None
+        if lat is None and c.algbw_gbs > 0:
+            lat = c.size_bytes / (c.algbw_gbs * 1e3)
+        if lat is not None:
+            a, b = s.step.nodes
+            matrix[(a, b)] = lat
+    return f"{coll} latency_us", matrix
+
+
+def split_by_kind(
+    matrix: Mapping[tuple[str, str], float], kind_of: Mapping[str, str]
+) -> tuple[dict[str, dict[tuple[str, str], float]], list[tuple[str, str]]]:
+    """The matrix per kind of node (a node missing from kind_of is of kind ''), and the pairs
+    across kinds, left out: a node is compared with nodes of its own kind only (a slower GPU
+    model is not a straggler among faster ones)."""
+    per: dict[str, dict[tuple[str, str], float]] = {}
+    across: list[tuple[str, str]] = []
+    for (a, b), v in matrix.items():
+        ka, kb = kind_of.get(a, ""), kind_of.get(b, "")
+        if ka != kb:
+            across.append((a, b))
+        else:
+            per.setdefault(ka, {})[(a, b)] = v
+    return per, sorted(across)

@@ -32,6 +32,28 @@ IFNAME_MAX = 15
 # Everything else (space, ; | & $ ` ' " < > ( ) * ? [ ] { } ~ ! # \ @ …) could mean something to a
 # shell or to ssh, and a leading '-' would be read as an option.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._:%-]+")
+# A GPU model as vendors name it ("H100", "MI300X", "NVIDIA H100 80GB HBM3"): shown in output and
+# reports, compared to tell kinds of node apart, never put on a command line.
+_GPU_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+()/-]{0,63}")
+
+
+def gpu_model_problem(value: str) -> str | None:
+    """Say why `value` is not a GPU model orch accepts, or None if it is fine."""
+    if not _GPU_MODEL.fullmatch(value):
+        return "is not a GPU model name (letters, digits, space and ._+()/- only, at most 64)"
+    return None
+
+
+def same_gpu_model(model: str | None) -> str:
+    """The comparison key of a GPU model: case and runs of spaces do not count ('' when unknown)."""
+    return " ".join((model or "").split()).casefold()
+
+
+def kind_label(vendor: str, model: str | None) -> str:
+    """A kind of node in words: 'cpu', 'nvidia H100', 'amd (model unknown)'."""
+    if vendor == "none":
+        return "cpu"
+    return f"{vendor} {model or '(model unknown)'}"
 
 
 def interface_name_problem(name: str) -> str | None:
@@ -95,6 +117,7 @@ class Node(StrictModel):
     python_interpreter: str | None = None
     gpu_vendor: GpuVendor = "none"
     gpus_per_node: int = Field(default=1, ge=1, description="on gpu_vendor none: CPU ranks per node")
+    gpu_model: str | None = Field(default=None, description="e.g. H100, MI300X: isolation keeps kinds apart")
     rdma_ifaces: list[str] = Field(default_factory=list)
     mgmt_iface: str | None = None
     fabric_address: IPv4Address | IPv6Address | None = Field(
@@ -107,6 +130,13 @@ class Node(StrictModel):
     @classmethod
     def _safe_name(cls, value: str) -> str:
         return _check_hostname(value)
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _gpu_model(cls, value: str | None) -> str | None:
+        if value is not None and (why := gpu_model_problem(value)) is not None:
+            raise ValueError(f"gpu_model {value!r} {why}")
+        return value
 
     @field_validator("rdma_ifaces")
     @classmethod

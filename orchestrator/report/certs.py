@@ -1,7 +1,8 @@
 """Report sections for certificates and stragglers: Markdown and HTML fragments.
 
-Functions only; the report generators do not call them yet (the coordinator wires them in with
-`orch isolate`). Every value is data and goes through report/escape.py (md) or html.escape.
+The HTML report calls stragglers_html (report/html.py, for a run with 2-node steps); the
+certificate sections are functions only, not called by the report generators yet. Every value
+is data and goes through report/escape.py (md) or html.escape.
 """
 
 from __future__ import annotations
@@ -54,11 +55,18 @@ def certificates_html(certs: Sequence[Certificate], refused: Sequence[Refusal]) 
 
 
 def stragglers_html(
-    rep: StragglerReport, nodes: Sequence[str], matrix: Mapping[tuple[str, str], float]
+    rep: StragglerReport,
+    nodes: Sequence[str],
+    matrix: Mapping[tuple[str, str], float],
+    *,
+    kind: str | None = None,
+    section_id: str = "stragglers",
 ) -> str:
-    """The straggler section: the heatmap, the rule's numbers, and each straggler's evidence."""
+    """The straggler section: the heatmap, the rule's numbers, and each straggler's evidence
+    (kind: the kind of node the matrix holds, in the heading, when a cluster has several)."""
     slow = [s.node for s in rep.stragglers]
-    svg = heatmap(nodes, matrix, title=f"pair {rep.metric}", unit=rep.metric, flagged=slow)
+    title = f"pair {rep.metric}" + (f", {kind}" if kind else "")
+    svg = heatmap(nodes, matrix, title=title, unit=rep.metric, flagged=slow)
     rule = (
         f"straggler: median of its pairs &gt; {rep.bound:.4g} = median {rep.centre:.4g} + "
         f"max({rep.k:g} &times; {rep.sigma:.4g}, {rep.floor:.0%} &times; median)"
@@ -70,4 +78,8 @@ def stragglers_html(
         for s in rep.stragglers
     )
     verdict = f'<ul class="stragglers">{items}</ul>' if items else "<p>no straggler</p>"
-    return f'<section id="stragglers"><h2>Stragglers</h2>\n{svg}\n<p>{rule}</p>\n{verdict}</section>'
+    head = "Stragglers" + (f" ({html_text(kind)})" if kind else "")
+    return (
+        f'<section id="{html_text(section_id)}" class="stragglers-section"><h2>{head}</h2>\n{svg}\n'
+        f"<p>{rule}</p>\n{verdict}</section>"
+    )

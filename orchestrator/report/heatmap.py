@@ -2,9 +2,9 @@
 
 `<svg class="plot" data-kind="heatmap">`: one `<rect class="cell">` per ordered pair with a
 `<title>` tooltip (both names and the figure), a grey cell where the pair was not measured, the
-node names along both axes, and flagged nodes (stragglers) marked in red. Every label is data (a
-node name from an inventory): it goes through escape.visible (control characters shown) and then
-html.escape, so no name can become markup.
+node names along both axes, and flagged nodes (stragglers) marked in red (class "flagged"). Every
+label is data (a node name from an inventory): it goes through escape.visible (control characters
+shown) and then html.escape, so no name can become markup.
 """
 
 from __future__ import annotations
@@ -52,14 +52,15 @@ def heatmap(
     ]
     for i, n in enumerate(nodes):
         colour = ' fill="#b2182b" font-weight="bold"' if n in flagged else ""
+        flag = " flagged" if n in flagged else ""
         y = top + i * cell + cell * 0.7
         x = margin + i * cell + cell * 0.7
         out.append(
-            f'<text class="tick row" x="{margin - 4}" y="{y:.1f}" text-anchor="end"{colour}>'
+            f'<text class="tick row{flag}" x="{margin - 4}" y="{y:.1f}" text-anchor="end"{colour}>'
             f"{html_text(n)}</text>"
         )
         out.append(
-            f'<text class="tick col" transform="translate({x:.1f} {top - 4}) rotate(-60)"{colour}>'
+            f'<text class="tick col{flag}" transform="translate({x:.1f} {top - 4}) rotate(-60)"{colour}>'
             f"{html_text(n)}</text>"
         )
     for i, a in enumerate(nodes):

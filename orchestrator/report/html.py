@@ -13,11 +13,14 @@ import jinja2
 from markupsafe import Markup
 
 from orchestrator import __version__
+from orchestrator.metrics.stragglers import pair_matrix, split_by_kind, stragglers
+from orchestrator.models.cluster import kind_label, same_gpu_model
 from orchestrator.models.plan import format_size
 from orchestrator.models.results import COLLECTIVES
 from orchestrator.models.run import RunRecord
 from orchestrator.plan import plan_to_yaml
 from orchestrator.report import svg
+from orchestrator.report.certs import stragglers_html
 from orchestrator.report.common import (
     ScalingPoint,
     efficiency_cell,
@@ -108,6 +111,8 @@ the minimum only below it by more than the noise band.</p>
 <td class="num">{{ e.band }}</td><td class="num">{{ e.line }}</td><td>{{ e.latency }}</td></tr>
 {% endfor %}</table>
 
+{% if stragglers %}{% for s in stragglers %}{{ s }}
+{% endfor %}{% endif %}
 {% endif %}
 <h2 id="recovery">Recovery</h2>
 {% if recovery_plots %}<div class="plots">{% for p in recovery_plots %}{{ p }}{% endfor %}</div>
@@ -269,6 +274,37 @@ def _recovery(rec: RunRecord) -> list[Markup]:
     return plots
 
 
+def _stragglers(rec: RunRecord) -> list[Markup]:
+    """A straggler section (heatmap, rule, verdict) per kind of node, from the run's 2-node steps;
+    none when the run has none. Pairs across kinds are left out and said so; a kind with too few
+    pairs for the rule gets a line instead."""
+    metric, matrix = pair_matrix(rec.steps)
+    if not matrix:
+        return []
+    nodes = rec.cluster.nodes if rec.cluster else []
+    keys = {n.name: (n.gpu_vendor, same_gpu_model(n.gpu_model)) for n in nodes}
+    labels: dict[tuple[str, str], str] = {}
+    for n in nodes:
+        labels.setdefault(keys[n.name], kind_label(n.gpu_vendor, n.gpu_model))
+    kind_of = {name: labels[k] for name, k in keys.items()}
+    per, across = split_by_kind(matrix, kind_of)
+    order = {n.name: i for i, n in enumerate(nodes)}
+    out: list[Markup] = []
+    for i, (kind, sub) in enumerate(sorted(per.items())):
+        names = sorted({n for pair in sub for n in pair}, key=lambda n: (order.get(n, len(order)), n))
+        shown = kind if len(per) > 1 else None
+        try:
+            rep = stragglers(sub, metric=metric)
+        except ValueError as e:
+            head = f"Stragglers ({kind})" if shown else "Stragglers"
+            out.append(Markup('<h2 class="stragglers-section">{}</h2><p class="muted">{}</p>').format(head, str(e)))
+            continue
+        out.append(_svg(stragglers_html(rep, names, sub, kind=shown, section_id=f"stragglers-{i + 1}")))
+    if across:
+        out.append(Markup('<p class="muted">{} pairs across kinds of node are not compared.</p>').format(len(across)))
+    return out
+
+
 def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
     """The report of one run as one HTML document; links to raw logs are relative to report_dir."""
     steps = []
@@ -298,7 +334,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         done=len([s for s in rec.steps if s.verdict != "skipped"]), steps=steps,
         coll_plots=coll_plots, coll_tables=coll_tables, scaling_plot=scaling_plot, eff_plots=eff_plots,
         eff_rows=_eff_rows(rec),
-        recovery_plots=_recovery(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
+        recovery_plots=_recovery(rec), stragglers=_stragglers(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
         plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
         (rec.request.model_dump_json(indent=2) if rec.request else "(plan.json missing)"),
         stack=rec.stack.model_dump_json(indent=2) if rec.stack else "(no stack.json in this run)",

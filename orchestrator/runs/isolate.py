@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -37,10 +37,11 @@ from pydantic import Field
 
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE, ConfigError
 from orchestrator.inventory import load_inventory
-from orchestrator.isolation.search import isolate, round_bound
+from orchestrator.isolation.search import isolate_partitioned, round_bound
 from orchestrator.models.base import StrictModel
-from orchestrator.models.cluster import Cluster
+from orchestrator.models.cluster import Cluster, gpu_model_problem, kind_label, same_gpu_model
 from orchestrator.models.events import Listener, RunStarted
+from orchestrator.models.fingerprint import FingerprintSet, Gpu
 from orchestrator.models.isolation import Group, Isolation, Outcome, Round
 from orchestrator.models.plan import Plan, SizeRange, Step
 from orchestrator.models.results import PlanCollective
@@ -77,6 +78,24 @@ class IsolateRequest(StrictModel):
     force: bool = Field(default=False, description="drain more than max_share of the nodes")
     out_dir: Path = Path("runs")
     python: str | None = None
+    gpu_models: dict[str, str] = Field(
+        default_factory=dict,
+        description="node -> GPU model from a fingerprint, for nodes whose inventory sets no gpu_model",
+    )
+
+
+class Partition(StrictModel):
+    """Nodes of one kind (gpu_vendor and GPU model): isolated among themselves only."""
+
+    vendor: str
+    model: str | None = Field(description="as the inventory (or the fingerprint) names it; None: unknown")
+    nodes: list[str] = Field(description="the suspects of this kind")
+    known_good: list[str] = Field(default_factory=list, description="known-good partners of this kind")
+    note: str | None = None
+
+    @property
+    def label(self) -> str:
+        return kind_label(self.vendor, self.model)
 
 
 class IsolationRun(StrictModel):
@@ -91,12 +110,39 @@ class IsolationRun(StrictModel):
     rule: str
     reference_gbs: float | None = Field(default=None, description="best single-node busbw of the run")
     round_bound: int = Field(description="1 + ceil(log2 N): the rounds one bad node should take")
+    partitions: list[Partition] = Field(
+        default_factory=list, description="kinds of node isolated apart, in the same rounds"
+    )
     isolation: Isolation
     drained: list[str] = Field(default_factory=list)
     drain_refused: str | None = None
     status: Literal["accepted", "failed", "infra", "interrupted"]
     exit_code: int
     wall_s: float
+
+
+def partition_nodes(
+    cluster: Cluster, nodes: Sequence[str], known_good: Sequence[str], models: Mapping[str, str] | None = None
+) -> list[Partition]:
+    """The nodes by kind: gpu_vendor, and the GPU model (the inventory's gpu_model, else models,
+    e.g. from a fingerprint; compared without case), in inventory order. CPU nodes (gpu_vendor
+    none) are one kind. A node is only ever paired with, and judged against, nodes of its kind."""
+    models = models or {}
+    kinds: dict[tuple[str, str], Partition] = {}
+    for n in cluster.nodes:
+        if n.name not in nodes and n.name not in known_good:
+            continue
+        model = None if n.gpu_vendor == "none" else (n.gpu_model or models.get(n.name))
+        key = (n.gpu_vendor, same_gpu_model(model))
+        part = kinds.setdefault(key, Partition(vendor=n.gpu_vendor, model=model, nodes=[]))
+        (part.nodes if n.name in nodes else part.known_good).append(n.name)
+    for part in kinds.values():
+        if part.vendor != "none" and part.model is None:
+            part.note = "GPU model unknown: set gpu_model in the inventory"
+        if len(part.nodes) + len(part.known_good) == 1:
+            alone = "one node of this kind: tested alone only, no partner"
+            part.note = f"{part.note}; {alone}" if part.note else alone
+    return list(kinds.values())
 
 
 def isolation_plan(req: IsolateRequest, base: Plan | None = None) -> Plan:
@@ -178,6 +224,38 @@ def judge(results: Sequence[StepResult], req: IsolateRequest, reference: float |
     return outcomes
 
 
+def next_reference(
+    reference: float | None, results: Sequence[StepResult], outcomes: Sequence[Outcome]
+) -> float | None:
+    """The reference after a round: the best busbw of a single node that passed, so far."""
+    for res, o in zip(results, outcomes, strict=True):
+        if res.step.nnodes == 1 and o.passed and o.figure is not None:
+            reference = max(reference or 0.0, o.figure)
+    return reference
+
+
+def judge_by_kind(
+    results: Sequence[StepResult],
+    req: IsolateRequest,
+    references: dict[str, float | None],
+    kind_of: Mapping[str, str],
+) -> list[Outcome]:
+    """judge() within each partition: a node's single is compared with the singles of its kind,
+    a group with the best single of its kind (references: partition label -> reference, updated
+    here with each round's singles). A round's groups never mix kinds (partition_nodes)."""
+    outcomes: list[Outcome | None] = [None] * len(results)
+    by_kind: dict[str, list[int]] = {}
+    for i, res in enumerate(results):
+        by_kind.setdefault(kind_of[res.step.nodes[0]], []).append(i)
+    for kind, idx in by_kind.items():
+        mine = [results[i] for i in idx]
+        judged = judge(mine, req, references.get(kind))
+        references[kind] = next_reference(references.get(kind), mine, judged)
+        for i, o in zip(idx, judged, strict=True):
+            outcomes[i] = o
+    return [o for o in outcomes if o is not None]
+
+
 def _busbw(res: StepResult) -> float | None:
     s = next(iter(res.summary.values()), None)
     return s.busbw_gbs if s is not None else None
@@ -195,6 +273,7 @@ class _Rounds:
         python: str,
         env: dict[str, str],
         on_round: Callable[[Round], None],
+        parts: Sequence[Partition] = (),
     ) -> None:
         self.req, self.plan, self.cluster, self.life, self.python, self.env = (
             req,
@@ -208,7 +287,8 @@ class _Rounds:
         self.sched = make_scheduler(self.backend, cluster, plan)
         self.on_round = on_round
         self.index = 0
-        self.reference: float | None = None
+        self.kind_of = {n: p.label for p in parts for n in (*p.nodes, *p.known_good)}
+        self.references: dict[str, float | None] = {}
         self.mode: Mode = "concurrent" if plan.concurrent_steps else "sequential"
 
     def __call__(self, groups: Sequence[Group]) -> list[Outcome]:
@@ -225,11 +305,12 @@ class _Rounds:
             self.plan, self.cluster, steps, self.sched, self.backend, self.life, self.python, self.env
         )
         runner.run()
-        outcomes = judge(runner.results, self.req, self.reference)
-        for res, o in zip(runner.results, outcomes, strict=True):
-            if res.step.nnodes == 1 and o.passed and o.figure is not None:
-                self.reference = max(self.reference or 0.0, o.figure)
-        return outcomes
+        return judge_by_kind(runner.results, self.req, self.references, self.kind_of)
+
+    @property
+    def reference(self) -> float | None:
+        """The best single-node busbw of the run, over every kind (for the report line)."""
+        return max((r for r in self.references.values() if r is not None), default=None)
 
     def round_done(self, rnd: Round) -> None:
         self.life.journal(
@@ -265,6 +346,7 @@ def run_isolation(
     backend = choose_backend(plan, cluster)
     if not backend_traits(backend).multi_node:
         raise ConfigError(f"isolation runs multi-node tests; the {backend} backend runs on one node only")
+    parts = partition_nodes(cluster, nodes, req.known_good, req.gpu_models)
     python, env = (req.python, {}) if req.python else stack_python(stack_name(None, plan, cluster))
     run_id = new_run_id("isolate")
     with RunLifecycle.create(req.out_dir, run_id, listeners or [], t0=t0) as life:
@@ -277,9 +359,12 @@ def run_isolation(
             mode=mode,
             parent_run=parent_run,
             rule=rule_text(req),
+            partitions=[p.model_dump(mode="json") for p in parts],
         )
-        rounds = _Rounds(req, plan, cluster, life, python or sys.executable, env, on_round)
-        found = isolate(nodes, known_good=req.known_good, run_round=rounds, on_round=rounds.round_done)
+        rounds = _Rounds(req, plan, cluster, life, python or sys.executable, env, on_round, parts)
+        found = isolate_partitioned(
+            [(p.nodes, p.known_good) for p in parts], run_round=rounds, on_round=rounds.round_done
+        )
         result = IsolationRun(
             run_id=life.run_id,
             run_dir=life.root,
@@ -289,7 +374,8 @@ def run_isolation(
             size_bytes=req.size,
             rule=rule_text(req),
             reference_gbs=rounds.reference,
-            round_bound=round_bound(len(nodes)),
+            round_bound=max(round_bound(len(p.nodes)) for p in parts),
+            partitions=parts,
             isolation=found,
             status="accepted" if not found.culprits and not found.undecided else "failed",
             exit_code=EXIT_OK if not found.culprits and not found.undecided else EXIT_THRESHOLDS,
@@ -318,6 +404,21 @@ def run_isolation(
         return result
 
 
+def partitions_line(parts: Sequence[Partition]) -> str:
+    """'isolated 2 kinds apart: nvidia H100 (node1-…), amd MI300X (…)' for output and report.md."""
+    if not parts:
+        return "kinds of node: not recorded"
+    each = [
+        f"{p.label} ({', '.join(p.nodes)}"
+        + (f"; partners {', '.join(p.known_good)}" if p.known_good else "")
+        + (f"; {p.note}" if p.note else "")
+        + ")"
+        for p in parts
+    ]
+    head = "one kind of node" if len(parts) == 1 else f"{len(parts)} kinds of node, isolated apart"
+    return f"{head}: " + "; ".join(each)
+
+
 def isolation_markdown(r: IsolationRun) -> str:
     """report.md of an isolate run: the culprits with their evidence, then every round."""
     iso = r.isolation
@@ -333,6 +434,7 @@ def isolation_markdown(r: IsolationRun) -> str:
     ]
     if r.parent_run:
         lines.append(f"- after scale-test run {r.parent_run}")
+    lines.append("- " + partitions_line(r.partitions))
     lines += ["", "## Culprits", ""]
     if not iso.culprits:
         lines.append("none" + (f" (undecided: {', '.join(iso.undecided)})" if iso.undecided else ""))
@@ -350,6 +452,11 @@ def isolation_markdown(r: IsolationRun) -> str:
         lines += [f"- {t.line()} {'' if t.outcome.passed else t.outcome.detail}".rstrip() for t in rnd.trials]
     lines += ["", f"Good: {', '.join(iso.good) or 'none'}", ""]
     return "\n".join(lines)
+
+
+def gpu_model_of(gpus: Sequence[Gpu]) -> str:
+    """A node's GPU model from its fingerprint: the names of its GPUs, '+'-joined when they differ."""
+    return "+".join(sorted({" ".join((g.name or "?").split()) for g in gpus}))
 
 
 def failed_multinode_nodes(result: RunResult) -> tuple[list[str], list[str]]:
@@ -379,6 +486,10 @@ def isolate_after_scale_test(
     if not suspects:
         return None
     base = require_model(Plan, result.run_dir, result.run_dir / "plan.json")
+    models: dict[str, str] = {}
+    if (result.run_dir / "fingerprint.json").is_file():  # the scale-test's: the GPU models it saw
+        fps = require_model(FingerprintSet, result.run_dir, result.run_dir / "fingerprint.json")
+        models = {node: gpu_model_of(fp.gpus) for node, fp in fps.nodes.items() if fp.gpus}
     req = IsolateRequest(
         inventory=inventory,
         nodes=suspects,
@@ -389,6 +500,7 @@ def isolate_after_scale_test(
         drain_bad=drain_bad,
         force=force,
         out_dir=result.run_dir.parent,
+        gpu_models={n: m for n, m in models.items() if gpu_model_problem(m) is None},
     )
     found = run_isolation(req, on_round=on_round, base_plan=base, parent_run=result.run_id)
     atomic_write(result.run_dir / "isolation.json", found.model_dump_json(indent=2) + "\n")
