@@ -152,3 +152,39 @@ class SizeSamples(StrictModel):
     a: list[float]
     b: list[float]
     control: list[float] = Field(default_factory=list, description="the A-against-A control arm")
+
+
+# --- certify: the proof that a rollback restored the reference -------------------------------------
+
+
+class NodeProof(StrictModel):
+    """One node after a rollback: its package and environment hashes against the reference's."""
+
+    node: str
+    ok: bool
+    stack_record: str | None = Field(default=None, description="the stack the node says it runs")
+    packages_hash: str | None = None
+    env_hash: str | None = None
+    expected_packages_hash: str | None = Field(default=None, description="the frozen reference's")
+    expected_env_hash: str | None = None
+    differences: list[str] = Field(default_factory=list, description="why not ok, one line each")
+    notes: list[str] = Field(default_factory=list, description="differences that do not count, and why")
+
+
+class Certification(StrictModel):
+    """Every node of a rollback held to the frozen reference (or, without one, the manifest)."""
+
+    stack: str
+    against: Literal["reference", "manifest"]
+    reference_from: str | None = Field(
+        default=None, description="the migrate run whose freeze is the reference"
+    )
+    nodes: list[NodeProof]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.nodes) and all(n.ok for n in self.nodes)
+
+    @property
+    def failed(self) -> list[str]:
+        return [n.node for n in self.nodes if not n.ok]

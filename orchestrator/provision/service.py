@@ -46,6 +46,7 @@ class ProvisionRequest(StrictModel):
     orch_wheel: Path | None = Field(
         default=None, description="orch's wheel for the nodes (default: see provision/orchwheel.py)"
     )
+    clean: bool = Field(default=False, description="remove the stack's venv first (roles/workload_env)")
 
 
 class ProvisionReport(StrictModel):
@@ -142,7 +143,7 @@ def provision(
         cluster.select(req.limit)  # refuse unknown names before Ansible silently matches nothing
     orch_source = orchwheel.resolve(req.orch_wheel) if stack.python is not None else None
     run_dir = _run_dir(req.out_dir, "provision")
-    extra: dict[str, object] = {"orch_become": req.become}
+    extra: dict[str, object] = {"orch_become": req.become, "orch_clean_venv": req.clean}
     wheelhouse, wh_s = None, 0.0
     if orch_source is not None:
         t0 = time.monotonic()
