@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from orchestrator.cli.common import VERDICT_STYLE, Cell, Col, err, fitted_table, out, styled, write_out
+from orchestrator.cli.common import VERDICT_STYLE, Cell, Col, fitted_table, out, styled, write_out
 from orchestrator.cli.plan import InventoryOpt, OutOpt
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import DEFAULT_INVENTORY
@@ -200,7 +200,6 @@ def register(app: typer.Typer) -> None:
             no_rollback=no_rollback,
             out_dir=out_dir or Path("runs"),
         )
-        err.print(f"migrate {from_stack} -> {to_stack} with plan {plan}", markup=False)
         r = run_migration(req)
         render_run(r)
         raise typer.Exit(r.exit_code)

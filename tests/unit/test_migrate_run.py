@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 
 import pytest
+from test_cli_usage import one_error_line, run_cli
 
 from orchestrator import __version__
 from orchestrator.errors import ConfigError, Interrupted
@@ -285,3 +286,42 @@ def test_resume_that_finds_a_mixed_node_the_next_phase_does_not_touch_rolls_back
     assert r.failed_phase == "canary" and r.failure is not None and "hold neither" in r.failure
     assert r.rolled_back and r.certification is not None and r.certification.ok
     assert all(fake.venv[n][0] == "cpu-gloo" for n in nodes)
+
+
+def test_the_cli_refuses_a_rollback_without_a_target_and_a_stack_the_run_did_not_freeze(
+    tmp_path: Path, nodes: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(capsys, "rollback", "-i", str(LAB_INI), "--out", str(tmp_path))
+    assert code == 2 and "--to STACK or --to-run RUN_ID" in one_error_line(err)
+    r = run_migration(_req(tmp_path, to="cpu-gloo-next"), ops_factory=_factory(FakeCluster(nodes)))
+    code, _, err = run_cli(
+        capsys,
+        "rollback",
+        "-i",
+        str(LAB_INI),
+        "--out",
+        str(tmp_path),
+        "--to",
+        "cpu-gloo-slow",
+        "--to-run",
+        r.run_id,
+    )
+    assert code == 2 and "froze stack cpu-gloo" in one_error_line(err)
+    code, _, err = run_cli(
+        capsys,
+        "migrate",
+        "run",
+        "--from",
+        "cpu-gloo",
+        "--to",
+        "cpu-gloo-slow",
+        "-p",
+        "smoke",
+        "-i",
+        str(LAB_INI),
+        "--canary",
+        "3",
+        "--out",
+        str(tmp_path),
+    )
+    assert code == 2 and "the canary is a subset" in one_error_line(err)
