@@ -172,19 +172,28 @@ def _reference(path: Path) -> FingerprintSet | None:
     )
 
 
-def _finish(life: RunLifecycle, state: MigrateRun) -> MigrateRun:
+def migrate_report(run_dir: Path, fmt: str) -> str:
+    """The report of a migrate or rollback run, rebuilt from its folder alone: "md", "html" or
+    "json" (migrate.json). Raises ConfigError when the folder has no migrate.json or it is damaged."""
     from orchestrator.migrate.matrix import build_matrix
     from orchestrator.report.migrate import run_html, run_markdown
 
-    _save(life)(state)
+    state = require_model(MigrateRun, run_dir, run_dir / STATE_FILE)
+    if fmt == "json":
+        return state.model_dump_json(indent=2) + "\n"
     matrix = None
     if state.to_stack is not None:
-        ref = _reference(life.root)
+        ref = _reference(run_dir)
         matrix = build_matrix(
             load_stack(state.from_stack), load_stack(state.to_stack), ref.nodes if ref else None
         )
-    atomic_write(life.root / "report.md", run_markdown(state, matrix))
-    atomic_write(life.root / "report.html", run_html(state, matrix))
+    return run_html(state, matrix) if fmt == "html" else run_markdown(state, matrix)
+
+
+def _finish(life: RunLifecycle, state: MigrateRun) -> MigrateRun:
+    _save(life)(state)
+    atomic_write(life.root / "report.md", migrate_report(life.root, "md"))
+    atomic_write(life.root / "report.html", migrate_report(life.root, "html"))
     life.finish(Ending(state.status, state.exit_code, state.failure), wall_s=state.wall_s)
     return state
 

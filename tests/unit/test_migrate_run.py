@@ -307,6 +307,8 @@ def test_the_cli_refuses_a_rollback_without_a_target_and_a_stack_the_run_did_not
         r.run_id,
     )
     assert code == 2 and "froze stack cpu-gloo" in one_error_line(err)
+    code, out, _ = run_cli(capsys, "report", str(r.run_dir), "--format", "md", "-o", "-")
+    assert code == 0 and "## Phases" in out and "| compare | passed |" in out and "mode: sequential" in out
     code, _, err = run_cli(
         capsys,
         "migrate",
