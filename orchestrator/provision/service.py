@@ -126,6 +126,23 @@ def default_wheelhouse(stack: Stack) -> Path:
     return base / "orch" / "wheelhouse" / stack.name
 
 
+def shared_wheelhouse(stack: Stack) -> Path | None:
+    """The wheelhouse already built for another stack with the same requirements (cpu-gloo-slow
+    differs from cpu-gloo in its environment only: the same wheels serve both), or None."""
+    from orchestrator.stacks import list_stacks
+
+    if stack.python is None:
+        return None
+    wanted = requirements(stack)
+    for name in list_stacks():
+        other = load_stack(name)
+        if name != stack.name and other.python is not None and requirements(other) == wanted:
+            path = default_wheelhouse(other)
+            if (path / "SHA256SUMS").exists():
+                return path
+    return None
+
+
 def _extravars(stack: Stack, **more: object) -> dict[str, object]:
     return {"orch_stack": stack.model_dump(mode="json"), **more}
 
@@ -149,7 +166,7 @@ def provision(
         t0 = time.monotonic()
         wheelhouse = prepare_wheelhouse(
             stack,
-            req.wheelhouse or default_wheelhouse(stack),
+            req.wheelhouse or shared_wheelhouse(stack) or default_wheelhouse(stack),
             runner or LocalRunner(),
             orch_source,
         )

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from orchestrator import __version__
 from orchestrator.migrate.certify import certify
 from orchestrator.models.fingerprint import FingerprintSet
@@ -115,3 +117,17 @@ def test_certify_against_the_manifest_wants_the_stack_record_and_env() -> None:
     assert any("no stack record" in d for d in cert.nodes[1].differences)
     assert any(d.startswith("env:") for d in cert.nodes[2].differences)
     assert cert.nodes[3].differences == ["no fingerprint"]
+
+
+def test_a_stack_that_differs_in_env_only_shares_the_wheelhouse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.provision.service import default_wheelhouse, shared_wheelhouse
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert shared_wheelhouse(load_stack("cpu-gloo-slow")) is None  # nothing built yet
+    built = default_wheelhouse(load_stack("cpu-gloo"))
+    built.mkdir(parents=True)
+    (built / "SHA256SUMS").write_text("")
+    assert shared_wheelhouse(load_stack("cpu-gloo-slow")) == built
+    assert shared_wheelhouse(load_stack("cpu-gloo-next")) is None  # numpy: other requirements
