@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from statistics import median
 from typing import Any, Protocol
 
-from orchestrator.errors import OrchError
+from orchestrator.errors import Interrupted, OrchError
 from orchestrator.migrate.ab import collective_decision, interleaved_schedule, judge, serving_decision
 from orchestrator.migrate.certify import certify
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
@@ -166,11 +166,13 @@ class Procedure:
         save_reference: Callable[[FingerprintSet], None] = lambda r: None,
         clock: Callable[[], float] = time.monotonic,
         started: Sequence[PhaseName] = (),
+        reference_from: str | None = None,
     ) -> None:
         self.state, self.a, self.b, self.ops = state, a, b, ops
         self.rounds, self.no_rollback, self.reference = rounds, no_rollback, reference
         self.journal, self.save, self.save_reference, self.clock = journal, save, save_reference, clock
         self._started: list[PhaseName] = list(started)  # phases begun before (a resumed run)
+        self.reference_from = reference_from or state.run_id  # the run whose freeze is the reference
 
     # --- driving -------------------------------------------------------------------------------
 
@@ -207,6 +209,8 @@ class Procedure:
         t0 = self.clock()
         try:
             state, gate, reason = getattr(self, f"_{name}")()
+        except Interrupted:
+            raise
         except OrchError as e:  # a provisioning or a node that failed is the gate's failure, not a crash
             state, gate, reason = "failed", "the phase ran to its end", f"{type(e).__name__}: {e}"
         self._record(name, state, gate, reason, self.clock() - t0, attempts)
@@ -254,7 +258,9 @@ class Procedure:
         """None when every node is on stack (against reference, else its manifest), else why not.
         proof: keep the certification in the state (the certify phase)."""
         fps, unread = self.ops.fingerprint(stack.name, nodes)
-        cert = certify(stack, nodes, fps, reference, reference_from=self.state.run_id if reference else None)
+        cert = certify(
+            stack, nodes, fps, reference, reference_from=self.reference_from if reference else None
+        )
         if proof:
             self.state.certification = cert
         bad = [f"{n}: {why}" for n, why in sorted(unread.items())]

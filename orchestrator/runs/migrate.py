@@ -224,6 +224,7 @@ def _procedure(
         save=_save(life),
         save_reference=save_reference,
         started=started or [],
+        reference_from=req.reference_run.name if req.reference_run else None,
     )
 
 

@@ -237,6 +237,7 @@ def test_rollback_alone_to_a_migrate_runs_reference(tmp_path: Path, nodes: list[
         and [p.phase for p in r.phases] == ["rollback", "certify"]
     )
     assert r.certification is not None and r.certification.against == "reference"
+    assert r.certification.reference_from == run_dir.name
     assert all(fake.venv[n][0] == "cpu-gloo" for n in nodes)
     with pytest.raises(ConfigError, match="reference is stack cpu-gloo"):
         run_migration(
