@@ -328,3 +328,40 @@ def test_the_cli_refuses_a_rollback_without_a_target_and_a_stack_the_run_did_not
         str(tmp_path),
     )
     assert code == 2 and "the canary is a subset" in one_error_line(err)
+
+
+def test_cluster_ops_runs_the_plan_through_the_pipeline_with_labelled_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real run_plan on this machine (local backend, 2 ranks of collbench): the step folders
+    carry the label, and busbw comes back per series and size."""
+    import sys
+
+    import orchestrator.stages.stack as stage
+    from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
+    from orchestrator.models.plan import SizeRange
+    from orchestrator.plan import resolve_plan
+    from orchestrator.runs.lifecycle import Ending
+    from orchestrator.runs.migrate import ClusterOps
+
+    monkeypatch.setattr(stage, "stack_python", lambda name: (sys.executable, {"OMP_NUM_THREADS": "1"}))
+    smoke = resolve_plan("smoke", None)
+    plan = smoke.model_copy(
+        update={
+            "collectives": ["all_reduce"],
+            "sizes": SizeRange(min=1024, max=4096, factor=4),
+            "iters": 2,
+            "warmup_iters": 1,
+            "ladder": smoke.ladder.model_copy(update={"ranks_per_node": "2"}),
+        }
+    )
+    with RunLifecycle.create(tmp_path, "t-migrate-1") as life:
+        run = ClusterOps(life, load_inventory(DEFAULT_INVENTORY), plan).run_plan(
+            "cpu-gloo", ["localhost"], "canary", faults=False
+        )
+        life.finish(Ending("accepted", 0))
+    assert run.verdict == "pass" and list(run.busbw) == ["all_reduce@n1xg2"]
+    assert sorted(run.busbw["all_reduce@n1xg2"]) == [1024, 4096] and all(
+        v > 0 for v in run.busbw["all_reduce@n1xg2"].values()
+    )
+    assert [p.name for p in (tmp_path / "t-migrate-1" / "steps").iterdir()] == ["canary-n1xg2"]
