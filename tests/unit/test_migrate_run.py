@@ -365,3 +365,38 @@ def test_cluster_ops_runs_the_plan_through_the_pipeline_with_labelled_steps(
         v > 0 for v in run.busbw["all_reduce@n1xg2"].values()
     )
     assert [p.name for p in (tmp_path / "t-migrate-1" / "steps").iterdir()] == ["canary-n1xg2"]
+
+
+def test_cluster_ops_provisions_with_the_venv_removed_and_names_failed_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: list[str]
+) -> None:
+    import orchestrator.provision.service as service
+    from orchestrator.inventory import load_inventory
+    from orchestrator.provision.runner import HostOutcome, PlaybookResult
+    from orchestrator.runs.lifecycle import Ending
+    from orchestrator.runs.migrate import ClusterOps
+
+    seen: list[service.ProvisionRequest] = []
+
+    def fake(req: service.ProvisionRequest) -> service.ProvisionReport:
+        seen.append(req)
+        hosts = {
+            nodes[0]: HostOutcome(host=nodes[0], ok=3, changed=2),
+            nodes[1]: HostOutcome(host=nodes[1], failed=1, message="pip: no wheel for numpy"),
+        }
+        res = PlaybookResult(
+            playbook="provision.yml",
+            status="failed",
+            rc=2,
+            hosts=hosts,
+            artifacts_dir=tmp_path,
+            elapsed_s=1.0,
+        )
+        return service.ProvisionReport(stack=req.stack, run_dir=tmp_path, result=res)
+
+    monkeypatch.setattr(service, "provision", fake)
+    with RunLifecycle.create(tmp_path, "t-migrate-2") as life:
+        failed = ClusterOps(life, load_inventory(LAB_INI), None).provision("cpu-gloo-next", nodes, clean=True)
+        life.finish(Ending("accepted", 0))
+    assert seen[0].clean and seen[0].limit == ",".join(nodes) and seen[0].stack == "cpu-gloo-next"
+    assert failed == {nodes[1]: "pip: no wheel for numpy", nodes[2]: "not in the playbook's results"}
