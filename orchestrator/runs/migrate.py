@@ -296,7 +296,13 @@ def resume_migration(
 ) -> MigrateRun:
     """`orch runs resume` of a migrate or rollback run: see the module doc.
 
-    Raises ConfigError when the folder is damaged or the run already finished."""
+    Raises ConfigError when the folder is damaged, the run is still running (its orch is alive:
+    its playbooks are not left behind) or every phase is done."""
+    from orchestrator.store.load import load_run
+
+    record = load_run(run_dir)
+    if record.status == "running":
+        raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
     req = require_model(MigrateRequest, run_dir, run_dir / "request.json")
     cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
     plan = require_model(Plan, run_dir, run_dir / "plan.json") if (run_dir / "plan.json").exists() else None

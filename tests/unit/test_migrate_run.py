@@ -270,6 +270,11 @@ def test_resume_after_a_kill_in_canary_provisioning_continues_from_the_canary(
     assert [e["event"] for e in events] == ["run_resumed", "migrate_nodes"] and events[0]["phase"] == "canary"
     with pytest.raises(ConfigError, match="nothing to resume"):
         resume_migration(run_dir, ops_factory=_factory(fake))
+    from orchestrator.store.rundir import who
+
+    RunDir(run_dir).event("run_resumed", run_id=r.run_id, **who())  # an orch that is alive resumed it
+    with pytest.raises(ConfigError, match="still running"):
+        resume_migration(run_dir, ops_factory=_factory(fake))
 
 
 def test_resume_that_finds_a_mixed_node_the_next_phase_does_not_touch_rolls_back(
