@@ -405,3 +405,17 @@ def test_cluster_ops_provisions_with_the_venv_removed_and_names_failed_hosts(
         life.finish(Ending("accepted", 0))
     assert seen[0].clean and seen[0].limit == ",".join(nodes) and seen[0].stack == "cpu-gloo-next"
     assert failed == {nodes[1]: "pip: no wheel for numpy", nodes[2]: "not in the playbook's results"}
+
+
+def test_a_serving_plan_with_better_throughput_and_worse_p99_fails_the_compare() -> None:
+    from orchestrator.migrate.procedure import compare_runs
+
+    def run(label: str, tput: float, p99: float) -> PlanRun:
+        return PlanRun(label=label, stack="s", nodes=["n1"], verdict="pass", throughput=tput, p99_s=p99)
+
+    a = [run("a1", 100, 1.0), run("a2", 102, 1.02)]
+    faster_but_late = compare_runs(a, [run("b1", 130, 1.6)], [], mode="interleaved", why_mode="", order=[])
+    assert faster_but_late.serving is not None and faster_but_late.serving.direction == "worse"
+    assert faster_but_late.worse == [f"serving worse: {faster_but_late.serving.reason}"]
+    same = compare_runs(a, [run("b1", 101, 1.01)], [], mode="interleaved", why_mode="", order=[])
+    assert same.serving is not None and same.serving.direction == "same" and same.worse == []
