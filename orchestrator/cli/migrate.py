@@ -1,4 +1,5 @@
-"""CLI command: migrate plan (`orch migrate plan --from A --to B [-i INV --fingerprints RUN]`)."""
+"""CLI commands: `orch migrate plan` (the matrix), `orch migrate run` (the procedure) and
+`orch rollback` (back to a stack, or to a migrate run's frozen reference, with the certify step)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from typing import Annotated, Literal
 import typer
 
 from orchestrator.cli.common import VERDICT_STYLE, Cell, Col, fitted_table, out, styled, write_out
+from orchestrator.cli.plan import InventoryOpt, OutOpt
+from orchestrator.errors import ConfigError
+from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.migrate.matrix import migration_plan
-from orchestrator.models.migrate import MigrationMatrix
+from orchestrator.models.migrate import MigrateRun, MigrationMatrix
 from orchestrator.report.migrate import matrix_markdown, node_cell
 
 Format = Literal["table", "md", "json"]
@@ -31,17 +35,25 @@ def _short(value: str | None) -> str:
 
 def _print_table(m: MigrationMatrix) -> None:
     cols = [
-        Col("component"), Col("item"), Col(f"A: {m.from_stack}"), Col(f"B: {m.to_stack}"),
-        Col("verdict", whole=True), Col("note", optional=True),
+        Col("component"),
+        Col("item"),
+        Col(f"A: {m.from_stack}"),
+        Col(f"B: {m.to_stack}"),
+        Col("verdict", whole=True),
+        Col("note", optional=True),
         *(Col(n, optional=True) for n in m.nodes),
-    ]  # fmt: skip
+    ]
     rows: list[list[Cell]] = []
     for r in m.rows:
         by = {v.node: v for v in r.nodes}
         cells: list[Cell] = [
-            r.component, r.item, _short(r.from_value), _short(r.to_value),
-            styled(r.verdict, VERDICT_STYLE[r.verdict]), r.note,
-        ]  # fmt: skip
+            r.component,
+            r.item,
+            _short(r.from_value),
+            _short(r.to_value),
+            styled(r.verdict, VERDICT_STYLE[r.verdict]),
+            r.note,
+        ]
         for n in m.nodes:
             v = by.get(n)
             cells.append(
@@ -62,8 +74,69 @@ def _print_table(m: MigrationMatrix) -> None:
         )
 
 
+_STATE_STYLE = {"passed": "green", "failed": "red", "skipped": "dim"}
+
+
+def render_run(r: MigrateRun) -> None:
+    """A migrate or rollback run: each phase with its gate outcome, then where the report is."""
+    rows: list[list[Cell]] = [
+        [p.phase, styled(p.state, _STATE_STYLE[p.state]), f"{p.wall_s:.1f}", p.reason] for p in r.phases
+    ]
+    to = f" -> {r.to_stack}" if r.to_stack else ""
+    title = f"{r.kind} {r.from_stack}{to}: {r.status}"
+    out.print(
+        fitted_table(title, [Col("phase"), Col("gate", whole=True), Col("s"), Col("why")], rows, out.width)
+    )
+    if r.failed_phase:
+        out.print(f"the {r.failed_phase} gate failed: {r.failure}", markup=False)
+    if r.certification is not None:
+        proof = "proved" if r.certification.ok else f"NOT proved on {', '.join(r.certification.failed)}"
+        out.print(f"rollback proof ({r.certification.against}): {proof}", markup=False)
+    out.print(f"report: {r.run_dir / 'report.md'} (and report.html)", markup=False)
+
+
+def _reference_dir(ref: str, out_dir: Path) -> Path:
+    from orchestrator.store.rundir import check_run_id
+
+    p = Path(ref)
+    if p.is_dir():
+        return p
+    return out_dir / check_run_id(ref)
+
+
+def rollback_cmd(
+    to: Annotated[str | None, typer.Option("--to", help="The stack to go back to (A).")] = None,
+    to_run: Annotated[
+        str | None,
+        typer.Option("--to-run", help="A migrate run (id or folder): back to its frozen reference."),
+    ] = None,
+    inventory: InventoryOpt = DEFAULT_INVENTORY,
+    out_dir: OutOpt = None,
+) -> int:
+    """Provision A again on every node (B removed with its venv, not kept beside A), then certify:
+    every node's fingerprint, package and env hashes included, equals the frozen reference of
+    --to-run, or A's manifest. Exit 0 proved, 1 not proved, 2 usage, 3 infra, 130 interrupted."""
+    from orchestrator.runs.migrate import MigrateRequest, run_migration
+
+    root = out_dir or Path("runs")
+    ref = _reference_dir(to_run, root) if to_run else None
+    stack = to
+    if ref is not None:
+        from orchestrator.store.load import require_model
+
+        from_run = require_model(MigrateRun, ref, ref / "migrate.json").from_stack
+        if stack is not None and stack != from_run:
+            raise ConfigError(f"--to {stack}: run {ref.name} froze stack {from_run}", hint="leave out --to")
+        stack = from_run
+    if stack is None:
+        raise ConfigError("orch rollback needs --to STACK or --to-run RUN_ID")
+    r = run_migration(MigrateRequest(inventory=inventory, from_stack=stack, reference_run=ref, out_dir=root))
+    render_run(r)
+    return r.exit_code
+
+
 def register(app: typer.Typer) -> None:
-    """Add `migrate` to the root app."""
+    """Add `migrate` and `rollback` to the root app."""
     migrate_app = typer.Typer(
         help="Move from one stack to another (docs/migration.md).", no_args_is_help=True
     )
@@ -95,4 +168,41 @@ def register(app: typer.Typer) -> None:
             _print_table(m)
         raise typer.Exit(0 if m.verdict == "unchanged" else 1)
 
+    @migrate_app.command("run")
+    def run_cmd(
+        from_stack: Annotated[str, typer.Option("--from", help="The stack the nodes run now (A).")],
+        to_stack: Annotated[str, typer.Option("--to", help="The stack to move to (B).")],
+        plan: Annotated[str, typer.Option("--plan", "-p", help="Built-in plan or YAML file run on A and B.")],
+        inventory: InventoryOpt = DEFAULT_INVENTORY,
+        canary: Annotated[int, typer.Option("--canary", min=1, help="Nodes that get B first.")] = 1,
+        rounds: Annotated[
+            int, typer.Option("--rounds", min=1, help="Interleaved rounds of A, B and A' (compare).")
+        ] = 2,
+        no_rollback: Annotated[
+            bool,
+            typer.Option("--no-rollback", help="On a failed gate, stop and leave the nodes as they are."),
+        ] = False,
+        out_dir: OutOpt = None,
+    ) -> int:
+        """The migration as a resumable run: freeze, canary, scale, faults, compare, rollback,
+        certify, each with a gate; a failed gate stops it and rolls back (unless --no-rollback).
+        Exit 0 every gate passed, 1 a gate failed, 2 usage, 3 infra, 130 interrupted (orch runs
+        resume continues it)."""
+        from orchestrator.runs.migrate import MigrateRequest, run_migration
+
+        req = MigrateRequest(
+            inventory=inventory,
+            from_stack=from_stack,
+            to_stack=to_stack,
+            plan=plan,
+            canary=canary,
+            rounds=rounds,
+            no_rollback=no_rollback,
+            out_dir=out_dir or Path("runs"),
+        )
+        r = run_migration(req)
+        render_run(r)
+        raise typer.Exit(r.exit_code)
+
     app.add_typer(migrate_app, name="migrate")
+    app.command("rollback")(rollback_cmd)

@@ -12,7 +12,7 @@ from orchestrator.cli.runs import RunArg, StoreOpt, store_path
 from orchestrator.errors import ConfigError
 from orchestrator.report.formats import EXTENSIONS, FORMATS, Format, render
 from orchestrator.store.db import resolve_run_dir
-from orchestrator.store.load import load_run
+from orchestrator.store.load import load_run, run_kind
 from orchestrator.store.rundir import atomic_write
 
 
@@ -32,6 +32,8 @@ def report_cmd(
         raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
     f: Format = next(x for x in FORMATS if x == fmt)
     run_dir = resolve_run_dir(run, store_path(store))
+    if run_kind(run_dir) in ("migrate", "rollback"):
+        return _migrate_report(run_dir, f, out_file)
     rec = load_run(run_dir)
     if out_file is None and f == "html":
         out_file = run_dir / f"report.{EXTENSIONS[f]}"
@@ -45,6 +47,23 @@ def report_cmd(
         )
     atomic_write(out_file, render(rec, f, out_file.parent))
     err.print(f"{f} report of {rec.run_id} ({rec.status}) -> {out_file}", markup=False)
+    return 0
+
+
+def _migrate_report(run_dir: Path, f: Format, out_file: Path | None) -> int:
+    """A migrate or rollback run's own report (phases, compare, proof): md, html or json."""
+    from orchestrator.runs.migrate import migrate_report
+
+    if f not in ("md", "html", "json"):
+        raise ConfigError(f"a migrate run has no {f} report", hint="use --format md, html or json")
+    text = migrate_report(run_dir, f)
+    if out_file is None and f == "html":
+        out_file = run_dir / "report.html"
+    if out_file is None or str(out_file) == "-":
+        write_out(text)
+        return 0
+    atomic_write(out_file, text)
+    err.print(f"{f} report of {run_dir.name} -> {out_file}", markup=False)
     return 0
 
 

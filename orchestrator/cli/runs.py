@@ -11,6 +11,7 @@ from rich.table import Table
 from orchestrator.cli.common import Cell, Col, err, fitted_table, out, styled
 from orchestrator.errors import ConfigError
 from orchestrator.models.fault import RecoverySummary
+from orchestrator.models.migrate import MigrateRun
 from orchestrator.models.plan import format_size
 from orchestrator.report.common import efficiency_cell, reference_cell
 from orchestrator.runs.orphans import cleanup_orphans
@@ -164,7 +165,8 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
 @runs_app.command("resume")
 def resume_cmd(run: RunArg, store: StoreOpt = None) -> int:
     """Finish an interrupted run in the same run directory: a ladder's steps without a result,
-    a recovery-test's repeats without a record."""
+    a recovery-test's repeats without a record, a migrate run's phases from where it stopped
+    (after stopping the ansible-playbook it left behind)."""
     from orchestrator.cli.fault import render_recovery
     from orchestrator.cli.run import ProgressPrinter, render_result
     from orchestrator.remote.shells import node_shells
@@ -178,6 +180,11 @@ def resume_cmd(run: RunArg, store: StoreOpt = None) -> int:
         open_shells=node_shells,
         progress=lambda m: err.print(m, markup=False),
     )
+    if isinstance(result, MigrateRun):
+        from orchestrator.cli.migrate import render_run
+
+        render_run(result)
+        return result.exit_code
     if isinstance(result, RecoverySummary):
         for w in result.warnings:
             err.print(f"warning: {w}", markup=False, style="yellow")

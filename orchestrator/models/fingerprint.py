@@ -70,6 +70,15 @@ class Fingerprint(StrictModel):
     cuda: str | None = None
     nccl: str | None = None
     nccl_tests: str | None = None
+    packages: list[str] = Field(
+        default_factory=list, description="name==version of every package in the stack's venv, sorted"
+    )
+    packages_hash: str | None = Field(default=None, description="sha256 of `packages`, one per line")
+    stack_record: str | None = Field(default=None, description="the stack provisioning recorded on the node")
+    stack_env: dict[str, str] | None = Field(
+        default=None, description="the environment variables provisioning recorded with that stack"
+    )
+    env_hash: str | None = Field(default=None, description="sha256 of `stack_env`, NAME=value per line")
     images: list[str] = Field(default_factory=list)
     stack_image: str | None = Field(
         default=None, description="id of the image provisioning built from the stack's tree on the node"

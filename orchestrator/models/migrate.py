@@ -8,6 +8,7 @@ unavailable.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -152,3 +153,139 @@ class SizeSamples(StrictModel):
     a: list[float]
     b: list[float]
     control: list[float] = Field(default_factory=list, description="the A-against-A control arm")
+
+
+# --- certify: the proof that a rollback restored the reference -------------------------------------
+
+
+class NodeProof(StrictModel):
+    """One node after a rollback: its package and environment hashes against the reference's."""
+
+    node: str
+    ok: bool
+    stack_record: str | None = Field(default=None, description="the stack the node says it runs")
+    packages_hash: str | None = None
+    env_hash: str | None = None
+    expected_packages_hash: str | None = Field(default=None, description="the frozen reference's")
+    expected_env_hash: str | None = None
+    differences: list[str] = Field(default_factory=list, description="why not ok, one line each")
+    notes: list[str] = Field(default_factory=list, description="differences that do not count, and why")
+
+
+class Certification(StrictModel):
+    """Every node of a rollback held to the frozen reference (or, without one, the manifest)."""
+
+    stack: str
+    against: Literal["reference", "manifest"]
+    reference_from: str | None = Field(
+        default=None, description="the migrate run whose freeze is the reference"
+    )
+    nodes: list[NodeProof]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.nodes) and all(n.ok for n in self.nodes)
+
+    @property
+    def failed(self) -> list[str]:
+        return [n.node for n in self.nodes if not n.ok]
+
+
+# --- `orch migrate run`: phases, gates, figures --------------------------------------------------
+
+PhaseName = Literal["freeze", "canary", "scale", "faults", "compare", "rollback", "certify"]
+PHASES: tuple[PhaseName, ...] = ("freeze", "canary", "scale", "faults", "compare", "rollback", "certify")
+PhaseState = Literal["passed", "failed", "skipped"]
+
+
+class PhaseRecord(StrictModel):
+    """One phase of a migrate run as the journal tells it: its gate and the time it took."""
+
+    phase: PhaseName
+    state: PhaseState
+    gate: str = Field(description="what the gate checked")
+    reason: str = Field(description="why it passed, failed or was skipped")
+    wall_s: float = Field(ge=0)
+    attempts: int = Field(default=1, ge=1, description="more than 1 when a resume ran it again")
+
+
+class PlanRun(StrictModel):
+    """One run of the migration's plan on one stack: the verdict and busbw per series and size.
+
+    A series is a collective on one ladder step (`all_reduce@n3xg1`): A and B are compared series
+    by series, size by size."""
+
+    label: str
+    stack: str
+    nodes: list[str]
+    verdict: Literal["pass", "fail", "infra", "skipped"]
+    reasons: list[str] = Field(default_factory=list)
+    busbw: dict[str, dict[int, float]] = Field(default_factory=dict, description="series -> size -> GB/s")
+    throughput: float | None = Field(default=None, description="serving: output tokens/s")
+    p99_s: float | None = Field(default=None, description="serving: p99 latency, s")
+    wall_s: float = Field(default=0.0, ge=0)
+
+
+CompareMode = Literal["interleaved", "sequential"]
+
+
+class Comparison(StrictModel):
+    """The compare phase: how A and B were run, each series' decision, the serving decision."""
+
+    mode: CompareMode
+    why_mode: str
+    order: list[str] = Field(description="the plan runs compared, in time order (labels)")
+    collectives: list[CollectiveDecision] = Field(default_factory=list)
+    serving: ServingDecision | None = None
+
+    @property
+    def worse(self) -> list[str]:
+        """One line per series flagged worse, naming its sizes and the change."""
+        out = []
+        for d in self.collectives:
+            if d.direction != "worse":
+                continue
+            worst = min(
+                (s for s in d.sizes if s.size_bytes in d.flagged_sizes), key=lambda s: s.change.log_ratio
+            )
+            pct = (worst.change.b / worst.change.a - 1) * 100
+            out.append(
+                f"{d.collective} worse at sizes {', '.join(map(str, d.flagged_sizes))} "
+                f"(busbw {pct:+.0f}% at {worst.size_bytes} B, beyond the band ±{worst.change.band:.3f} ln)"
+            )
+        if self.serving is not None and self.serving.direction == "worse":
+            out.append(f"serving worse: {self.serving.reason}")
+        return out
+
+
+class NodeState(StrictModel):
+    """Which stack a node holds, as resume or certify found it."""
+
+    node: str
+    holds: Literal["A", "B", "mixed"]
+    detail: str = ""
+
+
+class MigrateRun(StrictModel):
+    """migrate.json: the whole procedure, its phases, the compare and the rollback proof."""
+
+    run_id: str
+    run_dir: Path
+    kind: Literal["migrate", "rollback"] = "migrate"
+    from_stack: str
+    to_stack: str | None = Field(default=None, description="None for `orch rollback`")
+    plan: str | None = None
+    nodes: list[str]
+    canary: list[str] = Field(default_factory=list)
+    phases: list[PhaseRecord] = Field(default_factory=list)
+    failed_phase: PhaseName | None = None
+    failure: str | None = None
+    rolled_back: bool = False
+    comparison: Comparison | None = None
+    certification: Certification | None = None
+    plan_runs: list[PlanRun] = Field(default_factory=list)
+    resumes: list[list[NodeState]] = Field(default_factory=list, description="what each resume found")
+    stopped_playbooks: list[int] = Field(default_factory=list, description="PIDs resume stopped")
+    status: Literal["accepted", "failed", "infra", "interrupted"] = "failed"
+    exit_code: int = 1
+    wall_s: float = 0.0

@@ -16,6 +16,7 @@ verdicts (docs/stacks.md defines them):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -109,6 +110,47 @@ def _first_line(text: str | None) -> str | None:
     return text.strip().splitlines()[0].strip() or None
 
 
+def _norm_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def normalise_packages(packages: Any) -> list[str]:
+    """`name==version` lines with PEP 503 names, sorted and deduplicated; other items dropped."""
+    out: set[str] = set()
+    for item in packages if isinstance(packages, list) else []:
+        if isinstance(item, str) and "==" in item:
+            name, _, version = item.partition("==")
+            if name.strip() and version.strip():
+                out.add(f"{_norm_name(name.strip())}=={version.strip()}")
+    return sorted(out)
+
+
+def packages_hash(packages: list[str]) -> str:
+    """sha256 of a venv's package set (normalised, one `name==version` per line)."""
+    text = "".join(line + "\n" for line in normalise_packages(packages))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def env_hash(env: Mapping[str, str]) -> str:
+    """sha256 of a stack's environment variables, `NAME=value` per line in name order."""
+    text = "".join(f"{k}={env[k]}\n" for k in sorted(env))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stack_record(raw: Any, problems: list[str]) -> tuple[str | None, dict[str, str] | None]:
+    if raw is None:
+        return None, None
+    env = raw.get("env") if isinstance(raw, Mapping) else None
+    name = raw.get("stack") if isinstance(raw, Mapping) else None
+    valid = isinstance(env, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    )
+    if not isinstance(name, str) or not valid or env is None:
+        problems.append("orch-stack.json: not {stack: name, env: {NAME: value}}")
+        return None, None
+    return name, dict(env)
+
+
 def from_probe(node: str, raw: Mapping[str, Any]) -> Fingerprint:
     """Build a node's Fingerprint from fingerprint_probe.py's JSON; unparsable parts go to problems."""
     problems: list[str] = []
@@ -117,6 +159,12 @@ def from_probe(node: str, raw: Mapping[str, Any]) -> Fingerprint:
     venv = raw.get("venv") or {}
     if isinstance(venv, Mapping):
         fp["venv_python"], fp["torch"], fp["orch"] = venv.get("python"), venv.get("torch"), venv.get("orch")
+        if venv.get("packages") is not None:
+            fp["packages"] = normalise_packages(venv.get("packages"))
+            fp["packages_hash"] = packages_hash(fp["packages"])
+    fp["stack_record"], fp["stack_env"] = _stack_record(raw.get("stack_record"), problems)
+    if fp["stack_env"] is not None:
+        fp["env_hash"] = env_hash(fp["stack_env"])
     fp["amdgpu_driver"] = raw.get("amdgpu_version")
     fp["rocm"] = raw.get("rocm_version")
     m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d[\w.]*)", raw.get("nvidia_driver_proc") or "")
@@ -268,6 +316,27 @@ def _check(field: str, expected: str, found: str | None, verdict: Compat) -> Fie
     return FieldCheck(field=field, expected=expected, found=found, verdict=verdict)
 
 
+def _venv_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
+    """The stack's extra pinned packages, its recorded name and its environment, where the node's
+    probe read them (a node provisioned before orch recorded them has none: not held against it
+    here; certify() requires them)."""
+    checks: list[FieldCheck] = []
+    if fp.packages and stack.python is not None:
+        have = dict(line.split("==", 1) for line in fp.packages)
+        for req in stack.python.packages:
+            name, _, version = req.partition("==")
+            found = have.get(_norm_name(name))
+            verdict = version_verdict(version, found)
+            checks.append(_check(f"package {_norm_name(name)}", version, found, verdict))
+    if fp.stack_env is not None:
+        rec: Compat = "unchanged" if fp.stack_record == stack.name else "needs config change"
+        checks.append(_check("stack record", stack.name, fp.stack_record, rec))
+        want = env_hash(stack.env)
+        ev: Compat = "unchanged" if fp.env_hash == want else "needs config change"
+        checks.append(_check("env", want, fp.env_hash, ev))
+    return checks
+
+
 def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) -> NodeReport:
     """Every pinned field of `stack` against what node `fp` has."""
     checks: list[FieldCheck] = []
@@ -283,6 +352,7 @@ def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) 
         from orchestrator import __version__
 
         checks.append(_check(py.workload, __version__, fp.orch, version_verdict(__version__, fp.orch)))
+        checks += _venv_checks(stack, fp)
     if stack.rocm is not None:
         r = stack.rocm
         checks.append(
@@ -388,8 +458,16 @@ def check_drift(cluster: Cluster, stack_name: str, fingerprints: Mapping[str, Fi
 
 _DIFF_FIELDS = (
     "os", "kernel", "system_python", "venv_python", "torch", "orch", "amdgpu_driver", "rocm", "rccl",
-    "rccl_tests", "nvidia_driver", "cuda", "nccl", "nccl_tests", "stack_image",
+    "rccl_tests", "nvidia_driver", "cuda", "nccl", "nccl_tests", "stack_image", "stack_record",
+    "packages_hash", "env_hash",
 )  # fmt: skip
+
+
+def package_changes(before: list[str], after: list[str]) -> str | None:
+    """`-numpy==2.2.6 +numpy==2.3.0` for two package sets; None when they are the same."""
+    a, b = set(before), set(after)
+    parts = [f"-{p}" for p in sorted(a - b)] + [f"+{p}" for p in sorted(b - a)]
+    return " ".join(parts) or None
 
 
 def _gpu_summary(fp: Fingerprint) -> str:
@@ -413,7 +491,11 @@ def diff(a: FingerprintSet, b: FingerprintSet) -> list[Change]:
             va, vb = getattr(fa, f), getattr(fb, f)
             if va != vb:
                 changes.append(Change(node=node, field=f, before=va, after=vb))
+        pkgs = package_changes(fa.packages, fb.packages)
+        if pkgs:
+            changes.append(Change(node=node, field="packages", before=None, after=pkgs))
         for name, fn in (
+            ("env", lambda x: ", ".join(f"{k}={v}" for k, v in sorted((x.stack_env or {}).items()))),
             ("images", lambda x: ", ".join(x.images)),
             ("gpus", _gpu_summary),
             ("rdma", _rdma_summary),

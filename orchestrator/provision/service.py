@@ -46,6 +46,7 @@ class ProvisionRequest(StrictModel):
     orch_wheel: Path | None = Field(
         default=None, description="orch's wheel for the nodes (default: see provision/orchwheel.py)"
     )
+    clean: bool = Field(default=False, description="remove the stack's venv first (roles/workload_env)")
 
 
 class ProvisionReport(StrictModel):
@@ -125,6 +126,23 @@ def default_wheelhouse(stack: Stack) -> Path:
     return base / "orch" / "wheelhouse" / stack.name
 
 
+def shared_wheelhouse(stack: Stack) -> Path | None:
+    """The wheelhouse already built for another stack with the same requirements (cpu-gloo-slow
+    differs from cpu-gloo in its environment only: the same wheels serve both), or None."""
+    from orchestrator.stacks import list_stacks
+
+    if stack.python is None:
+        return None
+    wanted = requirements(stack)
+    for name in list_stacks():
+        other = load_stack(name)
+        if name != stack.name and other.python is not None and requirements(other) == wanted:
+            path = default_wheelhouse(other)
+            if (path / "SHA256SUMS").exists():
+                return path
+    return None
+
+
 def _extravars(stack: Stack, **more: object) -> dict[str, object]:
     return {"orch_stack": stack.model_dump(mode="json"), **more}
 
@@ -142,13 +160,13 @@ def provision(
         cluster.select(req.limit)  # refuse unknown names before Ansible silently matches nothing
     orch_source = orchwheel.resolve(req.orch_wheel) if stack.python is not None else None
     run_dir = _run_dir(req.out_dir, "provision")
-    extra: dict[str, object] = {"orch_become": req.become}
+    extra: dict[str, object] = {"orch_become": req.become, "orch_clean_venv": req.clean}
     wheelhouse, wh_s = None, 0.0
     if orch_source is not None:
         t0 = time.monotonic()
         wheelhouse = prepare_wheelhouse(
             stack,
-            req.wheelhouse or default_wheelhouse(stack),
+            req.wheelhouse or shared_wheelhouse(stack) or default_wheelhouse(stack),
             runner or LocalRunner(),
             orch_source,
         )

@@ -6,8 +6,8 @@ through escape.md().
 
 from __future__ import annotations
 
-from orchestrator.models.migrate import MatrixRow, MigrationMatrix, NodeValue
-from orchestrator.report.escape import md
+from orchestrator.models.migrate import MatrixRow, MigrateRun, MigrationMatrix, NodeValue
+from orchestrator.report.escape import html_text, md
 
 
 def node_cell(v: NodeValue) -> str:
@@ -44,3 +44,189 @@ def matrix_markdown(m: MigrationMatrix) -> str:
     lines += ["", "## Questions for the team", ""]
     lines += [f"- **{md(q.topic)}**: {md(q.question)}" for q in m.questions]
     return "\n".join(lines) + "\n"
+
+
+# --- the report of a migrate (or rollback) run ------------------------------------------------------
+
+
+def _size(n: int) -> str:
+    for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(md(h) for h in head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(md(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def run_sections(r: MigrateRun) -> list[tuple[str, list[str], list[list[str]], list[str]]]:
+    """The report's sections as (title, table head, table rows, lines after): one source for the
+    Markdown and the HTML, so that both say the same."""
+    title_to = f" → {r.to_stack}" if r.to_stack else ""
+    summary = [
+        f"{r.kind} {r.from_stack}{title_to} on {', '.join(r.nodes)}: {r.status} (exit {r.exit_code}), "
+        f"{r.wall_s:.0f} s",
+    ]
+    if r.failed_phase:
+        summary.append(f"the {r.failed_phase} gate failed: {r.failure}")
+    summary.append("rolled back to " + r.from_stack if r.rolled_back else "not rolled back")
+    if r.canary:
+        summary.append(f"canary: {', '.join(r.canary)}")
+    for i, found in enumerate(r.resumes, 1):
+        summary.append(f"resume {i}: " + ", ".join(f"{s.node} {s.holds}" for s in found))
+    if r.stopped_playbooks:
+        summary.append(f"ansible-playbook left behind and stopped on resume: PIDs {r.stopped_playbooks}")
+    sections: list[tuple[str, list[str], list[list[str]], list[str]]] = [("Summary", [], [], summary)]
+    sections.append(
+        (
+            "Phases",
+            ["phase", "state", "gate", "reason", "time", "attempts"],
+            [[p.phase, p.state, p.gate, p.reason, f"{p.wall_s:.1f} s", str(p.attempts)] for p in r.phases],
+            [],
+        )
+    )
+    c = r.comparison
+    if c is not None:
+        rows = []
+        for d in c.collectives:
+            for s in d.sizes:
+                mark = (
+                    "flagged"
+                    if s.size_bytes in d.flagged_sizes
+                    else "alone"
+                    if s.size_bytes in d.lone_sizes
+                    else ""
+                )
+                rows.append(
+                    [
+                        d.collective,
+                        _size(s.size_bytes),
+                        f"{s.change.a:.4g}",
+                        f"{s.change.b:.4g}",
+                        f"{(s.change.b / s.change.a - 1) * 100:+.1f}%",
+                        f"±{s.change.band:.3f}",
+                        "-" if s.control_log_ratio is None else f"{s.control_log_ratio:+.3f}",
+                        f"{s.n_a}/{s.n_b}/{s.n_control}",
+                        s.change.direction,
+                        mark,
+                    ]
+                )
+        after = [f"mode: {c.mode} ({c.why_mode})", f"run order: {' '.join(c.order)}"]
+        after += [f"{d.collective}: {d.direction}" for d in c.collectives]
+        if c.serving is not None:
+            after.append(f"serving: {c.serving.direction}: {c.serving.reason}")
+        head = [
+            "series",
+            "size",
+            "A busbw",
+            "B busbw",
+            "B/A",
+            "band (ln)",
+            "A' - A (ln)",
+            "n A/B/A'",
+            "change",
+            "",
+        ]
+        sections.append(("A/B compare", head, rows, after))
+    cert = r.certification
+    if cert is not None:
+        rows = [
+            [
+                n.node,
+                "ok" if n.ok else "DIFFERS",
+                n.stack_record or "-",
+                n.packages_hash or "-",
+                n.expected_packages_hash or "-",
+                n.env_hash or "-",
+                n.expected_env_hash or "-",
+                "; ".join(n.differences + [f"(not counted) {x}" for x in n.notes]),
+            ]
+            for n in cert.nodes
+        ]
+        against = (
+            f"the frozen reference of run {cert.reference_from}"
+            if cert.against == "reference"
+            else (f"the {cert.stack} manifest")
+        )
+        sections.append(
+            (
+                "Rollback proof",
+                ["node", "proof", "stack record", "packages", "expected", "env", "expected", "differences"],
+                rows,
+                [f"every node held to {against}: {'proved' if cert.ok else 'NOT proved'}"],
+            )
+        )
+    if r.plan_runs:
+        sections.append(
+            (
+                "Plan runs",
+                ["label", "stack", "nodes", "verdict", "time", "reasons"],
+                [
+                    [
+                        p.label,
+                        p.stack,
+                        ",".join(p.nodes),
+                        p.verdict,
+                        f"{p.wall_s:.1f} s",
+                        "; ".join(p.reasons),
+                    ]
+                    for p in r.plan_runs
+                ],
+                [],
+            )
+        )
+    return sections
+
+
+def run_markdown(r: MigrateRun, matrix: MigrationMatrix | None = None) -> str:
+    """report.md of a migrate or rollback run (the matrix first, when given)."""
+    lines = [f"# orch {md(r.kind)} {md(r.run_id)}", ""]
+    for title, head, rows, after in run_sections(r):
+        lines += [f"## {md(title)}", ""]
+        if head:
+            lines += [*_table(head, rows), ""]
+        lines += [f"- {md(x)}" for x in after]
+        lines.append("")
+    if matrix is not None:
+        lines += ["## Compatibility matrix", "", *matrix_markdown(matrix).splitlines()[2:]]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def run_html(r: MigrateRun, matrix: MigrationMatrix | None = None) -> str:
+    """report.html of a migrate or rollback run: the same sections as the Markdown, escaped."""
+    h = html_text
+    parts = [
+        f"<!doctype html><meta charset='utf-8'><title>orch {h(r.kind)} {h(r.run_id)}</title>",
+        f"<h1>orch {h(r.kind)} {h(r.run_id)}</h1>",
+    ]
+    for title, head, rows, after in run_sections(r):
+        parts.append(f"<h2>{h(title)}</h2>")
+        if head:
+            parts.append("<table><tr>" + "".join(f"<th>{h(x)}</th>" for x in head) + "</tr>")
+            parts += ["<tr>" + "".join(f"<td>{h(x)}</td>" for x in row) + "</tr>" for row in rows]
+            parts.append("</table>")
+        if after:
+            parts.append("<ul>" + "".join(f"<li>{h(x)}</li>" for x in after) + "</ul>")
+    if matrix is not None:
+        parts.append(
+            "<h2>Compatibility matrix</h2><table><tr>"
+            + "".join(f"<th>{h(x)}</th>" for x in ("component", "item", "A", "B", "verdict", "note"))
+            + "</tr>"
+        )
+        for row in matrix.rows:
+            cells = [
+                row.component,
+                row.item,
+                row.from_value or "-",
+                row.to_value or "-",
+                row.verdict,
+                row.note,
+            ]
+            parts.append("<tr>" + "".join(f"<td>{h(x)}</td>" for x in cells) + "</tr>")
+        parts.append("</table><h3>Questions for the team</h3><ul>")
+        parts += [f"<li>{h(q.topic)}: {h(q.question)}</li>" for q in matrix.questions]
+        parts.append("</ul>")
+    return "\n".join(parts) + "\n"

@@ -17,6 +17,7 @@ from orchestrator.faults.base import NodeShell
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener
 from orchestrator.models.fault import RecoverySummary
+from orchestrator.models.migrate import MigrateRun
 from orchestrator.models.run import RunResult
 from orchestrator.pipeline import resume_run
 from orchestrator.runs.recovery import resume_recovery_test
@@ -29,7 +30,7 @@ def resume(
     listeners: list[Listener] | None = None,
     open_shells: Callable[[Cluster], AbstractContextManager[Mapping[str, NodeShell]]],
     progress: Callable[[str], None] = lambda _m: None,
-) -> RunResult | RecoverySummary:
+) -> RunResult | RecoverySummary | MigrateRun:
     """Resume the run in run_dir by its kind. ``listeners`` hear a ladder's events; ``open_shells``
     opens the nodes' shells a recovery-test needs; ``progress`` gets its lines.
 
@@ -42,6 +43,10 @@ def resume(
             f"{run_dir} is an isolate run: it is not resumed",
             hint="run orch isolate again (its tests take a minute at most each)",
         )
+    if run_kind(run_dir) in ("migrate", "rollback"):
+        from orchestrator.runs.migrate import resume_migration
+
+        return resume_migration(run_dir, listeners)
     if run_kind(run_dir) == "recovery-test":
         return resume_recovery_test(run_dir, open_shells, progress=progress)
     return resume_run(run_dir, listeners=listeners)

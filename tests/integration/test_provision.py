@@ -118,9 +118,12 @@ def test_cpu_gloo_provision_idempotent_and_fingerprint_drift(lab_cfg: LabConfig,
         assert all(doc2["matrix"]["torch"][o] == "unchanged" for o in others)
         d = orch("fingerprint", "diff", str(tmp_path / "before.json"), str(tmp_path / "after.json"), "--json")
         assert d.returncode == 1
-        assert [(c["node"], c["field"], c["after"]) for c in json.loads(d.stdout)] == [
-            (victim.name, "torch", "2.12.0")
-        ]
+        changes = [(c["node"], c["field"], c["after"]) for c in json.loads(d.stdout)]
+        assert changes[0] == (victim.name, "torch", "2.12.0")
+        # the venv's package set (and its hash) sees the same edit
+        fields = ("torch", "packages_hash", "packages")
+        assert {(n, f) for n, f, _ in changes} == {(victim.name, f) for f in fields}
+        assert (victim.name, "packages", "-torch==2.13.0+cpu +torch==2.12.0") in changes
         # scale-test refuses the steps that include the drifted node, before submitting anything
         ladder = ("scale-test", "--inventory", inv, "--stack", "cpu-gloo", "--gpus-per-node", "1",
                   "--collectives", "all_reduce", "--sizes", "64K")  # fmt: skip

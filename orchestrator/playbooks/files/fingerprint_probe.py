@@ -55,11 +55,23 @@ def venv_python(venv):
         "        return m.version(n)\n"
         "    except m.PackageNotFoundError:\n"
         "        return None\n"
+        "pkgs = sorted({'%s==%s' % (d.metadata['Name'], d.version) for d in m.distributions()"
+        " if d.metadata['Name']})\n"
         "print(json.dumps({'python': '.'.join(map(str, sys.version_info[:3])),"
-        " 'torch': v('torch'), 'orch': v('orch')}))"
+        " 'torch': v('torch'), 'orch': v('orch'), 'packages': pkgs}))"
     )
     out = run([py, "-c", code])
     return json.loads(out) if out else None
+
+
+def stack_record(venv):
+    """What provisioning wrote beside the venv: the stack's name and its environment variables
+    (roles/workload_env, orch-stack.json), or None when there is none or it is not JSON."""
+    text = read(os.path.join(venv, "orch-stack.json"))
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
 
 
 def stack_image_id(runtime, ref, store):
@@ -89,6 +101,7 @@ def main():
         "os": f"{rel.get('ID', '?')}-{rel.get('VERSION_ID', '?')}",
         "system_python": ".".join(map(str, sys.version_info[:3])),
         "venv": venv_python(args.venv),
+        "stack_record": stack_record(args.venv),
         "amdgpu_version": (read("/sys/module/amdgpu/version") or "").strip() or None,
         "nvidia_driver_proc": read("/proc/driver/nvidia/version"),
         "rocm_version": (read("/opt/rocm/.info/version") or "").strip() or None,

@@ -1,0 +1,356 @@
+"""`orch migrate run` and `orch rollback`: the migration procedure as runs of the one lifecycle.
+
+A run of kind "migrate" (or "rollback") inside RunLifecycle: its folder holds request.json,
+inventory.json, plan.json, migrate.json (the phases, the compare, the proof; rewritten after each
+phase), reference.json (the frozen fingerprints of A), playbooks.json (the ansible-playbook
+processes its provisionings started) and report.md / report.html. The journal has
+`migrate_phase` lines (started, then passed / failed / skipped with the gate, the reason and the
+time). The phases themselves are migrate/procedure.py; this module gives them the real work
+(ClusterOps: provisioning through Ansible, fingerprints over SSH, the plan through the pipeline's
+executor, as isolate runs its tests) and the lifecycle.
+
+`orch runs resume` of a migrate run: stop the ansible-playbook processes the run started that are
+still running (runs/playbook_pids.py), read which stack every node holds, continue from the first
+phase not done. A node found on neither A nor B (a provisioning stopped half-way) that the next
+phase does not provision again stops the procedure, which then rolls back: no node ends on a mix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import Field
+
+from orchestrator.errors import ConfigError
+from orchestrator.inventory import load_inventory
+from orchestrator.migrate.procedure import Ops, Procedure, node_states
+from orchestrator.models.base import StrictModel
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.events import Listener, RunKind, RunStarted
+from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
+from orchestrator.models.migrate import PHASES, MigrateRun, PhaseName, PlanRun
+from orchestrator.models.plan import Plan
+from orchestrator.runs.lifecycle import Ending, RunLifecycle
+from orchestrator.runs.playbook_pids import recording, stop_left_behind
+from orchestrator.stacks import load_stack
+from orchestrator.store.load import require_model
+from orchestrator.store.rundir import atomic_write, new_run_id
+
+PLAYBOOKS_FILE = "playbooks.json"
+STATE_FILE = "migrate.json"
+REFERENCE_FILE = "reference.json"
+
+
+class MigrateRequest(StrictModel):
+    """Everything `orch migrate run` (or `orch rollback`) needs, as the CLI parsed it."""
+
+    inventory: Path
+    from_stack: str = Field(description="A: the stack the nodes run now (rollback: the one to go back to)")
+    to_stack: str | None = Field(default=None, description="B; None for a rollback")
+    plan: str | None = Field(default=None, description="built-in plan name or file; None for a rollback")
+    canary: int = Field(default=1, ge=1)
+    rounds: int = Field(default=2, ge=1, description="interleaved rounds of A, B and A'")
+    no_rollback: bool = False
+    reference_run: Path | None = Field(default=None, description="rollback: the migrate run whose reference")
+    out_dir: Path = Path("runs")
+
+
+OpsFactory = Callable[[RunLifecycle, Cluster, Plan | None], Ops]
+
+
+def cluster_ops(life: RunLifecycle, cluster: Cluster, plan: Plan | None) -> Ops:
+    """The real work on the nodes (the default OpsFactory)."""
+    return ClusterOps(life, cluster, plan)
+
+
+class ClusterOps:
+    """Provisioning through `orch provision`'s service (the playbooks' PIDs recorded in the run
+    folder), fingerprints over the kept-open SSH shells, the plan through the pipeline's executor."""
+
+    def __init__(self, life: RunLifecycle, cluster: Cluster, plan: Plan | None) -> None:
+        self.life, self.cluster, self.plan = life, cluster, plan
+
+    def provision(self, stack: str, nodes: list[str], *, clean: bool) -> dict[str, str]:
+        from orchestrator.provision.service import ProvisionRequest, provision
+
+        req = ProvisionRequest(
+            inventory=self.cluster.source,
+            stack=stack,
+            limit=",".join(nodes),
+            clean=clean,
+            out_dir=self.life.root / "provision",
+        )
+        self.life.journal("migrate_provision", stack=stack, nodes=nodes, clean=clean)
+        with recording(self.life.root / PLAYBOOKS_FILE):
+            report = provision(req)
+        failed = {
+            h: (o.message or o.status)
+            for h, o in report.result.hosts.items()
+            if h in report.result.failed_hosts
+        }
+        failed |= {n: "not in the playbook's results" for n in nodes if n not in report.result.hosts}
+        return failed
+
+    def fingerprint(self, stack: str, nodes: list[str]) -> tuple[dict[str, Fingerprint], dict[str, str]]:
+        from orchestrator.provision.quickprint import quick_fingerprint
+
+        return quick_fingerprint(self.cluster, load_stack(stack), nodes)
+
+    def plan_has_faults(self) -> bool:
+        return bool(self.plan and self.plan.faults)
+
+    def run_plan(self, stack: str, nodes: list[str], label: str, *, faults: bool) -> PlanRun:
+        from orchestrator.pipeline import _Runner, choose_backend, make_scheduler
+        from orchestrator.plan import expand_steps
+        from orchestrator.stages.faults import StepFaults
+        from orchestrator.stages.stack import stack_python
+
+        assert self.plan is not None
+        t0 = time.monotonic()
+        sub = self.cluster.model_copy(update={"nodes": [self.cluster.node(n) for n in nodes]})
+        # Each plan run gets its own step ids (label-n3xg1): its folders sit beside the others'.
+        pfs = (
+            [
+                f.model_copy(update={"step": f"{label}-{f.step}"}) if isinstance(f.step, str) else f
+                for f in self.plan.faults
+            ]
+            if faults
+            else []
+        )
+        plan = self.plan.model_copy(update={"faults": pfs})
+        steps = [s.model_copy(update={"id": f"{label}-{s.id}"}) for s in expand_steps(plan, sub)]
+        backend = choose_backend(plan, sub)
+        python, env = stack_python(stack)
+        step_faults = (
+            StepFaults(plan, sub, steps, self.life.rundir, self.life.journal, force=False) if pfs else None
+        )
+        self.life.journal(
+            "migrate_plan_run", label=label, stack=stack, nodes=nodes, steps=[s.id for s in steps]
+        )
+        runner = _Runner(
+            plan, sub, steps, make_scheduler(backend, sub, plan), backend, self.life, python, env, step_faults
+        )
+        runner.run()
+        busbw: dict[str, dict[int, float]] = {}
+        for res in runner.results:
+            shape = res.step.id.removeprefix(f"{label}-")
+            for row in res.rows:
+                busbw.setdefault(f"{row.collective}@{shape}", {})[row.size_bytes] = row.out_of_place.busbw_gbs
+        verdicts = [r.verdict for r in runner.results]
+        verdict = (
+            "pass"
+            if verdicts and all(v == "pass" for v in verdicts)
+            else ("infra" if "infra" in verdicts else "fail" if "fail" in verdicts else "skipped")
+        )
+        reasons = [f"{r.step.id}: {'; '.join(r.reasons)}" for r in runner.results if r.reasons]
+        return PlanRun(
+            label=label,
+            stack=stack,
+            nodes=nodes,
+            verdict=verdict,
+            reasons=reasons,
+            busbw=busbw,
+            wall_s=time.monotonic() - t0,
+        )
+
+
+def _save(life: RunLifecycle) -> Callable[[MigrateRun], None]:
+    def save(state: MigrateRun) -> None:
+        state.wall_s = life.wall_s
+        atomic_write(life.root / STATE_FILE, state.model_dump_json(indent=2) + "\n")
+
+    return save
+
+
+def _reference(path: Path) -> FingerprintSet | None:
+    return (
+        require_model(FingerprintSet, path, path / REFERENCE_FILE)
+        if (path / REFERENCE_FILE).exists()
+        else None
+    )
+
+
+def migrate_report(run_dir: Path, fmt: str) -> str:
+    """The report of a migrate or rollback run, rebuilt from its folder alone: "md", "html" or
+    "json" (migrate.json). Raises ConfigError when the folder has no migrate.json or it is damaged."""
+    from orchestrator.migrate.matrix import build_matrix
+    from orchestrator.report.migrate import run_html, run_markdown
+
+    state = require_model(MigrateRun, run_dir, run_dir / STATE_FILE)
+    if fmt == "json":
+        return state.model_dump_json(indent=2) + "\n"
+    matrix = None
+    if state.to_stack is not None:
+        ref = _reference(run_dir)
+        matrix = build_matrix(
+            load_stack(state.from_stack), load_stack(state.to_stack), ref.nodes if ref else None
+        )
+    return run_html(state, matrix) if fmt == "html" else run_markdown(state, matrix)
+
+
+def _finish(life: RunLifecycle, state: MigrateRun) -> MigrateRun:
+    _save(life)(state)
+    atomic_write(life.root / "report.md", migrate_report(life.root, "md"))
+    atomic_write(life.root / "report.html", migrate_report(life.root, "html"))
+    life.finish(Ending(state.status, state.exit_code, state.failure), wall_s=state.wall_s)
+    return state
+
+
+def _procedure(
+    life: RunLifecycle,
+    req: MigrateRequest,
+    state: MigrateRun,
+    ops: Ops,
+    reference: FingerprintSet | None,
+    started: list[PhaseName] | None = None,
+) -> Procedure:
+    a = load_stack(req.from_stack)
+    b = load_stack(req.to_stack) if req.to_stack else None
+
+    def save_reference(ref: FingerprintSet) -> None:
+        atomic_write(life.root / REFERENCE_FILE, ref.model_dump_json(indent=2) + "\n")
+
+    return Procedure(
+        state,
+        a,
+        b,
+        ops,
+        rounds=req.rounds,
+        no_rollback=req.no_rollback,
+        reference=reference,
+        journal=life.journal,
+        save=_save(life),
+        save_reference=save_reference,
+        started=started or [],
+        reference_from=req.reference_run.name if req.reference_run else None,
+    )
+
+
+def run_migration(
+    req: MigrateRequest, listeners: list[Listener] | None = None, ops_factory: OpsFactory = cluster_ops
+) -> MigrateRun:
+    """`orch migrate run` (to_stack and plan given) or `orch rollback` (neither): see the module doc.
+
+    Raises ConfigError for an unknown stack or plan, a canary as large as the cluster, or a rollback
+    reference run without a reference; Interrupted on Ctrl-C or SIGTERM (run_finished journaled;
+    `orch runs resume` continues)."""
+    from orchestrator.plan import resolve_plan
+
+    t0 = time.monotonic()
+    cluster = load_inventory(req.inventory)
+    nodes = [n.name for n in cluster.nodes]
+    a = load_stack(req.from_stack)
+    kind: RunKind = "migrate" if req.to_stack else "rollback"
+    plan = resolve_plan(req.plan, None) if req.plan else None
+    if req.to_stack:
+        load_stack(req.to_stack)
+        if plan is None:
+            raise ConfigError("orch migrate run needs --plan", hint="e.g. --plan smoke")
+        if req.canary >= len(nodes) and len(nodes) > 1:
+            raise ConfigError(
+                f"--canary {req.canary}: the cluster has {len(nodes)} nodes; the canary is a subset"
+            )
+    reference = None
+    if req.reference_run is not None:
+        reference = _reference(req.reference_run)
+        if reference is None:
+            raise ConfigError(f"{req.reference_run}: no {REFERENCE_FILE}: its freeze phase did not pass")
+        if reference.stack != a.name:
+            raise ConfigError(f"{req.reference_run}: its reference is stack {reference.stack}, not {a.name}")
+    with RunLifecycle.create(req.out_dir, new_run_id(kind), listeners or [], t0=t0) as life:
+        life.write_inputs(request=req, inventory=cluster, **({"plan": plan} if plan else {}))
+        life.started(
+            RunStarted(
+                run_id=life.run_id,
+                run_dir=life.root,
+                plan=plan.name if plan else "rollback",
+                backend="ansible",
+                steps=[],
+            ),
+            kind=kind,
+            from_stack=a.name,
+            to_stack=req.to_stack,
+            nodes=nodes,
+        )
+        state = MigrateRun(
+            run_id=life.run_id,
+            run_dir=life.root,
+            kind=kind,
+            from_stack=a.name,
+            to_stack=req.to_stack,
+            plan=plan.name if plan else None,
+            nodes=nodes,
+            canary=nodes[: req.canary] if req.to_stack else [],
+        )
+        if reference is not None:
+            atomic_write(life.root / REFERENCE_FILE, reference.model_dump_json(indent=2) + "\n")
+        proc = _procedure(life, req, state, ops_factory(life, cluster, plan), reference)
+        proc.run(PHASES if req.to_stack else ("rollback", "certify"))
+        return _finish(life, state)
+
+
+def resume_migration(
+    run_dir: Path, listeners: list[Listener] | None = None, ops_factory: OpsFactory = cluster_ops
+) -> MigrateRun:
+    """`orch runs resume` of a migrate or rollback run: see the module doc.
+
+    Raises ConfigError when the folder is damaged, the run is still running (its orch is alive:
+    its playbooks are not left behind) or every phase is done."""
+    from orchestrator.store.load import load_run
+
+    record = load_run(run_dir)
+    if record.status == "running":
+        raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
+    req = require_model(MigrateRequest, run_dir, run_dir / "request.json")
+    cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
+    plan = require_model(Plan, run_dir, run_dir / "plan.json") if (run_dir / "plan.json").exists() else None
+    state = (
+        require_model(MigrateRun, run_dir, run_dir / STATE_FILE) if (run_dir / STATE_FILE).exists() else None
+    )
+    if state is None:
+        raise ConfigError(
+            f"{run_dir}: no {STATE_FILE}: the run stopped before its first phase",
+            hint="start it again with orch migrate run",
+        )
+    order: tuple[PhaseName, ...] = PHASES if state.kind == "migrate" else ("rollback", "certify")
+    todo = [p for p in order if p not in {r.phase for r in state.phases}]
+    if not todo:
+        raise ConfigError(f"{run_dir}: every phase is done; nothing to resume")
+    stopped = stop_left_behind(run_dir / PLAYBOOKS_FILE)
+    with RunLifecycle.at(run_dir, listeners or []) as life:
+        life.resumed(
+            RunStarted(
+                run_id=state.run_id, run_dir=run_dir, plan=state.plan or "rollback", backend="ansible"
+            ),
+            phase=todo[0],
+            stopped_playbooks=stopped,
+        )
+        state.stopped_playbooks += stopped
+        reference = _reference(run_dir)
+        ops = ops_factory(life, cluster, plan)
+        started = [
+            e["phase"]
+            for e in life.rundir.events()
+            if e.get("event") == "migrate_phase" and e.get("state") == "started" and e.get("phase") in order
+        ]
+        proc = _procedure(life, req, state, ops, reference, started)
+        fps, unread = ops.fingerprint(state.from_stack, state.nodes)
+        found = node_states(proc.a, state.to_stack, fps, reference)
+        state.resumes.append(found)
+        life.journal("migrate_nodes", nodes=[s.model_dump() for s in found], unread=unread)
+        redo = {
+            "canary": state.canary,
+            "scale": [n for n in state.nodes if n not in state.canary],
+            "rollback": state.nodes,
+        }.get(todo[0], [])
+        mixed = [s.node for s in found if s.holds == "mixed" and s.node not in redo] + sorted(unread)
+        if mixed and state.failed_phase is None and todo[0] != "freeze":
+            proc.fail_before(
+                todo[0],
+                f"after the interruption {', '.join(mixed)} hold neither "
+                f"{state.from_stack} nor {state.to_stack}: rolling back",
+            )
+        proc.run(order)
+        return _finish(life, state)
