@@ -50,7 +50,7 @@ test: deps venv lint
 	$(BIN)/pytest -q tests/unit
 	@set -e; trap '$(ORCH) lab down || true' EXIT; \
 	$(ORCH) lab up --nodes $(LAB_NODES); \
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q --durations=30 tests/integration
 
 lab-up: deps venv
 	$(ORCH) lab up --nodes $(LAB_NODES)
