@@ -64,6 +64,7 @@ from orchestrator.stages.stack import (
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model, run_kind
 from orchestrator.store.rundir import RunDir, atomic_write, new_run_id
+from orchestrator.telemetry.sampler import TelemetrySampler
 from orchestrator.workloads.nccltests import parse_nccl_tests
 
 POLL_INTERVAL_S = 0.5
@@ -194,13 +195,14 @@ class _Runner:
         python: str,
         env: dict[str, str] | None = None,
         faults: StepFaults | None = None,
+        telemetry: TelemetrySampler | None = None,
         container: StackContainer | None = None,
     ) -> None:
         self.plan, self.cluster, self.steps, self.sched = plan, cluster, steps, sched
         self.container = container
         self.backend, self.life, self.rundir, self.python = backend, life, life.rundir, python
         self.queued = backend_traits(backend).queued
-        self.faults = faults
+        self.faults, self.telemetry = faults, telemetry
         self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
         base_port = 20000 + secrets.randbelow(20000)
         # Where the nodes write (remote/nodefiles.py): the run directory itself, or each node's own
@@ -228,10 +230,15 @@ class _Runner:
         self.life.on_cancel(self.cancel_live)
         if self.faults is not None:
             self.life.on_close(self.faults.close)  # reverts any fault still active, however the run ends
+        if self.telemetry is not None:
+            self.life.on_close(self.telemetry.close)
         with node_files(self.cluster, self.layout, shells=self.container is not None) as self.files:
             try:
                 if self.faults is not None:
                     self.faults.start()
+                if self.telemetry is not None:  # once per run: the nodes without a tool, and go on
+                    for line in self.telemetry.start():
+                        self.life.log(RunWarning(message=line))
                 self._prepare_folders()
                 if self.queued:
                     self._submit_all()
@@ -239,6 +246,7 @@ class _Runner:
             finally:
                 self._collect_rest()
                 self._remove_containers()
+
     def _prepare_folders(self) -> None:
         """Each node's folders of the steps left to run (and allocation mode's driver folder on the
         ladder's nodes), before anything is submitted: Slurm writes --output only into a folder
@@ -385,6 +393,8 @@ class _Runner:
             res.started_mono = now
             if self.faults is not None:
                 self.faults.step_started(res.step, now)
+            if self.telemetry is not None:
+                self.telemetry.step_started(res.step)
         if state.status == JobStatus.PENDING:
             self._check_pending(res, state, now)
         if state.status.terminal:
@@ -408,6 +418,8 @@ class _Runner:
             res.ended_mono = time.monotonic()
             res.verdict = "infra"
             res.reasons.append(why)
+            if self.telemetry is not None:
+                self.telemetry.step_ended(res.step, {}, None)  # stops its sampling; no figures kept
             self._save(res)
             self.life.log(StepDone(step=res.step.id, verdict=res.verdict, reasons=res.reasons))
 
@@ -435,6 +447,9 @@ class _Runner:
             res.rows = parsed.rows
             res.warnings += parsed.warnings
             res.summary = V.summarize(parsed.rows)
+        if self.telemetry is not None:
+            folder = self.rundir.step_dir(res.step.id)
+            res.telemetry = self.telemetry.step_ended(res.step, res.summary, folder)
         verdict: V.Verdict = "pass"
         if res.job.status != JobStatus.COMPLETED:
             wrong = parsed is not None and parsed.wrong_total > 0
@@ -505,11 +520,21 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             if plan.faults
             else None
         )
-        runner = _Runner(plan, cluster, steps, sched, backend, life, python, stack.env, faults, container)
+        telemetry = _telemetry(plan, cluster, steps)
+        runner = _Runner(
+            plan, cluster, steps, sched, backend, life, python, stack.env, faults, telemetry, container
+        )
         for res in runner.results:
             res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
             res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
         return _execute(runner)
+
+
+def _telemetry(plan: Plan, cluster: Cluster, steps: list[Step]) -> TelemetrySampler | None:
+    """The run's GPU telemetry sampler (docs/telemetry.md); None when the plan turns it off."""
+    if plan.telemetry_interval_s <= 0:
+        return None
+    return TelemetrySampler(cluster, steps, plan.telemetry_interval_s)
 
 
 def _check_before_run(stack: str | None, out_root: Path, backend: str, steps: list[Step]) -> None:
@@ -577,7 +602,10 @@ def resume_run(
             if (run_dir / CONTAINER_FILE).exists()
             else None
         )
-        runner = _Runner(plan, cluster, steps, sched, backend, life, python, env, container=container)
+        telemetry = _telemetry(plan, cluster, steps)
+        runner = _Runner(
+            plan, cluster, steps, sched, backend, life, python, env, telemetry=telemetry, container=container
+        )
         for i, s in enumerate(steps):
             if s.id in done:
                 runner.results[i] = done[s.id]

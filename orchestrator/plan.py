@@ -150,6 +150,7 @@ _PLAIN_OVERRIDES = (
     ("timeout_s", "step_timeout_s"),
     ("concurrent_steps", "concurrent_steps"),
     ("stack", "stack"),
+    ("telemetry_interval_s", "telemetry_interval_s"),
 )
 
 

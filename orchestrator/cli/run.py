@@ -110,6 +110,8 @@ def render_result(result: RunResult) -> None:
     for res in result.steps:
         for reason in res.reasons:
             out.print(f"{res.step.id}: {reason}", markup=False)
+        for note in res.telemetry.notes if res.telemetry else []:
+            out.print(f"{res.step.id}: {note}", markup=False)
     nodes = ", ".join(f"{n}={v}" for n, v in result.nodes.items())
     out.print(f"nodes: {nodes}", markup=False)
     colour = {"accepted": "green", "failed": "red"}.get(result.status, "magenta")
@@ -156,6 +158,15 @@ def scale_test_cmd(
             "per-step: one job per step, for a shared cluster.",
         ),
     ] = None,
+    telemetry_interval: Annotated[
+        float | None,
+        typer.Option(
+            "--telemetry-interval",
+            min=0,
+            max=3600,
+            help="Seconds between GPU telemetry samples on each node during a step (0: off; default 1).",
+        ),
+    ] = None,
     isolate: Annotated[
         bool,
         typer.Option("--isolate", help="When a multi-node step fails its thresholds, isolate on its nodes."),
@@ -180,6 +191,7 @@ def scale_test_cmd(
         overrides.concurrent_steps = True
     overrides.slurm_mode = slurm_mode
     overrides.stack = stack
+    overrides.telemetry_interval_s = telemetry_interval
     req = ScaleTestRequest(
         inventory=inventory,
         plan=plan,

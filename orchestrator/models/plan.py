@@ -285,6 +285,13 @@ class Plan(StrictModel):
         description="the largest share of the cluster's nodes that faults may hit, or that --drain-bad "
         "may drain, without --force",
     )
+    telemetry_interval_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=3600,
+        description="seconds between GPU telemetry samples on each node while a step runs; 0 = off"
+        " (docs/telemetry.md)",
+    )
     backend: Backend = "auto"
     slurm_mode: SlurmMode = Field(
         default="allocation",
@@ -357,6 +364,9 @@ class PlanOverrides(StrictModel):
     timeout_s: int | None = Field(default=None, ge=1, description="--timeout: per-step time limit")
     concurrent_steps: bool | None = Field(default=None, description="--concurrent-steps")
     stack: str | None = Field(default=None, description="--stack: NAME, or 'none' to skip the fingerprint")
+    telemetry_interval_s: float | None = Field(
+        default=None, ge=0, le=3600, description="--telemetry-interval: seconds, 0 = off"
+    )
     out_dir: Path | None = Field(default=None, description="--out: run directory root (not part of Plan)")
 
 

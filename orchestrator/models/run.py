@@ -20,6 +20,7 @@ from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.models.recovery_request import RecoveryTestRequest
 from orchestrator.models.results import Collective, CollRow, CollSummary, Verdict
 from orchestrator.models.stack import Stack
+from orchestrator.models.telemetry import StepTelemetry
 
 
 class StepResult(StrictModel):
@@ -35,6 +36,9 @@ class StepResult(StrictModel):
         default_factory=list, description="when set, the verdict is these nodes' fault, not the others'"
     )
     concurrent: bool = False
+    telemetry: StepTelemetry | None = Field(
+        default=None, description="GPU telemetry during the step; samples in steps/<id>/telemetry.json"
+    )
     started_mono: float | None = None
     ended_mono: float | None = None
 

@@ -219,8 +219,9 @@ def step_logs(rec: RunRecord, step_id: str) -> list[Path]:
 
 def step_notes(s: StepResult) -> list[str]:
     """What the report says of a step besides its verdict: reasons, warnings (drift, faults that
-    cannot reach the transport), and a mark on steps that ran concurrently with others."""
-    notes = [*s.reasons, *(f"warning: {w}" for w in s.warnings)]
+    cannot reach the transport), its GPU telemetry (GB/s per W, throttling, new ECC errors), and a
+    mark on steps that ran concurrently with others."""
+    notes = [*s.reasons, *(f"warning: {w}" for w in s.warnings), *(s.telemetry.notes if s.telemetry else [])]
     if s.concurrent:
         notes.append("ran with --concurrent-steps: steps shared the fabric, numbers may be distorted")
     return notes

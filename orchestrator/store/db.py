@@ -90,6 +90,20 @@ MIGRATIONS: list[str] = [
         name TEXT PRIMARY KEY, run_id TEXT NOT NULL, set_at TEXT NOT NULL, note TEXT
     );
     """,
+    # GPU telemetry of each step (docs/telemetry.md): the step's figures, and each node's
+    """
+    CREATE TABLE step_telemetry (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, step_id TEXT NOT NULL,
+        interval_s REAL NOT NULL, mean_power_w REAL, gbs_per_w TEXT NOT NULL, notes TEXT NOT NULL,
+        PRIMARY KEY (run_id, step_id)
+    );
+    CREATE TABLE node_telemetry (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, step_id TEXT NOT NULL,
+        node TEXT NOT NULL, tool TEXT NOT NULL, samples INTEGER NOT NULL, gpus TEXT NOT NULL,
+        mean_power_w REAL, max_temperature_c REAL, min_sm_clock_mhz REAL, throttled TEXT NOT NULL,
+        new_ecc TEXT NOT NULL, PRIMARY KEY (run_id, step_id, node)
+    );
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -293,6 +307,21 @@ class ResultsStore:
                         for cs in s.summary.values()
                     ],
                 )  # fmt: skip
+                if (t := s.telemetry) is not None:
+                    c.execute(
+                        "INSERT INTO step_telemetry VALUES (?,?,?,?,?,?)",
+                        (rid, st.id, t.interval_s, t.mean_power_w, json.dumps(t.gbs_per_w),
+                         json.dumps(t.notes)),
+                    )  # fmt: skip
+                    c.executemany(
+                        "INSERT INTO node_telemetry VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        _last_wins(3, [
+                            (rid, st.id, n.node, n.tool, n.samples, json.dumps(n.gpus), n.mean_power_w,
+                             n.max_temperature_c, n.min_sm_clock_mhz, json.dumps(n.throttled),
+                             json.dumps(n.new_ecc))
+                            for n in t.nodes
+                        ]),
+                    )  # fmt: skip
             c.executemany(
                 "INSERT INTO node_verdicts VALUES (?,?,?)", [(rid, n, v) for n, v in rec.nodes.items()]
             )

@@ -63,6 +63,15 @@ def test_smoke_ladder_through_slurm(lab: Lab, tmp_path: Path) -> None:
     # each step ran on the nodes the plan gave it, one namespace each
     assert [s["job"]["nodelist"] for s in result["steps"]] == ["node1", "node[1-2]", "node[1-3]"]
     assert "verdict: accepted" in proc.stdout
+    # the lab's nodes have no GPU telemetry tool: one line for the run names them all, and the
+    # run goes on (docs/telemetry.md); its steps carry no telemetry
+    printed = " ".join(proc.stderr.split())  # rich wraps long lines on stderr
+    assert printed.count("no GPU telemetry tool") == 1, proc.stderr
+    assert "no GPU telemetry tool (nvidia-smi, rocm-smi) on node1, node2, node3;" in printed, proc.stderr
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    events = [json.loads(x) for x in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert len([e for e in events if "no GPU telemetry tool" in e.get("message", "")]) == 1
+    assert all(s["telemetry"] is None for s in result["steps"])
 
 
 def test_unreachable_threshold_exits_1_naming_steps(lab: Lab, tmp_path: Path) -> None:
