@@ -70,7 +70,11 @@ def start_mariadb(cfg: LabConfig, env: dict[str, str]) -> DaemonRecord:
 
 
 def create_database(cfg: LabConfig, password: str) -> None:
-    """Create the accounting database and its user (password reset on every `up`).
+    """Create the accounting database afresh and its user (password reset on every `up`).
+
+    The database of an earlier lab is dropped: its slurmctld state is gone too
+    (files.clear_slurm_state), so job ids start again at 1, and `sacct -j N` must not find the
+    last lab's job N.
 
     Raises:
         LabError: the SQL fails.
@@ -78,7 +82,8 @@ def create_database(cfg: LabConfig, password: str) -> None:
     host = "127.0.0.1"
     sql = "\n".join(
         [
-            f"CREATE DATABASE IF NOT EXISTS {DB_NAME};",
+            f"DROP DATABASE IF EXISTS {DB_NAME};",
+            f"CREATE DATABASE {DB_NAME};",
             f"CREATE USER IF NOT EXISTS '{DB_USER}'@'{host}' IDENTIFIED BY '{password}';",
             f"ALTER USER '{DB_USER}'@'{host}' IDENTIFIED BY '{password}';",
             f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'{host}';",

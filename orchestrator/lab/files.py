@@ -73,6 +73,7 @@ def prepare(cfg: LabConfig, db_password: str) -> None:
     """
     sd = cfg.state_dir
     _mkdir(sd)
+    clear_slurm_state(cfg)
     for sub in ("log", "run", "slurmctld", "slurmd", "run/cg"):
         _mkdir(sd / sub)
     _mkdir(sd / "ssh", 0o700)
@@ -114,6 +115,15 @@ def prepare(cfg: LabConfig, db_password: str) -> None:
     if cfg.inventory_out != cfg.state_inventory:
         cfg.inventory_out.parent.mkdir(parents=True, exist_ok=True)
         _write(cfg.inventory_out, inventory)
+
+
+def clear_slurm_state(cfg: LabConfig) -> None:
+    """Remove what slurmctld and the slurmds saved of an earlier lab (StateSaveLocation, the
+    spools): each lab starts with no job and every node idle. Without it a new lab recovered the
+    last one's jobs (an allocation left behind kept nodes 'allocated') and drained nodes, and its
+    `up` failed waiting for idle nodes."""
+    for sub in ("slurmctld", "slurmd"):
+        shutil.rmtree(cfg.state_dir / sub, ignore_errors=True)
 
 
 def remove_runtime(cfg: LabConfig) -> None:

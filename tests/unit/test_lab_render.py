@@ -212,3 +212,19 @@ def test_start_ticks_reads_a_command_name_with_spaces_and_parentheses(tmp_path: 
         proc.kill()
         proc.wait()
     assert start_ticks(proc.pid) is None
+
+
+def test_a_new_lab_starts_with_no_slurm_state_of_the_last_one(tmp_path: Path) -> None:
+    from orchestrator.lab.files import clear_slurm_state
+
+    cfg = _cfg(state_dir=tmp_path)
+    saved = [tmp_path / "slurmctld" / "job_state", tmp_path / "slurmctld" / "node_state",
+             tmp_path / "slurmd" / "node1" / "cred_state"]  # fmt: skip
+    kept = [tmp_path / "nodes" / "node1" / "opt" / "orch" / "venv" / "pyvenv.cfg", tmp_path / "log" / "x.log"]
+    for f in [*saved, *kept]:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("x")
+    clear_slurm_state(cfg)
+    assert not any(f.exists() for f in saved)
+    assert all(f.exists() for f in kept)  # the nodes' stacks and the logs stay
+    clear_slurm_state(cfg)  # nothing left to remove is fine
