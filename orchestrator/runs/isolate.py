@@ -372,20 +372,27 @@ def isolate_after_scale_test(
     """`scale-test --isolate`: when a multi-node step failed its thresholds, isolate on its nodes
     as a linked run (its own folder beside the scale-test's, parent_run naming the scale-test;
     the scale-test's folder gets a copy of isolation.json). None when no multi-node step failed.
-    The tests use the scale-test plan's first collective, at its largest size up to 64 MiB, and
-    its step timeout up to a minute; the pass rule is isolate's own (its min_scaling_efficiency
-    is against a 2-node step, not against a node alone). Raises as run_isolation."""
+    The tests use the scale-test plan's first collective and its `isolation` section (size: by
+    default its largest size up to 64 MiB; timeout: its step timeout up to a minute; the pass
+    rule: tolerance, min_efficiency, min_gbs, not the plan's thresholds, whose
+    min_scaling_efficiency is against a 2-node step, not against a node alone). Raises as
+    run_isolation."""
     suspects, good = failed_multinode_nodes(result)
     if not suspects:
         return None
     base = require_model(Plan, result.run_dir, result.run_dir / "plan.json")
+    rule = base.isolation
     req = IsolateRequest(
         inventory=inventory,
         nodes=suspects,
         known_good=good,
         collective=base.collectives[0],
-        size=min(base.sizes.max, 64 * 2**20),
-        timeout_s=max(5, min(MAX_TIMEOUT_S, base.step_timeout_s)),
+        size=rule.size or min(base.sizes.max, 64 * 2**20),
+        timeout_s=rule.timeout_s or max(5, min(MAX_TIMEOUT_S, base.step_timeout_s)),
+        iters=rule.iters,
+        tolerance=rule.tolerance,
+        min_efficiency=rule.min_efficiency,
+        min_gbs=rule.min_gbs,
         drain_bad=drain_bad,
         force=force,
         out_dir=result.run_dir.parent,

@@ -283,3 +283,43 @@ def test_runs_resume_refuses_an_isolate_run(tmp_path: Path, monkeypatch: pytest.
     result, _ = _run(tmp_path, monkeypatch, set())
     with pytest.raises(ConfigError, match="isolate run"):
         resume(result.run_dir, open_shells=lambda _c: None)  # type: ignore[arg-type, return-value]
+
+
+def test_scale_test_isolate_takes_its_tests_and_pass_rule_from_the_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.models.plan import IsolationRule, Plan
+    from orchestrator.models.run import RunResult
+    from orchestrator.plan import load_plan
+
+    seen: list[iso.IsolateRequest] = []
+
+    def fake_run(req: iso.IsolateRequest, **_kw: object) -> iso.IsolationRun:
+        seen.append(req)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(iso, "run_isolation", fake_run)
+    parent = tmp_path / "runs" / "smoke-1"
+    parent.mkdir(parents=True)
+    rule = {"size": "4M", "iters": 3, "timeout_s": 20, "tolerance": 0.7, "min_efficiency": 0.05}
+    rule["min_gbs"] = 0.01
+    plan = Plan.model_validate({**load_plan("smoke").model_dump(), "isolation": rule})
+    (parent / "plan.json").write_text(plan.model_dump_json())
+    steps = [_res(["node1", "node2"], 0.01, "fail")]
+    result = RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
+                       exit_code=1, steps=steps, nodes={}, wall_s=1.0)  # fmt: skip
+    with pytest.raises(RuntimeError, match="stop here"):
+        iso.isolate_after_scale_test(result, _inventory(tmp_path))
+    (req,) = seen
+    assert (req.size, req.iters, req.timeout_s) == (4 * 2**20, 3, 20)
+    assert (req.tolerance, req.min_efficiency, req.min_gbs) == (0.7, 0.05, 0.01)
+    # without the section: isolate's defaults, the plan's largest size up to 64M, its timeout up to 60 s
+    plan = load_plan("smoke").model_copy(update={"step_timeout_s": 45})
+    (parent / "plan.json").write_text(plan.model_dump_json())
+    with pytest.raises(RuntimeError, match="stop here"):
+        iso.isolate_after_scale_test(result, _inventory(tmp_path))
+    default = IsolationRule()
+    assert (seen[1].size, seen[1].timeout_s) == (plan.sizes.max, 45)
+    assert (seen[1].tolerance, seen[1].min_efficiency) == (default.tolerance, default.min_efficiency)
+    with pytest.raises(ValueError, match="less than or equal to 60"):
+        IsolationRule(timeout_s=61)
