@@ -39,7 +39,7 @@ ORCH = [sys.executable, "-m", "orchestrator"]
 RULE: dict[str, Any] = {
     "size": 4 * 2**20,
     "iters": 3,
-    "timeout_s": 20,
+    "timeout_s": 30,
     "tolerance": 0.7,
     "min_efficiency": 0.05,
 }

@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 ORCH = [sys.executable, "-m", "orchestrator"]
 NODES = 8
 ROUND_BAR = math.ceil(math.log2(NODES)) + 2
-LOOSE = ["--size", "4M", "--iters", "3", "--timeout", "20", "--tolerance", "0.7", "--min-efficiency", "0.05"]
+LOOSE = ["--size", "4M", "--iters", "3", "--timeout", "30", "--tolerance", "0.7", "--min-efficiency", "0.05"]
 TORCH_META = "/opt/orch/venv/lib/python3.11/site-packages/torch-2.13.0+cpu.dist-info"
 # The short scale-test plan: a 2-node step (node1, node2) and the 8-node step; busbw at least
 # 0.02 GB/s (the lab's 8-node all_reduce at 4M gives ten times that; a 20 mbit link 0.0025).
@@ -61,7 +61,7 @@ iters: 3
 step_timeout_s: 60
 thresholds:
   busbw: [{collective: all_reduce, min_gbs: 0.02}]
-isolation: {size: 4M, iters: 3, timeout_s: 20, tolerance: 0.7, min_efficiency: 0.05}
+isolation: {size: 4M, iters: 3, timeout_s: 30, tolerance: 0.7, min_efficiency: 0.05}
 """
 
 
@@ -234,7 +234,9 @@ def test_a_dropped_link_names_the_pair(lab8: Lab, tmp_path: Path) -> None:
     ipt = ["ip", "netns", "exec", "orch-node2", "iptables", "-w", "5"]
     lab8.slurm(*ipt, "-I", *rule)
     try:
-        proc = orch(lab8, "isolate", "-i", str(lab8.inventory), *LOOSE, "--out", str(tmp_path), timeout=600)
+        # a test that holds the link hangs until gloo's timeout (the test's, less 5 s): 15 s here
+        args = [*LOOSE, "--timeout", "20", "--out", str(tmp_path)]
+        proc = orch(lab8, "isolate", "-i", str(lab8.inventory), *args, timeout=600)
     finally:
         lab8.slurm(*ipt, "-D", *rule, check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
