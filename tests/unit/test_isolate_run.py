@@ -323,3 +323,40 @@ def test_scale_test_isolate_takes_its_tests_and_pass_rule_from_the_plan(
     assert (seen[1].tolerance, seen[1].min_efficiency) == (default.tolerance, default.min_efficiency)
     with pytest.raises(ValueError, match="less than or equal to 60"):
         IsolationRule(timeout_s=61)
+
+
+class LinkStandIn(StandIn):
+    """As StandIn, and a job that holds both ends of a bad link fails too."""
+
+    def __init__(self, bad: set[str], link: tuple[str, str] | None = None) -> None:
+        super().__init__(bad)
+        self.link = link
+
+    def _fails(self, spec: JobSpec) -> bool:
+        return super()._fails(spec) or (self.link is not None and set(self.link) <= set(spec.nodes))
+
+
+@pytest.mark.parametrize(
+    ("bad", "link", "named"),
+    [({"node6"}, None, ("node", ["node6"])), (set(), ("node2", "node5"), ("link", ["node2", "node5"]))],
+)
+def test_eight_nodes_a_bad_node_in_five_rounds_a_bad_link_as_the_pair(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bad: set[str],
+    link: tuple[str, str] | None,
+    named: tuple[str, list[str]],
+) -> None:
+    # the lab's 8-node must-show, run path and all (steps, judging, isolation.json), jobs answered
+    # by a stand-in: node6 fails only with others (a throttled fabric link, not its own loopback)
+    fake = LinkStandIn(bad, link)
+    monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
+    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    req = iso.IsolateRequest(inventory=_inventory(tmp_path, 8), size=SIZE, out_dir=tmp_path / "runs")
+    result = iso.run_isolation(req)
+    assert [(c.kind, c.nodes) for c in result.isolation.culprits] == [named]
+    assert result.isolation.undecided == [] and result.exit_code == 1
+    if link is None:
+        assert len(result.isolation.rounds) <= 5  # ceil(log2 8) + 2
+    assert sorted(result.isolation.good) == [f"node{i}" for i in range(1, 9) if f"node{i}" not in bad]
+    assert all(s.nodes == sorted(s.nodes, key=lambda n: int(n[4:])) for s in fake.specs.values())
