@@ -136,42 +136,6 @@ def _plan(tmp_path: Path) -> Path:
     return path
 
 
-def test_clean_lab_names_no_culprit(lab8: Lab, tmp_path: Path) -> None:
-    proc = orch(lab8, "isolate", "-i", str(lab8.inventory), *LOOSE, "--out", str(tmp_path))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    found = json.loads(_one(tmp_path, "*isolate*/isolation.json").read_text())
-    assert found["isolation"]["culprits"] == [] and found["isolation"]["undecided"] == []
-    assert sorted(found["isolation"]["good"]) == sorted(n.name for n in lab8.nodes)
-    print(f"isolate (clean, 8 nodes): {len(found['isolation']['rounds'])} rounds, {found['wall_s']:.1f} s")
-
-
-def test_check_quick_fails_only_on_the_drifted_node(lab8: Lab, tmp_path: Path) -> None:
-    run = orch(lab8, "scale-test", "-i", str(lab8.inventory), "--plan", str(_plan(tmp_path)),
-               "--out", str(tmp_path / "r"))  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
-    issued = orch(lab8, "cert", "issue", str(_one(tmp_path / "r", "*iso8*")))
-    assert issued.returncode == 0, issued.stdout + issued.stderr
-
-    def check(node: str) -> subprocess.CompletedProcess[str]:
-        return orch(lab8, "check", node, "--quick", "-i", str(lab8.inventory), "--dir", str(tmp_path / "r"))
-
-    victim = lab8.node("node3")
-    hidden = "/opt/orch/torch-dist-info.orch-test"
-    assert check(victim.name).returncode == 0
-    lab8.ssh(victim, "mv", TORCH_META, hidden)
-    try:
-        drifted = check(victim.name)
-        assert drifted.returncode == 1, drifted.stdout + drifted.stderr
-        assert "torch" in drifted.stderr, drifted.stderr
-        for node in lab8.nodes:
-            if node.name != victim.name:
-                ok = check(node.name)
-                assert ok.returncode == 0, f"{node.name}: {ok.stdout}{ok.stderr}"
-    finally:
-        lab8.ssh(victim, "mv", hidden, TORCH_META, check=False)
-    assert check(victim.name).returncode == 0
-
-
 def test_throttled_node6_is_found_drained_and_resumed(lab8: Lab, tmp_path: Path) -> None:
     before = _tc(lab8, "node6")
     throttle = subprocess.Popen(
@@ -246,3 +210,39 @@ def test_a_dropped_link_names_the_pair(lab8: Lab, tmp_path: Path) -> None:
     assert found["isolation"]["undecided"] == []
     rounds = len(found["isolation"]["rounds"])
     print(f"isolate (link node2->node5 dropped): {rounds} rounds, {found['wall_s']:.1f} s")
+
+
+def test_clean_lab_names_no_culprit(lab8: Lab, tmp_path: Path) -> None:
+    proc = orch(lab8, "isolate", "-i", str(lab8.inventory), *LOOSE, "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = json.loads(_one(tmp_path, "*isolate*/isolation.json").read_text())
+    assert found["isolation"]["culprits"] == [] and found["isolation"]["undecided"] == []
+    assert sorted(found["isolation"]["good"]) == sorted(n.name for n in lab8.nodes)
+    print(f"isolate (clean, 8 nodes): {len(found['isolation']['rounds'])} rounds, {found['wall_s']:.1f} s")
+
+
+def test_check_quick_fails_only_on_the_drifted_node(lab8: Lab, tmp_path: Path) -> None:
+    run = orch(lab8, "scale-test", "-i", str(lab8.inventory), "--plan", str(_plan(tmp_path)),
+               "--out", str(tmp_path / "r"))  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    issued = orch(lab8, "cert", "issue", str(_one(tmp_path / "r", "*iso8*")))
+    assert issued.returncode == 0, issued.stdout + issued.stderr
+
+    def check(node: str) -> subprocess.CompletedProcess[str]:
+        return orch(lab8, "check", node, "--quick", "-i", str(lab8.inventory), "--dir", str(tmp_path / "r"))
+
+    victim = lab8.node("node3")
+    hidden = "/opt/orch/torch-dist-info.orch-test"
+    assert check(victim.name).returncode == 0
+    lab8.ssh(victim, "mv", TORCH_META, hidden)
+    try:
+        drifted = check(victim.name)
+        assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+        assert "torch" in drifted.stderr, drifted.stderr
+        for node in lab8.nodes:
+            if node.name != victim.name:
+                ok = check(node.name)
+                assert ok.returncode == 0, f"{node.name}: {ok.stdout}{ok.stderr}"
+    finally:
+        lab8.ssh(victim, "mv", hidden, TORCH_META, check=False)
+    assert check(victim.name).returncode == 0
