@@ -47,21 +47,22 @@ REPO = Path(__file__).resolve().parents[2]
 ORCH = [sys.executable, "-m", "orchestrator"]
 NODES = 8
 ROUND_BAR = math.ceil(math.log2(NODES)) + 2
-LOOSE = ["--size", "4M", "--iters", "3", "--timeout", "30", "--tolerance", "0.7", "--min-efficiency", "0.05"]
+LOOSE = ["--size", "2M", "--iters", "3", "--timeout", "30", "--tolerance", "0.7", "--min-efficiency", "0.05"]
 TORCH_META = "/opt/orch/venv/lib/python3.11/site-packages/torch-2.13.0+cpu.dist-info"
 # The short scale-test plan: a 2-node step (node1, node2) and the 8-node step; busbw at least
-# 0.02 GB/s (the lab's 8-node all_reduce at 4M gives ten times that; a 20 mbit link 0.0025).
+# 0.02 GB/s (the lab's 4- and 5-node all_reduce at 4M gave 0.15-0.2 GB/s; a 20 mbit link 0.0024). 2M, not
+# 4M: a test through the throttled link moves half as much (they took 20-40 s each at 4M).
 PLAN = """\
 name: iso8
 ladder: {nodes: [2, 8], ranks_per_node: [1]}
 collectives: [all_reduce]
-sizes: {min: 4M, max: 4M}
+sizes: {min: 2M, max: 2M}
 warmup_iters: 1
 iters: 3
 step_timeout_s: 60
 thresholds:
   busbw: [{collective: all_reduce, min_gbs: 0.02}]
-isolation: {size: 4M, iters: 3, timeout_s: 30, tolerance: 0.7, min_efficiency: 0.05}
+isolation: {size: 2M, iters: 3, timeout_s: 30, tolerance: 0.7, min_efficiency: 0.05}
 """
 
 
@@ -176,7 +177,7 @@ def test_throttled_node6_is_found_drained_and_resumed(lab8: Lab, tmp_path: Path)
         line = _node_line(lab8, "node6")
         assert "DRAIN" in line and f"orch {found['run_id']}:" in line, line
         assert found["drained"] == ["node6"]
-        back = orch(lab8, "cert", "resume", "node6", "-i", str(lab8.inventory), "--size", "4M",
+        back = orch(lab8, "cert", "resume", "node6", "-i", str(lab8.inventory), "--size", "2M",
                     "--min-efficiency", "0.05", "--out", str(tmp_path / "r2"))  # fmt: skip
         assert back.returncode == 0, back.stdout + back.stderr
         assert "DRAIN" not in _node_line(lab8, "node6")
