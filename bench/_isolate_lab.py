@@ -41,7 +41,7 @@ RULE: dict[str, Any] = {
     "iters": 3,
     "timeout_s": 30,
     "tolerance": 0.7,
-    "min_efficiency": 0.05,
+    "min_efficiency": 0.02,
 }
 
 

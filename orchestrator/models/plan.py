@@ -243,9 +243,9 @@ class IsolationRule(StrictModel):
     timeout_s: int | None = Field(
         default=None, ge=5, le=60, description="time limit of one test; None = step_timeout_s up to 60"
     )
-    tolerance: float = Field(default=0.2, ge=0, lt=1, description="a single node: within this of the best")
+    tolerance: float = Field(default=0.2, ge=0, lt=1, description="a single node: within this of the median")
     min_efficiency: float = Field(
-        default=0.5, gt=0, le=1, description="a group: at least this share of the best single-node busbw"
+        default=0.5, gt=0, le=1, description="a group: at least this share of the median single-node busbw"
     )
     min_gbs: float | None = Field(default=None, gt=0, description="absolute busbw floor, GB/s")
 

@@ -16,7 +16,9 @@ and brings the 3-node lab back at the end (as test_lab.py's `restore`). On it:
   node2+node5 is named, not one node.
 
 The lab's nodes share 2 CPUs: the short plan loosens isolate's pass rule (singles within 70 % of
-the best single, groups at 5 % of it); a 20 mbit link (2.5 MB/s) is still far below it.
+the median single, groups at 2 % of it: on 2 cores a group's busbw falls with its ranks, a clean
+6-node set gave 0.074 GB/s against singles of 0.55-2.1, median 1.0); a 20 mbit link (0.0024 GB/s)
+is still ten times below it.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 ORCH = [sys.executable, "-m", "orchestrator"]
 NODES = 8
 ROUND_BAR = math.ceil(math.log2(NODES)) + 2
-LOOSE = ["--size", "2M", "--iters", "3", "--timeout", "30", "--tolerance", "0.7", "--min-efficiency", "0.05"]
+LOOSE = ["--size", "2M", "--iters", "3", "--timeout", "30", "--tolerance", "0.7", "--min-efficiency", "0.02"]
 TORCH_META = "/opt/orch/venv/lib/python3.11/site-packages/torch-2.13.0+cpu.dist-info"
 # The short scale-test plan: a 2-node step (node1, node2) and the 8-node step; busbw at least
 # 0.02 GB/s (the lab's 4- and 5-node all_reduce at 4M gave 0.15-0.2 GB/s; a 20 mbit link 0.0024). 2M, not
@@ -62,7 +64,7 @@ iters: 3
 step_timeout_s: 60
 thresholds:
   busbw: [{collective: all_reduce, min_gbs: 0.02}]
-isolation: {size: 2M, iters: 3, timeout_s: 30, tolerance: 0.7, min_efficiency: 0.05}
+isolation: {size: 2M, iters: 3, timeout_s: 30, tolerance: 0.7, min_efficiency: 0.02}
 """
 
 
@@ -178,7 +180,7 @@ def test_throttled_node6_is_found_drained_and_resumed(lab8: Lab, tmp_path: Path)
         assert "DRAIN" in line and f"orch {found['run_id']}:" in line, line
         assert found["drained"] == ["node6"]
         back = orch(lab8, "cert", "resume", "node6", "-i", str(lab8.inventory), "--size", "2M",
-                    "--min-efficiency", "0.05", "--out", str(tmp_path / "r2"))  # fmt: skip
+                    "--min-efficiency", "0.02", "--out", str(tmp_path / "r2"))  # fmt: skip
         assert back.returncode == 0, back.stdout + back.stderr
         assert "DRAIN" not in _node_line(lab8, "node6")
     finally:
