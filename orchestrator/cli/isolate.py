@@ -68,10 +68,10 @@ def isolate_cmd(
     ] = MAX_TIMEOUT_S,
     iters: Annotated[int, typer.Option("--iters", min=1, help="Timed iterations per test.")] = 5,
     tolerance: Annotated[
-        float, typer.Option("--tolerance", help="A single node passes within this of the best single.")
+        float, typer.Option("--tolerance", help="A single node passes within this of the median single.")
     ] = 0.2,
     min_efficiency: Annotated[
-        float, typer.Option("--min-efficiency", help="A group passes at this share of the best single.")
+        float, typer.Option("--min-efficiency", help="A group passes at this share of the median single.")
     ] = 0.5,
     min_gbs: Annotated[float | None, typer.Option("--min-gbs", help="Absolute busbw floor, GB/s.")] = None,
     concurrent: Annotated[

@@ -232,6 +232,31 @@ class Thresholds(StrictModel):
     )
 
 
+class IsolationRule(StrictModel):
+    """How `scale-test --isolate` tests the nodes of a failing step: isolate's own short plan (one
+    collective, one size, a minute at most per test) and its pass rule (docs/isolation.md)."""
+
+    size: ThresholdSize | None = Field(
+        default=None, ge=1, description="message size; None = the plan's largest size up to 64M"
+    )
+    iters: int = Field(default=5, ge=1)
+    timeout_s: int | None = Field(
+        default=None, ge=5, le=60, description="time limit of one test; None = step_timeout_s up to 60"
+    )
+    tolerance: float = Field(default=0.2, ge=0, lt=1, description="a single node: within this of the median")
+    min_efficiency: float = Field(
+        default=0.5, gt=0, le=1, description="a group: at least this share of the median single-node busbw"
+    )
+    min_gbs: float | None = Field(default=None, gt=0, description="absolute busbw floor, GB/s")
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def _parse(cls, v: object) -> object:
+        if isinstance(v, str):
+            return parse_size(v)
+        return v
+
+
 # What the loader refuses across fields, said in the published JSON Schema too (`orch schema plan`):
 # sizes are required unless collectives is empty, and collectives may be empty only beside serving.
 _PLAN_SCHEMA_RULES: JsonDict = {
@@ -291,6 +316,9 @@ class Plan(StrictModel):
         le=3600,
         description="seconds between GPU telemetry samples on each node while a step runs; 0 = off"
         " (docs/telemetry.md)",
+    )
+    isolation: IsolationRule = Field(
+        default_factory=IsolationRule, description="scale-test --isolate: its tests and pass rule"
     )
     backend: Backend = "auto"
     slurm_mode: SlurmMode = Field(

@@ -10,11 +10,13 @@ another (the default: in the lab they share 2 cores); the mode is journaled and 
 
 The pass rule (docs/isolation.md):
 - a single node passes when its step passed (completed, every row, #wrong 0) and its busbw is at
-  least (1 - tolerance) x the best single-node busbw of the round, and at least --min-gbs;
+  least (1 - tolerance) x the median single-node busbw of the round, and at least --min-gbs;
 - a multi-node group passes when its step passed and its busbw is at least min_efficiency x the
-  reference, the best single-node busbw of the run (the intra-node figure: inter-node efficiency
-  against the node alone), and at least --min-gbs. With no single-node figure (every node failed
-  alone), only completion and --min-gbs count.
+  reference, the median busbw of the single nodes that passed in the run (the intra-node figure:
+  inter-node efficiency against the node alone), and at least --min-gbs. With no single-node
+  figure (every node failed alone), only completion and --min-gbs count.
+The median, not the best: one single that ran fast (seen on the 8-node lab: 2.1 GB/s among
+0.55-1.25) would fail slower healthy nodes alone and healthy groups against it.
 
 `scale-test --isolate` (isolate_after_scale_test) runs it on the nodes of the multi-node steps that
 failed their thresholds, as a linked run: its own folder beside the scale-test's, `parent_run` in
@@ -27,6 +29,7 @@ report.md. `--drain-bad` drains the culprit nodes (runs/drain.py).
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -69,8 +72,8 @@ class IsolateRequest(StrictModel):
     timeout_s: int = Field(default=MAX_TIMEOUT_S, ge=5, le=MAX_TIMEOUT_S)
     iters: int = Field(default=5, ge=1)
     warmup_iters: int = Field(default=1, ge=0)
-    tolerance: float = Field(default=0.2, ge=0, lt=1, description="singles: within this of the best")
-    min_efficiency: float = Field(default=0.5, gt=0, le=1, description="groups: of the best single")
+    tolerance: float = Field(default=0.2, ge=0, lt=1, description="singles: within this of the median")
+    min_efficiency: float = Field(default=0.5, gt=0, le=1, description="groups: of the median single")
     min_gbs: float | None = Field(default=None, gt=0, description="absolute busbw floor, GB/s")
     concurrent: bool = Field(default=False, description="a round's disjoint tests run together")
     max_share: float = Field(default=Plan.model_fields["max_share"].default, gt=0, le=1)
@@ -108,7 +111,9 @@ class IsolationRun(StrictModel):
     collective: PlanCollective
     size_bytes: int
     rule: str
-    reference_gbs: float | None = Field(default=None, description="best single-node busbw of the run")
+    reference_gbs: float | None = Field(
+        default=None, description="median busbw of the single nodes that passed in the run"
+    )
     round_bound: int = Field(description="1 + ceil(log2 N): the rounds one bad node should take")
     partitions: list[Partition] = Field(
         default_factory=list, description="kinds of node isolated apart, in the same rounds"
@@ -168,9 +173,9 @@ def isolation_plan(req: IsolateRequest, base: Plan | None = None) -> Plan:
 def rule_text(req: IsolateRequest) -> str:
     floor = f", and >= {req.min_gbs} GB/s" if req.min_gbs else ""
     return (
-        f"single node: completes and busbw >= {1 - req.tolerance:.0%} of the round's best single"
-        f"{floor}; group: completes and busbw >= {req.min_efficiency:.0%} of the best single-node "
-        f"busbw of the run{floor}"
+        f"single node: completes and busbw >= {1 - req.tolerance:.0%} of the round's median single"
+        f"{floor}; group: completes and busbw >= {req.min_efficiency:.0%} of the median busbw of the "
+        f"single nodes that passed in the run{floor}"
     )
 
 
@@ -195,13 +200,18 @@ def test_step(group: Group, cluster: Cluster, plan: Plan, round_no: int, i: int)
     )
 
 
-def judge(results: Sequence[StepResult], req: IsolateRequest, reference: float | None) -> list[Outcome]:
-    """Each step's outcome by the pass rule (module doc); reference: the best single-node busbw
-    known before this round (the round's own singles are compared with each other)."""
+def judge(results: Sequence[StepResult], req: IsolateRequest, prior: Sequence[float] = ()) -> list[Outcome]:
+    """Each step's outcome by the pass rule (module doc); prior: the busbw of the single nodes that
+    passed in earlier rounds (the round's own singles are compared with their median first, and
+    those that pass join the groups' reference)."""
     figures = [_busbw(r) for r in results]
-    singles = [f for r, f in zip(results, figures, strict=True) if r.step.nnodes == 1 and r.verdict == "pass"]
-    best_single = max([f for f in singles if f is not None], default=None)
-    outcomes: list[Outcome] = []
+    singles = [
+        f
+        for r, f in zip(results, figures, strict=True)
+        if r.step.nnodes == 1 and r.verdict == "pass" and f is not None
+    ]
+    mid = statistics.median(singles) if singles else None
+    why_of: list[list[str]] = []
     for res, fig in zip(results, figures, strict=True):
         why: list[str] = []
         if res.verdict != "pass":
@@ -211,46 +221,55 @@ def judge(results: Sequence[StepResult], req: IsolateRequest, reference: float |
         else:
             if req.min_gbs is not None and fig < req.min_gbs:
                 why.append(f"busbw {fig:.4g} < {req.min_gbs} GB/s")
-            if res.step.nnodes == 1 and best_single and fig < (1 - req.tolerance) * best_single:
-                why.append(
-                    f"busbw {fig:.4g} < {1 - req.tolerance:.0%} of the best single ({best_single:.4g})"
-                )
-            ref = max((x for x in (reference, best_single) if x is not None), default=None)
-            if res.step.nnodes > 1 and ref and fig < req.min_efficiency * ref:
-                why.append(
-                    f"efficiency {fig / ref:.1%} < {req.min_efficiency:.0%} of the best single ({ref:.4g})"
-                )
+            if res.step.nnodes == 1 and mid and fig < (1 - req.tolerance) * mid:
+                why.append(f"busbw {fig:.4g} < {1 - req.tolerance:.0%} of the median single ({mid:.4g})")
+        why_of.append(why)
+    passed = [f for r, f, w in zip(results, figures, why_of, strict=True) if r.step.nnodes == 1 and not w]
+    pool = [*prior, *(f for f in passed if f is not None)]
+    ref = statistics.median(pool) if pool else None
+    outcomes: list[Outcome] = []
+    for res, fig, why in zip(results, figures, why_of, strict=True):
+        if (
+            res.step.nnodes > 1
+            and res.verdict == "pass"
+            and fig is not None
+            and ref
+            and fig < req.min_efficiency * ref
+        ):
+            why.append(
+                f"efficiency {fig / ref:.1%} < {req.min_efficiency:.0%} of the median single ({ref:.4g})"
+            )
         outcomes.append(Outcome(passed=not why, figure=fig, detail="; ".join(why) or f"step {res.step.id}"))
     return outcomes
 
 
-def next_reference(
-    reference: float | None, results: Sequence[StepResult], outcomes: Sequence[Outcome]
-) -> float | None:
-    """The reference after a round: the best busbw of a single node that passed, so far."""
-    for res, o in zip(results, outcomes, strict=True):
-        if res.step.nnodes == 1 and o.passed and o.figure is not None:
-            reference = max(reference or 0.0, o.figure)
-    return reference
+def passed_singles(results: Sequence[StepResult], outcomes: Sequence[Outcome]) -> list[float]:
+    """The busbw of the round's single nodes that passed: they join the groups' reference."""
+    return [
+        o.figure
+        for res, o in zip(results, outcomes, strict=True)
+        if res.step.nnodes == 1 and o.passed and o.figure is not None
+    ]
 
 
 def judge_by_kind(
     results: Sequence[StepResult],
     req: IsolateRequest,
-    references: dict[str, float | None],
+    singles: dict[str, list[float]],
     kind_of: Mapping[str, str],
 ) -> list[Outcome]:
     """judge() within each partition: a node's single is compared with the singles of its kind,
-    a group with the best single of its kind (references: partition label -> reference, updated
-    here with each round's singles). A round's groups never mix kinds (partition_nodes)."""
+    a group with the median single of its kind (singles: partition label -> the busbw of its
+    single nodes that passed so far, extended here with each round's). A round's groups never mix
+    kinds (partition_nodes)."""
     outcomes: list[Outcome | None] = [None] * len(results)
     by_kind: dict[str, list[int]] = {}
     for i, res in enumerate(results):
         by_kind.setdefault(kind_of[res.step.nodes[0]], []).append(i)
     for kind, idx in by_kind.items():
         mine = [results[i] for i in idx]
-        judged = judge(mine, req, references.get(kind))
-        references[kind] = next_reference(references.get(kind), mine, judged)
+        judged = judge(mine, req, singles.get(kind, []))
+        singles.setdefault(kind, []).extend(passed_singles(mine, judged))
         for i, o in zip(idx, judged, strict=True):
             outcomes[i] = o
     return [o for o in outcomes if o is not None]
@@ -288,7 +307,8 @@ class _Rounds:
         self.on_round = on_round
         self.index = 0
         self.kind_of = {n: p.label for p in parts for n in (*p.nodes, *p.known_good)}
-        self.references: dict[str, float | None] = {}
+        # per kind of node: busbw of the single nodes that passed, for the groups' reference
+        self.singles: dict[str, list[float]] = {}
         self.mode: Mode = "concurrent" if plan.concurrent_steps else "sequential"
 
     def __call__(self, groups: Sequence[Group]) -> list[Outcome]:
@@ -305,12 +325,14 @@ class _Rounds:
             self.plan, self.cluster, steps, self.sched, self.backend, self.life, self.python, self.env
         )
         runner.run()
-        return judge_by_kind(runner.results, self.req, self.references, self.kind_of)
+        return judge_by_kind(runner.results, self.req, self.singles, self.kind_of)
 
     @property
     def reference(self) -> float | None:
-        """The best single-node busbw of the run, over every kind (for the report line)."""
-        return max((r for r in self.references.values() if r is not None), default=None)
+        """For the report line: the median busbw of the single nodes that passed so far, over
+        every kind (each kind's groups are judged against its own singles' median)."""
+        every = [f for fs in self.singles.values() for f in fs]
+        return statistics.median(every) if every else None
 
     def round_done(self, rnd: Round) -> None:
         self.life.journal(
@@ -429,7 +451,7 @@ def isolation_markdown(r: IsolationRun) -> str:
         f"{len(iso.rounds)} rounds (the bar for one bad node, ⌈log₂ N⌉ + 2: {r.round_bound + 1}), "
         f"{r.wall_s:.0f} s",
         f"- rule: {r.rule}",
-        "- reference (best single-node busbw): "
+        "- reference (median busbw of the single nodes that passed): "
         + (f"{r.reference_gbs:.4g} GB/s" if r.reference_gbs is not None else "none"),
     ]
     if r.parent_run:
@@ -479,9 +501,11 @@ def isolate_after_scale_test(
     """`scale-test --isolate`: when a multi-node step failed its thresholds, isolate on its nodes
     as a linked run (its own folder beside the scale-test's, parent_run naming the scale-test;
     the scale-test's folder gets a copy of isolation.json). None when no multi-node step failed.
-    The tests use the scale-test plan's first collective, at its largest size up to 64 MiB, and
-    its step timeout up to a minute; the pass rule is isolate's own (its min_scaling_efficiency
-    is against a 2-node step, not against a node alone). Raises as run_isolation."""
+    The tests use the scale-test plan's first collective and its `isolation` section (size: by
+    default its largest size up to 64 MiB; timeout: its step timeout up to a minute; the pass
+    rule: tolerance, min_efficiency, min_gbs, not the plan's thresholds, whose
+    min_scaling_efficiency is against a 2-node step, not against a node alone). Raises as
+    run_isolation."""
     suspects, good = failed_multinode_nodes(result)
     if not suspects:
         return None
@@ -490,13 +514,18 @@ def isolate_after_scale_test(
     if (result.run_dir / "fingerprint.json").is_file():  # the scale-test's: the GPU models it saw
         fps = require_model(FingerprintSet, result.run_dir, result.run_dir / "fingerprint.json")
         models = {node: gpu_model_of(fp.gpus) for node, fp in fps.nodes.items() if fp.gpus}
+    rule = base.isolation
     req = IsolateRequest(
         inventory=inventory,
         nodes=suspects,
         known_good=good,
         collective=base.collectives[0],
-        size=min(base.sizes.max, 64 * 2**20),
-        timeout_s=max(5, min(MAX_TIMEOUT_S, base.step_timeout_s)),
+        size=rule.size or min(base.sizes.max, 64 * 2**20),
+        timeout_s=rule.timeout_s or max(5, min(MAX_TIMEOUT_S, base.step_timeout_s)),
+        iters=rule.iters,
+        tolerance=rule.tolerance,
+        min_efficiency=rule.min_efficiency,
+        min_gbs=rule.min_gbs,
         drain_bad=drain_bad,
         force=force,
         out_dir=result.run_dir.parent,

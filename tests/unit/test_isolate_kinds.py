@@ -128,17 +128,21 @@ def _result(nodes: list[str], busbw: float) -> StepResult:
 
 
 def test_each_kind_is_judged_against_its_own_singles() -> None:
-    req = iso.IsolateRequest(inventory=Path("x"))  # singles within 20 % of the best, groups at 50 %
-    kind = {"h1": "H100", "h2": "H100", "a1": "A100", "a2": "A100"}
-    singles = [_result(["h1"], 100.0), _result(["h2"], 98.0), _result(["a1"], 40.0), _result(["a2"], 39.0)]
-    refs: dict[str, float | None] = {}
-    assert [o.passed for o in iso.judge_by_kind(singles, req, refs, kind)] == [True] * 4
-    unlike = iso.judge(singles, req, None)  # every single against the best of both kinds
-    assert [o.passed for o in unlike] == [True, True, False, False]
-    assert refs == {"H100": 100.0, "A100": 40.0}
+    req = iso.IsolateRequest(inventory=Path("x"))  # singles within 20 % of the median, groups at 50 %
+    kind = {"h1": "H100", "h2": "H100", "h3": "H100", "a1": "A100", "a2": "A100", "a3": "A100"}
+    singles = [_result(["h1"], 100.0), _result(["h2"], 98.0), _result(["h3"], 99.0),
+               _result(["a1"], 40.0), _result(["a2"], 39.0), _result(["a3"], 41.0)]  # fmt: skip
+    refs: dict[str, list[float]] = {}
+    assert [o.passed for o in iso.judge_by_kind(singles, req, refs, kind)] == [True] * 6
+    unlike = iso.judge(singles, req)  # every single against the median of both kinds together
+    assert [o.passed for o in unlike] == [True, True, True, False, False, False]
+    assert {k: sorted(v) for k, v in refs.items()} == {
+        "H100": [98.0, 99.0, 100.0],
+        "A100": [39.0, 40.0, 41.0],
+    }
     pairs = [_result(["h1", "h2"], 45.0), _result(["a1", "a2"], 30.0)]
     got = iso.judge_by_kind(pairs, req, refs, kind)
-    assert [o.passed for o in got] == [False, True]  # 45 % of the H100 single; 75 % of the A100's
+    assert [o.passed for o in got] == [False, True]  # 45 % of the H100 median; 75 % of the A100's
 
 
 def test_orch_isolate_on_a_mixed_cluster_tests_and_reports_each_kind_apart(

@@ -1,0 +1,160 @@
+"""The 8-node lab figures of bench/isolate.py: isolation's wall time against testing every pair.
+
+Not a bench of its own (`make bench` skips files starting with _): bench/isolate.py calls
+`lab_figures()`. It needs a running lab of at least 8 nodes (the first 8 are used; they get the
+cpu-gloo stack first: seconds when they have it) and takes about 10 minutes on 2 cores:
+
+- clean: `orch isolate` (run_isolation, the real thing) on node1..node8, `clean_runs` times; each run
+  should name no culprit;
+- throttled: a 20 mbit tbf throttle on node6's fab0 (`orch fault inject`, reverted at the end and by
+  its node-side timer), then one isolation (culprits, rounds, tests, wall time) and the baseline:
+  every one of the 28 pairs tested, one after another, through the same executor and pass rule
+  (runs/isolate.py's round runner) -- which pairs fail and how long that takes.
+
+The rounds run sequentially (the lab's nodes share 2 cores), so wall time here is the sum of the
+tests' times, Slurm's start of each job included; on a real cluster a round's tests run at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.inventory import load_inventory
+from orchestrator.lab.config import DEFAULT_STATE_DIR
+from orchestrator.models.events import RunStarted
+from orchestrator.runs.isolate import IsolateRequest, _Rounds, isolation_plan, run_isolation
+from orchestrator.runs.lifecycle import Ending, RunLifecycle
+from orchestrator.stages.stack import stack_name, stack_python
+from orchestrator.store.rundir import new_run_id
+
+ORCH = [sys.executable, "-m", "orchestrator"]
+# The lab's pass rule (its nodes share 2 cores: about 30 % noise run to run), as the lab tests use.
+RULE: dict[str, Any] = {
+    "size": 2 * 2**20,
+    "iters": 3,
+    "timeout_s": 30,
+    "tolerance": 0.7,
+    "min_efficiency": 0.02,
+}
+
+
+def _env(inventory: Path) -> dict[str, str]:
+    conf = load_inventory(inventory).vars.orch_slurm_conf
+    return {**os.environ, **({"SLURM_CONF": str(conf)} if conf else {})}
+
+
+def _tc(node: str) -> str:
+    argv = ["ip", "netns", "exec", f"orch-{node}", "tc", "qdisc", "show", "dev", "fab0"]
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30).stdout
+
+
+def all_pairs(req: IsolateRequest) -> dict[str, Any]:
+    """Every pair of req.nodes tested once, one after another, as isolate tests them (same plan,
+    executor and pass rule), in a run folder of its own; the failing pairs and the wall time."""
+    t0 = time.monotonic()
+    cluster = load_inventory(req.inventory)
+    plan = isolation_plan(req)
+    nodes = req.nodes or [n.name for n in cluster.nodes]
+    pairs = list(itertools.combinations(nodes, 2))
+    python, env = stack_python(stack_name(None, plan, cluster))
+    with RunLifecycle.create(req.out_dir, new_run_id("allpairs"), [], t0=t0) as life:
+        life.write_inputs(plan=plan, inventory=cluster, request=req)
+        life.started(
+            RunStarted(run_id=life.run_id, run_dir=life.root, plan=plan.name, backend="slurm", steps=[]),
+            kind="isolate",
+            nodes=nodes,
+            mode="sequential",
+        )
+        runner = _Rounds(req, plan, cluster, life, python or sys.executable, env, lambda _r: None)
+        outcomes = runner(pairs)
+        wall = life.wall_s
+        life.finish(Ending("accepted", 0), wall_s=wall)
+    failed = [list(p) for p, o in zip(pairs, outcomes, strict=True) if not o.passed]
+    return {"tests": len(pairs), "failed_pairs": failed, "wall_s": round(wall, 1), "run_dir": str(life.root)}
+
+
+def _isolation(req: IsolateRequest) -> dict[str, Any]:
+    r = run_isolation(req)
+    iso = r.isolation
+    return {
+        "culprits": [{"kind": c.kind, "nodes": c.nodes} for c in iso.culprits],
+        "undecided": iso.undecided,
+        "rounds": len(iso.rounds),
+        "tests": sum(len(x.trials) for x in iso.rounds),
+        "wall_s": round(r.wall_s, 1),
+        "run_dir": str(r.run_dir),
+    }
+
+
+def lab_figures(
+    inventory: Path = DEFAULT_STATE_DIR / "lab.ini",
+    out_dir: Path = Path("/tmp/orch-bench-runs"),
+    *,
+    n: int = 8,
+    bad: str = "node6",
+    rate: str = "20mbit",
+    clean_runs: int = 5,
+    pairs: bool = True,
+) -> dict[str, Any]:
+    """The lab figures (see the module doc) as a JSON-ready dict. Raises RuntimeError when the
+    lab has fewer than n nodes, provisioning fails or the throttle does not land."""
+    cluster = load_inventory(inventory)
+    if len(cluster.nodes) < n:
+        raise RuntimeError(f"the lab has {len(cluster.nodes)} nodes; these figures need {n}")
+    nodes = [x.name for x in cluster.nodes[:n]]
+    env = _env(inventory)
+    prov = subprocess.run(
+        [*ORCH, "provision", "-i", str(inventory), "--stack", "cpu-gloo", "--limit", ",".join(nodes),
+         "--out", str(out_dir)],
+        capture_output=True, text=True, env=env, timeout=1200, check=False,
+    )  # fmt: skip
+    if prov.returncode != 0:
+        raise RuntimeError(f"provisioning failed: {prov.stdout[-2000:]}{prov.stderr[-2000:]}")
+    req = IsolateRequest(inventory=inventory, nodes=nodes, out_dir=out_dir, **RULE)
+    clean = [_isolation(req) for _ in range(clean_runs)]
+    figures: dict[str, Any] = {
+        "nodes": n,
+        "mode": "sequential",
+        "rule": RULE,
+        "clean": {
+            "runs": clean_runs,
+            "no_culprit": sum(1 for c in clean if not c["culprits"] and not c["undecided"]),
+            "rounds": [c["rounds"] for c in clean],
+            "tests": [c["tests"] for c in clean],
+            "wall_s": [c["wall_s"] for c in clean],
+        },
+    }
+    before = _tc(bad)
+    throttle = subprocess.Popen(
+        [*ORCH, "fault", "inject", "-i", str(inventory), "--kind", "throttle", "--target", f"{bad}:fab0",
+         "--rate", rate, "--duration", "900s", "--runs", str(out_dir / "faults")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "tbf" not in _tc(bad) and time.monotonic() < deadline and throttle.poll() is None:
+            time.sleep(0.5)
+        if "tbf" not in _tc(bad):
+            raise RuntimeError(f"the throttle on {bad} did not land")
+        figures["throttled"] = {"node": bad, "rate": rate, **_isolation(req)}
+        if pairs:
+            figures["all_pairs"] = all_pairs(req)
+    finally:
+        if throttle.poll() is None:
+            os.kill(throttle.pid, signal.SIGTERM)  # the CLI reverts on SIGTERM (and its timer anyway)
+        throttle.communicate(timeout=60)
+    figures["throttle_reverted"] = _tc(bad) == before
+    return figures
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(lab_figures(), indent=2))

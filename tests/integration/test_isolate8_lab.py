@@ -1,0 +1,243 @@
+"""Isolation on an 8-node lab (issue 14's lab must-shows), in one module that needs 8 nodes.
+
+The module takes the session's 3-node lab down, brings an 8-node lab up in the same state dir
+(node1..node3 keep their provisioned /opt), gives node4..node8 node1's cpu-gloo venv (_seed_opt),
+and brings the 3-node lab back at the end (as test_lab.py's `restore`). On it:
+
+- clean: `orch isolate` names no culprit; a clean scale-test of the short plan gives every node a
+  certificate, and `orch check --quick` passes on every node, then fails on the one node whose
+  /opt lost a package (torch's metadata moved away) and still passes on the others;
+- a 20 mbit tbf throttle on node6's fab0 (the fault engine, reverted in finally and by its timer):
+  the short plan's 8-node step fails, `scale-test --isolate --drain-bad` names node6 and no other
+  node in at most ceil(log2 8) + 2 = 5 rounds, the evidence is in the isolate run's report, node6
+  is drained with the run id in the reason, and `orch cert resume node6` brings it back once the
+  throttle is gone;
+- a rule in node2's namespace that drops what node2 sends to node5's fabric address: the link
+  node2+node5 is named, not one node.
+
+The lab's nodes share 2 CPUs: the short plan loosens isolate's pass rule (singles within 70 % of
+the median single, groups at 2 % of it: on 2 cores a group's busbw falls with its ranks, a clean
+6-node set gave 0.074 GB/s against singles of 0.55-2.1, median 1.0); a 20 mbit link (0.0024 GB/s)
+is still ten times below it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from orchestrator.lab import down, slurm_env, up
+from orchestrator.lab.config import LabConfig
+
+if TYPE_CHECKING:
+    from conftest import Lab
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+ORCH = [sys.executable, "-m", "orchestrator"]
+NODES = 8
+ROUND_BAR = math.ceil(math.log2(NODES)) + 2
+LOOSE = ["--size", "2M", "--iters", "3", "--timeout", "30", "--tolerance", "0.7", "--min-efficiency", "0.02"]
+TORCH_META = "/opt/orch/venv/lib/python3.11/site-packages/torch-2.13.0+cpu.dist-info"
+# The short scale-test plan: a 2-node step (node1, node2) and the 8-node step; busbw at least
+# 0.02 GB/s (the lab's 4- and 5-node all_reduce at 4M gave 0.15-0.2 GB/s; a 20 mbit link 0.0024). 2M, not
+# 4M: a test through the throttled link moves half as much (they took 20-40 s each at 4M).
+PLAN = """\
+name: iso8
+ladder: {nodes: [2, 8], ranks_per_node: [1]}
+collectives: [all_reduce]
+sizes: {min: 2M, max: 2M}
+warmup_iters: 1
+iters: 3
+step_timeout_s: 60
+thresholds:
+  busbw: [{collective: all_reduce, min_gbs: 0.02}]
+isolation: {size: 2M, iters: 3, timeout_s: 30, tolerance: 0.7, min_efficiency: 0.02}
+"""
+
+
+def orch(lab: Lab, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*ORCH, *args], capture_output=True, text=True, env=lab.env, timeout=timeout, check=False, cwd=REPO
+    )
+
+
+def _seed_opt(cfg: LabConfig) -> None:
+    """Give each new node the stack node1 has: its venv and wheelhouse, as hard links (seconds;
+    nothing writes them in place: pip and Python replace files by rename, and a test that moves
+    a file away moves one node's link only). node1 was provisioned by the session fixture, with
+    this checkout's orch; the scale-tests here fingerprint all 8 nodes against the stack and would
+    refuse a node that differs. The container storage is not copied: no test here runs one."""
+    src = cfg.node_dir(cfg.node_specs[0]) / "opt" / "orch"
+    for node in cfg.node_specs[1:]:
+        dst = cfg.node_dir(node) / "opt" / "orch"
+        for part in ("venv", "wheelhouse"):
+            if (src / part).exists() and not (dst / part).exists():
+                dst.mkdir(parents=True, exist_ok=True)
+                subprocess.run(["cp", "-al", str(src / part), str(dst / part)], check=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def lab8(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    from conftest import Lab as Facts
+
+    t0 = time.monotonic()
+    cfg = lab.config.model_copy(
+        update={"nodes": NODES, "inventory_out": tmp_path_factory.mktemp("lab8") / "lab8.ini"}
+    )
+    down(lab.config)
+    try:
+        up(cfg)
+        _seed_opt(cfg)
+        print(f"8-node lab up with the stack in {time.monotonic() - t0:.0f} s")
+        yield Facts(config=cfg, nodes=cfg.node_specs, env=slurm_env(cfg))
+    finally:
+        t1 = time.monotonic()
+        down(cfg)
+        for node in cfg.node_specs[lab.config.nodes :]:
+            shutil.rmtree(cfg.node_dir(node), ignore_errors=True)
+        up(lab.config)
+        print(f"3-node lab back in {time.monotonic() - t1:.0f} s")
+
+
+def _tc(lab: Lab, node: str) -> str:
+    return lab.slurm("ip", "netns", "exec", f"orch-{node}", "tc", "qdisc", "show", "dev", "fab0").stdout
+
+
+def _node_line(lab: Lab, node: str) -> str:
+    return lab.slurm("scontrol", "show", "node", "-o", node).stdout
+
+
+def _one(out: Path, pattern: str) -> Path:
+    (path,) = list(out.glob(pattern))
+    return path
+
+
+def _plan(tmp_path: Path) -> Path:
+    path = tmp_path / "iso8.yaml"
+    path.write_text(PLAN)
+    return path
+
+
+def test_throttled_node6_is_found_drained_and_resumed(lab8: Lab, tmp_path: Path) -> None:
+    before = _tc(lab8, "node6")
+    throttle = subprocess.Popen(
+        [*ORCH, "fault", "inject", "-i", str(lab8.inventory), "--kind", "throttle", "--target", "node6:fab0",
+         "--rate", "20mbit", "--duration", "300s", "--runs", str(tmp_path / "faults")],
+        env=lab8.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "tbf" not in _tc(lab8, "node6") and time.monotonic() < deadline and throttle.poll() is None:
+            time.sleep(0.5)
+        assert "tbf" in _tc(lab8, "node6"), "the throttle did not land"
+        proc = orch(
+            lab8, "scale-test", "-i", str(lab8.inventory), "--plan", str(_plan(tmp_path)),
+            "--isolate", "--drain-bad", "--out", str(tmp_path / "r"), timeout=420,
+        )  # fmt: skip
+    finally:
+        if throttle.poll() is None:
+            os.kill(throttle.pid, signal.SIGTERM)  # the CLI reverts on SIGTERM (and the timer anyway)
+        throttle.communicate(timeout=60)
+    assert _tc(lab8, "node6") == before
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    # the short plan fails its multi-node step with node6, not the 2-node step without it
+    scale_dir = _one(tmp_path / "r", "*iso8*")
+    steps = json.loads((scale_dir / "result.json").read_text())["steps"]
+    verdicts = {s["step"]["nnodes"]: s["verdict"] for s in steps}
+    assert verdicts == {2: "pass", 8: "fail"}, verdicts
+    # isolate names node6 alone, within the bar, as a run linked to the scale-test
+    found = json.loads(_one(tmp_path / "r", "*isolate*/isolation.json").read_text())
+    assert json.loads((scale_dir / "isolation.json").read_text())["run_id"] == found["run_id"]
+    assert found["parent_run"] == scale_dir.name
+    culprits = found["isolation"]["culprits"]
+    assert [(c["kind"], c["nodes"]) for c in culprits] == [("node", ["node6"])], proc.stdout
+    assert found["isolation"]["undecided"] == []
+    rounds = len(found["isolation"]["rounds"])
+    assert rounds <= ROUND_BAR, found["isolation"]["rounds"]
+    assert "round 1: single node1" in proc.stderr  # the rounds were printed as they went
+    # the evidence: a failing test with node6 whose other members pass elsewhere, in the report
+    evidence = culprits[0]["evidence"]
+    assert any(not t["outcome"]["passed"] and "node6" in t["group"] for t in evidence)
+    assert any(t["outcome"]["passed"] and "node6" not in t["group"] for t in evidence)
+    report = (Path(found["run_dir"]) / "report.md").read_text()
+    assert "**node node6**" in report and "efficiency" in report, report
+    print(f"isolate after scale-test (node6 throttled): {rounds} rounds, {found['wall_s']:.1f} s")
+    try:
+        line = _node_line(lab8, "node6")
+        assert "DRAIN" in line and f"orch {found['run_id']}:" in line, line
+        assert found["drained"] == ["node6"]
+        back = orch(lab8, "cert", "resume", "node6", "-i", str(lab8.inventory), "--size", "2M",
+                    "--min-efficiency", "0.02", "--out", str(tmp_path / "r2"))  # fmt: skip
+        assert back.returncode == 0, back.stdout + back.stderr
+        assert "DRAIN" not in _node_line(lab8, "node6")
+    finally:
+        lab8.slurm("scontrol", "update", "nodename=node6", "state=resume", check=False)
+
+
+def test_a_dropped_link_names_the_pair(lab8: Lab, tmp_path: Path) -> None:
+    to = lab8.node("node5").fabric_address
+    rule = ["OUTPUT", "-o", "fab0", "-d", to, "-j", "DROP"]
+    ipt = ["ip", "netns", "exec", "orch-node2", "iptables", "-w", "5"]
+    lab8.slurm(*ipt, "-I", *rule)
+    try:
+        # a test that holds the link hangs until gloo's timeout (the test's, less 5 s): 15 s here
+        args = [*LOOSE, "--timeout", "20", "--out", str(tmp_path)]
+        proc = orch(lab8, "isolate", "-i", str(lab8.inventory), *args, timeout=600)
+    finally:
+        lab8.slurm(*ipt, "-D", *rule, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = json.loads(_one(tmp_path, "*isolate*/isolation.json").read_text())
+    culprits = found["isolation"]["culprits"]
+    assert [(c["kind"], c["nodes"]) for c in culprits] == [("link", ["node2", "node5"])], proc.stdout
+    assert found["isolation"]["undecided"] == []
+    rounds = len(found["isolation"]["rounds"])
+    print(f"isolate (link node2->node5 dropped): {rounds} rounds, {found['wall_s']:.1f} s")
+
+
+def test_clean_lab_names_no_culprit(lab8: Lab, tmp_path: Path) -> None:
+    proc = orch(lab8, "isolate", "-i", str(lab8.inventory), *LOOSE, "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = json.loads(_one(tmp_path, "*isolate*/isolation.json").read_text())
+    assert found["isolation"]["culprits"] == [] and found["isolation"]["undecided"] == []
+    assert sorted(found["isolation"]["good"]) == sorted(n.name for n in lab8.nodes)
+    print(f"isolate (clean, 8 nodes): {len(found['isolation']['rounds'])} rounds, {found['wall_s']:.1f} s")
+
+
+def test_check_quick_fails_only_on_the_drifted_node(lab8: Lab, tmp_path: Path) -> None:
+    run = orch(lab8, "scale-test", "-i", str(lab8.inventory), "--plan", str(_plan(tmp_path)),
+               "--out", str(tmp_path / "r"))  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    issued = orch(lab8, "cert", "issue", str(_one(tmp_path / "r", "*iso8*")))
+    assert issued.returncode == 0, issued.stdout + issued.stderr
+
+    def check(node: str) -> subprocess.CompletedProcess[str]:
+        return orch(lab8, "check", node, "--quick", "-i", str(lab8.inventory), "--dir", str(tmp_path / "r"))
+
+    victim = lab8.node("node3")
+    hidden = "/opt/orch/torch-dist-info.orch-test"
+    assert check(victim.name).returncode == 0
+    lab8.ssh(victim, "mv", TORCH_META, hidden)
+    try:
+        drifted = check(victim.name)
+        assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+        assert "torch" in drifted.stderr, drifted.stderr
+        for node in lab8.nodes:
+            if node.name != victim.name:
+                ok = check(node.name)
+                assert ok.returncode == 0, f"{node.name}: {ok.stdout}{ok.stderr}"
+    finally:
+        lab8.ssh(victim, "mv", hidden, TORCH_META, check=False)
+    assert check(victim.name).returncode == 0
