@@ -97,6 +97,10 @@ def lab8(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     cfg = lab.config.model_copy(
         update={"nodes": NODES, "inventory_out": tmp_path_factory.mktemp("lab8") / "lab8.ini"}
     )
+    # slurmctld saves node states across down and up: a node an earlier test left drained would
+    # come back drained, and up would wait in vain for every node idle (seen: "node3: drained")
+    names = ",".join(n.name for n in lab.nodes)
+    lab.slurm("scontrol", "update", f"nodename={names}", "state=resume", check=False)
     down(lab.config)
     try:
         up(cfg)
