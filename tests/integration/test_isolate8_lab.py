@@ -99,8 +99,10 @@ def lab8(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     )
     # slurmctld saves node states across down and up: a node an earlier test left drained would
     # come back drained, and up would wait in vain for every node idle (seen: "node3: drained")
-    names = ",".join(n.name for n in lab.nodes)
-    lab.slurm("scontrol", "update", f"nodename={names}", "state=resume", check=False)
+    rows = lab.slurm("sinfo", "--noheader", "--Node", "--format=%N %T", check=False).stdout.split("\n")
+    for node, state in (r.split() for r in rows if len(r.split()) == 2):
+        if state.startswith("drain"):
+            lab.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
     down(lab.config)
     try:
         up(cfg)
