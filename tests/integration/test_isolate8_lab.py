@@ -97,6 +97,12 @@ def lab8(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     cfg = lab.config.model_copy(
         update={"nodes": NODES, "inventory_out": tmp_path_factory.mktemp("lab8") / "lab8.ini"}
     )
+    # slurmctld saves node states across down and up: a node an earlier test left drained would
+    # come back drained, and up would wait in vain for every node idle (seen: "node3: drained")
+    rows = lab.slurm("sinfo", "--noheader", "--Node", "--format=%N %T", check=False).stdout.split("\n")
+    for node, state in (r.split() for r in rows if len(r.split()) == 2):
+        if state.startswith("drain"):
+            lab.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
     down(lab.config)
     try:
         up(cfg)
