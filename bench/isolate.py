@@ -346,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--nodes", default="8,64,1024", help="cluster sizes, comma list")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--lab",
+        action="store_true",
+        help="also measure on the running lab (8 nodes or more; about 10 minutes): bench/_isolate_lab.py",
+    )
     args = ap.parse_args(argv)
     rec = Recorded.load()
     print(f"simulated: orch's isolation against a stand-in executor answering from {FIGURES.name}")
@@ -361,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
         for sim in scenarios(n, args.seed):
             print(report(sim))
             ok &= sim.correct
+    if args.lab:
+        from _isolate_lab import lab_figures  # beside this file: bench/ is on sys.path
+
+        print("lab (8 nodes, rounds one after another):")
+        print(json.dumps(lab_figures(), indent=2))
     return 0 if ok else 1
 
 
