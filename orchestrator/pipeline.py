@@ -194,7 +194,10 @@ class _Runner:
                     self._submit_all()
                 self._loop()
             finally:
+                if isinstance(self.sched, AllocationScheduler):
+                    self._release()
                 self._collect_rest()
+
     def _prepare_folders(self) -> None:
         """Each node's folders of the steps left to run (and allocation mode's driver folder on the
         ladder's nodes), before anything is submitted: Slurm writes --output only into a folder
@@ -204,7 +207,7 @@ class _Runner:
             if res.ended_mono is None:
                 for node in res.step.nodes:
                     folders.setdefault(node, []).append(("steps", res.step.id))
-        if isinstance(self.sched, AllocationScheduler):
+        if isinstance(self.sched, AllocationScheduler) and self.sched.driver_on_nodes:
             for node in folders:
                 folders[node].append(("alloc",))
         self.files.prepare(folders)
@@ -232,7 +235,7 @@ class _Runner:
         if not self.layout.remote:
             return
         try:
-            if isinstance(self.sched, AllocationScheduler):
+            if isinstance(self.sched, AllocationScheduler) and self.sched.driver_on_nodes:
                 nodes = sorted({n for r in self.results for n in r.step.nodes})
                 got = self.files.collect(nodes, "alloc")
                 self.rundir.event("alloc_collected", errors=[g.error for g in got if g.error])
@@ -241,6 +244,16 @@ class _Runner:
                 self.rundir.event("node_folders_left", errors=errors)
         except OrchError as e:
             self.rundir.event("node_folders_left", errors=[str(e)])
+
+    def _release(self) -> None:
+        """End allocation mode's allocation once the steps are judged, or the run is ending (an
+        allocation made without a batch script has nothing that ends it by itself). A release
+        that fails is journaled; the lifecycle's cancel still follows an error."""
+        assert isinstance(self.sched, AllocationScheduler)
+        try:
+            self.sched.release()
+        except OrchError as e:
+            self.rundir.event("release_failed", error=str(e))
 
     def cancel_live(self) -> list[str]:
         """Cancel the run's jobs that are not known to have ended; returns their ids. A cancel
@@ -312,7 +325,10 @@ class _Runner:
                 return
             if all(r.ended_mono is not None for r in open_):
                 return  # the last step was just judged: no poll interval to sit out
-            time.sleep(POLL_INTERVAL_S)
+            if isinstance(self.sched, AllocationScheduler):
+                self.sched.wait_for_news(POLL_INTERVAL_S)  # wakes when a step's srun exits
+            else:
+                time.sleep(POLL_INTERVAL_S)
 
     def _update(self, res: StepResult, state: JobState, now: float) -> None:
         old = res.job.status if res.job else None
@@ -430,6 +446,12 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             kind="scale-test",
         )  # fmt: skip
         stack = StackOutcome()
+        if isinstance(sched, AllocationScheduler):
+            # Allocation mode asks for its allocation now, so that Slurm queues and grants it while
+            # the stack's fingerprint is checked; no step starts before the run passes its checks.
+            life.on_close(sched.release)  # however the run ends, a refusal included
+            alloc_dir = run_data_layout(cluster, life.root).local_path("alloc")
+            sched.book(_booking_specs(plan, cluster, steps, backend, life.root), alloc_dir)
         if (name := stack_name(None, plan, cluster)) is not None:
             try:
                 stack = run_stack_stage(cluster, name, steps, life.rundir, allow_drift=req.allow_drift)
@@ -452,6 +474,17 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
             res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
         return _execute(runner)
+
+
+def _booking_specs(
+    plan: Plan, cluster: Cluster, steps: list[Step], backend: str, root: Path
+) -> list[JobSpec]:
+    """The steps' jobs as far as their allocation goes (nodes, ranks, limits, names): the python
+    and environment of the stack are not known yet and are no part of it."""
+    layout = run_data_layout(cluster, root)
+    return [
+        job_spec(s, plan, cluster, backend, layout.node_path("steps", s.id), "python", 20000) for s in steps
+    ]
 
 
 def _check_before_run(stack: str | None, out_root: Path, backend: str, steps: list[Step]) -> None:
