@@ -75,10 +75,14 @@ def run_orch(inventory: Path, nodes: str, mode: SlurmMode, work: Path, gpus: str
     print(f"  orch {mode}: where the wall went: {breakdown(result.run_dir / 'journal.jsonl', t0)}")
     if mode.startswith("allocation") and (logs := slurm_logs(inventory)) is not None:
         alloc = next(s.job_id for s in result.steps if s.job_id).partition(".")[0]
-        parts = alloc_breakdown(result.run_dir / "journal.jsonl", alloc, logs, t0_wall, t1_wall)
-        PARTS.setdefault(mode, []).append(parts)
-        print(f"  orch {mode}, from the journal and Slurm's logs (ms): "
-              + "; ".join(f"{k} {v:.3f}" for k, v in parts.items()))  # fmt: skip
+        try:
+            parts = alloc_breakdown(result.run_dir / "journal.jsonl", alloc, logs, t0_wall, t1_wall)
+        except (StopIteration, KeyError, IndexError) as e:  # a line missing from Slurm's logs
+            print(f"  orch {mode}: no breakdown ({type(e).__name__} {e})")
+        else:
+            PARTS.setdefault(mode, []).append(parts)
+            print(f"  orch {mode}, from the journal and Slurm's logs (ms): "
+                  + "; ".join(f"{k} {v:.3f}" for k, v in parts.items()))  # fmt: skip
     for st in result.steps:
         if "all_reduce" in st.summary:
             BUSBW.setdefault(mode, {}).setdefault(st.step.id, []).append(st.summary["all_reduce"].busbw_gbs)
