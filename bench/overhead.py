@@ -4,10 +4,14 @@ Method: on the running virtual lab (`orch lab up`), the smoke ladder over 1, 2, 
 per node, steps one at a time) runs three ways in each round, in an order that rotates from round
 to round, each after the lab is idle:
 
-  * orch, allocation mode (`--slurm-mode allocation`, the default): one allocation of node1-3,
-    one srun job step per ladder step. Denominator: the sum of the job steps' own ElapsedRaw
-    (`sacct -j ALLOC -o JobID,State,ElapsedRaw` without -X, the ALLOC.K lines), not the
-    allocation's, which would hold the gaps between steps and make the ratio 1.0 by construction.
+  * orch, allocation mode (`--slurm-mode allocation`, the default): one allocation of node1-3
+    (`salloc --no-shell`, asked for before the stack's fingerprint), one srun job step per ladder
+    step, each started by orch when the previous one exits. Denominator: the sum of the job
+    steps' own ElapsedRaw (`sacct -j ALLOC -o JobID,State,ElapsedRaw` without -X, the ALLOC.K
+    lines), not the allocation's, which would hold the gaps between steps and make the ratio 1.0
+    by construction.
+  * orch, allocation-batch mode (`--slurm-mode allocation-batch`; --no-batch leaves it out): the
+    same allocation as an sbatch'd driver that runs the same sruns. Denominator as allocation.
   * orch, per-step mode (`--slurm-mode per-step`): one job per step, chained with afterany.
     Denominator: the sum of the jobs' ElapsedRaw (`sacct -X`).
   * ReFrame 4.10 (`pip install -e '.[bench]'`), serial policy, the same argv per step, one job per
@@ -26,7 +30,7 @@ the same measure in every mode, since a per-step job's elapsed also holds Slurm'
 its batch script; and for allocation mode, where the wall went (alloc_breakdown).
 
 Usage: .venv/bin/python bench/overhead.py [--inventory inventories/lab.ini] [--rounds 1]
-       [--no-reframe]
+       [--no-reframe] [--no-batch]
 """
 
 from __future__ import annotations
