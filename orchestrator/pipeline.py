@@ -7,10 +7,12 @@ cancelled and faults reverted on any error, run_finished, exit code) is runs/lif
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -35,7 +37,9 @@ from orchestrator.models.run import RunResult as RunResult  # re-exported: calle
 from orchestrator.models.run import StepResult as StepResult
 from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.remote.base import NodeShell
 from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
+from orchestrator.remote.shells import node_shells
 from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.allocation import AllocationScheduler
@@ -154,11 +158,13 @@ class _Runner:
         python: str,
         env: dict[str, str] | None = None,
         faults: StepFaults | None = None,
+        shells: Mapping[str, NodeShell] | None = None,
     ) -> None:
         self.plan, self.cluster, self.steps, self.sched = plan, cluster, steps, sched
         self.backend, self.life, self.rundir, self.python = backend, life, life.rundir, python
         self.queued = backend_traits(backend).queued
         self.faults = faults
+        self.shells = shells  # the run's kept-open shells to the nodes (None: node_files opens its own)
         self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
         base_port = 20000 + secrets.randbelow(20000)
         # Where the nodes write (remote/nodefiles.py): the run directory itself, or each node's own
@@ -185,7 +191,7 @@ class _Runner:
         self.life.on_cancel(self.cancel_live)
         if self.faults is not None:
             self.life.on_close(self.faults.close)  # reverts any fault still active, however the run ends
-        with node_files(self.cluster, self.layout) as self.files:
+        with node_files(self.cluster, self.layout, self.shells) as self.files:
             try:
                 if self.faults is not None:
                     self.faults.start()
@@ -446,6 +452,11 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             kind="scale-test",
         )  # fmt: skip
         stack = StackOutcome()
+        # One set of kept-open shells for the run: the stack's fingerprint, then the nodes' folders
+        # (one SSH handshake per node per run, not one per stage); closed when the run ends.
+        keep = contextlib.ExitStack()
+        life.on_close(keep.close)
+        shells = keep.enter_context(node_shells(cluster))
         if isinstance(sched, AllocationScheduler):
             # Allocation mode asks for its allocation now, so that Slurm queues and grants it while
             # the stack's fingerprint is checked; no step starts before the run passes its checks.
@@ -454,7 +465,9 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             sched.book(_booking_specs(plan, cluster, steps, backend, life.root), alloc_dir)
         if (name := stack_name(None, plan, cluster)) is not None:
             try:
-                stack = run_stack_stage(cluster, name, steps, life.rundir, allow_drift=req.allow_drift)
+                stack = run_stack_stage(
+                    cluster, name, steps, life.rundir, allow_drift=req.allow_drift, shells=shells
+                )
             except OrchError as e:
                 life.finish(Ending("refused", e.exit_code, str(e)))
                 raise
@@ -469,7 +482,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             if plan.faults
             else None
         )
-        runner = _Runner(plan, cluster, steps, sched, backend, life, python, stack.env, faults)
+        runner = _Runner(plan, cluster, steps, sched, backend, life, python, stack.env, faults, shells)
         for res in runner.results:
             res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
             res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []

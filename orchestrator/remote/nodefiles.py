@@ -353,11 +353,16 @@ class Follower:
 
 
 @contextlib.contextmanager
-def node_files(cluster: Cluster, layout: RunDataLayout) -> Iterator[NodeFiles]:
+def node_files(
+    cluster: Cluster, layout: RunDataLayout, shells: Mapping[str, NodeShell] | None = None
+) -> Iterator[NodeFiles]:
     """NodeFiles for ``layout`` with kept-open shells to the nodes (opened only in collect mode,
-    each on first use), closed on exit."""
+    each on first use), closed on exit; or with `shells`, the run's, which stay open."""
     if not layout.remote:
         yield NodeFiles(layout, {})
+        return
+    if shells is not None:
+        yield NodeFiles(layout, dict(shells))
         return
     from orchestrator.remote.shells import node_shells
 
