@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.errors import ConfigError, OrchError
+from orchestrator.errors import ConfigError, OrchError, SchedulerError
 from orchestrator.inventory import load_inventory
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
@@ -462,7 +462,10 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             # the stack's fingerprint is checked; no step starts before the run passes its checks.
             life.on_close(sched.release)  # however the run ends, a refusal included
             alloc_dir = run_data_layout(cluster, life.root).local_path("alloc")
-            sched.book(_booking_specs(plan, cluster, steps, backend, life.root), alloc_dir)
+            try:
+                sched.book(_booking_specs(plan, cluster, steps, backend, life.root), alloc_dir)
+            except SchedulerError as e:  # asked again at submission, for the steps that can run
+                life.journal("booking_failed", error=str(e))
         if (name := stack_name(None, plan, cluster)) is not None:
             try:
                 stack = run_stack_stage(

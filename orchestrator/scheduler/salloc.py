@@ -214,20 +214,26 @@ class SallocScheduler(AllocationScheduler):
         if self._submitted_at is None:
             self._submitted_at = datetime.now()
         log = local / "salloc.out"
+        start = log.stat().st_size if log.exists() else 0  # an earlier salloc's lines come before
         try:
             salloc = self._launch(argv, self.base_env(), log)
         except OSError as e:
             raise SchedulerError(f"salloc could not be started: {e}") from e
-        alloc = self._await_id(salloc, log)
+        alloc = self._await_id(salloc, log, start)
         self._allocs.append(alloc)
         with self._lock:
             self._running[alloc] = salloc
         return alloc, salloc
 
-    def _await_id(self, salloc: StepProcess, log: Path) -> str:
+    def _await_id(self, salloc: StepProcess, log: Path, start: int) -> str:
+        """The job id salloc wrote to log after byte `start`."""
         deadline = time.monotonic() + CMD_TIMEOUT_S
         while True:
-            text = log.read_text(errors="replace") if log.exists() else ""
+            text = ""
+            if log.exists():
+                with open(log, "rb") as f:
+                    f.seek(start)
+                    text = f.read().decode(errors="replace")
             if m := _ALLOC_ID.search(text):
                 return m.group(1)
             if salloc.poll() is not None:

@@ -60,7 +60,8 @@ class FakeLaunch:
     def __call__(self, argv: list[str], env: dict[str, str], log: Path) -> FakeProc:
         self.calls.append((argv, env, log))
         if argv[0] == "salloc":
-            log.write_text(self.salloc_says)
+            with open(log, "a") as f:  # as salloc appends to the run's salloc.out
+                f.write(self.salloc_says)
             return FakeProc(self.salloc_status)
         proc = FakeProc(self.srun_status)
         self.sruns.append(proc)
@@ -307,3 +308,18 @@ def test_an_error_mid_ladder_ends_the_allocation_once_and_finishes_the_run(
     events = [json.loads(line) for line in runner.rundir.journal_path.read_text().splitlines()]
     assert [e["job_id"] for e in events if e["event"] == "step_submitted"] == ["77.0", "77.1", "77.2"]
     assert events[-1]["event"] == "run_finished" and events[-1]["exit_code"] == 3
+
+
+def test_a_new_salloc_is_named_by_its_own_line_not_an_earlier_one(tmp_path: Path) -> None:
+    """The booking waits (a drained node); the steps that can run get an allocation of their own:
+    its id is the second salloc's, not the first one's line in the same salloc.out."""
+    runner = Recorder("")
+    launch = FakeLaunch("salloc: Pending job allocation 77\n")
+    sched = SallocScheduler(runner=runner, launch=launch)  # type: ignore[arg-type]
+    steps = ladder(tmp_path)
+    sched.book(steps, tmp_path / "alloc")
+    launch.salloc_says = "salloc: Granted job allocation 78\n"
+    assert sched.submit_ladder(steps[:1], tmp_path / "alloc") == ["78.0"]
+    assert [c for c in runner.calls if c[0] == "scancel"] == [["scancel", "77"]]
+    assert launch.next_srun() and launch.calls[-1][0][1] == "--jobid=78"
+    sched.release()
