@@ -114,7 +114,8 @@ class SallocScheduler(AllocationScheduler):
         )  # fmt: skip
         self._launch, self._grace = launch, srun_grace_s
         self._news = threading.Event()
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # release: no srun starts any more
+        self._stopped: set[str] = set()  # allocations cancelled: no srun starts in them
         self._lock = threading.Lock()
         self._exits: dict[str, tuple[int, float, Path]] = {}  # step id -> (srun status, when, its log)
         self._running: dict[str, StepProcess] = {}  # salloc and sruns not known to have exited
@@ -255,7 +256,7 @@ class SallocScheduler(AllocationScheduler):
             return
         log = local / f"srun-{alloc}.out"
         for job_id, spec in steps:
-            if self._stop.is_set():
+            if self._stop.is_set() or alloc in self._stopped:
                 return
             try:
                 proc = self._launch(self.step_argv(alloc, spec), self.step_env(spec), log)
@@ -301,9 +302,11 @@ class SallocScheduler(AllocationScheduler):
         self._news.clear()
 
     def cancel(self, job_ids: list[str]) -> None:
-        """No further srun starts; scancel the allocations (their sruns end with them)."""
-        self._stop.set()
-        self._end_allocations(sorted({j.partition(".")[0] for j in job_ids}))
+        """No further srun starts in these steps' allocations; scancel them (their sruns end with
+        them). Steps never submitted (no ids) stop nothing."""
+        allocs = sorted({j.partition(".")[0] for j in job_ids})
+        self._stopped.update(allocs)
+        self._end_allocations(allocs)
 
     def release(self) -> None:
         """End the run's allocations, a booked one included (scancel): the run's steps are judged,

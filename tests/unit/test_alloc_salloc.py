@@ -323,3 +323,15 @@ def test_a_new_salloc_is_named_by_its_own_line_not_an_earlier_one(tmp_path: Path
     assert [c for c in runner.calls if c[0] == "scancel"] == [["scancel", "77"]]
     assert launch.next_srun() and launch.calls[-1][0][1] == "--jobid=78"
     sched.release()
+
+
+def test_cancelling_no_step_stops_nothing(tmp_path: Path) -> None:
+    """A step abandoned before submission (its node drained) is cancelled with no id: the
+    others' sruns still start."""
+    launch = FakeLaunch()
+    sched = SallocScheduler(runner=Recorder(""), launch=launch)  # type: ignore[arg-type]
+    sched.cancel([])
+    sched.submit_ladder(ladder(tmp_path), tmp_path / "alloc")
+    launch.next_srun().exit(0)
+    launch.next_srun().exit(0)
+    sched.release()
