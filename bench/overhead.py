@@ -4,10 +4,14 @@ Method: on the running virtual lab (`orch lab up`), the smoke ladder over 1, 2, 
 per node, steps one at a time) runs three ways in each round, in an order that rotates from round
 to round, each after the lab is idle:
 
-  * orch, allocation mode (`--slurm-mode allocation`, the default): one allocation of node1-3,
-    one srun job step per ladder step. Denominator: the sum of the job steps' own ElapsedRaw
-    (`sacct -j ALLOC -o JobID,State,ElapsedRaw` without -X, the ALLOC.K lines), not the
-    allocation's, which would hold the gaps between steps and make the ratio 1.0 by construction.
+  * orch, allocation mode (`--slurm-mode allocation`, the default): one allocation of node1-3
+    (`salloc --no-shell`, asked for before the stack's fingerprint), one srun job step per ladder
+    step, each started by orch when the previous one exits. Denominator: the sum of the job
+    steps' own ElapsedRaw (`sacct -j ALLOC -o JobID,State,ElapsedRaw` without -X, the ALLOC.K
+    lines), not the allocation's, which would hold the gaps between steps and make the ratio 1.0
+    by construction.
+  * orch, allocation-batch mode (`--slurm-mode allocation-batch`; --no-batch leaves it out): the
+    same allocation as an sbatch'd driver that runs the same sruns. Denominator as allocation.
   * orch, per-step mode (`--slurm-mode per-step`): one job per step, chained with afterany.
     Denominator: the sum of the jobs' ElapsedRaw (`sacct -X`).
   * ReFrame 4.10 (`pip install -e '.[bench]'`), serial policy, the same argv per step, one job per
@@ -26,7 +30,7 @@ the same measure in every mode, since a per-step job's elapsed also holds Slurm'
 its batch script; and for allocation mode, where the wall went (alloc_breakdown).
 
 Usage: .venv/bin/python bench/overhead.py [--inventory inventories/lab.ini] [--rounds 1]
-       [--no-reframe]
+       [--no-reframe] [--no-batch]
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 from _lab import elapsed_raw, load_note, slurm_env, step_elapsed_raw, wait_idle
 from reframe_compare import VENV_BIN, RoundFailed, Timing, ladder_jobs, run_reframe
@@ -72,12 +77,16 @@ def run_orch(inventory: Path, nodes: str, mode: SlurmMode, work: Path, gpus: str
     if result.status != "accepted":
         raise RoundFailed(f"orch {mode} ended {result.status}")
     print(f"  orch {mode}: where the wall went: {breakdown(result.run_dir / 'journal.jsonl', t0)}")
-    if mode == "allocation" and (logs := slurm_logs(inventory)) is not None:
+    if mode.startswith("allocation") and (logs := slurm_logs(inventory)) is not None:
         alloc = next(s.job_id for s in result.steps if s.job_id).partition(".")[0]
-        parts = alloc_breakdown(result.run_dir / "journal.jsonl", alloc, logs, t0_wall, t1_wall)
-        PARTS.append(parts)
-        print("  orch allocation, from the journal and Slurm's logs (ms): "
-              + "; ".join(f"{k} {v:.3f}" for k, v in parts.items()))  # fmt: skip
+        try:
+            parts = alloc_breakdown(result.run_dir / "journal.jsonl", alloc, logs, t0_wall, t1_wall)
+        except (StopIteration, KeyError, IndexError) as e:  # a line missing from Slurm's logs
+            print(f"  orch {mode}: no breakdown ({type(e).__name__} {e})")
+        else:
+            PARTS.setdefault(mode, []).append(parts)
+            print(f"  orch {mode}, from the journal and Slurm's logs (ms): "
+                  + "; ".join(f"{k} {v:.3f}" for k, v in parts.items()))  # fmt: skip
     for st in result.steps:
         if "all_reduce" in st.summary:
             BUSBW.setdefault(mode, {}).setdefault(st.step.id, []).append(st.summary["all_reduce"].busbw_gbs)
@@ -105,8 +114,8 @@ def breakdown(journal: Path, t0: float) -> str:
     return "; ".join(parts)
 
 
-# Allocation mode's breakdown per round (alloc_breakdown), for the summary.
-PARTS: list[dict[str, float]] = []
+# The allocation modes' breakdown per round (alloc_breakdown), for the summary.
+PARTS: dict[str, list[dict[str, float]]] = {}
 _LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] (.*)$")
 
 
@@ -168,21 +177,26 @@ ON_SRUN: dict[str, list[float]] = {}
 
 def alloc_breakdown(journal: Path, alloc: str, logs: list[Path], t0: float, t1: float) -> dict[str, float]:
     """Where an allocation-mode run's wall went, in seconds, from orch's journal (wall clock, µs)
-    and Slurm's own logs (ms): orch before submitting (inventory, plan, checks; then the stack's
-    fingerprint over SSH), sbatch, Slurm's scheduling (submit -> Allocate), its batch launch
-    (Allocate -> the driver starts on the first node), the driver's first srun, the steps (first
-    launch to the last task's end), the gaps between steps (one step's last task done -> the next
-    step's first launch, summed), orch noticing the end (the last step's end -> its COMPLETED in the
-    journal: poll interval, sacct, slurmdbd), and orch's finish (judging, result, store)."""
+    and Slurm's own logs (ms): orch before it asks Slurm (inventory, plan, checks; in
+    allocation-batch mode also the stack's fingerprint over SSH), Slurm's scheduling (the salloc's
+    or sbatch's RPC -> the allocation), the allocation -> the first step launched (allocation mode:
+    whatever is left of the fingerprint, then orch's first srun; allocation-batch: Slurm's batch
+    launch, then the driver's first srun), the steps (first launch to the last task's end), the
+    gaps between steps (one step's last task done -> the next step's first launch, summed), orch
+    noticing the end (the last step's end -> its COMPLETED in the journal: allocation mode wakes
+    on the srun's exit, then sacct; allocation-batch polls every 0.5 s), and orch's finish
+    (judging, result, store, releasing the allocation). The fingerprint's own time (journal) is
+    given beside: in allocation mode it runs while Slurm schedules."""
     evs = [json.loads(line) for line in journal.read_text().splitlines()]
     t = {e["event"]: datetime.fromisoformat(e["t"]).timestamp() for e in reversed(evs)}  # first of each
     last_state = max(datetime.fromisoformat(e["t"]).timestamp() for e in evs if e["event"] == "step_state")
     log = _log_events(logs, alloc)
-    first = lambda word: next(ts for ts, msg in log if word in msg)  # noqa: E731
-    submit, allocate, batch = (
-        first("_slurm_rpc_submit_batch_job"),
-        first("sched: Allocate"),
-        first("Launching batch"),
+    first = lambda *words: next(ts for ts, msg in log if any(w in msg for w in words))  # noqa: E731
+    submit = first("_slurm_rpc_submit_batch_job", "_slurm_rpc_allocate_resources")
+    # A job allocated by the RPC itself says so there (NodeList=...); a queued one at sched: Allocate.
+    rpc = "_slurm_rpc_allocate_resources"
+    allocate = next(
+        ts for ts, msg in log if "sched: Allocate" in msg or (rpc in msg and "NodeList=(null)" not in msg)
     )
     launches: dict[int, float] = {}
     ends: dict[int, float] = {}
@@ -194,12 +208,10 @@ def alloc_breakdown(journal: Path, alloc: str, logs: list[Path], t0: float, t1: 
     steps = sorted(launches)
     gaps = sum(launches[b] - ends[a] for a, b in itertools.pairwise(steps))
     return {
-        "orch before submit": t["fingerprint"] - t0 if "fingerprint" in t else t["step_submitted"] - t0,
-        "of which fingerprint": t["fingerprint"] - t["run_started"] if "fingerprint" in t else 0.0,
-        "sbatch": submit - t.get("fingerprint", t["run_started"]),
+        "orch before Slurm": submit - t0,
+        "fingerprint (journal)": t["fingerprint"] - t["run_started"] if "fingerprint" in t else 0.0,
         "Slurm scheduling": allocate - submit,
-        "Slurm batch launch": batch - allocate,
-        "driver to first srun": launches[steps[0]] - batch,
+        "allocated to 1st launch": launches[steps[0]] - allocate,
         "steps": ends[steps[-1]] - launches[steps[0]] - gaps,
         "gaps between steps": gaps,
         "orch notices the end": last_state - ends[steps[-1]],
@@ -223,7 +235,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--nodes", default="1..3", help="the ladder (make bench provisions node1-node3)")
     ap.add_argument("--gpus-per-node", default="1", help="ranks per node, e.g. 1,2 (ReFrame: 1 only)")
-    ap.add_argument("--no-reframe", action="store_true", help="orch's two modes only")
+    ap.add_argument("--no-reframe", action="store_true", help="orch's modes only")
+    ap.add_argument("--no-batch", action="store_true", help="without orch's allocation-batch mode")
     args = ap.parse_args()
     with_reframe = not args.no_reframe and args.gpus_per_node == "1" and (VENV_BIN / "reframe").exists()
     if not args.no_reframe and not with_reframe:
@@ -231,7 +244,12 @@ def main() -> None:
     cluster = load_inventory(args.inventory)
     env = slurm_env(cluster)
     logs = slurm_logs(args.inventory)
-    tools = ["orch allocation", "orch per-step", *(["reframe"] if with_reframe else [])]
+    tools = [
+        "orch allocation",
+        *([] if args.no_batch else ["orch allocation-batch"]),
+        "orch per-step",
+        *(["reframe"] if with_reframe else []),
+    ]
     got: dict[str, list[Timing]] = {t: [] for t in tools}
     for r in range(args.rounds):
         order = tools[r % len(tools) :] + tools[: r % len(tools)]
@@ -243,12 +261,12 @@ def main() -> None:
                     if tool == "reframe":
                         t = run_reframe(ladder_jobs(args.inventory, args.nodes), env, work)
                     else:
-                        mode: SlurmMode = "allocation" if "alloc" in tool else "per-step"
+                        mode = cast(SlurmMode, tool.removeprefix("orch "))
                         t = run_orch(args.inventory, args.nodes, mode, work, args.gpus_per_node)
                 except RoundFailed as e:
                     sys.exit(f"round {r + 1}, {tool}: {e}")
                 time.sleep(1.0)  # let slurmdbd record the last step's end
-                steps = tool == "orch allocation"
+                steps = tool.startswith("orch allocation")
                 t.elapsed = step_elapsed_raw(t.job_ids, env) if steps else elapsed_raw(t.job_ids, env)
                 got[tool].append(t)
                 print(f"round {r + 1}: {describe(t)}", flush=True)
@@ -271,15 +289,15 @@ def main() -> None:
             else ""
         )
         print(f"  {tool:16s} {med:.3f} (pooled {pooled:.3f}){note}")
-    if PARTS:
-        print(f"orch allocation, where the wall went (seconds, median and min-max over {len(PARTS)} rounds):")
-        for key in PARTS[0]:
-            v = [p[key] for p in PARTS]
-            print(f"  {key:22s} {statistics.median(v):7.3f} ({min(v):.3f}-{max(v):.3f})")
+    for kind, parts in PARTS.items():
+        print(f"orch {kind}, where the wall went (seconds, median and min-max over {len(parts)} rounds):")
+        for key in parts[0]:
+            v = [p[key] for p in parts]
+            print(f"  {key:24s} {statistics.median(v):7.3f} ({min(v):.3f}-{max(v):.3f})")
     print("all_reduce busbw at the largest size, GB/s (median, min-max over rounds):")
     for step in BUSBW.get("per-step", {}):
         cells = []
-        for mode in ("allocation", "per-step"):
+        for mode in ("allocation", "allocation-batch", "per-step"):
             v = BUSBW.get(mode, {}).get(step, [])
             cells.append(
                 f"{mode} {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" if v else f"{mode} -"

@@ -49,6 +49,7 @@ from orchestrator.inventory import load_inventory
 from orchestrator.models.plan import PlanOverrides
 from orchestrator.pipeline import job_spec
 from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.stages.stack import node_python, stack_name, stack_python
 
 VENV_BIN = Path(sys.executable).parent
 TARGET = 0.85
@@ -81,9 +82,12 @@ def ladder_jobs(inventory: Path, nodes: str) -> list[dict[str, object]]:
     cluster = load_inventory(inventory)
     plan = resolve_plan("smoke", PlanOverrides(nodes=nodes, gpus_per_node="1", backend="slurm"))
     port = 20000 + secrets.randbelow(20000)
+    # The nodes run the stack's Python, as orch's own steps do (the checkout is hidden from them).
+    name = stack_name(None, plan, cluster)
+    python, env = stack_python(name) if name is not None else (node_python(cluster), {})
     jobs: list[dict[str, object]] = []
     for i, step in enumerate(expand_steps(plan, cluster)):
-        spec = job_spec(step, plan, cluster, "slurm", Path("."), sys.executable, port + i)
+        spec = job_spec(step, plan, cluster, "slurm", Path("."), python, port + i, env)
         iface = spec.argv[spec.argv.index("--socket-ifname") + 1] if "--socket-ifname" in spec.argv else ""
         rows = len(step.collectives) * len(step.sizes)
         jobs.append({

@@ -7,17 +7,19 @@ cancelled and faults reverted on any error, run_finished, exit code) is runs/lif
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shlex
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.errors import ConfigError, OrchError
+from orchestrator.errors import ConfigError, OrchError, SchedulerError
 from orchestrator.inventory import load_inventory
 from orchestrator.metrics import verdict as V
 from orchestrator.models.base import StrictModel
@@ -37,7 +39,9 @@ from orchestrator.models.run import RunResult as RunResult  # re-exported: calle
 from orchestrator.models.run import StepResult as StepResult
 from orchestrator.paths import under
 from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.remote.base import NodeShell
 from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
+from orchestrator.remote.shells import node_shells
 from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.allocation import AllocationScheduler
@@ -197,12 +201,14 @@ class _Runner:
         faults: StepFaults | None = None,
         telemetry: TelemetrySampler | None = None,
         container: StackContainer | None = None,
+        shells: Mapping[str, NodeShell] | None = None,
     ) -> None:
         self.plan, self.cluster, self.steps, self.sched = plan, cluster, steps, sched
         self.container = container
         self.backend, self.life, self.rundir, self.python = backend, life, life.rundir, python
         self.queued = backend_traits(backend).queued
         self.faults, self.telemetry = faults, telemetry
+        self.shells = shells  # the run's kept-open shells to the nodes (None: node_files opens its own)
         self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
         base_port = 20000 + secrets.randbelow(20000)
         # Where the nodes write (remote/nodefiles.py): the run directory itself, or each node's own
@@ -232,7 +238,8 @@ class _Runner:
             self.life.on_close(self.faults.close)  # reverts any fault still active, however the run ends
         if self.telemetry is not None:
             self.life.on_close(self.telemetry.close)
-        with node_files(self.cluster, self.layout, shells=self.container is not None) as self.files:
+        need = self.container is not None  # its cleanup runs a line on the nodes
+        with node_files(self.cluster, self.layout, self.shells, need_shells=need) as self.files:
             try:
                 if self.faults is not None:
                     self.faults.start()
@@ -244,6 +251,8 @@ class _Runner:
                     self._submit_all()
                 self._loop()
             finally:
+                if isinstance(self.sched, AllocationScheduler):
+                    self._release()
                 self._collect_rest()
                 self._remove_containers()
 
@@ -256,7 +265,7 @@ class _Runner:
             if res.ended_mono is None:
                 for node in res.step.nodes:
                     folders.setdefault(node, []).append(("steps", res.step.id))
-        if isinstance(self.sched, AllocationScheduler):
+        if isinstance(self.sched, AllocationScheduler) and self.sched.driver_on_nodes:
             for node in folders:
                 folders[node].append(("alloc",))
         self.files.prepare(folders)
@@ -284,7 +293,7 @@ class _Runner:
         if not self.layout.remote:
             return
         try:
-            if isinstance(self.sched, AllocationScheduler):
+            if isinstance(self.sched, AllocationScheduler) and self.sched.driver_on_nodes:
                 nodes = sorted({n for r in self.results for n in r.step.nodes})
                 got = self.files.collect(nodes, "alloc")
                 self.rundir.event("alloc_collected", errors=[g.error for g in got if g.error])
@@ -304,6 +313,16 @@ class _Runner:
         for node in sorted({n for r in self.results for n in r.step.nodes}):
             errors += self.files.on_each([node], container_cleanup_line(c, node, run_id), timeout=60)
         self.rundir.event("containers_removed", errors=errors)
+
+    def _release(self) -> None:
+        """End allocation mode's allocation once the steps are judged, or the run is ending (an
+        allocation made without a batch script has nothing that ends it by itself). A release
+        that fails is journaled; the lifecycle's cancel still follows an error."""
+        assert isinstance(self.sched, AllocationScheduler)
+        try:
+            self.sched.release()
+        except OrchError as e:
+            self.rundir.event("release_failed", error=str(e))
 
     def cancel_live(self) -> list[str]:
         """Cancel the run's jobs that are not known to have ended; returns their ids. A cancel
@@ -375,7 +394,10 @@ class _Runner:
                 return
             if all(r.ended_mono is not None for r in open_):
                 return  # the last step was just judged: no poll interval to sit out
-            time.sleep(POLL_INTERVAL_S)
+            if isinstance(self.sched, AllocationScheduler):
+                self.sched.wait_for_news(POLL_INTERVAL_S)  # wakes when a step's srun exits
+            else:
+                time.sleep(POLL_INTERVAL_S)
 
     def _update(self, res: StepResult, state: JobState, now: float) -> None:
         old = res.job.status if res.job else None
@@ -503,9 +525,25 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             kind="scale-test",
         )  # fmt: skip
         stack = StackOutcome()
+        # One set of kept-open shells for the run: the stack's fingerprint, then the nodes' folders
+        # (one SSH handshake per node per run, not one per stage); closed when the run ends.
+        keep = contextlib.ExitStack()
+        life.on_close(keep.close)
+        shells = keep.enter_context(node_shells(cluster))
+        if isinstance(sched, AllocationScheduler):
+            # Allocation mode asks for its allocation now, so that Slurm queues and grants it while
+            # the stack's fingerprint is checked; no step starts before the run passes its checks.
+            life.on_close(sched.release)  # however the run ends, a refusal included
+            alloc_dir = run_data_layout(cluster, life.root).local_path("alloc")
+            try:
+                sched.book(_booking_specs(plan, cluster, steps, backend, life.root), alloc_dir)
+            except SchedulerError as e:  # asked again at submission, for the steps that can run
+                life.journal("booking_failed", error=str(e))
         if (name := stack_name(None, plan, cluster)) is not None:
             try:
-                stack = run_stack_stage(cluster, name, steps, life.rundir, allow_drift=req.allow_drift)
+                stack = run_stack_stage(
+                    cluster, name, steps, life.rundir, allow_drift=req.allow_drift, shells=shells
+                )
             except OrchError as e:
                 life.finish(Ending("refused", e.exit_code, str(e)))
                 raise
@@ -522,8 +560,9 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
         )
         telemetry = _telemetry(plan, cluster, steps)
         runner = _Runner(
-            plan, cluster, steps, sched, backend, life, python, stack.env, faults, telemetry, container
-        )
+            plan, cluster, steps, sched, backend, life, python, stack.env, faults, telemetry, container,
+            shells,
+        )  # fmt: skip
         for res in runner.results:
             res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
             res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
@@ -535,6 +574,17 @@ def _telemetry(plan: Plan, cluster: Cluster, steps: list[Step]) -> TelemetrySamp
     if plan.telemetry_interval_s <= 0:
         return None
     return TelemetrySampler(cluster, steps, plan.telemetry_interval_s)
+
+
+def _booking_specs(
+    plan: Plan, cluster: Cluster, steps: list[Step], backend: str, root: Path
+) -> list[JobSpec]:
+    """The steps' jobs as far as their allocation goes (nodes, ranks, limits, names): the python
+    and environment of the stack are not known yet and are no part of it."""
+    layout = run_data_layout(cluster, root)
+    return [
+        job_spec(s, plan, cluster, backend, layout.node_path("steps", s.id), "python", 20000) for s in steps
+    ]
 
 
 def _check_before_run(stack: str | None, out_root: Path, backend: str, steps: list[Step]) -> None:

@@ -151,11 +151,12 @@ def scale_test_cmd(
         ),
     ] = False,
     slurm_mode: Annotated[
-        Literal["allocation", "per-step"] | None,
+        Literal["allocation", "allocation-batch", "per-step"] | None,
         typer.Option(
             "--slurm-mode",
-            help="allocation: the ladder in one allocation, a job step per step (default; needs sacct); "
-            "per-step: one job per step, for a shared cluster.",
+            help="allocation: the ladder in one allocation (salloc), a job step per step started by "
+            "orch (default; needs sacct); allocation-batch: the same allocation run by an sbatch'd "
+            "driver; per-step: one job per step, for a shared cluster.",
         ),
     ] = None,
     telemetry_interval: Annotated[

@@ -23,7 +23,7 @@ from orchestrator.models.results import COLLECTIVES, PlanCollective
 from orchestrator.models.serving import ServingWorkload
 
 Backend = Literal["slurm", "local", "auto"]
-SlurmMode = Literal["allocation", "per-step"]
+SlurmMode = Literal["allocation", "allocation-batch", "per-step"]
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -323,7 +323,8 @@ class Plan(StrictModel):
     backend: Backend = "auto"
     slurm_mode: SlurmMode = Field(
         default="allocation",
-        description="Slurm: the ladder as job steps of one allocation, or a job per step (scale-test.md)",
+        description="Slurm: the ladder as job steps of one allocation (sruns started by orch, or by "
+        "an sbatch'd driver: allocation-batch), or a job per step (scale-test.md)",
     )
     partition: str | None = Field(
         default=None, pattern=SLURM_WORD, description="Slurm partition (letters, digits, _ . - only)"

@@ -9,14 +9,17 @@ parser. `orch fingerprint` keeps the playbook, for the artifacts and the privile
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shlex
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator.errors import OrchError, RemoteError
 from orchestrator.models.cluster import Cluster, Node
 from orchestrator.models.stack import Stack
 from orchestrator.provision.fingerprint import Fingerprint, from_probe_output
+from orchestrator.remote.base import NodeShell
 from orchestrator.stacks import PLAYBOOKS_DIR
 
 PROBE = PLAYBOOKS_DIR / "files" / "fingerprint_probe.py"
@@ -34,20 +37,30 @@ def probe_script(node: Node, stack: Stack, probe_source: str) -> str:
 
 
 def quick_fingerprint(
-    cluster: Cluster, stack: Stack, names: list[str], connect_timeout: float = 10.0
+    cluster: Cluster,
+    stack: Stack,
+    names: list[str],
+    connect_timeout: float = 10.0,
+    shells: Mapping[str, NodeShell] | None = None,
 ) -> tuple[dict[str, Fingerprint], dict[str, str]]:
-    """Fingerprints of the named nodes, and for each node that could not be read, why."""
+    """Fingerprints of the named nodes, and for each node that could not be read, why. `shells`:
+    kept-open shells to use (the run's, kept open after this); by default opened and closed here."""
     from orchestrator.remote.shells import node_shells
 
     source = PROBE.read_text()
     sub = cluster.model_copy(update={"nodes": [cluster.node(n) for n in names]})
     found: dict[str, Fingerprint] = {}
     failed: dict[str, str] = {}
-    with node_shells(sub, connect_timeout=connect_timeout) as shells:
+    with contextlib.ExitStack() as stack_:
+        use: Mapping[str, NodeShell] = (
+            shells
+            if shells is not None
+            else stack_.enter_context(node_shells(sub, connect_timeout=connect_timeout))
+        )
 
         def one(node: Node) -> None:
             try:
-                res = shells[node.name].run_script(probe_script(node, stack, source), timeout=PROBE_TIMEOUT_S)
+                res = use[node.name].run_script(probe_script(node, stack, source), timeout=PROBE_TIMEOUT_S)
                 if not res.ok:
                     raise RemoteError(res.brief())
                 found[node.name] = from_probe_output(node.name, res.stdout)

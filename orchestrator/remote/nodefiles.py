@@ -353,10 +353,20 @@ class Follower:
 
 
 @contextlib.contextmanager
-def node_files(cluster: Cluster, layout: RunDataLayout, *, shells: bool = False) -> Iterator[NodeFiles]:
-    """NodeFiles for ``layout`` with kept-open shells to the nodes (opened only in collect mode,
-    or when ``shells`` asks for them for ``on_each``; each on first use), closed on exit."""
-    if not layout.remote and not shells:
+def node_files(
+    cluster: Cluster,
+    layout: RunDataLayout,
+    shells: Mapping[str, NodeShell] | None = None,
+    *,
+    need_shells: bool = False,
+) -> Iterator[NodeFiles]:
+    """NodeFiles for ``layout`` with kept-open shells to the nodes: ``shells``, the run's, which
+    stay open; else opened here (in collect mode, or when ``need_shells`` asks for them for
+    ``on_each``; each on first use) and closed on exit."""
+    if shells is not None:
+        yield NodeFiles(layout, dict(shells))
+        return
+    if not layout.remote and not need_shells:
         yield NodeFiles(layout, {})
         return
     from orchestrator.remote.shells import node_shells

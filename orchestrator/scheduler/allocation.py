@@ -125,8 +125,21 @@ def ladder_time_limit(specs: list[JobSpec]) -> int | None:
     return sum(t for t in limits if t is not None) + ALLOC_MARGIN_S
 
 
+def ladder_job_name(specs: list[JobSpec]) -> str:
+    """The allocation's job name: orch-<plan>-<step> (pipeline.job_spec) gives orch-<plan>-ladder.
+    Raises ConfigError when it is not a valid name."""
+    job_name = f"{specs[0].name.removesuffix(specs[0].step_id).rstrip('-') or 'orch'}-ladder"
+    if not is_name(job_name, ID_MAX):
+        raise ConfigError(f"allocation mode: job name {job_name!r} is not a valid name")
+    return job_name
+
+
 class AllocationScheduler(SlurmScheduler):
     """JobScheduler on Slurm that runs a ladder as job steps of one allocation (module docstring)."""
+
+    # The driver runs on the allocation's first node and writes its output into the run's alloc/
+    # folder there (pipeline: prepared before, collected after the run).
+    driver_on_nodes = True
 
     def __init__(
         self,
@@ -161,10 +174,7 @@ class AllocationScheduler(SlurmScheduler):
         partitions = {s.partition for s in specs}
         if len(partitions) > 1:
             raise ConfigError(f"allocation mode: the steps ask for different partitions {partitions}")
-        # orch-<plan>-<step> (pipeline.job_spec) gives orch-<plan>-ladder.
-        job_name = f"{specs[0].name.removesuffix(specs[0].step_id).rstrip('-') or 'orch'}-ladder"
-        if not is_name(job_name, ID_MAX):
-            raise ConfigError(f"allocation mode: job name {job_name!r} is not a valid name")
+        job_name = ladder_job_name(specs)
         limit = ladder_time_limit(specs)
         return str(
             self._driver.render(
@@ -267,6 +277,16 @@ class AllocationScheduler(SlurmScheduler):
     def cancel(self, job_ids: list[str]) -> None:
         """scancel the allocations these steps belong to (what is left of the ladder must not run)."""
         super().cancel(sorted({j.partition(".")[0] for j in job_ids}))
+
+    def book(self, specs: list[JobSpec], local: Path) -> None:
+        """Nothing booked ahead: the driver would start the steps as soon as it is allocated."""
+
+    def wait_for_news(self, timeout: float) -> None:
+        """Sleep between two polls (the driver's steps end without telling orch)."""
+        time.sleep(timeout)
+
+    def release(self) -> None:
+        """Nothing to release: the driver's allocation ends after its last step."""
 
 
 def step_state(job_id: str, line: JobState | None, allocation: JobState) -> JobState:

@@ -9,6 +9,7 @@ then the drift is carried into the step's warnings and the report.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 from pydantic import Field
 
@@ -17,6 +18,7 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.container import ContainerChoice, StackContainer, stack_container
 from orchestrator.models.plan import Plan, Step
+from orchestrator.remote.base import NodeShell
 from orchestrator.store.rundir import RunDir, atomic_write
 
 NO_STACK = "none"
@@ -80,7 +82,13 @@ def refused_steps(steps: list[Step], drifted: set[str]) -> list[str]:
 
 
 def run_stack_stage(
-    cluster: Cluster, name: str, steps: list[Step], rundir: RunDir, *, allow_drift: bool
+    cluster: Cluster,
+    name: str,
+    steps: list[Step],
+    rundir: RunDir,
+    *,
+    allow_drift: bool,
+    shells: Mapping[str, NodeShell] | None = None,
 ) -> StackOutcome:
     """Fingerprint the nodes the steps use and check them against stack `name`.
 
@@ -93,7 +101,7 @@ def run_stack_stage(
     from orchestrator.stacks import load_stack
 
     used = sorted({n for s in steps for n in s.nodes})
-    found, failed = quick_fingerprint(cluster, load_stack(name), used)
+    found, failed = quick_fingerprint(cluster, load_stack(name), used, shells=shells)
     fps = FingerprintSet(stack=name, nodes=found)
     atomic_write(rundir.root / "fingerprint.json", fps.model_dump_json(indent=2) + "\n")
     if failed:

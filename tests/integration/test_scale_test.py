@@ -238,20 +238,26 @@ def test_acceptance_plan_names_every_efficiency_reference(lab: Lab, tmp_path: Pa
     assert {f"scaling efficiency >= 0.8 ({w})" for w in want} <= names
 
 
-@pytest.mark.parametrize("mode", ["per-step", "allocation"])
+@pytest.mark.parametrize("mode", ["per-step", "allocation", "allocation-batch"])
 def test_job_gets_the_allowed_environment_only(
     lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """sbatch --export=<allow-list>: a secret in orch's environment stays out of the job, while
     srun --export=ALL still hands every task PATH, the script's exports and Slurm's variables;
-    in allocation mode through the driver's srun of the step."""
+    in allocation-batch mode through the driver's srun of the step, in allocation mode through
+    the srun orch starts itself (its environment built from the same allow-list)."""
     from orchestrator.scheduler.allocation import AllocationScheduler
     from orchestrator.scheduler.base import JobSpec
+    from orchestrator.scheduler.salloc import SallocScheduler
     from orchestrator.scheduler.slurm import SlurmScheduler
 
     monkeypatch.setenv("ORCH_TEST_SECRET", "canary-b1d3f0")
-    kind = SlurmScheduler if mode == "per-step" else AllocationScheduler
-    sched = kind(slurm_conf=Path(lab.env["SLURM_CONF"]))
+    kinds = {
+        "per-step": SlurmScheduler,
+        "allocation": SallocScheduler,
+        "allocation-batch": AllocationScheduler,
+    }
+    sched = kinds[mode](slurm_conf=Path(lab.env["SLURM_CONF"]))
     spec = JobSpec(name="orch-envcheck-n2", step_id="n2", nodes=["node1", "node2"], nnodes=2,
                    ranks_per_node=1, argv=["/usr/bin/env"], env={"ORCH_WANTED": "yes it is"},
                    master_addr="198.18.0.11", master_port=29999, time_limit_s=60,
@@ -268,7 +274,14 @@ def test_job_gets_the_allowed_environment_only(
         assert env["ORCH_WANTED"] == "yes it is" and env["MASTER_ADDR"] == "198.18.0.11"
         assert env["PATH"] and env["SLURM_PROCID"] == str(rank)
     alloc = job.partition(".")[0]
-    assert (spec.workdir / (f"slurm-{job}.out" if mode == "per-step" else f"alloc-{alloc}.out")).exists()
+    out = {
+        "per-step": f"slurm-{job}.out",
+        "allocation": "commands.sh",
+        "allocation-batch": f"alloc-{alloc}.out",
+    }
+    assert (spec.workdir / out[mode]).exists()
+    if isinstance(sched, SallocScheduler):
+        sched.release()
 
 
 @pytest.mark.parametrize("failing", [["sacct"], ["sacct", "squeue", "scontrol"]], ids=["sacct", "all-three"])

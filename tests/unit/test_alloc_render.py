@@ -18,6 +18,7 @@ from orchestrator.plan import resolve_plan
 from orchestrator.remote.base import CmdResult
 from orchestrator.scheduler.allocation import AllocationScheduler, srun_argv
 from orchestrator.scheduler.base import JobSpec
+from orchestrator.scheduler.salloc import SallocScheduler
 from orchestrator.scheduler.slurm import JOB_ENV_ALLOW, SlurmScheduler
 
 ARGV = ["/opt/orch/venv/bin/python", "-m", "orchestrator.workloads.collbench", "--sizes", "1K:1M:x4"]
@@ -185,8 +186,9 @@ def test_cancel_of_any_step_cancels_its_allocation() -> None:
 @pytest.mark.parametrize(
     ("overrides", "kind"),
     [
-        ({}, AllocationScheduler),  # the default
-        ({"slurm_mode": "allocation"}, AllocationScheduler),
+        ({}, SallocScheduler),  # the default
+        ({"slurm_mode": "allocation"}, SallocScheduler),
+        ({"slurm_mode": "allocation-batch"}, AllocationScheduler),
         ({"slurm_mode": "per-step"}, SlurmScheduler),
         ({"slurm_mode": "allocation", "concurrent_steps": True}, SlurmScheduler),  # a job each
     ],

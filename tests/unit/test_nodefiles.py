@@ -273,7 +273,10 @@ def test_the_runner_collects_each_step_into_the_run_directory(
     rundir = RunDir.create(tmp_path / "runs", new_run_id(plan.name))
 
     @contextmanager
-    def local_shells(cluster: Cluster, layout: RunDataLayout, *, shells: bool = False) -> Iterator[NodeFiles]:
+    def local_shells(
+        cluster: Cluster, layout: RunDataLayout, shells: object = None, *, need_shells: bool = False
+    ) -> Iterator[NodeFiles]:
+        assert shells is None  # a runner made without the run's shells opens its own
         yield NodeFiles(layout, {n.name: LocalShell() for n in cluster.nodes})
 
     monkeypatch.setattr(pipeline, "node_files", local_shells)
