@@ -1,6 +1,7 @@
 """`orch compare` on real runs through Slurm on the lab: runs of one plan are "same" on every row;
 a run throttled on purpose (a plan fault: tbf 50mbit on node2:fab0 for the whole step) is "worse"
-at the sizes the throttle hits, and the exit code says so.
+at two adjacent sizes or more (the sizes the throttle hits whose A runs agree), and the exit code
+says so.
 
 The lab is a shared 2-core VM: between two runs the latency-bound rows move by 2-4x with other
 sessions' load, as a block (docs/results.md, "Noise rule"). The noise is therefore judged from
@@ -10,6 +11,7 @@ comparison gets each side's second run with --repeat-a/--repeat-b. Each run take
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -77,7 +79,13 @@ def test_compare_same_plan_is_same_and_a_throttled_run_is_worse(lab: Lab, tmp_pa
     assert rc == 0
 
     rc, slow = compare(str(a1), str(t), "--repeat-a", str(a2))
-    verdicts = {r["size_bytes"]: r["verdict"] for r in slow["rows"]}
-    assert verdicts[1 << 20] == "worse" and verdicts[4 << 20] == "worse", slow["rows"]
-    assert "better" not in verdicts.values()
+    verdicts = [r["verdict"] for r in sorted(slow["rows"], key=lambda r: r["size_bytes"])]
+    # The throttle (50 mbit, ~0.006 GB/s) makes every size from 64K up 5-60x slower. Which of them
+    # clear the band depends on the two A runs: gloo's latency on these 2 cores is bimodal at some
+    # sizes (at 1M: 1.2 ms in one run, 11 ms in the next), and a size whose A runs disagree that
+    # much gets a band wider than the throttle (CI saw +-9406 % at 1M). The rule holds whatever
+    # the noise: worse at two adjacent sizes or more, better nowhere, exit 1.
+    assert any(a == b == "worse" for a, b in itertools.pairwise(verdicts)), slow["rows"]
+    assert "better" not in verdicts
+    assert all(r["ratio"] < 1 for r in slow["rows"] if r["size_bytes"] >= 1 << 16), slow["rows"]
     assert rc == 1
