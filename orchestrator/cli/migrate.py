@@ -11,6 +11,7 @@ import typer
 
 from orchestrator.cli.common import VERDICT_STYLE, Cell, Col, fitted_table, out, styled, write_out
 from orchestrator.cli.plan import InventoryOpt, OutOpt
+from orchestrator.cli.run import ProgressPrinter
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.migrate.matrix import migration_plan
@@ -130,7 +131,10 @@ def rollback_cmd(
         stack = from_run
     if stack is None:
         raise ConfigError("orch rollback needs --to STACK or --to-run RUN_ID")
-    r = run_migration(MigrateRequest(inventory=inventory, from_stack=stack, reference_run=ref, out_dir=root))
+    r = run_migration(
+        MigrateRequest(inventory=inventory, from_stack=stack, reference_run=ref, out_dir=root),
+        [ProgressPrinter()],
+    )
     render_run(r)
     return r.exit_code
 
@@ -200,7 +204,7 @@ def register(app: typer.Typer) -> None:
             no_rollback=no_rollback,
             out_dir=out_dir or Path("runs"),
         )
-        r = run_migration(req)
+        r = run_migration(req, [ProgressPrinter()])
         render_run(r)
         raise typer.Exit(r.exit_code)
 

@@ -31,6 +31,7 @@ from orchestrator.models.events import (
     FingerprintChecked,
     RunEvent,
     RunInterrupted,
+    RunProgress,
     RunStarted,
     RunWarning,
     StepDone,
@@ -60,7 +61,7 @@ class ProgressPrinter:
                       f"via {ev.backend} -> {ev.run_dir}")  # fmt: skip
             return
         step = getattr(ev, "step", None)
-        pos = f"[{self.order.index(step) + 1}/{len(self.order)}] {step}" if step in self.order else ""
+        pos = f"[{self.order.index(step) + 1}/{len(self.order)}] {step}" if step in self.order else (step or "")
         if isinstance(ev, StepSubmitted):
             err.print(f"{elapsed} {pos} submitted as job {ev.job_id}")
         elif isinstance(ev, StepState):
@@ -76,6 +77,8 @@ class ProgressPrinter:
             err.print(f"{elapsed} fingerprint against stack {ev.stack}: {drift}", markup=False)
         elif isinstance(ev, RunWarning):
             err.print(f"{elapsed} warning: {ev.message}", markup=False, style="yellow")
+        elif isinstance(ev, RunProgress):
+            err.print(f"{elapsed} {ev.message}", markup=False)
         elif isinstance(ev, RunInterrupted):
             err.print(f"{elapsed} interrupted; cancelled jobs: {ev.cancelled}")
 

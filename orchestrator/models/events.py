@@ -62,6 +62,14 @@ class RunWarning(StrictModel):
     message: str
 
 
+class RunProgress(StrictModel):
+    """A line of progress of long work that is not a ladder step (a migration's phases, its
+    provisioning and plan runs); the journal has its own line for it."""
+
+    kind: Literal["progress"] = "progress"
+    message: str
+
+
 class RecoveryDone(StrictModel):
     kind: Literal["recovery_done"] = "recovery_done"
     fault: str = Field(description="the fault id (recovery/<fault>.json)")
@@ -93,6 +101,7 @@ RunEvent = Annotated[
     | StepDone
     | FingerprintChecked
     | RunWarning
+    | RunProgress
     | RecoveryDone
     | RunInterrupted
     | RunError

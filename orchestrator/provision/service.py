@@ -128,7 +128,7 @@ def default_wheelhouse(stack: Stack) -> Path:
 
 def shared_wheelhouse(stack: Stack) -> Path | None:
     """The wheelhouse already built for another stack with the same requirements (cpu-gloo-slow
-    differs from cpu-gloo in its environment only: the same wheels serve both), or None."""
+    differs from cpu-gloo-next in its environment only: the same wheels serve both), or None."""
     from orchestrator.stacks import list_stacks
 
     if stack.python is None:

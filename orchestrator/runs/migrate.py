@@ -28,7 +28,7 @@ from orchestrator.inventory import load_inventory
 from orchestrator.migrate.procedure import Ops, Procedure, node_states
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.events import Listener, RunKind, RunStarted
+from orchestrator.models.events import Listener, RunKind, RunProgress, RunStarted
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
 from orchestrator.models.migrate import PHASES, MigrateRun, PhaseName, PlanRun
 from orchestrator.models.plan import Plan
@@ -82,7 +82,7 @@ class ClusterOps:
             clean=clean,
             out_dir=self.life.root / "provision",
         )
-        self.life.journal("migrate_provision", stack=stack, nodes=nodes, clean=clean)
+        _journal_and_tell(self.life)("migrate_provision", stack=stack, nodes=nodes, clean=clean)
         with recording(self.life.root / PLAYBOOKS_FILE):
             report = provision(req)
         failed = {
@@ -126,7 +126,7 @@ class ClusterOps:
         step_faults = (
             StepFaults(plan, sub, steps, self.life.rundir, self.life.journal, force=False) if pfs else None
         )
-        self.life.journal(
+        _journal_and_tell(self.life)(
             "migrate_plan_run", label=label, stack=stack, nodes=nodes, steps=[s.id for s in steps]
         )
         runner = _Runner(
@@ -198,6 +198,45 @@ def _finish(life: RunLifecycle, state: MigrateRun) -> MigrateRun:
     return state
 
 
+def _progress_line(kind: str, f: dict[str, object]) -> str | None:
+    """The console line for a journal line of the procedure (None: the journal only)."""
+
+    def names(v: object) -> str:
+        return ",".join(str(x) for x in v) if isinstance(v, list) else str(v)
+
+    if kind == "migrate_phase":
+        if f.get("state") == "started":
+            again = f" (attempt {f['attempt']})" if int(str(f.get("attempt", 1))) > 1 else ""
+            return f"phase {f.get('phase')}: started{again}"
+        took = f", {float(str(f.get('wall_s', 0.0))):.1f}s" if f.get("state") != "skipped" else ""
+        return f"phase {f.get('phase')}: {f.get('state')}{took} - {f.get('reason') or f.get('gate')}"
+    if kind == "migrate_provision":
+        clean = " (venv removed first)" if f.get("clean") else ""
+        return f"provisioning {f.get('stack')} on {names(f.get('nodes'))}{clean}"
+    if kind == "migrate_plan_run":
+        where = f"stack {f.get('stack')} on {names(f.get('nodes'))}"
+        return f"plan run {f.get('label')}: {where}, steps {names(f.get('steps'))}"
+    nodes = f.get("nodes")
+    if kind == "migrate_nodes" and isinstance(nodes, list):
+        return "nodes found: " + "; ".join(
+            f"{n.get('node')} on {n.get('holds')}" for n in nodes if isinstance(n, dict)
+        )
+    return None
+
+
+def _journal_and_tell(life: RunLifecycle) -> Callable[..., None]:
+    """The procedure's journal: each line journaled, and the ones worth a console line told to the
+    listeners as RunProgress (a migration runs for many minutes; its user sees each phase)."""
+
+    def journal(kind: str, **fields: object) -> None:
+        life.journal(kind, **fields)
+        line = _progress_line(kind, fields)
+        if line is not None:
+            life.emit(RunProgress(message=line))
+
+    return journal
+
+
 def _procedure(
     life: RunLifecycle,
     req: MigrateRequest,
@@ -220,12 +259,30 @@ def _procedure(
         rounds=req.rounds,
         no_rollback=req.no_rollback,
         reference=reference,
-        journal=life.journal,
+        journal=_journal_and_tell(life),
         save=_save(life),
         save_reference=save_reference,
         started=started or [],
         reference_from=req.reference_run.name if req.reference_run else None,
     )
+
+
+def _plan_fits(plan: Plan, cluster: Cluster, nodes: list[str], what: str) -> None:
+    """Refuse (ConfigError, exit 2) before any node is touched a plan that has no step on `nodes`:
+    the canary runs the plan on its own nodes, and a ladder of 2..N nodes has nothing to run on a
+    1-node canary. Found here, not after the canary's provisioning."""
+    from orchestrator.plan import expand_steps
+
+    sub = cluster.model_copy(update={"nodes": [cluster.node(n) for n in nodes]})
+    try:
+        steps = expand_steps(plan, sub)
+    except ConfigError as e:
+        raise ConfigError(
+            f"plan {plan.name} cannot run on {what} ({', '.join(nodes)}): {e.message}",
+            hint="give the plan a ladder with steps that fit the canary (nodes: 1..N), or a larger --canary",
+        ) from e
+    if not steps:
+        raise ConfigError(f"plan {plan.name} has no collective step to run on {what} ({', '.join(nodes)})")
 
 
 def run_migration(
@@ -252,6 +309,8 @@ def run_migration(
             raise ConfigError(
                 f"--canary {req.canary}: the cluster has {len(nodes)} nodes; the canary is a subset"
             )
+        _plan_fits(plan, cluster, nodes[: req.canary], "the canary")
+        _plan_fits(plan, cluster, nodes, "the cluster")
     reference = None
     if req.reference_run is not None:
         reference = _reference(req.reference_run)
@@ -339,7 +398,7 @@ def resume_migration(
         fps, unread = ops.fingerprint(state.from_stack, state.nodes)
         found = node_states(proc.a, state.to_stack, fps, reference)
         state.resumes.append(found)
-        life.journal("migrate_nodes", nodes=[s.model_dump() for s in found], unread=unread)
+        _journal_and_tell(life)("migrate_nodes", nodes=[s.model_dump() for s in found], unread=unread)
         redo = {
             "canary": state.canary,
             "scale": [n for n in state.nodes if n not in state.canary],

@@ -125,9 +125,18 @@ def test_a_stack_that_differs_in_env_only_shares_the_wheelhouse(
     from orchestrator.provision.service import default_wheelhouse, shared_wheelhouse
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert shared_wheelhouse(load_stack("cpu-gloo-slow")) is None  # nothing built yet
-    built = default_wheelhouse(load_stack("cpu-gloo"))
+    gloo = load_stack("cpu-gloo")
+    debug = gloo.model_copy(
+        update={"name": "cpu-gloo-debug", "env": {**gloo.env, "TORCH_DISTRIBUTED_DEBUG": "DETAIL"}}
+    )
+    assert shared_wheelhouse(debug) is None  # nothing built yet
+    built = default_wheelhouse(gloo)
     built.mkdir(parents=True)
     (built / "SHA256SUMS").write_text("")
-    assert shared_wheelhouse(load_stack("cpu-gloo-slow")) == built
+    assert shared_wheelhouse(debug) == built
     assert shared_wheelhouse(load_stack("cpu-gloo-next")) is None  # numpy: other requirements
+    # cpu-gloo-slow pins numpy as cpu-gloo-next does, and differs from it in env only
+    nxt = default_wheelhouse(load_stack("cpu-gloo-next"))
+    nxt.mkdir(parents=True)
+    (nxt / "SHA256SUMS").write_text("")
+    assert shared_wheelhouse(load_stack("cpu-gloo-slow")) == nxt
