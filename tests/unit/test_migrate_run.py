@@ -423,3 +423,24 @@ def test_a_serving_plan_with_better_throughput_and_worse_p99_fails_the_compare()
     assert faster_but_late.worse == [f"serving worse: {faster_but_late.serving.reason}"]
     same = compare_runs(a, [run("b1", 101, 1.01)], [], mode="interleaved", why_mode="", order=[])
     assert same.serving is not None and same.serving.direction == "same" and same.worse == []
+
+
+def test_a_plan_with_no_step_on_the_canary_is_refused_before_any_node_is_touched(
+    tmp_path: Path, nodes: list[str]
+) -> None:
+    """Seen on the lab: a ladder of 2..N nodes has nothing to run on a 1-node canary, and the
+    canary gate failed only after B had been installed on it."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text(
+        "name: wide\nladder: {nodes: '2..N', ranks_per_node: [1]}\ncollectives: [all_reduce]\n"
+        "sizes: {min: 1K, max: 16M, factor: 4}\n"
+    )
+    fake = FakeCluster(nodes)
+    req = _req(tmp_path).model_copy(update={"plan": str(plan)})
+    with pytest.raises(ConfigError, match=r"plan wide cannot run on the canary \(" + nodes[0]) as e:
+        run_migration(req, ops_factory=_factory(fake))
+    assert e.value.hint is not None and "--canary" in e.value.hint
+    assert fake.provisioned == [] and not [p for p in tmp_path.iterdir() if "-migrate-" in p.name]
+    # with a canary of two nodes it fits
+    r = run_migration(req.model_copy(update={"canary": 2}), ops_factory=_factory(fake))
+    assert r.failed_phase != "canary" and fake.provisioned[0] == ("cpu-gloo-slow", nodes[:2], True)
