@@ -291,7 +291,8 @@ def _section(gpu: dict[str, Any], key: str) -> dict[str, Any]:
     return sec
 
 
-# amd-smi's xgmi_err values (amdsmi_xgmi_status_t), as a count of the errors they report
+# amd-smi's xgmi_err values (the amdsmi_xgmi_status_t names it prints, amdsmi_cli/amdsmi_commands.py
+# of ROCm/amdsmi), as a count of the errors they report
 AMD_XGMI_STATUS = {
     "AMDSMI_XGMI_STATUS_NO_ERRORS": 0,
     "AMDSMI_XGMI_STATUS_ERROR": 1,
@@ -301,7 +302,7 @@ AMD_XGMI_STATUS = {
 
 def parse_amd_metric_json(text: str) -> list[GpuSample]:
     """`amd-smi metric --json`: a list with one object per GPU (ROCm 6.x), or the same list under
-    `gpu_data` (amd-smi of ROCm 7.1 and later). Raises ParseError naming amd-smi."""
+    `gpu_data` (newer amd-smi releases, nathaninline/ajean#39). Raises ParseError naming amd-smi."""
     body = _strip_source(text).strip()
     try:
         doc = json.loads(body)

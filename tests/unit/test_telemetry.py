@@ -168,7 +168,8 @@ def test_amd_metric_json_values_of_a_real_card() -> None:
 
 
 def test_amd_metric_json_under_gpu_data_parses_the_same() -> None:
-    # amd-smi of ROCm 7.1 and later puts the same list under "gpu_data" (nathaninline/ajean#39)
+    # newer amd-smi releases put the same list under "gpu_data" (nathaninline/ajean#39); no whole
+    # verbatim output of that form was found, so the real list is put under the key here
     gpus = json.loads(AMD_METRIC.read_text().split("\n", 1)[1])
     wrapped = json.dumps({"gpu_data": gpus}, indent=4)
     assert smi.parse_amd_metric_json(wrapped) == smi.parse_amd_metric_json(AMD_METRIC.read_text())
