@@ -1,5 +1,5 @@
 """GPU telemetry sampled on the nodes while a ladder step runs (orchestrator/telemetry/), and what
-each step's report says of it: GB/s per watt, throttling, new ECC errors."""
+each step's report says of it: GB/s per watt, throttling, new ECC and link errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import Field
 
 from orchestrator.models.base import StrictModel
 
-TelemetryTool = Literal["nvidia-smi", "rocm-smi"]
+TelemetryTool = Literal["nvidia-smi", "amd-smi", "rocm-smi"]
 
 
 class GpuSample(StrictModel):
@@ -29,11 +29,22 @@ class GpuSample(StrictModel):
         description="active clock-limiting reasons (idle and application-clock settings left out)",
     )
     ecc_corrected: int | None = Field(default=None, description="volatile corrected ECC errors")
-    ecc_uncorrected: int | None = Field(default=None, description="volatile uncorrected ECC errors")
+    ecc_uncorrected: int | None = Field(
+        default=None, description="volatile uncorrected ECC errors (amd-smi: uncorrectable plus deferred)"
+    )
     retired_pages: int | None = Field(
         default=None, description="retired pages plus uncorrectable remapped rows"
     )
     pcie_replays: int | None = None
+    nvlink_errors: int | None = Field(
+        default=None,
+        description="NVLink replay + recovery + CRC errors summed over the GPU's links (nvlink -e)",
+    )
+    xgmi_errors: int | None = Field(
+        default=None,
+        description="amd-smi metric: the XGMI_WAFL RAS block's correctable + uncorrectable + deferred "
+        "counts plus the xgmi_err status (NO_ERRORS 0, ERROR 1, MULTIPLE_ERRORS 2), where printed",
+    )
 
 
 class NodeSample(StrictModel):
@@ -72,7 +83,10 @@ class NodeTelemetrySummary(StrictModel):
     max_temperature_c: float | None = None
     min_sm_clock_mhz: float | None = None
     throttled: dict[int, list[str]] = Field(default_factory=dict, description="GPU -> reasons seen")
-    new_ecc: dict[int, str] = Field(default_factory=dict, description="GPU -> what rose during the step")
+    new_ecc: dict[int, str] = Field(
+        default_factory=dict,
+        description="GPU -> the error counters (ECC, retired pages, PCIe, NVLink, xGMI) that rose",
+    )
 
 
 class StepTelemetry(StrictModel):

@@ -1,7 +1,8 @@
 """GPU telemetry while ladder steps run: one sampling thread per node, over the run's kept-open
 node shells (remote/shells.py, one connection per node for the whole run, never one per sample).
 
-start() asks each node of the ladder which tool it has (nvidia-smi, else rocm-smi) and returns
+start() asks each node of the ladder which tool it has (nvidia-smi, else amd-smi, else rocm-smi)
+and returns
 the lines to print once per run (nodes with no tool, nodes that could not be asked). A node's
 thread samples every `interval_s` while a step runs on it; step_ended() hands back that step's
 samples, writes them to steps/<id>/telemetry.json and summarises them. close() stops the threads
@@ -11,7 +12,6 @@ and closes the shells; nothing here raises over the run.
 from __future__ import annotations
 
 import contextlib
-import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -32,15 +32,21 @@ from orchestrator.models.telemetry import (
 )
 from orchestrator.remote.base import NodeShell
 from orchestrator.store.rundir import atomic_write
-from orchestrator.telemetry.smi import SAMPLE_ARGV, parse_sample
+from orchestrator.telemetry.smi import parse_sample, sample_script
 from orchestrator.telemetry.summary import no_tool_line, summarize_step
 
 OpenShells = Callable[[Cluster], AbstractContextManager[dict[str, NodeShell]]]
 PROBE_TIMEOUT_S = 15.0
 MAX_ERRORS = 5
-# where the tools live when the nodes' non-login shell has no /opt/rocm/bin on its PATH
-_KNOWN_PATHS = {"nvidia-smi": "/usr/bin/nvidia-smi", "rocm-smi": "/opt/rocm/bin/rocm-smi"}
-_OTHER_TOOLS = ("amd-smi", "dcgmi")
+# where the tools live when the nodes' non-login shell has no /opt/rocm/bin on its PATH; the order
+# is the order of preference (amd-smi before rocm-smi: rocm-smi's JSON has no ECC, RAS or xGMI
+# counts, and AMD deprecates it for amd-smi from ROCm 6 on)
+_KNOWN_PATHS: dict[TelemetryTool, str] = {
+    "nvidia-smi": "/usr/bin/nvidia-smi",
+    "amd-smi": "/opt/rocm/bin/amd-smi",
+    "rocm-smi": "/opt/rocm/bin/rocm-smi",
+}
+_OTHER_TOOLS = ("dcgmi",)
 PROBE_SCRIPT = "; ".join(
     [
         *(
@@ -54,16 +60,14 @@ PROBE_SCRIPT = "; ".join(
 
 
 def parse_probe(text: str) -> tuple[TelemetryTool | None, str | None, list[str]]:
-    """The probe's lines: the tool orch samples with and its path (nvidia-smi before rocm-smi),
-    and the other GPU tools found (amd-smi, dcgmi), which orch does not read."""
+    """The probe's lines: the tool orch samples with and its path (nvidia-smi, then amd-smi, then
+    rocm-smi), and the other GPU tools found (dcgmi), which orch does not read."""
     found: dict[str, str] = {}
     for line in text.splitlines():
         name, _, path = line.strip().partition(" ")
         if name and path:
             found.setdefault(name, path)
-    tool: TelemetryTool | None = (
-        "nvidia-smi" if "nvidia-smi" in found else "rocm-smi" if "rocm-smi" in found else None
-    )
+    tool = next((t for t in _KNOWN_PATHS if found.get(t, "").startswith("/")), None)
     return tool, found[tool] if tool else None, [t for t in _OTHER_TOOLS if t in found]
 
 
@@ -82,7 +86,7 @@ class _NodeSampler:
     ) -> None:  # fmt: skip
         self.node, self.shell, self.tool = node, shell, tool
         self.interval_s, self.t0, self.stop = interval_s, t0, stop
-        self.script = shlex.join([path, *SAMPLE_ARGV[tool][1:]])
+        self.script = sample_script(tool, path)
         self.active = threading.Event()
         self.users = 0
         self.samples: list[NodeSample] = []

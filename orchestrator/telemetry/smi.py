@@ -1,5 +1,6 @@
-"""The sampling commands of GPU telemetry and their parsers: nvidia-smi --query-gpu CSV and
-rocm-smi --json. Tested on verbatim outputs in tests/fixtures/smi/ (each names its source).
+"""The sampling commands of GPU telemetry and their parsers: nvidia-smi --query-gpu CSV plus
+`nvidia-smi nvlink -e`, `amd-smi metric --json` and rocm-smi --json. Tested on verbatim outputs in
+tests/fixtures/smi/ (each names its source).
 
 Each parser takes the tool's text as printed and returns GpuSample models; ParseError (with the
 raw text) when the text is not what the tool prints. Values the tool prints as N/A are None.
@@ -11,6 +12,8 @@ import csv
 import io
 import json
 import re
+import shlex
+from typing import Any
 
 from orchestrator.errors import ParseError
 from orchestrator.models.telemetry import GpuSample, TelemetryTool
@@ -35,9 +38,32 @@ NVIDIA_FIELDS = (
     "remapped_rows.uncorrectable",
 )
 NVIDIA_ARGV = ["nvidia-smi", f"--query-gpu={','.join(NVIDIA_FIELDS)}", "--format=csv"]
+# NVLink replay, recovery and CRC error counters of every link of every GPU
+NVLINK_ARGV = ["nvidia-smi", "nvlink", "-e"]
+# every metric section of every GPU (ROCm 6+): use, power, clocks, temperatures, PCIe, ECC (total
+# and per RAS block, XGMI_WAFL among them), xgmi_err, ...
+AMD_ARGV = ["amd-smi", "metric", "--json"]
 # temperatures, average power, use and current clocks of every card, as JSON
 ROCM_ARGV = ["rocm-smi", "-t", "-P", "-u", "-c", "--json"]
-SAMPLE_ARGV: dict[TelemetryTool, list[str]] = {"nvidia-smi": NVIDIA_ARGV, "rocm-smi": ROCM_ARGV}
+SAMPLE_ARGV: dict[TelemetryTool, list[str]] = {
+    "nvidia-smi": NVIDIA_ARGV,
+    "amd-smi": AMD_ARGV,
+    "rocm-smi": ROCM_ARGV,
+}
+# the line the NVIDIA sample prints between the query's CSV and the NVLink counters
+NVLINK_MARK = "#orch-nvlink-e"
+
+
+def sample_script(tool: TelemetryTool, path: str) -> str:
+    """The one shell line a sample runs: fixed argv, only the tool's path (found by the probe) is
+    put in, quoted. nvidia-smi runs its query, then `nvlink -e` after a marker line; a node whose
+    driver has no NVLink counters still gives its query (`|| true`)."""
+    line = shlex.join([path, *SAMPLE_ARGV[tool][1:]])
+    if tool != "nvidia-smi":
+        return line
+    nvlink = shlex.join([path, *NVLINK_ARGV[1:]])
+    return f"{line} && {{ echo {NVLINK_MARK}; {nvlink} 2>/dev/null || true; }}"
+
 
 # NVML clock event reasons (nvml.h, nvmlClocksEventReason*): the bits that mean the GPU is held
 # below the clocks it asked for. GpuIdle (0x1), ApplicationsClocksSetting (0x2), SyncBoost (0x10)
@@ -190,6 +216,159 @@ def _rocm_gpu(index: int, card: dict[str, str]) -> GpuSample:
     )
 
 
+_NVLINK_GPU_RE = re.compile(r"^GPU (\d+): .*$")
+_NVLINK_LINK_RE = re.compile(r"^\s+Link (\d+): ([A-Za-z][A-Za-z ]*?): (\S+)\s*$")
+# the counters `nvidia-smi nvlink -e` prints per link (drivers 450 and later); their sum is the
+# GPU's nvlink_errors. Other counters (newer drivers print more on some GPUs) are not summed.
+NVLINK_COUNTERS = ("Replay Errors", "Recovery Errors", "CRC Errors")
+
+
+def parse_nvlink_errors(text: str) -> dict[int, int | None]:
+    """`nvidia-smi nvlink -e`: GPU index -> its links' replay + recovery + CRC errors summed; None
+    for a GPU listed without any link (no NVLink). Raises ParseError on any other line."""
+    out: dict[int, int | None] = {}
+    gpu: int | None = None
+    for n, line in enumerate(_strip_source(text).splitlines(), start=1):
+        if not line.strip():
+            continue
+        if m := _NVLINK_GPU_RE.match(line):
+            gpu = int(m.group(1))
+            out[gpu] = None
+            continue
+        m = _NVLINK_LINK_RE.match(line)
+        if m is None or gpu is None:
+            raise ParseError(f"nvidia-smi nvlink -e: line {n} is not `GPU N: ...` or `Link N: ...`: {line!r}",
+                             raw=text)  # fmt: skip
+        name, value = m.group(2), m.group(3)
+        if name not in NVLINK_COUNTERS:
+            continue
+        if not value.isdigit():
+            raise ParseError(f"nvidia-smi nvlink -e: line {n}: {name} is not a count: {value!r}", raw=text)
+        out[gpu] = (out[gpu] or 0) + int(value)
+    if not out:
+        raise ParseError("nvidia-smi nvlink -e printed no `GPU N:` line", raw=text)
+    return out
+
+
+def parse_nvidia_sample(text: str) -> list[GpuSample]:
+    """The NVIDIA sample's output (sample_script): the query's CSV, then, after NVLINK_MARK, the
+    NVLink counters (nothing there when the driver printed none). Raises ParseError."""
+    query, mark, nvlink = text.partition(f"\n{NVLINK_MARK}\n")
+    if not mark and text.rstrip().endswith(NVLINK_MARK):
+        query, nvlink = text.rstrip()[: -len(NVLINK_MARK)], ""
+    gpus = parse_nvidia_query(query)
+    if not nvlink.strip():
+        return gpus
+    counts = parse_nvlink_errors(nvlink)
+    return [g.model_copy(update={"nvlink_errors": counts.get(g.index)}) for g in gpus]
+
+
+def _amd_value(v: Any) -> float | None:
+    """An amd-smi JSON value: a number, {"value": n, "unit": u}, or a string ('N/A', '6 W')."""
+    if isinstance(v, dict):
+        v = v.get("value")
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        return _num(v)
+    raise ValueError(f"not a value: {v!r}")
+
+
+def _amd_count(v: Any) -> int | None:
+    n = _amd_value(v)
+    return None if n is None else int(n)
+
+
+def _section(gpu: dict[str, Any], key: str) -> dict[str, Any]:
+    """A section of one GPU's metrics; {} where amd-smi printed N/A or left it out."""
+    sec = gpu.get(key)
+    if sec is None or sec == "N/A":
+        return {}
+    if not isinstance(sec, dict):
+        raise ValueError(f"{key} is not an object: {sec!r}")
+    return sec
+
+
+# amd-smi's xgmi_err values (the amdsmi_xgmi_status_t names it prints, amdsmi_cli/amdsmi_commands.py
+# of ROCm/amdsmi), as a count of the errors they report
+AMD_XGMI_STATUS = {
+    "AMDSMI_XGMI_STATUS_NO_ERRORS": 0,
+    "AMDSMI_XGMI_STATUS_ERROR": 1,
+    "AMDSMI_XGMI_STATUS_MULTIPLE_ERRORS": 2,
+}
+
+
+def parse_amd_metric_json(text: str) -> list[GpuSample]:
+    """`amd-smi metric --json`: a list with one object per GPU (ROCm 6.x), or the same list under
+    `gpu_data` (newer amd-smi releases, nathaninline/ajean#39). Raises ParseError naming amd-smi."""
+    body = _strip_source(text).strip()
+    try:
+        doc = json.loads(body)
+    except ValueError as e:
+        raise ParseError(f"amd-smi metric --json output is not JSON: {e}", raw=text) from e
+    if isinstance(doc, dict) and isinstance(doc.get("gpu_data"), list):
+        doc = doc["gpu_data"]
+    if not isinstance(doc, list) or not doc:
+        raise ParseError("amd-smi metric --json output is not a list of GPUs", raw=text)
+    out: list[GpuSample] = []
+    for n, gpu in enumerate(doc):
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("gpu"), int) or isinstance(gpu["gpu"], bool):
+            raise ParseError(f"amd-smi metric --json: entry {n} has no integer `gpu`", raw=text)
+        try:
+            out.append(_amd_gpu(gpu))
+        except (ValueError, TypeError) as e:
+            raise ParseError(f"amd-smi metric --json gpu {gpu['gpu']}: {e}", raw=text) from e
+    return out
+
+
+def _amd_gpu(gpu: dict[str, Any]) -> GpuSample:
+    power = _section(gpu, "power")
+    temps = {str(k): t for k, v in _section(gpu, "temperature").items() if (t := _amd_value(v)) is not None}
+    clock = _section(gpu, "clock")
+    gfx = [c for k, c in sorted(clock.items()) if re.fullmatch(r"gfx_\d+", str(k)) and isinstance(c, dict)]
+    gfx_clk = [c for g in gfx if (c := _amd_value(g.get("clk"))) is not None]
+    max_clk = next((c for g in gfx if (c := _amd_value(g.get("max_clk"))) is not None), None)
+    status = power.get("throttle_status")
+    ecc = _section(gpu, "ecc")
+    unc = [
+        c
+        for k in ("total_uncorrectable_count", "total_deferred_count")
+        if (c := _amd_count(ecc.get(k))) is not None
+    ]
+    return GpuSample(
+        index=gpu["gpu"],
+        power_w=_amd_value(power.get("socket_power")),
+        temperatures_c=temps,
+        sm_clock_mhz=min(gfx_clk) if gfx_clk else None,
+        max_sm_clock_mhz=max_clk,
+        utilization_pct=_amd_value(_section(gpu, "usage").get("gfx_activity")),
+        throttle=["throttle_status"] if status == "THROTTLED" else [],
+        ecc_corrected=_amd_count(ecc.get("total_correctable_count")),
+        ecc_uncorrected=sum(unc) if unc else None,
+        pcie_replays=_amd_count(_section(gpu, "pcie").get("replay_count")),
+        xgmi_errors=_amd_xgmi(gpu),
+    )
+
+
+def _amd_xgmi(gpu: dict[str, Any]) -> int | None:
+    """XGMI_WAFL's RAS counts plus the xgmi_err status; None where amd-smi printed neither."""
+    parts: list[int] = []
+    wafl = _section(gpu, "ecc_blocks").get("XGMI_WAFL")
+    if isinstance(wafl, dict):
+        parts += [c for k in ("correctable_count", "uncorrectable_count", "deferred_count")
+                  if (c := _amd_count(wafl.get(k))) is not None]  # fmt: skip
+    status = gpu.get("xgmi_err")
+    if isinstance(status, str) and status in AMD_XGMI_STATUS:
+        parts.append(AMD_XGMI_STATUS[status])
+    return sum(parts) if parts else None
+
+
 def parse_sample(tool: TelemetryTool, text: str) -> list[GpuSample]:
     """The GPUs of one sample printed by `tool`. Raises ParseError."""
-    return parse_nvidia_query(text) if tool == "nvidia-smi" else parse_rocm_json(text)
+    if tool == "nvidia-smi":
+        return parse_nvidia_sample(text)
+    if tool == "amd-smi":
+        return parse_amd_metric_json(text)
+    return parse_rocm_json(text)

@@ -1,5 +1,5 @@
-"""What a step's telemetry samples come to: mean power per GPU, GB/s per watt, throttling, new ECC
-errors, and the lines the report and the verdict text print."""
+"""What a step's telemetry samples come to: mean power per GPU, GB/s per watt, throttling, new ECC,
+PCIe, NVLink and xGMI errors, and the lines the report and the verdict text print."""
 
 from __future__ import annotations
 
@@ -11,8 +11,16 @@ from orchestrator.models.results import Collective, CollSummary
 from orchestrator.models.telemetry import GpuSample, NodeTelemetry, NodeTelemetrySummary, StepTelemetry
 
 # counters that only grow; one that is higher at the step's end than at its start rose during it
-COUNTERS = ("ecc_uncorrected", "ecc_corrected", "retired_pages", "pcie_replays")
-NO_TOOL = "no GPU telemetry tool (nvidia-smi, rocm-smi) on"
+COUNTERS = (
+    "ecc_uncorrected",
+    "ecc_corrected",
+    "retired_pages",
+    "pcie_replays",
+    "nvlink_errors",
+    "xgmi_errors",
+)
+NO_TOOL = "no GPU telemetry tool (nvidia-smi, amd-smi, rocm-smi) on"
+NEW_ERRORS = "telemetry: NEW ECC/PCIe/NVLink/xGMI errors during the step: "
 
 
 def no_tool_line(nodes: Sequence[str]) -> str:
@@ -102,7 +110,7 @@ def summarize_step(
         notes.append("telemetry: THROTTLED during the step: " + "; ".join(throttled))
     ecc = [f"{n.node} GPU {i} ({what})" for n in nodes for i, what in n.new_ecc.items()]
     if ecc:
-        notes.append("telemetry: NEW ECC/PCIe errors during the step: " + "; ".join(ecc))
+        notes.append(NEW_ERRORS + "; ".join(ecc))
     silent = [r.node for r in records if not r.samples]
     if silent:
         why = "; ".join(f"{r.node}: {r.errors[0]}" for r in records if not r.samples and r.errors)

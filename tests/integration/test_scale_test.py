@@ -67,7 +67,8 @@ def test_smoke_ladder_through_slurm(lab: Lab, tmp_path: Path) -> None:
     # run goes on (docs/telemetry.md); its steps carry no telemetry
     printed = " ".join(proc.stderr.split())  # rich wraps long lines on stderr
     assert printed.count("no GPU telemetry tool") == 1, proc.stderr
-    assert "no GPU telemetry tool (nvidia-smi, rocm-smi) on node1, node2, node3;" in printed, proc.stderr
+    no_tool = "no GPU telemetry tool (nvidia-smi, amd-smi, rocm-smi) on node1, node2, node3;"
+    assert no_tool in printed, proc.stderr
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     events = [json.loads(x) for x in (run_dir / "journal.jsonl").read_text().splitlines()]
     assert len([e for e in events if "no GPU telemetry tool" in e.get("message", "")]) == 1

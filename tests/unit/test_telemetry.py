@@ -28,11 +28,20 @@ from orchestrator.store.db import ResultsStore
 from orchestrator.store.rundir import atomic_write
 from orchestrator.telemetry import smi
 from orchestrator.telemetry.sampler import PROBE_SCRIPT, TelemetrySampler, parse_probe
-from orchestrator.telemetry.summary import NO_TOOL, summarize_step
+from orchestrator.telemetry.summary import NEW_ERRORS, NO_TOOL, summarize_step
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "smi"
 H200 = FIX / "nvidia-smi-query-gpu-h200-load.csv"
 H100 = FIX / "nvidia-smi-query-gpu-h100-load.csv"
+AMD_METRIC = FIX / "amd-smi-metric-rx6600.json"
+NVLINK = FIX / "nvidia-smi-nvlink-e-h100.txt"
+# the line the page's author put for the links he left out (2 to 16): his, not the tool's
+ELIDED = "         [...]"
+
+
+def _nvlink_as_printed() -> str:
+    """The NVLink fixture without the author's elision line: the lines the tool printed."""
+    return "\n".join(ln for ln in NVLINK.read_text().splitlines() if ln != ELIDED) + "\n"
 
 
 def _csv_cells(path: Path) -> dict[str, str]:
@@ -113,18 +122,98 @@ def test_rocm_json_without_telemetry_keys_and_not_json() -> None:
         smi.parse_rocm_json((FIX / "rocm-smi-concise.txt").read_text())
 
 
-def test_probe_prefers_nvidia_smi_and_names_other_tools() -> None:
+def test_probe_prefers_nvidia_smi_then_amd_smi_and_names_other_tools() -> None:
     assert parse_probe("rocm-smi /opt/rocm/bin/rocm-smi\nnvidia-smi /usr/bin/nvidia-smi\n") == (
         "nvidia-smi",
         "/usr/bin/nvidia-smi",
         [],
     )
-    assert parse_probe("rocm-smi /opt/rocm/bin/rocm-smi\namd-smi found\n") == (
-        "rocm-smi",
-        "/opt/rocm/bin/rocm-smi",
-        ["amd-smi"],
-    )
+    both = "amd-smi /opt/rocm/bin/amd-smi\nrocm-smi /opt/rocm/bin/rocm-smi\ndcgmi found\n"
+    assert parse_probe(both) == ("amd-smi", "/opt/rocm/bin/amd-smi", ["dcgmi"])
+    assert parse_probe("rocm-smi /opt/rocm/bin/rocm-smi\n") == ("rocm-smi", "/opt/rocm/bin/rocm-smi", [])
+    assert parse_probe("amd-smi found\n") == (None, None, [])  # a tool is taken with its path only
     assert parse_probe("") == (None, None, [])
+    assert "/opt/rocm/bin/amd-smi" in PROBE_SCRIPT
+
+
+def test_sample_scripts_are_fixed_lines_with_the_quoted_path() -> None:
+    assert smi.sample_script("amd-smi", "/opt/rocm/bin/amd-smi") == "/opt/rocm/bin/amd-smi metric --json"
+    assert (
+        smi.sample_script("rocm-smi", "/opt/rocm/bin/rocm-smi") == "/opt/rocm/bin/rocm-smi -t -P -u -c --json"
+    )
+    nv = smi.sample_script("nvidia-smi", "/usr/bin/nvidia-smi")
+    query = "/usr/bin/nvidia-smi --query-gpu=" + ",".join(smi.NVIDIA_FIELDS) + " --format=csv"
+    assert nv == f"{query} && {{ echo #orch-nvlink-e; /usr/bin/nvidia-smi nvlink -e 2>/dev/null || true; }}"
+    # a path the probe found is quoted, never spliced
+    odd = smi.sample_script("amd-smi", "/opt/my rocm/amd-smi;reboot")
+    assert odd == "'/opt/my rocm/amd-smi;reboot' metric --json"
+
+
+# --- amd-smi metric --json ------------------------------------------------------------------------
+
+
+def test_amd_metric_json_values_of_a_real_card() -> None:
+    # RX 6600: power, temperatures, gfx clock and use printed; PCIe counters, ECC blocks and
+    # xgmi_err printed as N/A (a consumer card has no RAS blocks and no xGMI)
+    (g,) = smi.parse_amd_metric_json(AMD_METRIC.read_text())
+    assert g.index == 0 and g.bus_id is None
+    assert g.power_w == 6.0
+    assert g.temperatures_c == {"edge": 36.0, "hotspot": 37.0, "mem": 32.0}
+    assert (g.sm_clock_mhz, g.max_sm_clock_mhz) == (800.0, 2750.0)
+    assert g.utilization_pct == 1.0
+    assert g.throttle == []  # throttle_status UNTHROTTLED
+    assert (g.ecc_corrected, g.ecc_uncorrected) == (0, 0)
+    assert g.pcie_replays is None and g.xgmi_errors is None and g.nvlink_errors is None
+    assert g.retired_pages is None  # bad pages are another amd-smi command
+
+
+def test_amd_metric_json_under_gpu_data_parses_the_same() -> None:
+    # newer amd-smi releases put the same list under "gpu_data" (nathaninline/ajean#39); no whole
+    # verbatim output of that form was found, so the real list is put under the key here
+    gpus = json.loads(AMD_METRIC.read_text().split("\n", 1)[1])
+    wrapped = json.dumps({"gpu_data": gpus}, indent=4)
+    assert smi.parse_amd_metric_json(wrapped) == smi.parse_amd_metric_json(AMD_METRIC.read_text())
+    assert smi.parse_sample("amd-smi", wrapped)[0].power_w == 6.0
+
+
+def test_amd_metric_json_refuses_what_it_cannot_read() -> None:
+    with pytest.raises(ParseError, match="amd-smi metric --json output is not JSON"):
+        smi.parse_amd_metric_json((FIX / "amd-smi-static.txt").read_text())  # the text form
+    with pytest.raises(ParseError, match="amd-smi metric --json output is not a list of GPUs"):
+        smi.parse_amd_metric_json((FIX / "rocm-smi-ftP.json").read_text())  # rocm-smi's cardN object
+    gpus = json.loads(AMD_METRIC.read_text().split("\n", 1)[1])
+    with pytest.raises(ParseError, match="amd-smi metric --json: entry 0 has no integer `gpu`"):
+        smi.parse_amd_metric_json(json.dumps([{k: v for k, v in gpus[0].items() if k != "gpu"}]))
+    with pytest.raises(ParseError, match="amd-smi metric --json gpu 0: power is not an object"):
+        smi.parse_amd_metric_json(json.dumps([{**gpus[0], "power": [6]}]))
+
+
+# --- nvidia-smi nvlink -e --------------------------------------------------------------------------
+
+
+def test_nvlink_error_counters_of_a_real_h100() -> None:
+    assert smi.parse_nvlink_errors(_nvlink_as_printed()) == {0: 0}
+    # the elision line is not the tool's: the parser names the tool and the line it refuses
+    with pytest.raises(ParseError, match=r"nvidia-smi nvlink -e: line 10 is not"):
+        smi.parse_nvlink_errors(NVLINK.read_text())
+    with pytest.raises(ParseError, match="nvidia-smi nvlink -e printed no `GPU N:` line"):
+        smi.parse_nvlink_errors("")
+    with pytest.raises(ParseError, match="CRC Errors is not a count"):
+        smi.parse_nvlink_errors(
+            _nvlink_as_printed().replace("Link 17: CRC Errors: 0", "Link 17: CRC Errors: x")
+        )
+
+
+def test_nvidia_sample_carries_the_nvlink_counters() -> None:
+    # what the sample line prints: the query's CSV, the marker, then `nvlink -e` (both verbatim)
+    text = H200.read_text() + smi.NVLINK_MARK + "\n" + _nvlink_as_printed()
+    (g,) = smi.parse_sample("nvidia-smi", text)
+    assert g.nvlink_errors == 0 and g.power_w == _real_gpu().power_w
+    # a driver that printed nothing after the marker (no NVLink): no count, the rest as before
+    (bare,) = smi.parse_sample("nvidia-smi", H200.read_text() + smi.NVLINK_MARK + "\n")
+    assert bare.nvlink_errors is None and bare == _real_gpu()
+    # a GPU listed with no link at all has no count either
+    assert smi.parse_nvlink_errors(_nvlink_as_printed().splitlines()[1] + "\n") == {0: None}
 
 
 # --- per-step summary ------------------------------------------------------------------------
@@ -202,6 +291,9 @@ def test_throttling_is_flagged_with_node_gpu_and_reason() -> None:
         ({"ecc_corrected": 5}, {"ecc_corrected": 5}, None),  # old errors only
         ({"ecc_uncorrected": 4}, {"ecc_uncorrected": 0}, None),  # counters reset (driver reload)
         ({"ecc_uncorrected": None}, {"ecc_uncorrected": 3}, None),  # N/A at the start: no base
+        ({"nvlink_errors": 0}, {"nvlink_errors": 7}, "nvlink_errors 0→7"),
+        ({"xgmi_errors": 0}, {"xgmi_errors": 1}, "xgmi_errors 0→1"),
+        ({"pcie_replays": 2}, {"pcie_replays": 5}, "pcie_replays 2→5"),
     ],
 )
 def test_new_ecc_errors_are_end_above_start(
@@ -218,7 +310,27 @@ def test_new_ecc_errors_are_end_above_start(
     if flagged is None:
         assert lines == [] and t.nodes[0].new_ecc == {}
     else:
-        assert lines == [f"telemetry: NEW ECC/PCIe errors during the step: node1 GPU 0 ({flagged})"]
+        assert lines == [f"{NEW_ERRORS}node1 GPU 0 ({flagged})"]
+        assert t.nodes[0].new_ecc == {0: flagged}
+
+
+def test_link_errors_rising_between_two_real_amd_samples_are_flagged() -> None:
+    (g,) = smi.parse_amd_metric_json(AMD_METRIC.read_text())
+    first = g.model_copy(update={"xgmi_errors": 0, "pcie_replays": 0})
+    last = g.model_copy(update={"xgmi_errors": 2, "pcie_replays": 0})
+    rec = NodeTelemetry(
+        node="node4",
+        tool="amd-smi",
+        samples=[
+            NodeSample(t_s=0.0, tool="amd-smi", gpus=[first]),
+            NodeSample(t_s=1.0, tool="amd-smi", gpus=[last]),
+        ],
+    )
+    t = summarize_step(_step(["node4"]), [rec], _summary(50.0), 1.0)
+    assert [ln for ln in t.notes if ln.startswith(NEW_ERRORS)] == [
+        f"{NEW_ERRORS}node4 GPU 0 (xgmi_errors 0→2)"
+    ]
+    assert t.mean_power_w == 6.0 and t.nodes[0].tool == "amd-smi"
 
 
 def test_a_node_without_samples_says_why() -> None:
@@ -297,14 +409,14 @@ def test_nodes_without_a_tool_are_named_in_one_line_and_the_run_goes_on() -> Non
 def test_sampler_samples_during_the_step_only_and_writes_its_samples(tmp_path: Path) -> None:
     nv = FakeShell("nvidia-smi /usr/bin/nvidia-smi\n", H200.read_text())
     open_shells, _ = _opener(
-        {"node1": nv, "node2": FakeShell("amd-smi found\n"), "node3": FakeShell("", fail=True)}
+        {"node1": nv, "node2": FakeShell("dcgmi found\n"), "node3": FakeShell("", fail=True)}
     )
     step = _step(["node1", "node2"])
     sampler = TelemetrySampler(
         _cluster(["node1", "node2", "node3"]), [step, _step(["node3"])], 0.02, open_shells
     )
     lines = sampler.start()
-    assert lines[0].startswith(f"telemetry: {NO_TOOL} node2;") and "node2 has amd-smi" in lines[0]
+    assert lines[0].startswith(f"telemetry: {NO_TOOL} node2;") and "node2 has dcgmi" in lines[0]
     assert lines[1].startswith("telemetry: could not ask node3 (cannot connect")
     time.sleep(0.1)
     assert nv.scripts == [PROBE_SCRIPT]  # no step runs there yet: not sampled
@@ -323,6 +435,24 @@ def test_sampler_samples_during_the_step_only_and_writes_its_samples(tmp_path: P
     assert t.gbs_per_w["all_reduce"] == pytest.approx(400.0 / _real_gpu().power_w)  # type: ignore[operator]
     saved = json.loads((tmp_path / "telemetry.json").read_text())
     assert saved["step"] == step.id and len(saved["nodes"][0]["samples"]) == node.samples
+
+
+def test_sampler_samples_an_amd_node_with_amd_smi() -> None:
+    amd = FakeShell(
+        "amd-smi /opt/rocm/bin/amd-smi\nrocm-smi /opt/rocm/bin/rocm-smi\n", AMD_METRIC.read_text()
+    )
+    open_shells, _ = _opener({"node5": amd})
+    step = _step(["node5"])
+    sampler = TelemetrySampler(_cluster(["node5"]), [step], 0.02, open_shells)
+    assert sampler.start() == []
+    sampler.step_started(step)
+    time.sleep(0.2)
+    t = sampler.step_ended(step, _summary(12.0), None)
+    sampler.close()
+    assert amd.scripts[1] == "/opt/rocm/bin/amd-smi metric --json"
+    assert t is not None and t.nodes[0].tool == "amd-smi" and t.nodes[0].samples >= 2
+    assert t.mean_power_w == 6.0 and t.gbs_per_w["all_reduce"] == pytest.approx(2.0)
+    assert t.nodes[0].max_temperature_c == 37.0 and t.nodes[0].min_sm_clock_mhz == 800.0
 
 
 # --- plan setting and store ------------------------------------------------------------------
