@@ -61,7 +61,9 @@ class ProgressPrinter:
                       f"via {ev.backend} -> {ev.run_dir}")  # fmt: skip
             return
         step = getattr(ev, "step", None)
-        pos = f"[{self.order.index(step) + 1}/{len(self.order)}] {step}" if step in self.order else (step or "")
+        pos = step or ""
+        if step in self.order:
+            pos = f"[{self.order.index(step) + 1}/{len(self.order)}] {step}"
         if isinstance(ev, StepSubmitted):
             err.print(f"{elapsed} {pos} submitted as job {ev.job_id}")
         elif isinstance(ev, StepState):
