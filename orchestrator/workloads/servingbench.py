@@ -375,8 +375,9 @@ def _from_json(
     missing = [k for k in _REQUIRED_JSON[tool] if k not in obj]
     if missing:
         other_tool = "sglang" if tool == "vllm bench serve" else "vllm"
+        hint = f"a result of another tool (--kind {other_tool}-bench-json) or version? docs/serving.md"
         raise ParseError(f"{where} has no {', '.join(repr(k) for k in missing)}: not a {tool} result",
-                         hint=f"a result of another tool? try --kind {other_tool}-bench-json")  # fmt: skip
+                         hint=hint)  # fmt: skip
     fields: dict[str, Any] = {}
     lat: dict[str, dict[str, Any]] = {}
     other: dict[str, FigureValue] = {}
