@@ -9,6 +9,7 @@ so differences between them are monotonic durations.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
@@ -138,6 +139,8 @@ ForeignServingTool = Literal["vllm bench serve", "sglang bench_serving", "guidel
 elsewhere"). vLLM's `vllm bench serve` and its older benchmarks/benchmark_serving.py print and save
 the same figures, so both are "vllm bench serve"."""
 
+_LEVEL = re.compile(r"^(?:c(?P<c>\d+)|r(?P<r>\d+(?:\.\d+)?))$")
+
 PercentileName = Annotated[str, StringConstraints(pattern=r"^p\d{1,2}(?:\.\d{1,4})?$")]
 """p50, p99, p99.9: the percentile as a number of percent (guidellm's p001 is p0.1, p999 is p99.9)."""
 
@@ -177,13 +180,20 @@ class ServingSummary(StrictModel):
     summary without a "Failed requests" line has failed=None, not 0). Latencies are in
     milliseconds; guidellm's request latency, stated in seconds, is converted. Figures the output
     states that have no field here are kept in `other` under the tool's own name, so nothing
-    stated is dropped silently. Made so that `orch compare` can set it beside an orch run's
-    LevelSummary.
+    stated is dropped silently.
+
+    The latencies have orch's definitions (metrics/serving.py, those of vLLM's benchmark): TTFT;
+    TPOT per request, (end - first token) / (output tokens - 1); ITL every gap between streamed
+    chunks, pooled; E2E. Each tool's figure goes where its definition fits, not where its name
+    does: guidellm's "inter-token latency" is per request and excludes the first token, so it is
+    `tpot` here, and guidellm's "time per output token" (first token included) is
+    `tpot_with_first`. An orch run's level becomes one with `from_level`, so that compare can set
+    results from elsewhere beside orch's own.
     """
 
-    tool: ForeignServingTool
+    tool: ForeignServingTool | Literal["orch"]
     tool_version: str | None = Field(default=None, max_length=100)
-    source_format: Literal["console", "json", "yaml"]
+    source_format: Literal["console", "json", "yaml", "records"]
     index: int = Field(ge=0, description="position in the file: summary block, JSON value or benchmark")
     label: str | None = Field(
         default=None, max_length=300, description="the tool's name for this run or level"
@@ -224,7 +234,39 @@ class ServingSummary(StrictModel):
     tpot: StatedLatency | None = None
     itl: StatedLatency | None = None
     e2e: StatedLatency | None = None
+    tpot_with_first: StatedLatency | None = Field(
+        default=None, description="per request, E2E / output tokens, the first token included (guidellm)"
+    )
     other: dict[str, FigureValue] = Field(
         default_factory=dict,
         description="stated figures and settings without a field here, by the tool's name",
     )
+
+    @classmethod
+    def from_level(
+        cls, level: LevelSummary, *, index: int = 0, model: str | None = None, backend: str | None = None
+    ) -> ServingSummary:
+        """One level of an orch run, in the same terms as the results read from elsewhere.
+
+        Aborted requests (timed out or cancelled) are `incomplete`, errors `failed`; the level's
+        name gives the concurrency cap (c4) or the Poisson rate (r0.5). orch's goodput (a share of
+        requests, not a rate) and its error and abort rates go to `other`.
+        """
+        m = _LEVEL.match(level.level)
+
+        def lat(p: Percentiles) -> StatedLatency:
+            pct = {k: v for k, v in (("p50", p.p50), ("p95", p.p95), ("p99", p.p99)) if v is not None}
+            return StatedLatency(mean=p.mean, median=p.p50, percentiles=pct, n=p.n)
+
+        return cls(
+            tool="orch", source_format="records", index=index, label=level.level,
+            model=model, backend=backend,
+            max_concurrency=int(m.group("c")) if m and m.group("c") else None,
+            request_rate=float(m.group("r")) if m and m.group("r") else None,
+            completed=level.ok, failed=level.errors, incomplete=level.aborted, duration_s=level.duration_s,
+            total_output_tokens=level.output_tokens, request_throughput=level.requests_per_s,
+            input_throughput=level.input_tokens_per_s, output_throughput=level.output_tokens_per_s,
+            ttft=lat(level.ttft_ms), tpot=lat(level.tpot_ms), itl=lat(level.itl_ms), e2e=lat(level.e2e_ms),
+            other={"goodput_share": level.goodput, "error_rate": level.error_rate,
+                   "abort_rate": level.abort_rate},
+        )  # fmt: skip

@@ -424,11 +424,14 @@ parse_sglang_jsonl = _json_reader("sglang bench_serving")
 
 # --- guidellm benchmarks report (JSON or YAML) -------------------------------------------------------
 
-# guidellm metric -> (ServingSummary latency, factor to milliseconds)
+# guidellm metric -> (ServingSummary latency, factor to milliseconds). By guidellm's definitions
+# (its docs/guides/metrics.md), its inter-token latency is per request and excludes the first
+# token: orch's TPOT; its time per output token includes the first token. guidellm states no
+# distribution of the gaps between chunks (orch's ITL).
 _GUIDELLM_LATENCY = {
     "time_to_first_token_ms": ("ttft", 1.0),
-    "time_per_output_token_ms": ("tpot", 1.0),
-    "inter_token_latency_ms": ("itl", 1.0),
+    "inter_token_latency_ms": ("tpot", 1.0),
+    "time_per_output_token_ms": ("tpot_with_first", 1.0),
     "request_latency": ("e2e", 1000.0),  # seconds
 }
 # guidellm metric -> ServingSummary field, from the mean of its successful distribution
@@ -548,7 +551,7 @@ def _guidellm_benchmark(
         )
     if rate is not None:
         fields["request_rate"] = _convert("rate", rate, f"{where}.args.strategy.rate")
-    label = stype if rate is None else f"{stype}@{rate:g}" if isinstance(rate, int | float) else stype
+    label = f"{stype}@{rate:g}" if stype is not None and isinstance(rate, int | float) else stype
     start = _convert("float", b.get("start_time"), f"{where}.start_time")
     date = (
         datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -258,7 +258,7 @@ GUIDELLM_TTFT["min"] = 15.790939331054688
 def test_guidellm_report_every_figure(name: str) -> None:
     (s,) = _summaries(name)
     d = _stated(s)
-    latencies = {k: d.pop(k) for k in ("ttft", "tpot", "itl", "e2e")}
+    latencies = {k: d.pop(k) for k in ("ttft", "tpot", "tpot_with_first", "e2e")}
     assert d == {
         "tool": "guidellm", "source_format": name.rsplit(".", 1)[1], "index": 0, "label": "synchronous",
         "date": "2025-06-05T20:59:28Z", "backend": "openai_http", "model": "example_model",
@@ -271,9 +271,16 @@ def test_guidellm_report_every_figure(name: str) -> None:
         "other": {"backend_target": "example_target", "profile": "sweep"},
     }  # fmt: skip
     assert latencies["ttft"] == GUIDELLM_TTFT
-    assert latencies["tpot"]["n"] == latencies["itl"]["n"] == latencies["e2e"]["n"] == 46
-    assert latencies["tpot"]["percentiles"]["p99"] == 5.217265337705612
-    assert latencies["itl"]["percentiles"]["p99"] == 5.258346167136365
+    assert latencies["tpot"]["n"] == latencies["tpot_with_first"]["n"] == latencies["e2e"]["n"] == 46
+    # guidellm's inter-token latency (per request, first token excluded) is orch's TPOT ...
+    assert (latencies["tpot"]["mean"], latencies["tpot"]["percentiles"]["p99"]) == (
+        4.941609043733832, 5.258346167136365
+    )  # fmt: skip
+    # ... and its time per output token (first token included) is kept as such
+    assert (latencies["tpot_with_first"]["mean"], latencies["tpot_with_first"]["percentiles"]["p99"]) == (
+        4.90300272307966, 5.217265337705612
+    )  # fmt: skip
+    assert s.itl is None  # guidellm states no distribution of the gaps between chunks
     # request_latency is stated in seconds; read in ms
     assert latencies["e2e"]["mean"] == 0.6444743664368339 * 1000
     assert latencies["e2e"]["percentiles"]["p99"] == 0.6891846656799316 * 1000
@@ -284,7 +291,7 @@ def test_guidellm_figures_match_guidellm_own_console() -> None:
     Per Second 1.55, Concurrency 1.00, Out Tok/sec 198.1, Tot Tok/sec 992.7, Req Latency (sec)
     0.64/0.64/0.69, TTFT 16.8/16.4/21.3, ITL 4.9/4.9/5.3, TPOT 4.9/4.9/5.2 (mean/median/p99)."""
     (s,) = _summaries("guidellm-benchmarks-stripped.json")
-    assert s.ttft and s.itl and s.tpot and s.e2e
+    assert s.ttft and s.tpot and s.tpot_with_first and s.e2e
     assert (round(s.request_throughput or 0, 2), round(s.mean_concurrency or 0, 2)) == (1.55, 1.00)
     assert (round(s.output_throughput or 0, 1), round(s.total_token_throughput or 0, 1)) == (198.1, 992.7)
 
@@ -293,8 +300,36 @@ def test_guidellm_figures_match_guidellm_own_console() -> None:
 
     assert row(s.e2e, 1000) == (0.64, 0.64, 0.69)
     assert row(s.ttft) == (16.8, 16.4, 21.3)
-    assert row(s.itl) == (4.9, 4.9, 5.3)  # ITL and TPOT not swapped: their p99s differ
-    assert row(s.tpot) == (4.9, 4.9, 5.2)
+    assert row(s.tpot) == (4.9, 4.9, 5.3)  # guidellm's "ITL" column: not swapped, the p99s differ
+    assert row(s.tpot_with_first) == (4.9, 4.9, 5.2)  # guidellm's "TPOT" column
+
+
+# --- orch's own levels in the same terms -----------------------------------------------------------
+
+
+def test_an_orch_level_becomes_a_summary() -> None:
+    from orchestrator.models.results import Percentiles
+    from orchestrator.models.serving_results import LevelSummary
+
+    def pct(n: int, mean: float, p50: float, p95: float | None, p99: float | None) -> Percentiles:
+        return Percentiles(n=n, mean=mean, p50=p50, p95=p95, p99=p99)
+
+    level = LevelSummary(
+        level="c8", n=120, ok=118, errors=1, aborted=1, duration_s=30.5,
+        ttft_ms=pct(118, 20.0, 18.0, 40.0, 55.0), itl_ms=pct(1800, 5.0, 4.8, 7.0, 9.0),
+        tpot_ms=pct(118, 5.1, 5.0, 6.0, 6.5), e2e_ms=pct(118, 100.0, 95.0, 150.0, None),
+        input_tokens_per_s=300.0, output_tokens_per_s=60.0, requests_per_s=3.9, error_rate=1 / 120,
+        abort_rate=1 / 120, goodput=0.95, output_tokens=1830,
+    )  # fmt: skip
+    s = ServingSummary.from_level(level, model="lab-tiny")
+    assert (s.tool, s.label, s.max_concurrency, s.request_rate) == ("orch", "c8", 8, None)
+    assert (s.completed, s.failed, s.incomplete, s.duration_s) == (118, 1, 1, 30.5)
+    assert (s.output_throughput, s.request_throughput, s.total_output_tokens) == (60.0, 3.9, 1830)
+    assert s.ttft is not None and s.ttft.p("p99") == 55.0 and s.ttft.n == 118 and s.ttft.median == 18.0
+    assert s.e2e is not None and s.e2e.p("p99") is None  # hidden below n = 100 stays unstated
+    assert s.other["goodput_share"] == 0.95
+    rate = ServingSummary.from_level(level.model_copy(update={"level": "r0.5"}))
+    assert (rate.request_rate, rate.max_concurrency) == (0.5, None)
 
 
 # --- detection, CLI --------------------------------------------------------------------------------
