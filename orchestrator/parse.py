@@ -16,9 +16,11 @@ from typing import Any, Protocol, cast, get_args
 from orchestrator.errors import ConfigError, ParseError
 from orchestrator.metrics.busbw import busbw_gbs
 from orchestrator.models.results import Collective
+from orchestrator.models.serving_results import ServingSummary
 from orchestrator.provision import smi
 from orchestrator.scheduler.base import JobState
 from orchestrator.scheduler.slurm_state import parse_sacct, parse_scontrol, parse_squeue
+from orchestrator.workloads import servingbench
 from orchestrator.workloads.nccltests import (
     ParsedRun,
     UnnamedCollective,
@@ -59,13 +61,15 @@ DEFAULT_OPTIONS = ParseOptions()
 
 @dataclass(frozen=True)
 class ParsedFile:
-    """What one file held: benchmark runs, job states or a tool report, and the kind it was read as."""
+    """What one file held: benchmark runs, job states, a tool report or serving-benchmark summaries,
+    and the kind it was read as."""
 
     path: Path
     kind: str
     runs: tuple[ParsedRun, ...] = ()
     jobs: dict[str, JobState] | None = None
     data: Any = None  # GPU/RDMA tool reports (orchestrator.provision.smi models)
+    serving: tuple[ServingSummary, ...] = ()  # vLLM/SGLang/guidellm outputs, one per load level
 
     @property
     def run(self) -> ParsedRun | None:
@@ -140,6 +144,13 @@ def _smi(kind: str, fn: Callable[[str], Any]) -> Parser:
     return parse
 
 
+def _serving(kind: str, fn: Callable[[str], list[ServingSummary]]) -> Parser:
+    def parse(text: str, path: Path, opts: ParseOptions = DEFAULT_OPTIONS, /) -> ParsedFile:
+        return ParsedFile(path, kind, serving=tuple(fn(text)))
+
+    return parse
+
+
 def _csv(text: str, path: Path, opts: ParseOptions = DEFAULT_OPTIONS, /) -> ParsedFile:
     return ParsedFile(path, "nvidia-smi-csv", data=smi.parse_nvidia_smi_csv(text, opts.fields))
 
@@ -160,6 +171,11 @@ PARSERS: dict[str, Parser] = {
     "ibv_devinfo": _smi("ibv_devinfo", smi.parse_ibv_devinfo),
     "ibdev2netdev": _smi("ibdev2netdev", smi.parse_ibdev2netdev),
     "rdma-link": _smi("rdma-link", smi.parse_rdma_link),
+    "vllm-bench": _serving("vllm-bench", servingbench.parse_console),
+    "vllm-bench-json": _serving("vllm-bench-json", servingbench.parse_vllm_json),
+    "sglang-bench": _serving("sglang-bench", servingbench.parse_console),
+    "sglang-bench-json": _serving("sglang-bench-json", servingbench.parse_sglang_jsonl),
+    "guidellm": _serving("guidellm", servingbench.parse_guidellm),
 }
 
 
@@ -213,6 +229,16 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("ibv_devinfo", _has(r"^hca_id:|No IB devices found")),
     ("ibdev2netdev", _has(r"^\S+ port \d+ ==> \S+ \(\w+\)")),
     ("rdma-link", _has(r"^link \S+/\d+ ")),
+    # serving benchmarks: the summary block (SGLang's has its backend and retokenized count), the
+    # result JSON by its keys, guidellm's report by its benchmark type
+    ("vllm-bench", lambda t: bool(servingbench.HEADER.search(t)) and not servingbench.is_sglang_console(t)),
+    ("sglang-bench", servingbench.is_sglang_console),
+    ("vllm-bench-json", _has(r"\A\s*\{", r'"model_id"\s*:', r'"completed"\s*:')),
+    ("sglang-bench-json", _has(r"\A\s*\{", r'"total_output_tokens_retokenized"\s*:')),
+    ("guidellm", _any(
+        _has(r"\A\s*\{", r'"benchmarks"\s*:', r'"generative_benchmark"'),
+        _has(r"^benchmarks:", r"type_: generative_benchmark"),
+    )),
     ("sacct", lambda t: _slurm_kind(t) == "sacct"),
     ("squeue", lambda t: _slurm_kind(t) == "squeue"),
 )  # fmt: skip

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from orchestrator.cli.common import out
+from orchestrator.models.serving_results import StatedLatency
 from orchestrator.parse import (
     PARSE_COLLECTIVES,
     PARSERS,
@@ -36,6 +37,8 @@ def _as_json(parsed: ParsedFile) -> dict[str, Any]:
         doc["jobs"] = {k: v.model_dump(mode="json") for k, v in parsed.jobs.items()}
     if parsed.data is not None:
         doc["data"] = pydantic_core.to_jsonable_python(parsed.data)
+    if parsed.serving:
+        doc["serving"] = [s.model_dump(mode="json") for s in parsed.serving]
     return doc
 
 
@@ -44,6 +47,8 @@ def _show(parsed: ParsedFile) -> None:
         out.print_json(json.dumps(_as_json(parsed)["data"]))
     for run in parsed.runs:
         _show_run(parsed, run)
+    if parsed.serving:
+        _show_serving(parsed)
     if parsed.jobs is not None:
         table = Table(title=f"{parsed.path} — {parsed.kind}")
         for col in ("job", "status", "slurm state", "exit", "signal", "elapsed (s)", "reason", "nodes"):
@@ -79,6 +84,41 @@ def _show_run(parsed: ParsedFile, run: ParsedRun) -> None:
         out.print(f"#wrong total {run.wrong_total}; out of bounds {run.out_of_bounds}", markup=False)
 
 
+def _num(value: float | str | None) -> str:
+    """A figure for the table: as stated when short, else 5 significant digits (--json: as stated)."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    text = f"{value:g}" if isinstance(value, int) else repr(value).removesuffix(".0")
+    return text if len(text) <= 9 else f"{value:.5g}"
+
+
+def _pair(lat: StatedLatency | None) -> str:
+    """p50/p99 of one latency; '?' for the one the output does not state."""
+    if lat is None:
+        return ""
+    return "/".join(_num(lat.p(q)) or "?" for q in ("p50", "p99"))
+
+
+def _show_serving(parsed: ParsedFile) -> None:
+    """One row per load level with the figures compare uses; --json has every figure stated."""
+    first = parsed.serving[0]
+    facts = (("model", first.model), ("backend", first.backend), ("version", first.tool_version))
+    about = ", ".join(f"{k} {v}" for k, v in facts if v)
+    table = Table(title=f"{parsed.path} — {parsed.kind}: {first.tool}" + (f" ({about})" if about else ""))
+    cols = ("#", "label", "rate/s", "conc.", "ok", "failed", "s", "req/s", "out tok/s",
+            "TTFT p50/p99", "TPOT p50/p99", "ITL p50/p99", "E2E p50/p99")  # fmt: skip
+    for col in cols:
+        table.add_column(col, justify="left" if col == "label" else "right")
+    for s in parsed.serving:
+        table.add_row(
+            str(s.index + 1), s.label or s.date or "", _num(s.request_rate), _num(s.max_concurrency),
+            _num(s.completed), _num(s.failed), _num(s.duration_s), _num(s.request_throughput),
+            _num(s.output_throughput), _pair(s.ttft), _pair(s.tpot), _pair(s.itl), _pair(s.e2e),
+        )  # fmt: skip
+    out.print(table)
+    out.print("latencies in ms; empty: not stated by the output; every figure stated: --json", markup=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
 
@@ -108,7 +148,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     ) -> None:
-        """Read benchmark logs, Slurm job states, GPU and RDMA tool outputs; the kind is told by the text."""
+        """Read benchmark logs, serving-benchmark results (vLLM, SGLang, guidellm), Slurm job states, GPU and
+        RDMA tool outputs; the kind is told by the text."""
         opts = ParseOptions.from_flags(collective, nranks, fields)
         parsed = [parse_file(f, kind, opts) for f in files]
         if as_json:

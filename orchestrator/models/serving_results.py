@@ -9,9 +9,10 @@ so differences between them are monotonic durations.
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.names import Name
@@ -129,3 +130,143 @@ class ServingComparison(StrictModel):
     latency: list[FigureChange]
     reason: str
     step: Name | None = None
+
+
+# --- results from elsewhere: what a serving benchmark tool states (orch parse) ----------------------
+
+ForeignServingTool = Literal["vllm bench serve", "sglang bench_serving", "guidellm"]
+"""The tools whose outputs `orch parse` reads into a ServingSummary (docs/serving.md, "Results from
+elsewhere"). vLLM's `vllm bench serve` and its older benchmarks/benchmark_serving.py print and save
+the same figures, so both are "vllm bench serve"."""
+
+_LEVEL = re.compile(r"^(?:c(?P<c>\d+)|r(?P<r>\d+(?:\.\d+)?))$")
+
+PercentileName = Annotated[str, StringConstraints(pattern=r"^p\d{1,2}(?:\.\d{1,4})?$")]
+"""p50, p99, p99.9: the percentile as a number of percent (guidellm's p001 is p0.1, p999 is p99.9)."""
+
+FigureValue = float | int | str | bool | None
+"""A figure or setting an output states that ServingSummary has no field for, as stated."""
+
+
+class StatedLatency(StrictModel):
+    """One latency (milliseconds) as a benchmark tool states it; None where the output does not say."""
+
+    mean: float | None = None
+    median: float | None = None
+    std: float | None = None
+    min: float | None = None
+    max: float | None = None
+    percentiles: dict[PercentileName, float] = Field(
+        default_factory=dict, description="by percentile, as stated: p50, p90, p99, p99.9 …"
+    )
+    n: int | None = Field(
+        default=None,
+        ge=0,
+        description="samples behind it where the tool states them (guidellm); vLLM and SGLang do not",
+    )
+
+    def p(self, name: str) -> float | None:
+        """A percentile by name (p50 falls back on the median, which is the same figure)."""
+        if name in self.percentiles:
+            return self.percentiles[name]
+        return self.median if name == "p50" else None
+
+
+class ServingSummary(StrictModel):
+    """The figures of one load level (one rate or concurrency) as a serving benchmark states them.
+
+    Read by `orch parse` from vLLM's, SGLang's and guidellm's outputs; every field is None where
+    the output does not state it (never a default that looks like a measurement: an old vLLM
+    summary without a "Failed requests" line has failed=None, not 0). Latencies are in
+    milliseconds; guidellm's request latency, stated in seconds, is converted. Figures the output
+    states that have no field here are kept in `other` under the tool's own name, so nothing
+    stated is dropped silently.
+
+    The latencies have orch's definitions (metrics/serving.py, those of vLLM's benchmark): TTFT;
+    TPOT per request, (end - first token) / (output tokens - 1); ITL every gap between streamed
+    chunks, pooled; E2E. Each tool's figure goes where its definition fits, not where its name
+    does: guidellm's "inter-token latency" is per request and excludes the first token, so it is
+    `tpot` here, and guidellm's "time per output token" (first token included) is
+    `tpot_with_first`. An orch run's level becomes one with `from_level`, so that compare can set
+    results from elsewhere beside orch's own.
+    """
+
+    tool: ForeignServingTool | Literal["orch"]
+    tool_version: str | None = Field(default=None, max_length=100)
+    source_format: Literal["console", "json", "yaml", "records"]
+    index: int = Field(ge=0, description="position in the file: summary block, JSON value or benchmark")
+    label: str | None = Field(
+        default=None, max_length=300, description="the tool's name for this run or level"
+    )
+    date: str | None = Field(
+        default=None, max_length=100, description="as stated (vLLM), or guidellm's start, UTC"
+    )
+    backend: str | None = Field(default=None, max_length=300)
+    model: str | None = Field(default=None, max_length=1000)
+    tokenizer: str | None = Field(default=None, max_length=1000)
+    dataset: str | None = Field(default=None, max_length=1000)
+    num_prompts: int | None = Field(default=None, ge=0)
+    request_rate: float | Literal["inf"] | None = Field(
+        default=None, description="requests per second the load aimed at; inf: all at once"
+    )
+    burstiness: float | None = None
+    max_concurrency: int | None = Field(default=None, ge=0, description="the cap on requests in flight")
+    mean_concurrency: float | None = Field(
+        default=None, description="requests in flight on average, measured"
+    )
+    completed: int | None = Field(default=None, ge=0, description="successful requests")
+    failed: int | None = Field(default=None, ge=0)
+    incomplete: int | None = Field(default=None, ge=0, description="cut off when the run ended (guidellm)")
+    duration_s: float | None = None
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    total_output_tokens_retokenized: int | None = None
+    request_throughput: float | None = Field(default=None, description="successful requests per second")
+    request_goodput: float | None = Field(
+        default=None, description="requests per second within the tool's SLOs"
+    )
+    input_throughput: float | None = Field(default=None, description="input tokens per second")
+    output_throughput: float | None = Field(default=None, description="output tokens per second")
+    total_token_throughput: float | None = None
+    peak_output_throughput: float | None = None
+    peak_concurrent_requests: float | None = None
+    ttft: StatedLatency | None = None
+    tpot: StatedLatency | None = None
+    itl: StatedLatency | None = None
+    e2e: StatedLatency | None = None
+    tpot_with_first: StatedLatency | None = Field(
+        default=None, description="per request, E2E / output tokens, the first token included (guidellm)"
+    )
+    other: dict[str, FigureValue] = Field(
+        default_factory=dict,
+        description="stated figures and settings without a field here, by the tool's name",
+    )
+
+    @classmethod
+    def from_level(
+        cls, level: LevelSummary, *, index: int = 0, model: str | None = None, backend: str | None = None
+    ) -> ServingSummary:
+        """One level of an orch run, in the same terms as the results read from elsewhere.
+
+        Aborted requests (timed out or cancelled) are `incomplete`, errors `failed`; the level's
+        name gives the concurrency cap (c4) or the Poisson rate (r0.5). orch's goodput (a share of
+        requests, not a rate) and its error and abort rates go to `other`.
+        """
+        m = _LEVEL.match(level.level)
+
+        def lat(p: Percentiles) -> StatedLatency:
+            pct = {k: v for k, v in (("p50", p.p50), ("p95", p.p95), ("p99", p.p99)) if v is not None}
+            return StatedLatency(mean=p.mean, median=p.p50, percentiles=pct, n=p.n)
+
+        return cls(
+            tool="orch", source_format="records", index=index, label=level.level,
+            model=model, backend=backend,
+            max_concurrency=int(m.group("c")) if m and m.group("c") else None,
+            request_rate=float(m.group("r")) if m and m.group("r") else None,
+            completed=level.ok, failed=level.errors, incomplete=level.aborted, duration_s=level.duration_s,
+            total_output_tokens=level.output_tokens, request_throughput=level.requests_per_s,
+            input_throughput=level.input_tokens_per_s, output_throughput=level.output_tokens_per_s,
+            ttft=lat(level.ttft_ms), tpot=lat(level.tpot_ms), itl=lat(level.itl_ms), e2e=lat(level.e2e_ms),
+            other={"goodput_share": level.goodput, "error_rate": level.error_rate,
+                   "abort_rate": level.abort_rate},
+        )  # fmt: skip

@@ -76,6 +76,11 @@ TOOL_SEEDS: dict[str, list[str]] = {
     "ibv_devinfo": _texts("smi/ibv_devinfo-*.txt"),
     "ibdev2netdev": _texts("smi/ibdev2netdev-*.txt"),
     "rdma-link": _texts("smi/rdma-link-*.txt"),
+    "vllm-bench": _texts("serving/vllm-bench-*.txt"),
+    "vllm-bench-json": _texts("serving/vllm-save-result-*.json", "serving/vllm-save-result-*.jsonl"),
+    "sglang-bench": _texts("serving/sglang-bench-*.txt"),
+    "sglang-bench-json": _texts("serving/sglang-bench-*.jsonl"),
+    "guidellm": _texts("serving/guidellm-*.json", "serving/guidellm-*.yaml"),
 }
 
 

@@ -96,6 +96,15 @@ DETECTED = {
     "rccl-tests/all_reduce-r9700x2-develop-33cc4df.txt": "rccl-tests",
     **{f"nccl-tests/{p.name}": "nccl-tests" for p in sorted((FIXTURES / "nccl-tests").glob("*.txt"))},
     **{f"slurm/{p.name}": p.name.split("-")[0] for p in sorted((FIXTURES / "slurm").glob("*-*.txt"))},
+    "serving/vllm-bench-llama3b-l40s-10qps.txt": "vllm-bench",
+    "serving/vllm-bench-qwen3-8b-jetson-thor-c8.txt": "vllm-bench",
+    "serving/vllm-save-result-llama3b-l40s.jsonl": "vllm-bench-json",
+    "serving/vllm-save-result-llama3b-l40s-10qps.json": "vllm-bench-json",
+    "serving/sglang-bench-deepseek-ocr.txt": "sglang-bench",
+    "serving/sglang-bench-llama70b-h200.jsonl": "sglang-bench-json",
+    "serving/sglang-bench-issue12389-c16.jsonl": "sglang-bench-json",
+    "serving/guidellm-benchmarks-stripped.json": "guidellm",
+    "serving/guidellm-benchmarks-stripped.yaml": "guidellm",
 }
 
 
@@ -109,7 +118,7 @@ def test_every_fixture_kind_is_listed() -> None:
 def test_fixture_detected_without_kind(name: str) -> None:
     parsed = parse_file(FIXTURES / name)
     assert parsed.kind == DETECTED[name]
-    assert parsed.runs or parsed.jobs or parsed.data
+    assert parsed.runs or parsed.jobs or parsed.data or parsed.serving
 
 
 def test_versions_and_gpus_read_without_kind() -> None:

@@ -1,0 +1,598 @@
+"""Serving-benchmark outputs from outside orch, read into ServingSummary (`orch parse`).
+
+Read, each into one ServingSummary per load level (docs/serving.md, "Results from elsewhere"):
+  - the console summary of vLLM's serving benchmark (`vllm bench serve`, benchmarks/benchmark_serving.py)
+    and of SGLang's `sglang.bench_serving`: the "Serving Benchmark Result" block, one per level, with
+    the lines vLLM prints before it (request rate, burstiness, concurrency cap, the Namespace line);
+  - vLLM's `--save-result` JSON (one object, or one per line with `--append-result`);
+  - SGLang's `--output-file` JSONL (one object per line);
+  - guidellm's benchmarks report (JSON or YAML), one summary per benchmark.
+
+Each reader knows the names its tool uses; a figure under another name is kept in `other`. The
+foreign JSON is checked only in what is read (the type of every known key); per-request lists
+(vLLM's input_lens, ttfts, itls, generated_texts, errors; guidellm's requests) are not read, their
+summary figures are. Anything malformed is refused with ParseError naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import yaml
+from pydantic import ValidationError
+
+from orchestrator.errors import ParseError, one_line
+from orchestrator.models.serving_results import FigureValue, ServingSummary, StatedLatency
+
+HEADER = re.compile(r"^=+ Serving Benchmark Result =+[ \t]*$", re.M)
+_RULE_END = re.compile(r"^={10,}[ \t]*$")
+_SECTION = re.compile(r"^-{2,}[A-Za-z0-9 ().,-]*?-{2,}[ \t]*$")
+_LABEL_LINE = re.compile(r"^(?P<label>[A-Za-z][^:]{0,80}?):[ \t]*(?P<value>\S(?:.*\S)?)?[ \t]*$")
+_NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
+_LATENCY_LABEL = re.compile(
+    r"^(?P<stat>Mean|Median|Std|Min|Max|P\d{1,2}(?:\.\d{1,4})?) "
+    r"(?P<metric>TTFT|TPOT|ITL|E2EL|E2E Latency) \(ms\)$"
+)
+_LATENCY_KEY = re.compile(
+    r"^(?P<stat>mean|median|std|min|max|p\d{1,2}(?:\.\d{1,4})?)_(?P<metric>ttft|tpot|itl|e2el|e2e_latency)_ms$"
+)
+_METRIC = {"TTFT": "ttft", "TPOT": "tpot", "ITL": "itl", "E2EL": "e2e", "E2E Latency": "e2e",
+           "ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e", "e2e_latency": "e2e"}  # fmt: skip
+_MAX_TEXT = 1000  # longest string value kept from an output
+
+Kind = Literal["int", "float", "num", "rate", "cap", "str"]
+
+# console label -> (ServingSummary field, how its value reads); labels as vLLM and SGLang print them
+_CONSOLE: dict[str, tuple[str, Kind]] = {
+    "Backend": ("backend", "str"),
+    "Traffic request rate": ("request_rate", "rate"),
+    "Request rate configured (RPS)": ("request_rate", "rate"),
+    "Burstiness factor": ("burstiness", "float"),
+    "Max request concurrency": ("max_concurrency", "cap"),
+    "Max reqeuest concurrency": ("max_concurrency", "cap"),  # SGLang's spelling until late 2024
+    "Maximum request concurrency": ("max_concurrency", "cap"),
+    "Successful requests": ("completed", "int"),
+    "Failed requests": ("failed", "int"),
+    "Benchmark duration (s)": ("duration_s", "float"),
+    "Total input tokens": ("total_input_tokens", "int"),
+    "Total generated tokens": ("total_output_tokens", "int"),
+    "Total generated tokens (retokenized)": ("total_output_tokens_retokenized", "int"),
+    "Request throughput (req/s)": ("request_throughput", "float"),
+    "Request goodput (req/s)": ("request_goodput", "float"),
+    "Input token throughput (tok/s)": ("input_throughput", "float"),
+    "Output token throughput (tok/s)": ("output_throughput", "float"),
+    "Peak output token throughput (tok/s)": ("peak_output_throughput", "float"),
+    "Peak concurrent requests": ("peak_concurrent_requests", "float"),
+    "Total Token throughput (tok/s)": ("total_token_throughput", "float"),
+    "Total token throughput (tok/s)": ("total_token_throughput", "float"),
+    "Total throughput (tok/s)": ("total_token_throughput", "float"),
+    "Concurrency": ("mean_concurrency", "float"),
+}
+# what vLLM prints before its summary block (the Namespace line is read for the model only)
+_PREAMBLE = {"Traffic request rate", "Burstiness factor", "Maximum request concurrency"}
+_REQUIRED_CONSOLE = ("Successful requests", "Benchmark duration (s)")
+
+# JSON key -> (ServingSummary field, kind), per tool
+_JSON_COMMON: dict[str, tuple[str, Kind]] = {
+    "backend": ("backend", "str"),
+    "request_rate": ("request_rate", "rate"),
+    "burstiness": ("burstiness", "float"),
+    "max_concurrency": ("max_concurrency", "cap"),
+    "duration": ("duration_s", "float"),
+    "completed": ("completed", "int"),
+    "failed": ("failed", "int"),
+    "total_input_tokens": ("total_input_tokens", "int"),
+    "total_output_tokens": ("total_output_tokens", "int"),
+    "request_throughput": ("request_throughput", "float"),
+    "output_throughput": ("output_throughput", "float"),
+}
+_JSON_VLLM: dict[str, tuple[str, Kind]] = {
+    **_JSON_COMMON,
+    "date": ("date", "str"),
+    "label": ("label", "str"),
+    "model_id": ("model", "str"),
+    "tokenizer_id": ("tokenizer", "str"),
+    "num_prompts": ("num_prompts", "int"),
+    "request_goodput": ("request_goodput", "float"),
+    "request_goodput:": ("request_goodput", "float"),  # the key's spelling in vLLM until mid-2025
+    "total_token_throughput": ("total_token_throughput", "float"),
+    "max_output_tokens_per_s": ("peak_output_throughput", "float"),
+    "max_concurrent_requests": ("peak_concurrent_requests", "float"),
+}
+_JSON_SGLANG: dict[str, tuple[str, Kind]] = {
+    **_JSON_COMMON,
+    "dataset_name": ("dataset", "str"),
+    "total_output_tokens_retokenized": ("total_output_tokens_retokenized", "int"),
+    "input_throughput": ("input_throughput", "float"),
+    "total_throughput": ("total_token_throughput", "float"),
+    "concurrency": ("mean_concurrency", "float"),
+}
+_REQUIRED_JSON = {"vllm bench serve": ("model_id", "completed", "duration"),
+                  "sglang bench_serving": ("backend", "completed", "duration")}  # fmt: skip
+# per-request lists of vLLM (--save-detailed) and SGLang (--output-details): not read
+_PER_REQUEST = {"input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors",
+                "start_times", "end_times"}  # fmt: skip
+
+
+def _q(text: object, limit: int = 60) -> str:
+    """A value from the file, quoted for a one-line message."""
+    s = repr(text)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _raw_on_error(parse: Callable[[str], list[ServingSummary]]) -> Callable[[str], list[ServingSummary]]:
+    """Any slip on malformed text (a bad value, deep JSON, a model check) becomes ParseError(raw=text)."""
+
+    @functools.wraps(parse)
+    def wrapper(text: str) -> list[ServingSummary]:
+        try:
+            return parse(text)
+        except ParseError as e:
+            if e.raw == text:
+                raise
+            raise ParseError(e.message, raw=text, hint=e.hint) from e
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ParseError(f"{where}: {one_line(ValueError(first['msg']))}", raw=text) from e
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+            ArithmeticError,
+            RecursionError,
+            yaml.YAMLError,
+        ) as e:
+            raise ParseError(f"malformed output: {one_line(e)}", raw=text) from e
+
+    return wrapper
+
+
+def _body(text: str) -> str:
+    """The text without the `# source:` line fixtures carry."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("# source:"))
+
+
+def _convert(kind: Kind, value: Any, name: str) -> Any:
+    """A stated value as the field takes it; raises ParseError naming the figure on a wrong type."""
+    if value is None:
+        return None
+    if kind == "str":
+        if not isinstance(value, str) or len(value) > _MAX_TEXT:
+            raise ParseError(f"{name} is not a text of at most {_MAX_TEXT} characters: {_q(value)}")
+        return value
+    if isinstance(value, str):
+        v = value.strip()
+        if kind == "rate" and v.lower() in ("inf", "infinity"):
+            return "inf"
+        if kind == "cap" and v in ("not set", "None", "none"):
+            return None
+        if not _NUMBER.match(v):
+            raise ParseError(f"{name} is not a number: {_q(value)}")
+        value = int(v) if kind != "float" and kind != "rate" and re.fullmatch(r"[-+]?\d+", v) else float(v)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ParseError(f"{name} is not a number: {_q(value)}")
+    if math.isinf(value) and kind == "rate" and value > 0:
+        return "inf"
+    if math.isnan(value):
+        return None  # NaN: what the tools write where no request succeeded; not stated
+    if math.isinf(value):
+        raise ParseError(f"{name} is not a finite number: {_q(value)}")
+    if kind in ("int", "cap"):
+        if value != int(value) or value < 0:
+            raise ParseError(f"{name} is not a count: {_q(value)}")
+        return int(value)
+    return value if kind == "num" else float(value)
+
+
+def _scalar(value: Any) -> FigureValue:
+    """A value kept in `other`; lists and objects are not kept (documented)."""
+    if isinstance(value, str):
+        return value[:_MAX_TEXT]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value if value is None or isinstance(value, bool | int | float) else None
+
+
+def _latency_stat(
+    lat: dict[str, dict[str, Any]], metric: str, stat: str, value: float | None, name: str
+) -> None:
+    entry = lat.setdefault(_METRIC[metric], {"percentiles": {}})
+    stat = stat.lower()
+    if stat.startswith("p"):
+        if stat in entry["percentiles"]:
+            raise ParseError(f"{name} is stated twice")
+        if value is not None:
+            entry["percentiles"][stat] = value
+    else:
+        if stat in entry:
+            raise ParseError(f"{name} is stated twice")
+        entry[stat] = value
+
+
+# --- console summaries (vLLM, SGLang) ---------------------------------------------------------------
+
+
+def _console_tool(block: dict[str, str]) -> Literal["vllm bench serve", "sglang bench_serving"]:
+    """SGLang prints its backend and the retokenized count in the block; vLLM does not."""
+    return (
+        "sglang bench_serving"
+        if "Backend" in block or "Total generated tokens (retokenized)" in block
+        else "vllm bench serve"
+    )
+
+
+def is_sglang_console(text: str) -> bool:
+    """A summary block with SGLang's own lines (for detection)."""
+    return bool(HEADER.search(text)) and bool(
+        re.search(r"^Backend:[ \t]*\S|^Total generated tokens \(retokenized\):", text, re.M)
+    )
+
+
+def _blocks(lines: list[str]) -> Iterator[tuple[list[str], list[tuple[int, str]]]]:
+    """(preamble lines, numbered block lines) per summary block; raises on a block cut short."""
+    start = 0
+    i = 0
+    while i < len(lines):
+        if HEADER.match(lines[i]):
+            preamble = lines[start:i]
+            body: list[tuple[int, str]] = []
+            j = i + 1
+            while j < len(lines) and not _RULE_END.match(lines[j]):
+                if HEADER.match(lines[j]):
+                    break
+                body.append((j + 1, lines[j]))
+                j += 1
+            if j >= len(lines) or not _RULE_END.match(lines[j]):
+                n = sum(1 for ln in lines[: i + 1] if HEADER.match(ln))
+                raise ParseError(
+                    f"summary {n} is cut short: no closing ==== line after its last figure",
+                    hint="the output was truncated; copy the whole block",
+                )
+            yield preamble, body
+            start = i = j + 1
+            continue
+        i += 1
+
+
+def _namespace_value(preamble: list[str], key: str) -> str | None:
+    """`key='…'` from the `Namespace(…)` line vLLM prints with its arguments."""
+    for ln in preamble:
+        if ln.startswith("Namespace("):
+            m = re.search(rf"\b{key}='([^'\n]{{0,{_MAX_TEXT}}})'", ln)
+            if m:
+                return m.group(1)
+    return None
+
+
+@_raw_on_error
+def parse_console(text: str) -> list[ServingSummary]:
+    """Every "Serving Benchmark Result" block of a vLLM or SGLang console log, in order."""
+    lines = _body(text).splitlines()
+    if not any(HEADER.match(ln) for ln in lines):
+        raise ParseError(
+            "no '==== Serving Benchmark Result ====' block",
+            hint="give the console output of vllm bench serve or sglang.bench_serving",
+        )
+    out: list[ServingSummary] = []
+    for index, (preamble, body) in enumerate(_blocks(lines)):
+        where = f"summary {index + 1}"
+        stated: dict[str, str] = {}
+        for no, ln in body:
+            if not ln.strip() or _SECTION.match(ln):
+                continue
+            m = _LABEL_LINE.match(ln)
+            if m is None or m.group("value") is None:
+                raise ParseError(f"{where}, line {no}: not 'label: value': {_q(ln.strip())}",
+                                 hint="the summary is cut or edited; copy it as printed")  # fmt: skip
+            label = m.group("label").strip()
+            if label in stated:
+                raise ParseError(f"{where}: {label!r} is stated twice (two summaries pasted into one block?)")
+            stated[label] = m.group("value")
+        missing = [k for k in _REQUIRED_CONSOLE if k not in stated]
+        if missing:
+            raise ParseError(f"{where} states no {' and no '.join(repr(k) for k in missing)}",
+                             hint="the summary is cut short; copy the whole block")  # fmt: skip
+        # what vLLM prints before the block, where the block itself does not state it
+        pre: dict[str, str] = {}
+        for ln in preamble:
+            m = _LABEL_LINE.match(ln.strip())
+            if m and m.group("label") in _PREAMBLE and m.group("value"):
+                # "1.0 (Poisson process)", "15.0 RPS.": the first word; a value that does not read is
+                # left out (these lines are outside the summary and vary between versions)
+                first = m.group("value").split()[0].rstrip(".")
+                try:
+                    _convert(_CONSOLE[m.group("label")][1], first, m.group("label"))
+                except ParseError:
+                    continue
+                pre[m.group("label")] = first
+        fields: dict[str, Any] = {}
+        lat: dict[str, dict[str, Any]] = {}
+        other: dict[str, FigureValue] = {}
+        for label, value in [*pre.items(), *stated.items()]:
+            lm = _LATENCY_LABEL.match(label)
+            if lm:
+                _latency_stat(
+                    lat, lm.group("metric"), lm.group("stat"), _convert("float", value, label), label
+                )
+            elif label in _CONSOLE:
+                field, kind = _CONSOLE[label]
+                fields[field] = _convert(kind, value, label)
+            else:
+                other[label] = _convert("num", value, label) if _NUMBER.match(value) else _scalar(value)
+        model = _namespace_value(preamble, "model")
+        out.append(
+            ServingSummary(
+                tool=_console_tool(stated),
+                source_format="console",
+                index=index,
+                model=model,
+                **fields,
+                **{k: StatedLatency(**v) for k, v in lat.items()},
+                other=other,
+            )
+        )
+    return out
+
+
+# --- JSON results (vLLM --save-result, SGLang --output-file) -----------------------------------------
+
+
+def json_values(text: str) -> list[Any]:
+    """Every JSON value in the text, one after another (one document, or one per line)."""
+    body = _body(text)
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    pos = 0
+    while True:
+        while pos < len(body) and body[pos] in " \t\r\n":
+            pos += 1
+        if pos >= len(body):
+            return values
+        try:
+            value, pos = decoder.raw_decode(body, pos)
+        except json.JSONDecodeError as e:
+            line = body.count("\n", 0, e.pos) + 1
+            raise ParseError(f"JSON value {len(values) + 1} (line {line}) is not valid JSON: {e.msg}",
+                             hint="the file is cut short or edited") from e  # fmt: skip
+        values.append(value)
+
+
+def _from_json(
+    obj: Any, index: int, tool: Literal["vllm bench serve", "sglang bench_serving"]
+) -> ServingSummary:
+    where = f"result {index + 1}"
+    if not isinstance(obj, dict):
+        raise ParseError(f"{where} is not a JSON object but {type(obj).__name__}")
+    table = _JSON_VLLM if tool == "vllm bench serve" else _JSON_SGLANG
+    missing = [k for k in _REQUIRED_JSON[tool] if k not in obj]
+    if missing:
+        other_tool = "sglang" if tool == "vllm bench serve" else "vllm"
+        hint = f"a result of another tool (--kind {other_tool}-bench-json) or version? docs/serving.md"
+        raise ParseError(f"{where} has no {', '.join(repr(k) for k in missing)}: not a {tool} result",
+                         hint=hint)  # fmt: skip
+    fields: dict[str, Any] = {}
+    lat: dict[str, dict[str, Any]] = {}
+    other: dict[str, FigureValue] = {}
+    for key, value in obj.items():
+        name = f"{where}: {key!r}"
+        km = _LATENCY_KEY.match(key) if isinstance(key, str) else None
+        if km:
+            _latency_stat(lat, km.group("metric"), km.group("stat"), _convert("float", value, name), name)
+        elif key in table:
+            field, kind = table[key]
+            if field in fields and fields[field] is not None:
+                raise ParseError(f"{where}: {field} is stated twice")
+            fields[field] = _convert(kind, value, name)
+        elif key in _PER_REQUEST or isinstance(value, list | dict):
+            continue  # per-request lists and nested objects: not read (docs/serving.md)
+        else:
+            other[str(key)[:200]] = _scalar(value)
+    return ServingSummary(
+        tool=tool,
+        source_format="json",
+        index=index,
+        **fields,
+        **{k: StatedLatency(**v) for k, v in lat.items()},
+        other=other,
+    )
+
+
+def _json_reader(
+    tool: Literal["vllm bench serve", "sglang bench_serving"],
+) -> Callable[[str], list[ServingSummary]]:
+    @_raw_on_error
+    def parse(text: str) -> list[ServingSummary]:
+        values = json_values(text)
+        if not values:
+            raise ParseError("no JSON result in the file")
+        return [_from_json(v, i, tool) for i, v in enumerate(values)]
+
+    return parse
+
+
+parse_vllm_json = _json_reader("vllm bench serve")
+parse_sglang_jsonl = _json_reader("sglang bench_serving")
+
+
+# --- guidellm benchmarks report (JSON or YAML) -------------------------------------------------------
+
+# guidellm metric -> (ServingSummary latency, factor to milliseconds). By guidellm's definitions
+# (its docs/guides/metrics.md), its inter-token latency is per request and excludes the first
+# token: orch's TPOT; its time per output token includes the first token. guidellm states no
+# distribution of the gaps between chunks (orch's ITL).
+_GUIDELLM_LATENCY = {
+    "time_to_first_token_ms": ("ttft", 1.0),
+    "inter_token_latency_ms": ("tpot", 1.0),
+    "time_per_output_token_ms": ("tpot_with_first", 1.0),
+    "request_latency": ("e2e", 1000.0),  # seconds
+}
+# guidellm metric -> ServingSummary field, from the mean of its successful distribution
+_GUIDELLM_RATE = {
+    "requests_per_second": "request_throughput",
+    "output_tokens_per_second": "output_throughput",
+    "tokens_per_second": "total_token_throughput",
+    "request_concurrency": "mean_concurrency",
+}
+# guidellm metric -> ServingSummary field, from the total of its successful distribution
+_GUIDELLM_TOTAL = {"prompt_token_count": "total_input_tokens", "output_token_count": "total_output_tokens"}
+_GUIDELLM_REQUIRED = ("time_to_first_token_ms", "request_latency", "requests_per_second")
+
+
+def _percentile_name(key: str) -> str:
+    """guidellm's p001/p01/p05/p10/p999 as percent: p0.1, p1, p5, p10, p99.9."""
+    digits = key[1:]
+    if not digits.isdigit():
+        raise ParseError(f"percentile {key!r} is not pNN")
+    if len(digits) == 2:
+        value = float(digits)
+    else:  # p001 = 0.1, p999 = 99.9
+        value = float(digits[:2] + "." + digits[2:]) if len(digits) > 2 else float(digits)
+    return f"p{value:g}"
+
+
+def _dist(obj: Any, name: str, factor: float = 1.0) -> StatedLatency:
+    """A guidellm distribution summary ({mean, median, std_dev, min, max, count, percentiles})."""
+    if not isinstance(obj, dict):
+        raise ParseError(f"{name} is not a distribution summary")
+    num = functools.partial(_convert, "float")
+
+    def scaled(key: str) -> float | None:
+        v = num(obj.get(key), f"{name}.{key}")
+        return None if v is None else v * factor
+
+    pct = obj.get("percentiles") or {}
+    if not isinstance(pct, dict):
+        raise ParseError(f"{name}.percentiles is not an object")
+    percentiles: dict[str, float] = {}
+    for k, v in pct.items():
+        value = num(v, f"{name}.percentiles.{k}")
+        if value is not None:
+            percentiles[_percentile_name(str(k))] = value * factor
+    return StatedLatency(
+        mean=scaled("mean"), median=scaled("median"), std=scaled("std_dev"), min=scaled("min"),
+        max=scaled("max"), percentiles=percentiles, n=_convert("int", obj.get("count"), f"{name}.count"),
+    )  # fmt: skip
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _path(obj: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(k)
+    return obj
+
+
+def _guidellm_benchmark(
+    b: Any, index: int, fmt: Literal["json", "yaml"], version: str | None
+) -> ServingSummary:
+    where = f"benchmark {index + 1}"
+    if not isinstance(b, dict):
+        raise ParseError(f"{where} is not an object")
+    metrics = b.get("metrics")
+    if not isinstance(metrics, dict):
+        raise ParseError(f"{where} has no metrics", hint="a guidellm report of another schema?")
+    missing = [k for k in _GUIDELLM_REQUIRED if k not in metrics]
+    if missing:
+        raise ParseError(
+            f"{where}: metrics has no {', '.join(missing)}",
+            hint="a guidellm report of another schema? docs/serving.md names the one read",
+        )
+
+    def successful(metric: str) -> Any:
+        s = _path(metrics, metric, "successful")
+        if s is None:
+            raise ParseError(f"{where}: metrics.{metric} has no 'successful' summary")
+        return s
+
+    fields: dict[str, Any] = {}
+    for metric, (field, factor) in _GUIDELLM_LATENCY.items():
+        if metric in metrics:
+            fields[field] = _dist(successful(metric), f"{where}.metrics.{metric}.successful", factor)
+    for metric, field in _GUIDELLM_RATE.items():
+        if metric in metrics:
+            fields[field] = _convert("float", _path(successful(metric), "mean"), f"{where}.{metric}.mean")
+    for metric, field in _GUIDELLM_TOTAL.items():
+        if metric in metrics:
+            fields[field] = _convert(
+                "int", _path(successful(metric), "total_sum"), f"{where}.{metric}.total_sum"
+            )
+    totals = b.get("request_totals")
+    if not isinstance(totals, dict):
+        raise ParseError(f"{where} has no request_totals")
+    fields["completed"] = _convert("int", totals.get("successful"), f"{where}.request_totals.successful")
+    fields["failed"] = _convert("int", totals.get("errored"), f"{where}.request_totals.errored")
+    fields["incomplete"] = _convert("int", totals.get("incomplete"), f"{where}.request_totals.incomplete")
+    fields["duration_s"] = _convert("float", b.get("duration"), f"{where}.duration")
+    strategy = _path(b, "args", "strategy")
+    if not isinstance(strategy, dict):
+        strategy = {}
+    stype = _convert("str", strategy.get("type_"), f"{where}.args.strategy.type_")
+    rate = strategy.get("rate")
+    streams = strategy.get("streams")
+    if stype == "synchronous":
+        fields["max_concurrency"] = 1
+    elif streams is not None:
+        fields["max_concurrency"] = _convert("cap", streams, f"{where}.args.strategy.streams")
+    elif strategy.get("max_concurrency") is not None:
+        fields["max_concurrency"] = _convert(
+            "cap", strategy.get("max_concurrency"), f"{where}.args.strategy.max_concurrency"
+        )
+    if rate is not None:
+        fields["request_rate"] = _convert("rate", rate, f"{where}.args.strategy.rate")
+    label = f"{stype}@{rate:g}" if stype is not None and isinstance(rate, int | float) else stype
+    start = _convert("float", b.get("start_time"), f"{where}.start_time")
+    date = (
+        datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if start is not None and 0 <= start < 1e11  # epoch seconds; anything else is not a date
+        else None
+    )
+    worker = _obj(b.get("worker"))
+    loader = _obj(b.get("request_loader"))
+    other: dict[str, FigureValue] = {}
+    target = worker.get("backend_target")
+    if target is not None:
+        other["backend_target"] = _convert("str", target, f"{where}.worker.backend_target")
+    profile = _path(b, "args", "profile", "type_")
+    if profile is not None:
+        other["profile"] = _convert("str", profile, f"{where}.args.profile.type_")
+    return ServingSummary(
+        tool="guidellm", tool_version=version, source_format=fmt, index=index, label=label, date=date,
+        backend=_convert("str", worker.get("backend_type"), f"{where}.worker.backend_type"),
+        model=_convert("str", worker.get("backend_model"), f"{where}.worker.backend_model"),
+        tokenizer=_convert("str", loader.get("processor"), f"{where}.request_loader.processor"),
+        dataset=_convert("str", loader.get("data"), f"{where}.request_loader.data")
+        if isinstance(loader.get("data"), str) else None,
+        other=other, **fields,
+    )  # fmt: skip
+
+
+@_raw_on_error
+def parse_guidellm(text: str) -> list[ServingSummary]:
+    """Every benchmark of a guidellm benchmarks report, JSON or YAML."""
+    body = _body(text)
+    fmt: Literal["json", "yaml"] = "json" if body.lstrip().startswith("{") else "yaml"
+    if fmt == "json":
+        values = json_values(body)
+        if len(values) != 1:
+            raise ParseError(f"a guidellm report is one JSON document, this file holds {len(values)}")
+        doc = values[0]
+    else:
+        doc = yaml.safe_load(body)
+    benchmarks = doc.get("benchmarks") if isinstance(doc, dict) else None
+    if not isinstance(benchmarks, list) or not benchmarks:
+        raise ParseError("no 'benchmarks' list: not a guidellm benchmarks report")
+    version = _path(doc, "metadata", "guidellm_version")
+    version = version if isinstance(version, str) and len(version) <= 100 else None
+    return [_guidellm_benchmark(b, i, fmt, version) for i, b in enumerate(benchmarks)]

@@ -1,0 +1,464 @@
+"""`orch parse` on serving-benchmark results from elsewhere (vLLM, SGLang, guidellm).
+
+Every figure each recorded output states (tests/fixtures/serving/, each with its source) is
+asserted as read; then detection, and the refusals of what cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.errors import ParseError
+from orchestrator.models.serving_results import ServingSummary
+from orchestrator.parse import PARSERS, detect_kind, parse_file
+from orchestrator.workloads.servingbench import (
+    parse_console,
+    parse_guidellm,
+    parse_sglang_jsonl,
+    parse_vllm_json,
+)
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "serving"
+
+
+def _summaries(name: str) -> list[ServingSummary]:
+    return list(parse_file(FIX / name).serving)
+
+
+def _stated(s: ServingSummary) -> dict[str, Any]:
+    """The summary as a dict of what is stated (None left out), latencies' empty percentiles too."""
+    return s.model_dump(exclude_none=True)
+
+
+def _lat(mean: float | None = None, median: float | None = None, std: float | None = None,
+         max: float | None = None, n: int | None = None, **pcts: float) -> dict[str, Any]:  # fmt: skip
+    d: dict[str, Any] = {"percentiles": pcts}
+    for k, v in (("mean", mean), ("median", median), ("std", std), ("max", max), ("n", n)):
+        if v is not None:
+            d[k] = v
+    return d
+
+
+# --- vLLM console summary --------------------------------------------------------------------------
+
+
+def test_vllm_console_llama3b_every_figure() -> None:
+    (s,) = _summaries("vllm-bench-llama3b-l40s-10qps.txt")
+    assert _stated(s) == {
+        "tool": "vllm bench serve", "source_format": "console", "index": 0,
+        "model": "meta-llama/Llama-3.2-3B-Instruct",  # from the Namespace line
+        "request_rate": 10.0, "burstiness": 1.0,  # the lines vLLM prints before the block
+        # "Maximum request concurrency: None": stated as none, so no cap
+        "completed": 300, "duration_s": 36.03, "total_input_tokens": 299700, "total_output_tokens": 81050,
+        "request_throughput": 8.33, "output_throughput": 2249.25, "total_token_throughput": 10566.33,
+        "ttft": _lat(54.58, 53.00, p99=89.77),
+        "tpot": _lat(13.58, 13.51, p99=17.65),
+        "itl": _lat(13.51, 12.84, p99=34.21),
+        "other": {},
+    }  # fmt: skip
+    assert s.failed is None  # this vLLM prints no "Failed requests" line: not stated, not 0
+    assert s.e2e is None
+
+
+def test_vllm_console_jetson_every_figure() -> None:
+    (s,) = _summaries("vllm-bench-qwen3-8b-jetson-thor-c8.txt")
+    assert _stated(s) == {
+        "tool": "vllm bench serve", "source_format": "console", "index": 0,
+        "max_concurrency": 8, "completed": 100, "duration_s": 150.59,
+        "total_input_tokens": 204169, "total_output_tokens": 12419,
+        "request_throughput": 0.66, "output_throughput": 82.47, "total_token_throughput": 1438.24,
+        "ttft": _lat(974.57, 959.99, p99=2200.61),
+        "tpot": _lat(85.33, 86.05, p99=90.57),
+        "itl": _lat(85.33, 72.52, p99=361.74),
+        "other": {},
+    }  # fmt: skip
+
+
+def test_vllm_console_agrees_with_its_saved_json() -> None:
+    """The 10 QPS run's console summary and its --save-result JSON, printed after it (same run)."""
+    (console,) = _summaries("vllm-bench-llama3b-l40s-10qps.txt")
+    (run,) = _summaries("vllm-save-result-llama3b-l40s-10qps.json")
+    assert (run.date, run.model, run.request_rate, run.burstiness) == (
+        "20250530-203806", console.model, console.request_rate, console.burstiness
+    )  # fmt: skip
+    assert (run.completed, run.total_input_tokens, run.total_output_tokens) == (
+        console.completed, console.total_input_tokens, console.total_output_tokens
+    )  # fmt: skip
+    for field in ("duration_s", "request_throughput", "output_throughput", "total_token_throughput"):
+        assert round(getattr(run, field), 2) == getattr(console, field), field
+    for metric in ("ttft", "tpot", "itl"):
+        a, b = getattr(run, metric), getattr(console, metric)
+        assert (round(a.mean, 2), round(a.median, 2), round(a.p("p99"), 2)) == (b.mean, b.median, b.p("p99"))
+
+
+# --- vLLM --save-result JSON ---------------------------------------------------------------------
+
+
+def test_vllm_json_single_result_every_figure() -> None:
+    (s,) = _summaries("vllm-save-result-llama3b-l40s-10qps.json")
+    assert _stated(s) == {
+        "tool": "vllm bench serve", "source_format": "json", "index": 0, "date": "20250530-203806",
+        "backend": "vllm", "model": "meta-llama/Llama-3.2-3B-Instruct",
+        "tokenizer": "meta-llama/Llama-3.2-3B-Instruct", "num_prompts": 300, "request_rate": 10.0,
+        "burstiness": 1.0, "duration_s": 36.034275877000255, "completed": 300,
+        "total_input_tokens": 299700, "total_output_tokens": 81050,
+        "request_throughput": 8.325406649602808, "output_throughput": 2249.247363167692,
+        "total_token_throughput": 10566.328606120898,
+        "ttft": _lat(54.577085783294024, 52.999333499883505, 9.27197373989555, p99=89.76647855975897),
+        "tpot": _lat(13.577995860227945, 13.512526767533997, 0.9199628548912276, p99=17.652194109258673),
+        "itl": _lat(13.505887271504633, 12.841573499827064, 3.839438281316489, p99=34.210415409961556),
+        "other": {"deployment": "base", "gpu": "4xNVIDIA_L40S", "model": "meta-llama/Llama-3.2-3B-Instruct",
+                  "gateway": "kgateway", "prefill_replicas": "0", "decode_replicas": "4", "input_len": "1000",
+                  "output_len": "500"},
+    }  # fmt: skip
+
+
+def test_vllm_json_first_result_every_figure() -> None:
+    summaries = _summaries("vllm-save-result-llama3b-l40s.jsonl")
+    assert len(summaries) == 9
+    assert _stated(summaries[0]) == {
+        "tool": "vllm bench serve", "source_format": "json", "index": 0, "date": "20250530-194738",
+        "backend": "vllm", "model": "meta-llama/Llama-3.2-3B-Instruct",
+        "tokenizer": "meta-llama/Llama-3.2-3B-Instruct", "num_prompts": 300, "request_rate": 10.0,
+        "burstiness": 1.0, "duration_s": 35.84472489100017, "completed": 300,
+        "total_input_tokens": 299700, "total_output_tokens": 80945,
+        "request_throughput": 8.369432347779671, "output_throughput": 2258.212337970085,
+        "total_token_throughput": 10619.275253401978,
+        "ttft": _lat(54.59561144333596, 52.868896000063614, 10.45418108071603, p99=98.69780922984769),
+        "tpot": _lat(13.710971568239172, 13.686303201518745, 0.9966270621573491, p99=15.793261194984588),
+        "itl": _lat(13.73187330695019, 13.098381999952835, 4.023339545674027, p99=34.48662216016601),
+        # --metadata KEY=VALUE pairs, kept under their own names
+        "other": {"deployment": "no-features", "gpu": "4xNVIDIA_L40S",
+                  "model": "meta-llama/Llama-3.2-3B-Instruct", "gateway": "kgateway", "prefill_replicas": "0",
+                  "decode_replicas": "4", "input_len": "1000", "output_len": "500"},
+    }  # fmt: skip
+    # "max_concurrency": null and "request_goodput:": null (vLLM's old spelling): stated as none
+    assert summaries[0].max_concurrency is None and summaries[0].request_goodput is None
+
+
+KEYS = {  # vLLM's key -> how it is read
+    "duration": lambda s: s.duration_s, "completed": lambda s: s.completed,
+    "num_prompts": lambda s: s.num_prompts, "date": lambda s: s.date,
+    "total_input_tokens": lambda s: s.total_input_tokens,
+    "total_output_tokens": lambda s: s.total_output_tokens,
+    "request_throughput": lambda s: s.request_throughput, "output_throughput": lambda s: s.output_throughput,
+    "total_token_throughput": lambda s: s.total_token_throughput,
+    **{f"{stat}_{m}_ms": (lambda s, stat=stat, m=m: getattr(getattr(s, m), stat))
+       for stat in ("mean", "median", "std") for m in ("ttft", "tpot", "itl")},
+    **{f"p99_{m}_ms": (lambda s, m=m: getattr(s, m).p("p99")) for m in ("ttft", "tpot", "itl")},
+}  # fmt: skip
+
+
+def test_vllm_json_every_result_every_figure() -> None:
+    lines = (FIX / "vllm-save-result-llama3b-l40s.jsonl").read_text().splitlines()
+    summaries = _summaries("vllm-save-result-llama3b-l40s.jsonl")
+    for line, s in zip(lines, summaries, strict=True):
+        raw = json.loads(line)
+        for key, read in KEYS.items():
+            assert read(s) == raw[key], key
+        assert s.request_rate == ("inf" if raw["request_rate"] == "inf" else raw["request_rate"])
+        assert s.other["deployment"] == raw["deployment"]
+    assert [s.request_rate for s in summaries] == [10.0, 30.0, "inf"] * 3
+    assert [s.other["deployment"] for s in summaries] == ["no-features"] * 3 + ["base"] * 3 + ["kvcache"] * 3
+
+
+# --- SGLang ----------------------------------------------------------------------------------------
+
+
+def test_sglang_console_every_figure() -> None:
+    (s,) = _summaries("sglang-bench-deepseek-ocr.txt")
+    assert _stated(s) == {
+        "tool": "sglang bench_serving", "source_format": "console", "index": 0, "backend": "sglang",
+        "request_rate": "inf", "max_concurrency": 1, "completed": 10, "duration_s": 4.45,
+        "total_input_tokens": 1972, "total_output_tokens": 2784, "total_output_tokens_retokenized": 2770,
+        "request_throughput": 2.25, "input_throughput": 442.89, "output_throughput": 625.26,
+        "peak_output_throughput": 635.00, "peak_concurrent_requests": 4, "total_token_throughput": 1068.16,
+        "mean_concurrency": 1.00,
+        "e2e": _lat(443.32, 493.29),
+        "ttft": _lat(21.59, 20.89, p99=24.81),
+        "tpot": _lat(1.47, 1.52, p99=1.53),
+        "itl": _lat(1.52, 1.51, max=8.28, p95=1.76, p99=1.93),
+        "other": {"Total input text tokens": 1972, "Total input vision tokens": 0},
+    }  # fmt: skip
+
+
+def test_sglang_jsonl_h200_first_line_every_figure() -> None:
+    summaries = _summaries("sglang-bench-llama70b-h200.jsonl")
+    assert len(summaries) == 7
+    assert _stated(summaries[0]) == {
+        "tool": "sglang bench_serving", "source_format": "json", "index": 0, "backend": "sglang",
+        "dataset": "random", "request_rate": 1.0, "total_input_tokens": 152612, "total_output_tokens": 160347,
+        "total_output_tokens_retokenized": 160192, "output_throughput": 537.4142851849319,
+        "duration_s": 298.3675805060193, "completed": 300,
+        "e2e": _lat(7840.616212638561, 7819.046192569658),
+        "ttft": _lat(median=85.74514742940664),
+        "itl": _lat(median=13.638956006616354),
+        "other": {"sharegpt_output_len": None, "random_input_len": 1024, "random_output_len": 1024,
+                  "random_range_ratio": 0.0},
+    }  # fmt: skip
+    assert summaries[0].max_concurrency is None  # "max_concurrency": null
+
+
+def test_sglang_jsonl_h200_every_line() -> None:
+    lines = (FIX / "sglang-bench-llama70b-h200.jsonl").read_text().splitlines()
+    summaries = _summaries("sglang-bench-llama70b-h200.jsonl")
+    for line, s in zip(lines, summaries, strict=True):
+        raw = json.loads(line)
+        assert (s.request_rate, s.completed, s.duration_s, s.output_throughput) == (
+            raw["request_rate"], raw["completed"], raw["duration"], raw["output_throughput"]
+        )  # fmt: skip
+        assert s.ttft is not None and s.itl is not None and s.e2e is not None
+        assert (s.ttft.median, s.itl.median, s.e2e.mean, s.e2e.median) == (
+            raw["median_ttft_ms"], raw["median_itl_ms"],
+            raw["mean_e2e_latency_ms"], raw["median_e2e_latency_ms"],
+        )  # fmt: skip
+        assert (s.total_input_tokens, s.total_output_tokens, s.total_output_tokens_retokenized) == (
+            raw["total_input_tokens"], raw["total_output_tokens"], raw["total_output_tokens_retokenized"]
+        )  # fmt: skip
+
+
+def test_sglang_jsonl_issue_line_every_figure() -> None:
+    """The modern JSONL line (Infinity rate, p95 ITL, concurrency), with its stored line break."""
+    (s,) = _summaries("sglang-bench-issue12389-c16.jsonl")
+    assert _stated(s) == {
+        "tool": "sglang bench_serving", "source_format": "json", "index": 0, "backend": "sglang",
+        "dataset": "random", "request_rate": "inf", "max_concurrency": 16, "duration_s": 91.82476212800248,
+        "completed": 300, "total_input_tokens": 75000000, "total_output_tokens": 300000,
+        "total_output_tokens_retokenized": 0, "request_throughput": 3.267092590795978,
+        "input_throughput": 816773.1476989945, "output_throughput": 3267.0925907959777,
+        "mean_concurrency": 15.552023523175109,
+        "e2e": _lat(4760.202868748844, 4825.5520130333025, 698.243004441158, p99=5812.809163999625),
+        "ttft": _lat(0.0, 0.0, 0.0, p99=0.0),
+        "tpot": _lat(4.76496783658543, 4.830382395428731, 0.6989419463875456, p99=5.818627791791416),
+        "itl": _lat(0.0, 0.0, 0.0, p95=0.0, p99=0.0),
+        "other": {"sharegpt_output_len": None, "random_input_len": 250000, "random_output_len": 1000,
+                  "random_range_ratio": 1.0, "total_input_text_tokens": 75000000,
+                  "total_input_vision_tokens": 0, "accept_length": None},
+    }  # fmt: skip
+
+
+# --- guidellm --------------------------------------------------------------------------------------
+
+GUIDELLM_TTFT = _lat(
+    16.792535781860348, 16.38054847717285, 1.1303385708366516, 21.281957626342773, 46,
+    **{"p0.1": 15.790939331054688, "p1": 15.790939331054688, "p5": 15.971660614013672,
+       "p10": 16.034841537475586, "p25": 16.111373901367188, "p75": 16.840696334838867,
+       "p90": 18.505334854125977, "p95": 19.00935173034668, "p99": 21.281957626342773,
+       "p99.9": 21.281957626342773},
+)  # fmt: skip
+GUIDELLM_TTFT["min"] = 15.790939331054688
+
+
+@pytest.mark.parametrize("name", ["guidellm-benchmarks-stripped.json", "guidellm-benchmarks-stripped.yaml"])
+def test_guidellm_report_every_figure(name: str) -> None:
+    (s,) = _summaries(name)
+    d = _stated(s)
+    latencies = {k: d.pop(k) for k in ("ttft", "tpot", "tpot_with_first", "e2e")}
+    assert d == {
+        "tool": "guidellm", "source_format": name.rsplit(".", 1)[1], "index": 0, "label": "synchronous",
+        "date": "2025-06-05T20:59:28Z", "backend": "openai_http", "model": "example_model",
+        "tokenizer": "example_processor", "dataset": "prompt_tokens=256,output_tokens=128",
+        "max_concurrency": 1,  # a synchronous benchmark: one request at a time
+        "mean_concurrency": 0.9977627456483604, "completed": 46, "failed": 0, "incomplete": 1,
+        "duration_s": 29.997201442718506, "total_input_tokens": 11827, "total_output_tokens": 5888,
+        "request_throughput": 1.5481806532737452, "output_throughput": 198.13346751788123,
+        "total_token_throughput": 992.6867036588937,
+        "other": {"backend_target": "example_target", "profile": "sweep"},
+    }  # fmt: skip
+    assert latencies["ttft"] == GUIDELLM_TTFT
+    assert latencies["tpot"]["n"] == latencies["tpot_with_first"]["n"] == latencies["e2e"]["n"] == 46
+    # guidellm's inter-token latency (per request, first token excluded) is orch's TPOT ...
+    assert (latencies["tpot"]["mean"], latencies["tpot"]["percentiles"]["p99"]) == (
+        4.941609043733832, 5.258346167136365
+    )  # fmt: skip
+    # ... and its time per output token (first token included) is kept as such
+    assert (latencies["tpot_with_first"]["mean"], latencies["tpot_with_first"]["percentiles"]["p99"]) == (
+        4.90300272307966, 5.217265337705612
+    )  # fmt: skip
+    assert s.itl is None  # guidellm states no distribution of the gaps between chunks
+    # request_latency is stated in seconds; read in ms
+    assert latencies["e2e"]["mean"] == 0.6444743664368339 * 1000
+    assert latencies["e2e"]["percentiles"]["p99"] == 0.6891846656799316 * 1000
+
+
+def test_guidellm_figures_match_guidellm_own_console() -> None:
+    """guidellm's own table for this report (benchmarks_stripped_output.txt at the same commit):
+    Per Second 1.55, Concurrency 1.00, Out Tok/sec 198.1, Tot Tok/sec 992.7, Req Latency (sec)
+    0.64/0.64/0.69, TTFT 16.8/16.4/21.3, ITL 4.9/4.9/5.3, TPOT 4.9/4.9/5.2 (mean/median/p99)."""
+    (s,) = _summaries("guidellm-benchmarks-stripped.json")
+    assert s.ttft and s.tpot and s.tpot_with_first and s.e2e
+    assert (round(s.request_throughput or 0, 2), round(s.mean_concurrency or 0, 2)) == (1.55, 1.00)
+    assert (round(s.output_throughput or 0, 1), round(s.total_token_throughput or 0, 1)) == (198.1, 992.7)
+
+    def row(lat: Any, scale: float = 1.0) -> tuple[float, ...]:
+        return tuple(round(v / scale, 2 if scale > 1 else 1) for v in (lat.mean, lat.median, lat.p("p99")))
+
+    assert row(s.e2e, 1000) == (0.64, 0.64, 0.69)
+    assert row(s.ttft) == (16.8, 16.4, 21.3)
+    assert row(s.tpot) == (4.9, 4.9, 5.3)  # guidellm's "ITL" column: not swapped, the p99s differ
+    assert row(s.tpot_with_first) == (4.9, 4.9, 5.2)  # guidellm's "TPOT" column
+
+
+# --- orch's own levels in the same terms -----------------------------------------------------------
+
+
+def test_an_orch_level_becomes_a_summary() -> None:
+    from orchestrator.models.results import Percentiles
+    from orchestrator.models.serving_results import LevelSummary
+
+    def pct(n: int, mean: float, p50: float, p95: float | None, p99: float | None) -> Percentiles:
+        return Percentiles(n=n, mean=mean, p50=p50, p95=p95, p99=p99)
+
+    level = LevelSummary(
+        level="c8", n=120, ok=118, errors=1, aborted=1, duration_s=30.5,
+        ttft_ms=pct(118, 20.0, 18.0, 40.0, 55.0), itl_ms=pct(1800, 5.0, 4.8, 7.0, 9.0),
+        tpot_ms=pct(118, 5.1, 5.0, 6.0, 6.5), e2e_ms=pct(118, 100.0, 95.0, 150.0, None),
+        input_tokens_per_s=300.0, output_tokens_per_s=60.0, requests_per_s=3.9, error_rate=1 / 120,
+        abort_rate=1 / 120, goodput=0.95, output_tokens=1830,
+    )  # fmt: skip
+    s = ServingSummary.from_level(level, model="lab-tiny")
+    assert (s.tool, s.label, s.max_concurrency, s.request_rate) == ("orch", "c8", 8, None)
+    assert (s.completed, s.failed, s.incomplete, s.duration_s) == (118, 1, 1, 30.5)
+    assert (s.output_throughput, s.request_throughput, s.total_output_tokens) == (60.0, 3.9, 1830)
+    assert s.ttft is not None and s.ttft.p("p99") == 55.0 and s.ttft.n == 118 and s.ttft.median == 18.0
+    assert s.e2e is not None and s.e2e.p("p99") is None  # hidden below n = 100 stays unstated
+    assert s.other["goodput_share"] == 0.95
+    rate = ServingSummary.from_level(level.model_copy(update={"level": "r0.5"}))
+    assert (rate.request_rate, rate.max_concurrency) == (0.5, None)
+
+
+# --- detection, CLI --------------------------------------------------------------------------------
+
+
+def test_detection_by_text_not_name(tmp_path: Path) -> None:
+    for src, kind in (("vllm-bench-qwen3-8b-jetson-thor-c8.txt", "vllm-bench"),
+                      ("sglang-bench-deepseek-ocr.txt", "sglang-bench"),
+                      ("vllm-save-result-llama3b-l40s.jsonl", "vllm-bench-json"),
+                      ("sglang-bench-issue12389-c16.jsonl", "sglang-bench-json"),
+                      ("guidellm-benchmarks-stripped.yaml", "guidellm")):  # fmt: skip
+        renamed = tmp_path / "result.out"
+        renamed.write_text((FIX / src).read_text())
+        assert parse_file(renamed).kind == kind
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    out, err = capsys.readouterr()
+    return int(info.value.code or 0), out, err
+
+
+def test_cli_json_has_every_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(["parse", "--json", str(FIX / "vllm-save-result-llama3b-l40s.jsonl")], capsys)
+    (doc,) = json.loads(out)
+    assert rc == 0 and doc["kind"] == "vllm-bench-json" and len(doc["serving"]) == 9
+    assert doc["serving"][2]["request_rate"] == "inf"  # JSON, not a bare Infinity
+    assert doc["serving"][0]["ttft"]["percentiles"]["p99"] == 98.69780922984769
+
+
+def test_cli_table(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(["parse", str(FIX / "sglang-bench-deepseek-ocr.txt")], capsys)
+    flat = " ".join(out.split())
+    assert rc == 0 and "sglang bench_serving" in flat and "20.89/24.81" in flat and "625.26" in flat
+
+
+def test_cli_escapes_text_from_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A model name is data: Rich markup and escape sequences from the file are shown as text."""
+    line = json.loads((FIX / "vllm-save-result-llama3b-l40s.jsonl").read_text().splitlines()[0])
+    line["model_id"] = "[bold red]x[/bold red]\x1b[2J"
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(line))
+    rc, out, _ = _run(["parse", str(f)], capsys)
+    assert rc == 0 and "[bold red]x[/bold red]" in out and "\x1b[2J" not in out
+
+
+# --- refusals --------------------------------------------------------------------------------------
+
+
+def _refused(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    f = tmp_path / "pasted.txt"
+    f.write_text(text)
+    rc, _, err = _run(["parse", *args, str(f)], capsys)
+    msg = " ".join(err.split())
+    assert rc == 2 and "Traceback" not in err and "pasted.txt" in msg, msg
+    return msg
+
+
+def test_truncated_console_summary_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (FIX / "vllm-bench-qwen3-8b-jetson-thor-c8.txt").read_text()
+    cut = text[: text.index("P99 TPOT")]
+    msg = _refused(tmp_path, cut, capsys)
+    assert "summary 1 is cut short: no closing ==== line" in msg
+
+
+def test_summary_without_its_counts_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (FIX / "vllm-bench-qwen3-8b-jetson-thor-c8.txt").read_text()
+    msg = _refused(tmp_path, text.replace("Successful requests:                     100\n", ""), capsys)
+    assert "summary 1 states no 'Successful requests'" in msg
+
+
+@pytest.mark.parametrize(
+    ("label", "new", "why"),
+    [
+        ("Mean TTFT (ms):", "Mean TTFT (ms):    n/a", "Mean TTFT (ms) is not a number: 'n/a'"),
+        ("Successful requests:", "Successful requests:    99.5", "Successful requests is not a count"),
+        ("Median ITL (ms):", "Median ITL (ms) 72.52", "not 'label: value'"),
+        ("P99 ITL (ms):", "P99 ITL (ms): 361.74\nP99 ITL (ms): 1.0", "'P99 ITL (ms)' is stated twice"),
+    ],
+)
+def test_bad_summary_line_is_refused(
+    label: str, new: str, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = (FIX / "vllm-bench-qwen3-8b-jetson-thor-c8.txt").read_text().splitlines()
+    (at,) = [k for k, ln in enumerate(lines) if ln.startswith(label)]
+    lines[at] = new
+    assert why in _refused(tmp_path, "\n".join(lines) + "\n", capsys)
+
+
+def test_truncated_json_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (FIX / "vllm-save-result-llama3b-l40s.jsonl").read_text()
+    msg = _refused(tmp_path, text[: len(text) // 2], capsys)
+    assert "JSON value 5 (line 5) is not valid JSON" in msg
+
+
+def test_json_of_another_tool_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sglang = (FIX / "sglang-bench-llama70b-h200.jsonl").read_text()
+    msg = _refused(tmp_path, sglang, capsys, "--kind", "vllm-bench-json")
+    assert "result 1 has no 'model_id': not a vllm bench serve result" in msg
+    msg = _refused(tmp_path, '{"accuracy": 0.9, "n": 3}\n', capsys)
+    assert "cannot tell what tool wrote this file" in msg and "vllm-bench-json" in msg
+
+
+def test_guidellm_report_of_another_schema_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = json.loads((FIX / "guidellm-benchmarks-stripped.json").read_text())
+    del doc["benchmarks"][0]["metrics"]["time_to_first_token_ms"]
+    msg = _refused(tmp_path, json.dumps(doc), capsys)
+    assert "benchmark 1: metrics has no time_to_first_token_ms" in msg
+    doc["benchmarks"] = []
+    assert "no 'benchmarks' list" in _refused(tmp_path, json.dumps(doc), capsys, "--kind", "guidellm")
+
+
+def test_truncated_guidellm_yaml_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (FIX / "guidellm-benchmarks-stripped.yaml").read_text()
+    cut = text[: text.index("request_totals:")]  # the report's head only: metrics, then nothing
+    msg = _refused(tmp_path, cut, capsys)
+    assert "benchmark 1" in msg
+
+
+def test_every_serving_parser_keeps_the_raw_text() -> None:
+    for fn in (parse_console, parse_vllm_json, parse_sglang_jsonl, parse_guidellm):
+        with pytest.raises(ParseError) as info:
+            fn("nothing here")
+        assert info.value.raw == "nothing here"
+
+
+def test_serving_kinds_are_registered() -> None:
+    assert {"vllm-bench", "vllm-bench-json", "sglang-bench", "sglang-bench-json", "guidellm"} <= set(PARSERS)
+    assert detect_kind((FIX / "sglang-bench-llama70b-h200.jsonl").read_text()) == "sglang-bench-json"
