@@ -253,8 +253,8 @@ class Comparison(StrictModel):
             lo, hi = (math.exp(-worst.change.band) - 1) * 100, (math.exp(worst.change.band) - 1) * 100
             out.append(
                 f"{d.collective} worse at sizes {', '.join(map(str, d.flagged_sizes))} "
-                f"(busbw B/A {pct:+.0f}% at {worst.size_bytes} B, median of {worst.n_b} B against "
-                f"{worst.n_a} A runs; the noise band from A against A is {lo:+.0f}%..{hi:+.0f}%)"
+                f"(busbw B/A {pct:+.0f}% at {worst.size_bytes} B; {_runs(worst.n_b)} of B against "
+                f"{_runs(worst.n_a)} of A; the noise band from A against A is {lo:+.0f}%..{hi:+.0f}%)"
             )
         if self.serving is not None and self.serving.direction == "worse":
             out.append(f"serving worse: {self.serving.reason}")
@@ -267,6 +267,10 @@ class NodeState(StrictModel):
     node: str
     holds: Literal["A", "B", "mixed"]
     detail: str = ""
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 class MigrateRun(StrictModel):
