@@ -8,6 +8,7 @@ unavailable.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -249,9 +250,11 @@ class Comparison(StrictModel):
                 (s for s in d.sizes if s.size_bytes in d.flagged_sizes), key=lambda s: s.change.log_ratio
             )
             pct = (worst.change.b / worst.change.a - 1) * 100
+            lo, hi = (math.exp(-worst.change.band) - 1) * 100, (math.exp(worst.change.band) - 1) * 100
             out.append(
                 f"{d.collective} worse at sizes {', '.join(map(str, d.flagged_sizes))} "
-                f"(busbw {pct:+.0f}% at {worst.size_bytes} B, beyond the band ±{worst.change.band:.3f} ln)"
+                f"(busbw B/A {pct:+.0f}% at {worst.size_bytes} B; {_runs(worst.n_b)} of B against "
+                f"{_runs(worst.n_a)} of A; the noise band from A against A is {lo:+.0f}%..{hi:+.0f}%)"
             )
         if self.serving is not None and self.serving.direction == "worse":
             out.append(f"serving worse: {self.serving.reason}")
@@ -264,6 +267,10 @@ class NodeState(StrictModel):
     node: str
     holds: Literal["A", "B", "mixed"]
     detail: str = ""
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 class MigrateRun(StrictModel):

@@ -33,8 +33,8 @@ PLAN = (
     "name: migrate-lab\n"
     "ladder: {nodes: '1..N', ranks_per_node: [2]}\n"
     "collectives: [all_reduce]\n"
-    "sizes: {min: 4K, max: 4M, factor: 4}\n"
-    "warmup_iters: 3\niters: 15\nstep_timeout_s: 120\nrun_timeout_s: 1200\n"
+    "sizes: {min: 16K, max: 1M, factor: 4}\n"
+    "warmup_iters: 2\niters: 10\nstep_timeout_s: 120\nrun_timeout_s: 1200\n"
     "faults:\n"
     "  - {kind: delay, step: n2xg2, at_s: 0.3, target: 'node2:fab0', duration: 1s, params: {delay_ms: 1}}\n"
 )
@@ -60,7 +60,8 @@ def test_a_worse_stack_killed_in_its_canary_resumes_fails_the_compare_and_rolls_
     proc = spawn(env, "migrate", "run", "-i", str(inv), "--from", "cpu-gloo", "--to", "cpu-gloo-slow",
                  "--plan", str(plan), "--out", str(root))  # fmt: skip
     try:
-        # the canary (node1) is installing B: its venv (A's) was removed first
+        # the canary (node1) is installing B: its venv (A's) was removed first, so node1 is
+        # neither A nor B now (the node's pip goes on after orch dies: resume must stop it)
         wait_for(lambda: any((INSTALL_TASK, "node1") in started_tasks(p) for p in root.glob("*/provision")),
                  "the canary's install of cpu-gloo-slow", 600)  # fmt: skip
         children = psutil.Process(proc.pid).children(recursive=True)
@@ -98,7 +99,7 @@ def test_a_worse_stack_killed_in_its_canary_resumes_fails_the_compare_and_rolls_
     # the rollback proof: every node equals the frozen reference, package and env hashes included
     ref = json.loads((run_dir / "reference.json").read_text())
     cert = state["certification"]
-    assert cert["ok"] and cert["against"] == "reference"
+    assert cert["against"] == "reference" and sorted(n["node"] for n in cert["nodes"]) == ["node1", "node2"]
     for node in cert["nodes"]:
         assert node["ok"] and node["packages_hash"] == ref["nodes"][node["node"]]["packages_hash"]
         assert node["env_hash"] == ref["nodes"][node["node"]]["env_hash"]
