@@ -1,0 +1,224 @@
+"""scale-test runs a serving plan end to end on the local backend, with a stand-in engine.
+
+The "engine" is tests/unit/sse_server.py run as a program (a test double, not a real engine's
+output), installed as `<prefix>/bin/transformers` of a fake stack prefix: orch builds the
+`transformers serve` command line from the plan and starts it through the local scheduler, as it
+would start the real one. The tests check the run's files, figures, verdicts and exit codes, and
+that the engine process is gone (by its PID) after success, after a failing threshold, after an
+engine that never became healthy, and after SIGTERM of orch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from orchestrator.errors import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, EXIT_THRESHOLDS, ConfigError
+from orchestrator.pipeline import ScaleTestRequest, scale_test
+from orchestrator.store.load import load_run
+
+SSE = Path(__file__).with_name("sse_server.py")
+REPO = Path(__file__).resolve().parents[2]
+
+PLAN = """
+name: serve-test
+collectives: []
+serving:
+  - name: fake
+    engine: transformers
+    model: {{path: /opt/orch/models/fake}}
+    dtype: float32
+    engine_args: ["--continuous-batching"]
+    load:
+      concurrency: [1, 4]
+      input_tokens: {{kind: fixed, tokens: 8}}
+      output_tokens: {{kind: fixed, tokens: 4}}
+      requests: {requests}
+      warmup_requests: 2
+      request_timeout_s: 30
+    slos: {{ttft_p99_ms: 60000}}
+    thresholds: {{max_ttft_p99_ms: {ttft_limit}}}
+    price_per_node_hour: 2.0
+    health_timeout_s: {health}
+step_timeout_s: 300
+"""
+
+
+def setup(tmp_path: Path, *, engine_flags: str = "", ttft_limit: str = "60000", health: int = 60,
+          requests: int = 100) -> tuple[ScaleTestRequest, Path]:  # fmt: skip
+    """A local inventory, the plan, and a stack prefix whose bin/transformers is the stand-in."""
+    inv = tmp_path / "local.ini"
+    inv.write_text("localhost ansible_connection=local gpu_vendor=none gpus_per_node=1\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.format(ttft_limit=ttft_limit, health=health, requests=requests))
+    bindir = tmp_path / "prefix" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "python").symlink_to(sys.executable)
+    pids = tmp_path / "engine.pids"
+    engine = bindir / "transformers"
+    engine.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" "{SSE}" --pid-file "{pids}" {engine_flags} "$@"\n'
+    )
+    engine.chmod(0o755)
+    req = ScaleTestRequest(
+        inventory=inv, plan=str(plan), out_dir=tmp_path / "runs", python=str(bindir / "python")
+    )
+    return req, pids
+
+
+def engine_pids(pids: Path) -> list[int]:
+    return [int(x) for x in pids.read_text().split()] if pids.exists() else []
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_serving_plan_runs_end_to_end(tmp_path: Path) -> None:
+    req, pids = setup(tmp_path)
+    result = scale_test(req)
+    assert result.exit_code == EXIT_OK, [r.reasons for r in result.serving]
+    (step,) = result.serving
+    assert step.step.id == "fake-r1" and step.verdict == "pass"
+    run = result.run_dir
+    # the engine's command came from the plan, and its log is kept in the step folder
+    (eng,) = step.engines
+    assert eng.argv[1:4] == ["serve", "/opt/orch/models/fake", "--device"]
+    assert "--continuous-batching" in eng.argv and eng.argv[eng.argv.index("--host") + 1] == "127.0.0.1"
+    assert eng.health == "healthy" and eng.load_to_health_s is not None
+    assert eng.load_to_first_answer_s is not None and eng.load_to_first_answer_s >= eng.load_to_health_s
+    log = (run / "steps/fake-r1/engine-localhost.log").read_text()
+    assert "stand-in engine for /opt/orch/models/fake" in log
+    # records per level, warm-up included and marked; the figures with their n
+    for level in ("c1", "c4"):
+        lines = (run / f"steps/fake-r1/records-{level}.jsonl").read_text().splitlines()
+        recs = [json.loads(x) for x in lines]
+        assert len(recs) == 102 and sum(r["warmup"] for r in recs) == 2
+        assert {r["status"] for r in recs} == {"ok"} and {r["level"] for r in recs} == {level}
+    levels = {lv.level: lv for lv in step.levels}
+    assert list(levels) == ["c1", "c4"]
+    s = levels["c4"].summary
+    assert s is not None and s.n == 100 and s.ttft_ms.n == 100 and s.ttft_ms.p99 is not None
+    assert s.itl_ms.n == 300 and s.output_tokens == 400 and s.goodput == 1.0
+    cost = levels["c4"].cost
+    assert cost is not None and cost.price_per_node_hour == 2.0 and cost.nodes == 1
+    assert cost.source == "plan price_per_node_hour 2" and cost.per_million_output_tokens is not None
+    # the engine is gone, and the run reads back with its serving step
+    (pid,) = engine_pids(pids)
+    assert gone(pid)
+    rec = load_run(run)
+    assert rec.status == "accepted" and [s.step.id for s in rec.serving] == ["fake-r1"]
+    assert rec.nodes == {"localhost": "pass"}
+
+
+def test_unmeetable_ttft_p99_threshold_exits_1_naming_step_level_and_figure(tmp_path: Path) -> None:
+    # the stand-in waits 2 ms before each first token: a TTFT p99 of 0.5 ms cannot be met
+    req, pids = setup(tmp_path, engine_flags="--ttft 0.002", ttft_limit="0.5")
+    result = scale_test(req)
+    assert result.exit_code == EXIT_THRESHOLDS and result.status == "failed"
+    (step,) = result.serving
+    assert step.verdict == "fail"
+    for level in ("c1", "c4"):
+        assert any(r.startswith(f"step fake-r1, level {level}: TTFT p99 ") and "> 0.5 ms (n=100)" in r
+                   for r in step.reasons), step.reasons  # fmt: skip
+    assert all(gone(p) for p in engine_pids(pids)) and engine_pids(pids)
+
+
+def test_p99_threshold_on_too_few_ok_requests_is_missed_not_passed(tmp_path: Path) -> None:
+    from orchestrator.models.results import Percentiles
+    from orchestrator.models.serving import ServingWorkload
+    from orchestrator.models.serving_results import LevelSummary
+    from orchestrator.runs.serving import threshold_failures
+
+    w = ServingWorkload.model_validate({
+        "name": "w", "engine": "transformers", "model": {"path": "/m"},
+        "load": {"concurrency": [1], "input_tokens": {"kind": "fixed", "tokens": 1},
+                 "output_tokens": {"kind": "fixed", "tokens": 1}, "requests": 100},
+        "thresholds": {"max_ttft_p99_ms": 100},
+    })  # fmt: skip
+    few = Percentiles(n=40, p50=1.0, p95=2.0, p99=None)
+    s = LevelSummary(level="c1", n=100, ok=40, errors=60, aborted=0, duration_s=1.0, ttft_ms=few,
+                     itl_ms=few, tpot_ms=few, e2e_ms=few)  # fmt: skip
+    (why,) = threshold_failures("w-r1", w, s)
+    assert why.startswith("step w-r1, level c1: TTFT p99 not defined (n=40 < 100)")
+
+
+def test_engine_that_never_becomes_healthy_fails_the_step_within_its_bound(tmp_path: Path) -> None:
+    req, pids = setup(tmp_path, engine_flags="--never-healthy", health=2)
+    result = scale_test(req)
+    assert result.exit_code == EXIT_INFRA
+    (step,) = result.serving
+    assert step.verdict == "infra"
+    bound = "did not answer /health within 2 s (health_timeout_s)"
+    assert any(bound in r for r in step.reasons), step.reasons
+    assert step.engines[0].health == "timeout" and step.levels == []
+    assert not list((result.run_dir / "steps/fake-r1").glob("records-*"))
+    assert all(gone(p) for p in engine_pids(pids)) and engine_pids(pids)
+
+
+def test_engine_that_exits_ends_the_step_naming_its_log(tmp_path: Path) -> None:
+    # an unknown subcommand: the stand-in exits at once with argparse's message
+    req, _ = setup(tmp_path, engine_flags="bogus")
+    result = scale_test(req)
+    assert result.exit_code == EXIT_INFRA
+    (step,) = result.serving
+    assert step.engines[0].health == "exited"
+    assert any("ended before it answered /health" in r and "invalid choice" in r for r in step.reasons)
+
+
+def test_sigterm_of_orch_stops_the_engine(tmp_path: Path) -> None:
+    # slow enough that the run is still driving load when SIGTERM comes
+    req, pids = setup(tmp_path, engine_flags="--ttft 0.02 --itl 0.01", requests=2000)
+    code = (
+        "import sys\n"
+        "from orchestrator.pipeline import ScaleTestRequest, scale_test\n"
+        "from orchestrator.errors import OrchError\n"
+        f"req = ScaleTestRequest.model_validate_json({req.model_dump_json()!r})\n"
+        "try:\n    sys.exit(scale_test(req).exit_code)\n"
+        "except OrchError as e:\n    sys.exit(e.exit_code)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path)
+    try:
+        records = tmp_path / "runs"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            files = list(records.glob("*/steps/fake-r1/records-c1.jsonl"))
+            if files and len(files[0].read_text().splitlines()) > 5:
+                break
+            assert proc.poll() is None, "orch ended before it drove load"
+            time.sleep(0.2)
+        else:
+            pytest.fail("no records were written")
+        (pid,) = engine_pids(pids)
+        assert not gone(pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == EXIT_INTERRUPTED
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert gone(pid)
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("*/journal.jsonl")]
+    assert json.loads((run / "result.json").read_text())["status"] == "interrupted"
+    events = [json.loads(x).get("event") for x in (run / "journal.jsonl").read_text().splitlines()]
+    assert "engines_stopped" in events
+
+
+def test_gpu_engine_on_cpu_nodes_is_refused_before_a_run_exists(tmp_path: Path) -> None:
+    req, _ = setup(tmp_path)
+    plan = Path(req.plan or "")
+    plan.write_text(plan.read_text().replace("engine: transformers", "engine: vllm"))
+    with pytest.raises(ConfigError, match="engine vllm needs GPUs, and localhost has gpu_vendor none"):
+        scale_test(req)
+    assert not (tmp_path / "runs").exists()
