@@ -222,3 +222,18 @@ def test_gpu_engine_on_cpu_nodes_is_refused_before_a_run_exists(tmp_path: Path) 
     with pytest.raises(ConfigError, match="engine vllm needs GPUs, and localhost has gpu_vendor none"):
         scale_test(req)
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_terminal_shows_percentiles_with_n_tokens_goodput_cost_and_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.cli.run import render_result
+
+    req, _ = setup(tmp_path)
+    render_result(scale_test(req))
+    shown = capsys.readouterr().out
+    for text in ("TTFT ms", "ITL ms", "TPOT ms", "(n=100)", "out tok/s", "goodput", "cost/1M out", "100.0%"):
+        assert text in shown, text
+    assert "fake-r1 c4: cost " in shown and "= 2/node-hour x 1 node(s)" in shown
+    assert "price from plan price_per_node_hour 2" in shown
+    assert "model load time to health" in shown and "verdict: accepted (exit 0)" in shown
