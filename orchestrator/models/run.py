@@ -84,6 +84,7 @@ class RunRecord(StrictModel):
     cluster: Cluster | None = None
     step_ids: list[str] = Field(default_factory=list, description="the ladder, in order")
     steps: list[StepResult] = Field(default_factory=list, description="finished steps, ladder order")
+    serving_ids: list[str] = Field(default_factory=list, description="the serving steps planned, in order")
     serving: list[ServingStepResult] = Field(
         default_factory=list, description="finished serving steps, plan order"
     )

@@ -188,13 +188,16 @@ def load_run(run_dir: Path) -> RunRecord:
     if not step_ids:
         step_ids = [s.step.id for s in steps]
     serving: list[ServingStepResult] = list(result.serving) if result is not None else []
+    planned_serving = _json_file(run_dir, run_dir / SERVING_STEPS_FILE, warnings) or {}
+    serving_ids: list[str] = []
+    for raw in planned_serving.get("steps", []):
+        sid = str(raw.get("id", "")) if isinstance(raw, dict) else ""
+        if not is_name(sid):
+            warnings.append(f"{SERVING_STEPS_FILE}: a step id that is not a plain name")
+            continue
+        serving_ids.append(sid)
     if result is None:
-        planned_serving = _json_file(run_dir, run_dir / SERVING_STEPS_FILE, warnings) or {}
-        for raw in planned_serving.get("steps", []):
-            sid = str(raw.get("id", "")) if isinstance(raw, dict) else ""
-            if not is_name(sid):
-                warnings.append(f"{SERVING_STEPS_FILE}: a step id that is not a plain name")
-                continue
+        for sid in serving_ids:
             path = under(run_dir, "steps", sid, what="step folder") / SERVING_RESULT
             before = len(warnings)
             sres = _model(ServingStepResult, run_dir, path, warnings)
@@ -265,6 +268,7 @@ def load_run(run_dir: Path) -> RunRecord:
         cluster=cluster,
         step_ids=step_ids,
         steps=steps,
+        serving_ids=serving_ids,
         serving=serving,
         nodes=nodes,
         recovery=recovery,

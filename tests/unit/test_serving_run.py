@@ -37,6 +37,7 @@ serving:
     model: {{path: /opt/orch/models/fake}}
     dtype: float32
     engine_args: ["--continuous-batching"]
+    replicas: {replicas}
     load:
       concurrency: [1, 4]
       input_tokens: {{kind: fixed, tokens: 8}}
@@ -53,12 +54,13 @@ step_timeout_s: 300
 
 
 def setup(tmp_path: Path, *, engine_flags: str = "", ttft_limit: str = "60000", health: int = 60,
-          requests: int = 100) -> tuple[ScaleTestRequest, Path]:  # fmt: skip
+          requests: int = 100, hosts: tuple[str, ...] = ("localhost",),
+          replicas: str = "[1]") -> tuple[ScaleTestRequest, Path]:  # fmt: skip
     """A local inventory, the plan, and a stack prefix whose bin/transformers is the stand-in."""
     inv = tmp_path / "local.ini"
-    inv.write_text("localhost ansible_connection=local gpu_vendor=none gpus_per_node=1\n")
+    inv.write_text("".join(f"{h} ansible_connection=local gpu_vendor=none gpus_per_node=1\n" for h in hosts))
     plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN.format(ttft_limit=ttft_limit, health=health, requests=requests))
+    plan.write_text(PLAN.format(ttft_limit=ttft_limit, health=health, requests=requests, replicas=replicas))
     bindir = tmp_path / "prefix" / "bin"
     bindir.mkdir(parents=True)
     (bindir / "python").symlink_to(sys.executable)
@@ -237,3 +239,46 @@ def test_the_terminal_shows_percentiles_with_n_tokens_goodput_cost_and_verdict(
     assert "fake-r1 c4: cost " in shown and "= 2/node-hour x 1 node(s)" in shown
     assert "price from plan price_per_node_hour 2" in shown
     assert "model load time to health" in shown and "verdict: accepted (exit 0)" in shown
+
+
+def test_the_results_store_keeps_each_level_with_its_n(tmp_path: Path) -> None:
+    from orchestrator.store.db import ResultsStore, default_store_path
+
+    req, _ = setup(tmp_path)
+    result = scale_test(req)
+    with ResultsStore.open(default_store_path(tmp_path / "runs")) as store:
+        step = store.conn.execute(
+            "SELECT engine, verdict, load_to_health_s FROM serving_steps WHERE run_id = ?", (result.run_id,)
+        ).fetchall()
+        levels = store.conn.execute(
+            "SELECT level, node, n, ttft_n, ttft_p99_ms, itl_n, goodput, cost_per_million_output_tokens "
+            "FROM serving_levels WHERE run_id = ? ORDER BY level",
+            (result.run_id,),
+        ).fetchall()
+        run = store.conn.execute(
+            "SELECT steps_planned, steps_done FROM runs WHERE run_id = ?", (result.run_id,)
+        ).fetchone()
+    assert [tuple(r)[:2] for r in step] == [("transformers", "pass")] and step[0][2] is not None
+    assert [(r[0], r[1], r[2], r[3], r[5], r[6]) for r in levels] == [
+        ("c1", "", 100, 100, 300, 1.0),
+        ("c4", "", 100, 100, 300, 1.0),
+    ]
+    assert all(r[4] is not None and r[7] is not None for r in levels)
+    assert tuple(run) == (1, 1)
+
+
+def test_replicas_each_get_an_engine_and_their_own_figures(tmp_path: Path) -> None:
+    # two hosts of this machine: r1 on the first, r2 on both (each engine on its own port)
+    req, pids = setup(tmp_path, hosts=("alpha", "beta"), replicas='"1,N"')
+    result = scale_test(req)
+    assert result.exit_code == EXIT_OK, [r.reasons for r in result.serving]
+    r1, r2 = result.serving
+    assert (r1.step.id, r2.step.id) == ("fake-r1", "fake-r2")
+    assert [e.node for e in r2.engines] == ["alpha", "beta"] and len({e.url for e in r2.engines}) == 2
+    for lv in r2.levels:
+        assert lv.summary is not None and set(lv.per_node) == {"alpha", "beta"}
+        assert sum(s.n for s in lv.per_node.values()) == lv.summary.n == 100
+        assert lv.cost is not None and lv.cost.nodes == 2
+    assert r1.levels[0].per_node == {}
+    assert len(engine_pids(pids)) == 3 and all(gone(p) for p in engine_pids(pids))
+    assert (result.run_dir / "steps/fake-r2/engine-beta.log").exists()
