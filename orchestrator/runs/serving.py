@@ -53,7 +53,7 @@ from orchestrator.models.serving_results import (
     ServingStepResult,
 )
 from orchestrator.remote.base import NodeShell
-from orchestrator.remote.nodefiles import NodeFiles, node_files, run_data_layout
+from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits
@@ -162,6 +162,57 @@ def http_ok(url: str, timeout: float) -> bool:
         return False
     finally:
         conn.close()
+
+
+def engine_job(
+    plan: Plan,
+    cluster: Cluster,
+    step: ServingStep,
+    w: ServingWorkload,
+    name: str,
+    *,
+    port: int,
+    here: bool,
+    bindir: str,
+    env: dict[str, str],
+    folder: Path,
+    root: Path,
+    layout: RunDataLayout,
+) -> tuple[EngineRun, JobSpec]:
+    """The engine of one replica on node `name` and its job: on this machine (here) a process
+    listening on 127.0.0.1, its log written into the step folder; on Slurm a one-task job on the
+    node, listening on its fabric address (else its address), its output (sbatch --output) in the
+    step's folder on the node, its script in the step folder here."""
+    node = cluster.node(name)
+    host = LOCAL_ADDR if here else str(node.fabric_address or node.address)
+    argv = engine_argv(w, bindir=bindir, host=host, port=port, gpu_vendor=node.gpu_vendor)
+    log_name = f"engine-{name}.log"
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    engine = EngineRun(node=name, url=url, argv=argv, log=(folder / log_name).relative_to(root).as_posix())
+    if here:
+        workdir, output, script = folder / f"engine-{name}", folder / log_name, None
+    else:
+        workdir = layout.node_path("steps", step.id)
+        output = layout.node_path("steps", step.id, log_name)
+        script = folder.absolute() / f"engine-{name}.sbatch"
+    spec = JobSpec(
+        name=f"orch-{plan.name}-{step.id}",
+        step_id=step.id,
+        nodes=[] if here else [name],
+        nnodes=1,
+        ranks_per_node=1,
+        gpus_per_node=0 if node.gpu_vendor == "none" else step.gpus_per_replica_node,
+        argv=argv,
+        env=dict(env),
+        time_limit_s=plan.step_timeout_s + JOB_MARGIN_S,
+        workdir=workdir,
+        output=output,
+        rank_logs=False,
+        script=script,
+        partition=plan.partition or cluster.vars.orch_partition,
+        notes=[f"orch serving step {step.id}: engine {w.engine} on {name}"],
+    )
+    return engine, spec
 
 
 class _Records:
@@ -314,38 +365,12 @@ class ServingRunner:
         per = step.nodes_per_replica
         for r in range(step.replicas):
             name = step.nodes[r * per]
-            node = self.cluster.node(name)
-            host = LOCAL_ADDR if self.here else str(node.fabric_address or node.address)
             port = free_port() if self.here else self._base_port + step.index * 64 + r
-            argv = engine_argv(w, bindir=self.bindir, host=host, port=port, gpu_vendor=node.gpu_vendor)
-            log_name = f"engine-{name}.log"
-            url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-            engine = EngineRun(node=name, url=url, argv=argv,
-                               log=(folder / log_name).relative_to(self.life.root).as_posix())  # fmt: skip
+            engine, spec = engine_job(
+                self.plan, self.cluster, step, w, name, port=port, here=self.here, bindir=self.bindir,
+                env=self.env, folder=folder, root=self.life.root, layout=self.layout,
+            )  # fmt: skip
             res.engines.append(engine)
-            if self.here:
-                workdir, output, script = folder / f"engine-{name}", folder / log_name, None
-            else:
-                workdir = self.layout.node_path("steps", step.id)
-                output = self.layout.node_path("steps", step.id, log_name)
-                script = folder.absolute() / f"engine-{name}.sbatch"
-            spec = JobSpec(
-                name=f"orch-{self.plan.name}-{step.id}",
-                step_id=step.id,
-                nodes=[] if self.here else [name],
-                nnodes=1,
-                ranks_per_node=1,
-                gpus_per_node=0 if node.gpu_vendor == "none" else step.gpus_per_replica_node,
-                argv=argv,
-                env=dict(self.env),
-                time_limit_s=self.plan.step_timeout_s + JOB_MARGIN_S,
-                workdir=workdir,
-                output=output,
-                rank_logs=False,
-                script=script,
-                partition=self.plan.partition or self.cluster.vars.orch_partition,
-                notes=[f"orch serving step {step.id}: engine {w.engine} on {name}"],
-            )
             try:
                 job_id = self.sched.submit(spec)
             except OrchError as e:

@@ -282,3 +282,42 @@ def test_replicas_each_get_an_engine_and_their_own_figures(tmp_path: Path) -> No
     assert r1.levels[0].per_node == {}
     assert len(engine_pids(pids)) == 3 and all(gone(p) for p in engine_pids(pids))
     assert (result.run_dir / "steps/fake-r2/engine-beta.log").exists()
+
+
+def test_on_slurm_an_engine_is_a_one_task_job_on_its_node_with_its_log_in_the_step_folder(
+    tmp_path: Path,
+) -> None:
+    import shlex
+
+    from orchestrator.inventory import load_inventory
+    from orchestrator.plan import expand_serving_steps, load_plan
+    from orchestrator.remote.nodefiles import run_data_layout
+    from orchestrator.runs.serving import engine_job
+    from orchestrator.scheduler.slurm import SlurmScheduler
+
+    inv = tmp_path / "lab.ini"
+    inv.write_text("[all]\n" + "".join(
+        f"node{i} ansible_host=10.0.0.{i} fabric_address=198.18.0.1{i} gpu_vendor=none\n" for i in (1, 2, 3)
+    ))  # fmt: skip
+    cluster = load_inventory(inv)
+    plan = load_plan("serving-smoke")
+    _, r3 = expand_serving_steps(plan, cluster)
+    root = tmp_path / "runs" / "run-1"
+    folder = root / "steps" / r3.id
+    folder.mkdir(parents=True)
+    layout = run_data_layout(cluster, root)
+    engine, spec = engine_job(
+        plan, cluster, r3, plan.serving[0], "node2", port=23456, here=False, bindir="/opt/orch/cpu/bin",
+        env={"HF_HUB_OFFLINE": "1"}, folder=folder, root=root, layout=layout,
+    )  # fmt: skip
+    assert engine.url == "http://198.18.0.12:23456" and engine.log == "steps/lab-tiny-r3/engine-node2.log"
+    assert spec.argv == [
+        "/opt/orch/cpu/bin/transformers", "serve", "/opt/orch/models/lab-tiny", "--device", "cpu",
+        "--dtype", "float32", "--host", "198.18.0.12", "--port", "23456", "--continuous-batching",
+    ]  # fmt: skip
+    sched = SlurmScheduler()
+    script = sched.render(spec)
+    assert "#SBATCH --nodelist=node2\n" in script and "#SBATCH --nodes=1\n" in script
+    assert "--output=" not in script.split("exec srun", 1)[1]  # no rank logs: srun writes to the job's output
+    assert shlex.join(spec.argv) in script and "export HF_HUB_OFFLINE=1" in script
+    assert f"--output={layout.node_root}/steps/lab-tiny-r3/engine-node2.log" in sched.sbatch_argv(spec)
