@@ -83,9 +83,9 @@ _P99 = (
 class _StepEnded(Exception):
     """The step cannot go on: its verdict and why."""
 
-    def __init__(self, verdict: V.Verdict, reason: str) -> None:
+    def __init__(self, verdict: V.Verdict, reason: str, engine: EngineRun | None = None) -> None:
         super().__init__(reason)
-        self.verdict, self.reason = verdict, reason
+        self.verdict, self.reason, self.engine = verdict, reason, engine
 
 
 def serving_result_path(root: Path, step_id: str) -> Path:
@@ -264,6 +264,7 @@ class ServingRunner:
         self._gen: LoadGenerator | None = None
         self._lock = threading.Lock()
         self._expired = False
+        self._stopped: set[str] = set()  # steps whose engines were stopped
         self._base_port = 20000 + secrets.randbelow(20000)
         self._t_submit = time.monotonic()  # when the current step's engines were submitted
 
@@ -324,7 +325,9 @@ class ServingRunner:
             self._drive(res, w)
         except _StepEnded as e:
             verdict = e.verdict
-            res.reasons.append(e.reason)
+            timer.cancel()
+            self._stop(res)  # its log is here once stopped (collected from the node)
+            res.reasons.append(e.reason + (self._tail(e.engine) if e.engine is not None else ""))
         finally:
             timer.cancel()
             self._stop(res)
@@ -398,7 +401,7 @@ class ServingRunner:
                     why = f" ({state.reason})" if state.reason else ""
                     job = f"job {e.job_id} {state.raw_state}{why}"
                     raise _StepEnded(
-                        "infra", f"engine on {e.node} ended before it answered {path}: {job}{self._tail(e)}"
+                        "infra", f"engine on {e.node} ended before it answered {path}: {job}", e
                     )
                 if http_ok(e.url + path, HEALTH_REQUEST_S):
                     if e.health != "external":
@@ -413,7 +416,7 @@ class ServingRunner:
                 nodes = ", ".join(e.node for e in waiting)
                 bound = f"{w.health_timeout_s} s (health_timeout_s)"
                 why = f"engine on {nodes} did not answer {path} within {bound}"
-                raise _StepEnded("infra", why + self._tail(waiting[0]))
+                raise _StepEnded("infra", why, waiting[0])
             time.sleep(HEALTH_POLL_S)
         self.life.journal("engines_healthy", step=res.step.id,
                           load_to_health_s={e.node: e.load_to_health_s for e in res.engines})  # fmt: skip
@@ -464,11 +467,14 @@ class ServingRunner:
                 e.job_state = st.raw_state
                 job = f"job {e.job_id} {st.raw_state}"
                 raise _StepEnded(
-                    "infra", f"engine on {e.node} ended during level {spec.level}: {job}{self._tail(e)}"
+                    "infra", f"engine on {e.node} ended during level {spec.level}: {job}", e
                 )
 
     def _stop(self, res: ServingStepResult) -> None:
-        """Cancel the step's engines, note their final states, and bring their logs here."""
+        """Cancel the step's engines, note their final states, and bring their logs here (once)."""
+        if res.step.id in self._stopped:
+            return
+        self._stopped.add(res.step.id)
         ids = [e.job_id for e in res.engines if e.job_id]
         with self._lock:
             for j in ids:
