@@ -321,3 +321,18 @@ def test_on_slurm_an_engine_is_a_one_task_job_on_its_node_with_its_log_in_the_st
     assert "--output=" not in script.split("exec srun", 1)[1]  # no rank logs: srun writes to the job's output
     assert shlex.join(spec.argv) in script and "export HF_HUB_OFFLINE=1" in script
     assert f"--output={layout.node_root}/steps/lab-tiny-r3/engine-node2.log" in sched.sbatch_argv(spec)
+
+
+def test_cron_install_expands_serving_steps_as_scale_test_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.cli import main
+
+    req, _ = setup(tmp_path)
+    plan = Path(req.plan or "")
+    plan.write_text(plan.read_text().replace("engine: transformers", "engine: vllm"))
+    with pytest.raises(SystemExit) as info:
+        main(["cron", "install", "--at", "02:00", "-i", str(req.inventory), "--plan", str(plan),
+              "--out", str(tmp_path / "runs")])  # fmt: skip
+    assert info.value.code == 2
+    assert "engine vllm needs GPUs" in capsys.readouterr().err
