@@ -336,3 +336,29 @@ def test_cron_install_expands_serving_steps_as_scale_test_does(
               "--out", str(tmp_path / "runs")])  # fmt: skip
     assert info.value.code == 2
     assert "engine vllm needs GPUs" in capsys.readouterr().err
+
+
+def test_resume_runs_the_serving_steps_without_a_result_and_keeps_the_others(tmp_path: Path) -> None:
+    from orchestrator.pipeline import resume_run
+
+    req, pids = setup(tmp_path, hosts=("alpha", "beta"), replicas='"1,N"')
+    run = scale_test(req).run_dir
+    # as if orch had been killed during fake-r2: no result, no run_finished, its process gone
+    kept = json.loads((run / "steps/fake-r1/serving.json").read_text())
+    (run / "result.json").unlink()
+    (run / "steps/fake-r2/serving.json").unlink()
+    lines = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    lines = [e for e in lines if e.get("event") != "run_finished"]
+    for e in lines:
+        if e.get("event") == "run_started":
+            e["pid"] = 2**22 + 1  # above Linux's pid_max default: no such process
+    (run / "journal.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    assert load_run(run).status == "interrupted"
+    before = len(engine_pids(pids))
+    result = resume_run(run, python=req.python)
+    assert result.exit_code == EXIT_OK
+    assert [s.step.id for s in result.serving] == ["fake-r1", "fake-r2"]
+    assert result.serving[0].model_dump(mode="json") == kept  # kept as it was, not run again
+    assert len(engine_pids(pids)) == before + 2  # fake-r2's two engines, started again
+    assert all(gone(p) for p in engine_pids(pids))
+    assert (run / "attempts/fake-r2.1").is_dir()  # the killed attempt's files, kept aside
