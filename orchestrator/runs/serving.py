@@ -546,5 +546,5 @@ class ServingRunner:
             text = read_inside(self.life.root, self.life.root / e.log).decode("utf-8", errors="replace")
         except (OSError, NotInside):
             return ""
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()][-LOG_TAIL_LINES:]
+        lines = [ln.strip()[:200] for ln in text.splitlines() if ln.strip()][-LOG_TAIL_LINES:]
         return f"; its log ({e.log}) ends: " + " | ".join(lines) if lines else ""
