@@ -41,7 +41,7 @@ from orchestrator.models.events import (
 from orchestrator.models.plan import format_size
 from orchestrator.models.results import Percentiles
 from orchestrator.models.run import RunResult
-from orchestrator.models.serving_results import ServingLevelResult
+from orchestrator.models.serving_results import ServingLevelResult, ServingStepResult
 from orchestrator.pipeline import ScaleTestRequest, scale_test
 from orchestrator.report.common import efficiency_cell, latency_cell, reference_cell
 from orchestrator.text import plural
@@ -92,16 +92,16 @@ def _pcts(p: Percentiles) -> str:
     return f"{one(p.p50)}/{one(p.p95)}/{one(p.p99)} (n={p.n})"
 
 
-def render_serving(result: RunResult) -> None:
+def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
     """The serving steps: per step and load level, TTFT/ITL/TPOT p50/p95/p99 with n, tokens/s,
     goodput and cost per 1M output tokens; then each engine's load times, each node's figures
     (replicas), each cost with its inputs, and the reasons."""
-    table = Table(title=f"serving steps of {result.run_id}")
+    table = Table(title=f"serving steps of {run_id}")
     cols = ("step", "level", "ok/n", "TTFT ms p50/p95/p99", "ITL ms p50/p95/p99", "TPOT ms p50/p95/p99",
             "out tok/s", "req/s", "goodput", "cost/1M out", "verdict")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right" if col in {"ok/n", "out tok/s", "req/s", "goodput"} else "left")
-    for res in result.serving:
+    for res in serving:
         rows: list[ServingLevelResult | None] = [*res.levels] or [None]
         for i, lv in enumerate(rows):
             s = lv.summary if lv else None
@@ -120,7 +120,7 @@ def render_serving(result: RunResult) -> None:
                 res.verdict if i == 0 else "",
             )
     out.print(table)
-    for res in result.serving:
+    for res in serving:
         sid = res.step.id
         for e in res.engines:
             health = "-" if e.load_to_health_s is None else f"{e.load_to_health_s:.1f} s"
@@ -145,7 +145,7 @@ def render_result(result: RunResult) -> None:
     if result.steps or not result.serving:
         _render_ladder(result)
     if result.serving:
-        render_serving(result)
+        render_serving(result.run_id, result.serving)
     nodes = ", ".join(f"{n}={v}" for n, v in result.nodes.items())
     out.print(f"nodes: {nodes}", markup=False)
     colour = {"accepted": "green", "failed": "red"}.get(result.status, "magenta")

@@ -108,5 +108,11 @@ class RunRecord(StrictModel):
         done = {s.step.id for s in self.steps if s.verdict != "skipped"}
         return [s for s in self.step_ids if s not in done]
 
+    @property
+    def serving_pending(self) -> list[str]:
+        """Serving steps with no finished result."""
+        done = {s.step.id for s in self.serving if s.verdict != "skipped"}
+        return [s for s in self.serving_ids if s not in done]
+
     def step(self, step_id: str) -> StepResult | None:
         return next((s for s in self.steps if s.step.id == step_id), None)

@@ -239,6 +239,13 @@ def test_the_terminal_shows_percentiles_with_n_tokens_goodput_cost_and_verdict(
     assert "fake-r1 c4: cost " in shown and "= 2/node-hour x 1 node(s)" in shown
     assert "price from plan price_per_node_hour 2" in shown
     assert "model load time to health" in shown and "verdict: accepted (exit 0)" in shown
+    from orchestrator.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["runs", "show", str(next((tmp_path / "runs").glob("*/journal.jsonl")).parent)])
+    assert info.value.code == 0
+    shown = capsys.readouterr().out
+    assert "serving steps of" in shown and "(n=100)" in shown and "busbw" not in shown
 
 
 def test_the_results_store_keeps_each_level_with_its_n(tmp_path: Path) -> None:
