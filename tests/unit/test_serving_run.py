@@ -63,7 +63,9 @@ def setup(tmp_path: Path, *, engine_flags: str = "", ttft_limit: str = "60000", 
     plan.write_text(PLAN.format(ttft_limit=ttft_limit, health=health, requests=requests, replicas=replicas))
     bindir = tmp_path / "prefix" / "bin"
     bindir.mkdir(parents=True)
-    (bindir / "python").symlink_to(sys.executable)
+    python = bindir / "python"  # orch's own Python (a link would lose its venv), for the ladder
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
     pids = tmp_path / "engine.pids"
     engine = bindir / "transformers"
     engine.write_text(
@@ -369,3 +371,20 @@ def test_resume_runs_the_serving_steps_without_a_result_and_keeps_the_others(tmp
     assert len(engine_pids(pids)) == before + 2  # fake-r2's two engines, started again
     assert all(gone(p) for p in engine_pids(pids))
     assert (run / "attempts/fake-r2.1").is_dir()  # the killed attempt's files, kept aside
+
+
+def test_a_plan_with_a_ladder_and_serving_runs_both_in_one_run(tmp_path: Path) -> None:
+    req, pids = setup(tmp_path)
+    plan = Path(req.plan or "")
+    ladder = (
+        "ladder: {nodes: [1], ranks_per_node: [1]}\ncollectives: [all_reduce]\n"
+        "sizes: {min: 1K, max: 4K, factor: 4}\nwarmup_iters: 1\niters: 2\n"
+    )
+    plan.write_text(plan.read_text().replace("collectives: []\n", ladder))
+    result = scale_test(req)
+    assert result.exit_code == EXIT_OK, [s.reasons for s in [*result.steps, *result.serving]]
+    assert [s.step.id for s in result.steps] == ["n1xg1"]
+    assert [s.step.id for s in result.serving] == ["fake-r1"]
+    started = json.loads((result.run_dir / "journal.jsonl").read_text().splitlines()[0])
+    assert started["steps"] == ["n1xg1", "fake-r1"]
+    assert all(gone(p) for p in engine_pids(pids)) and engine_pids(pids)
