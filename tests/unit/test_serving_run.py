@@ -388,3 +388,22 @@ def test_a_plan_with_a_ladder_and_serving_runs_both_in_one_run(tmp_path: Path) -
     started = json.loads((result.run_dir / "journal.jsonl").read_text().splitlines()[0])
     assert started["steps"] == ["n1xg1", "fake-r1"]
     assert all(gone(p) for p in engine_pids(pids)) and engine_pids(pids)
+
+
+def test_an_exception_while_serving_still_stops_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orchestrator.runs.serving as serving
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in the load's set-up")
+
+    monkeypatch.setattr(serving, "level_specs", broken)
+    req, pids = setup(tmp_path)
+    with pytest.raises(RuntimeError, match="a bug"):
+        scale_test(req)
+    (pid,) = engine_pids(pids)
+    assert gone(pid)
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("*/journal.jsonl")]
+    result = json.loads((run / "result.json").read_text())
+    assert result["status"] == "infra" and result["exit_code"] == EXIT_INFRA
