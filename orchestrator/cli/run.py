@@ -125,7 +125,7 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
         for e in res.engines:
             health = "-" if e.load_to_health_s is None else f"{e.load_to_health_s:.1f} s"
             first = "-" if e.load_to_first_answer_s is None else f"{e.load_to_first_answer_s:.1f} s"
-            log = f", log {e.log}" if e.log else ""
+            log = f", log {e.log}" if e.log and e.job_id else ""
             out.print(f"{sid}: engine on {e.node} ({e.url}): {e.health}; model load time to health {health}, "
                       f"to first answer {first}{log}", markup=False)  # fmt: skip
         for lv in res.levels:
