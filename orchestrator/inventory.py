@@ -79,6 +79,7 @@ _READ = (
     "orch_partition",
     "orch_stack",
     "orch_fabric_gbps",
+    "orch_gpu_hour_cost",
     "orch_node_dir",
     "orch_shared_dirs",
 )
@@ -471,8 +472,12 @@ def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> Cl
         values["orch_shared_dirs"] = [
             q for p in paths if (q := _node_path("orch_shared_dirs", p, problems)) is not None
         ]
-    if (gbps := _fabric_gbps(hosts, problems)) is not None:
+    if (gbps := _positive(hosts, "orch_fabric_gbps", "Gbit/s", problems)) is not None:
         values["orch_fabric_gbps"] = gbps
+    if (
+        cost := _positive(hosts, "orch_gpu_hour_cost", "price of one GPU for one hour", problems)
+    ) is not None:
+        values["orch_gpu_hour_cost"] = cost
     return ClusterVars.model_validate(values)
 
 
@@ -484,11 +489,12 @@ def _node_path(var: str, value: str, problems: list[str]) -> Path | None:
     return Path(value)
 
 
-def _fabric_gbps(hosts: list[RawHost], problems: list[str]) -> float | None:
-    """orch_fabric_gbps: a positive number (Gbit/s), the same on every host that has it."""
+def _positive(hosts: list[RawHost], var: str, unit: str, problems: list[str]) -> float | None:
+    """var (orch_fabric_gbps, orch_gpu_hour_cost): a positive number, the same on every host that
+    has it."""
     seen: dict[float, str] = {}
     for h in hosts:
-        value = h.vars.get("orch_fabric_gbps")
+        value = h.vars.get(var)
         if value is None:
             continue
         try:
@@ -496,12 +502,12 @@ def _fabric_gbps(hosts: list[RawHost], problems: list[str]) -> float | None:
         except (TypeError, ValueError):
             gbps = float("nan")
         if isinstance(value, bool) or not (math.isfinite(gbps) and gbps > 0):
-            problems.append(f"host {h.name}: orch_fabric_gbps={value!r} must be a positive number (Gbit/s)")
+            problems.append(f"host {h.name}: {var}={value!r} must be a positive number ({unit})")
             continue
         seen.setdefault(gbps, h.name)
     if len(seen) > 1:
         pairs = ", ".join(f"{host} has {v:g}" for v, host in seen.items())
-        problems.append(f"orch_fabric_gbps differs between hosts ({pairs}); set it once in [all:vars]")
+        problems.append(f"{var} differs between hosts ({pairs}); set it once in [all:vars]")
         return None
     return next(iter(seen), None)
 

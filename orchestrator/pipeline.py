@@ -37,12 +37,14 @@ from orchestrator.models.events import Listener as Listener  # re-exported: call
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.run import RunResult as RunResult  # re-exported: callers of scale_test
 from orchestrator.models.run import StepResult as StepResult
+from orchestrator.models.serving import ServingStep
 from orchestrator.paths import under
-from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.plan import expand_serving_steps, expand_steps, resolve_plan
 from orchestrator.remote.base import NodeShell
 from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
 from orchestrator.remote.shells import node_shells
 from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
+from orchestrator.runs.serving import ServingRunner
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.backends import make_scheduler as make_scheduler  # re-exported
@@ -55,6 +57,7 @@ from orchestrator.scheduler.base import (
     inventory_backend,
     pending_wait,
 )
+from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.stacks import load_stack
 from orchestrator.stages.faults import StepFaults, check_plan_faults, fault_matches
 from orchestrator.stages.stack import (
@@ -66,7 +69,16 @@ from orchestrator.stages.stack import (
     workload_container,
 )
 from orchestrator.store.db import ResultsStore, default_store_path
-from orchestrator.store.load import finished_steps, ladder_steps, load_run, require_model, run_kind
+from orchestrator.store.load import (
+    SERVING_STEPS_FILE,
+    finished_serving,
+    finished_steps,
+    ladder_steps,
+    load_run,
+    require_model,
+    run_kind,
+    serving_steps,
+)
 from orchestrator.store.rundir import RunDir, atomic_write, new_run_id
 from orchestrator.telemetry.sampler import TelemetrySampler
 from orchestrator.workloads.nccltests import parse_nccl_tests
@@ -223,6 +235,7 @@ class _Runner:
             for i, s in enumerate(steps)
         ]
         self.pending_since: dict[str, float] = {}
+        self.serving: ServingRunner | None = None  # the run's serving steps, run after the ladder
 
     def _save(self, res: StepResult) -> None:
         # Durable before step_done is journaled: a run killed later keeps this step (orch runs resume).
@@ -504,6 +517,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     cluster = load_inventory(req.inventory)
     plan = resolve_plan(req.plan, req.overrides)
     steps = expand_steps(plan, cluster, group=req.group)
+    serving = expand_serving_steps(plan, cluster, group=req.group)
     backend = choose_backend(plan, cluster)
     sched = make_scheduler(backend, cluster, plan)
     fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
@@ -517,11 +531,13 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     with RunLifecycle.create(out_root, new_run_id(plan.name), listeners or [], t0=t0) as life:
         life.write_inputs(plan=plan, inventory=cluster)
         atomic_write(life.root / "steps.json", _steps_json(steps))
+        if serving:
+            atomic_write(life.root / SERVING_STEPS_FILE, _serving_json(serving))
         if container is not None:  # read back by resume_run: a resumed run runs where it started
             atomic_write(life.root / CONTAINER_FILE, container.model_dump_json(indent=2) + "\n")
         life.started(
             RunStarted(run_id=life.run_id, run_dir=life.root, plan=plan.name, backend=backend,
-                       steps=[s.id for s in steps]),
+                       steps=[s.id for s in steps] + [s.id for s in serving]),
             kind="scale-test",
         )  # fmt: skip
         stack = StackOutcome()
@@ -530,7 +546,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
         keep = contextlib.ExitStack()
         life.on_close(keep.close)
         shells = keep.enter_context(node_shells(cluster))
-        if isinstance(sched, AllocationScheduler):
+        if isinstance(sched, AllocationScheduler) and steps:
             # Allocation mode asks for its allocation now, so that Slurm queues and grants it while
             # the stack's fingerprint is checked; no step starts before the run passes its checks.
             life.on_close(sched.release)  # however the run ends, a refusal included
@@ -542,7 +558,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
         if (name := stack_name(None, plan, cluster)) is not None:
             try:
                 stack = run_stack_stage(
-                    cluster, name, steps, life.rundir, allow_drift=req.allow_drift, shells=shells
+                    cluster, name, [*steps, *serving], life.rundir, allow_drift=req.allow_drift, shells=shells
                 )
             except OrchError as e:
                 life.finish(Ending("refused", e.exit_code, str(e)))
@@ -566,7 +582,31 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
         for res in runner.results:
             res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
             res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
+        runner.serving = _serving_runner(
+            plan, cluster, serving, sched, backend, life, python, stack.env, shells
+        )
+        for sres in runner.serving.results:
+            sres.warnings += [line for n in sres.step.nodes for line in stack.drift.get(n, [])]
         return _execute(runner)
+
+
+def _serving_runner(
+    plan: Plan,
+    cluster: Cluster,
+    serving: list[ServingStep],
+    sched: JobScheduler,
+    backend: Literal["slurm", "local"],
+    life: RunLifecycle,
+    python: str,
+    env: dict[str, str] | None,
+    shells: Mapping[str, NodeShell] | None = None,
+) -> ServingRunner:
+    """The run's serving steps (runs/serving.py), with the run's scheduler; in allocation mode an
+    engine is a job of its own (sbatch through the same Slurm client): the ladder's allocation is
+    released before the serving steps start."""
+    if isinstance(sched, AllocationScheduler):
+        sched = SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
+    return ServingRunner(plan, cluster, serving, sched, backend, life, python, env, shells)
 
 
 def _telemetry(plan: Plan, cluster: Cluster, steps: list[Step]) -> TelemetrySampler | None:
@@ -608,6 +648,10 @@ def _steps_json(steps: list[Step]) -> str:
     return json.dumps({"steps": [s.model_dump(mode="json") for s in steps]}, indent=2) + "\n"
 
 
+def _serving_json(steps: list[ServingStep]) -> str:
+    return json.dumps({"steps": [s.model_dump(mode="json") for s in steps]}, indent=2) + "\n"
+
+
 def resume_run(
     run_dir: Path, python: str | None = None, listeners: list[Listener] | None = None
 ) -> RunResult:
@@ -627,20 +671,22 @@ def resume_run(
     cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
     steps = ladder_steps(run_dir) or expand_steps(plan, cluster)
     done = finished_steps(run_dir, [s.id for s in steps])
-    if all(s.id in done for s in steps) and record.status != "interrupted":
+    serving = serving_steps(run_dir) or []
+    sdone = finished_serving(run_dir, [s.id for s in serving])
+    finished = all(s.id in done for s in steps) and all(s.id in sdone for s in serving)
+    if finished and record.status != "interrupted":
         raise ConfigError(f"run {record.run_id} has no unfinished steps", hint="see orch runs show")
     # An interrupted run whose steps all finished (killed while writing its result) is finished
     # here without running anything: the runner finds no open step and writes the result.
-    for s in steps:
-        if s.id not in done:
-            keep_attempt(run_dir, under(run_dir, "steps", s.id, what="step folder"), s.id)
+    for sid in [s.id for s in steps if s.id not in done] + [s.id for s in serving if s.id not in sdone]:
+        keep_attempt(run_dir, under(run_dir, "steps", sid, what="step folder"), sid)
     backend = choose_backend(plan, cluster)
     sched = make_scheduler(backend, cluster, plan)
-    todo = [s.id for s in steps if s.id not in done]
+    todo = [s.id for s in steps if s.id not in done] + [s.id for s in serving if s.id not in sdone]
     with RunLifecycle(RunDir(run_dir), listeners or [], t0=t0) as life:
         life.resumed(
             RunStarted(run_id=life.run_id, run_dir=life.root, plan=plan.name, backend=backend,
-                       steps=[s.id for s in steps]),
+                       steps=[s.id for s in steps] + [s.id for s in serving]),
             steps=todo,
         )  # fmt: skip
         env: dict[str, str] = {}
@@ -660,6 +706,10 @@ def resume_run(
             if s.id in done:
                 runner.results[i] = done[s.id]
                 runner.results[i].ended_mono = runner.results[i].ended_mono or 0.0
+        runner.serving = _serving_runner(plan, cluster, serving, sched, backend, life, python, env)
+        for i, ss in enumerate(serving):
+            if ss.id in sdone:
+                runner.serving.results[i] = sdone[ss.id]
         return _execute(runner)
 
 
@@ -668,7 +718,10 @@ def _execute(runner: _Runner) -> RunResult:
     lifecycle cancels the jobs, then the result is written (an interrupted or infrastructure
     failure, each unfinished step saying why) with run_finished journaled."""
     runner.life.on_error(lambda ending: _finish(runner, ending))
-    runner.run()
+    if runner.steps or runner.serving is None:
+        runner.run()
+    if runner.serving is not None:
+        runner.serving.run()
     return _finish(runner, None)
 
 
@@ -676,10 +729,14 @@ def _finish(runner: _Runner, ending: Ending | None) -> RunResult:
     """The run's result from its steps (ending None: the run ran to its end and the verdict sets
     it); written to result.json, then run_finished journaled."""
     results = runner.results
+    serving = runner.serving.results if runner.serving is not None else []
     if ending is not None and ending.status != "interrupted":
         for res in results:
             if res.ended_mono is None:
                 res.reasons.append(f"the run ended before this step: {ending.error}")
+        for sres in serving:
+            if sres.verdict == "skipped":
+                sres.reasons.append(f"the run ended before this step: {ending.error}")
     V.apply_efficiency([(r.step, r.summary) for r in results])
     V.apply_line_rate([(r.step, r.summary) for r in results], runner.cluster.vars.orch_fabric_gbps)
     for res in results:
@@ -689,14 +746,18 @@ def _finish(runner: _Runner, ending: Ending | None) -> RunResult:
         res.reasons += fails
         res.warnings += [n for n in notes if n not in res.warnings]
     _apply_baseline(runner)
-    used = {n for r in results for n in r.step.nodes}  # a node no step used gets no verdict
+    # a node no step used gets no verdict
+    used = {n for r in results for n in r.step.nodes} | {n for r in serving for n in r.step.nodes}
     nodes: dict[str, V.Verdict] = {
-        n.name: V.worst([r.verdict for r in results if n.name in (r.blamed_nodes or r.step.nodes)])
+        n.name: V.worst(
+            [r.verdict for r in results if n.name in (r.blamed_nodes or r.step.nodes)]
+            + [r.verdict for r in serving if n.name in r.step.nodes]
+        )
         for n in runner.cluster.nodes
         if n.name in used
     }
     if ending is None:
-        ending = verdict_ending(V.worst([r.verdict for r in results]))
+        ending = verdict_ending(V.worst([r.verdict for r in results] + [r.verdict for r in serving]))
     status = ending.status
     assert status != "refused"  # a refused run has no steps and no result
     result = RunResult(
@@ -707,6 +768,7 @@ def _finish(runner: _Runner, ending: Ending | None) -> RunResult:
         status=status,
         exit_code=ending.exit_code,
         steps=results,
+        serving=serving,
         nodes=nodes,
         wall_s=runner.life.wall_s,
     )

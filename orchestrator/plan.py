@@ -165,23 +165,50 @@ def step_id(nnodes: int, ranks_per_node: int) -> str:
     return f"n{nnodes}xg{ranks_per_node}"
 
 
-SERVING_NOT_YET = "serving steps run with the run lifecycle of runs/ (to come)"
+GPU_ENGINES = ("vllm", "sglang")
+"""Engines that need GPUs: refused on nodes of gpu_vendor none (a CPU stack)."""
 
 
 def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> list[Step]:
-    """The collective steps of a plan that the runners of today (scale-test, cron) can run.
-
-    Refuses (ConfigError, exit 2) a plan with serving steps: they run with the run lifecycle of
-    runs/ (to come), and a run that silently skipped them would pass a plan it never ran. Else
-    as expand_ladder.
-    """
+    """The collective steps of a plan (expand_ladder), after checking that its serving steps can
+    run (check_serving_steps), so that a plan that cannot run is refused (ConfigError, exit 2)
+    before a run exists. The serving steps themselves come from expand_serving_steps."""
     if plan.serving:
-        names = ", ".join(w.name for w in plan.serving)
-        raise ConfigError(
-            f"plan {plan.name}: {SERVING_NOT_YET}; this orch runs collective steps only (serving: {names})",
-            hint="`orch plan show` lists the serving steps; run a plan without `serving` meanwhile",
-        )
+        check_serving_steps(plan, cluster, expand_serving_steps(plan, cluster, group=group))
     return expand_ladder(plan, cluster, group=group)
+
+
+def check_serving_steps(plan: Plan, cluster: Cluster, steps: list[ServingStep]) -> None:
+    """Refuse (ConfigError) the serving steps orch cannot run, naming the step and why: an engine
+    that needs GPUs (vllm, sglang) on nodes without (gpu_vendor none: a CPU stack), a replica
+    over several nodes (pipeline_parallel > 1: orch starts one engine per replica on one node),
+    and a baseline threshold (not judged yet: it would pass unjudged)."""
+    by_name = {w.name: w for w in plan.serving}
+    for s in steps:
+        w = by_name[s.workload]
+        if w.engine == "external":
+            continue
+        if w.engine in GPU_ENGINES:
+            cpu = [n for n in s.nodes if cluster.node(n).gpu_vendor == "none"]
+            if cpu:
+                raise ConfigError(
+                    f"plan {plan.name}: serving step {s.id}: engine {w.engine} needs GPUs, and "
+                    f"{', '.join(cpu)} {'has' if len(cpu) == 1 else 'have'} gpu_vendor none (a CPU stack)",
+                    hint="use engine: transformers on CPU nodes, or run on GPU nodes (--group)",
+                )
+        if w.pipeline_parallel > 1:
+            raise ConfigError(
+                f"plan {plan.name}: serving step {s.id}: pipeline_parallel {w.pipeline_parallel}: orch "
+                "starts one engine per replica on one node; a replica over several nodes is not run yet",
+                hint="use pipeline_parallel: 1 (tensor_parallel uses a node's GPUs)",
+            )
+    for w in plan.serving:
+        if w.thresholds.baseline is not None:
+            raise ConfigError(
+                f"plan {plan.name}: serving {w.name}: thresholds.baseline is not judged yet; a run "
+                "would pass it unjudged",
+                hint="give absolute thresholds (max_ttft_p99_ms ...) meanwhile",
+            )
 
 
 def expand_ladder(plan: Plan, cluster: Cluster, *, group: str | None = None) -> list[Step]:

@@ -13,7 +13,7 @@ import typer
 from orchestrator.cli.common import out
 from orchestrator.cli.plan import InventoryOpt
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
-from orchestrator.plan import expand_steps, load_plan
+from orchestrator.plan import expand_serving_steps, expand_steps, load_plan
 from orchestrator.remote.local import LocalRunner
 from orchestrator.runs.nightly import CronEntry, CronManager, CronMode, time_limit_min
 from orchestrator.stages.stack import node_python
@@ -75,7 +75,8 @@ def install_cmd(
     else:
         orch = str(Path(node_python(cluster)).with_name("orch"))
     resolved = load_plan(plan)
-    n_steps = len(expand_steps(resolved, cluster))
+    # The same expansion as scale-test: a plan it would refuse is refused here; serving steps count.
+    n_steps = len(expand_steps(resolved, cluster)) + len(expand_serving_steps(resolved, cluster))
     limit = time_limit_min(resolved.run_timeout_s, resolved.step_timeout_s, n_steps)
     entry = CronEntry(
         name=name or plan,

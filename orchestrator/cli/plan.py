@@ -23,8 +23,8 @@ from orchestrator.models.serving import (
     UniformLengths,
 )
 from orchestrator.plan import (
-    SERVING_NOT_YET,
     builtin_plans,
+    check_serving_steps,
     expand_ladder,
     expand_serving_steps,
     plan_to_yaml,
@@ -123,6 +123,7 @@ def show(
         err.print(f"warning: {w}", markup=False, highlight=False, style="yellow")
     steps = expand_ladder(resolved, cluster, group=group)
     serving = expand_serving_steps(resolved, cluster, group=group)
+    check_serving_steps(resolved, cluster, serving)
     if as_yaml:
         out.out(plan_to_yaml(resolved), highlight=False)
         return
@@ -133,9 +134,6 @@ def show(
         out.print(serving_table(resolved, serving))
         for workload in resolved.serving:
             out.print(serving_summary(workload), highlight=False, markup=False)
-        out.print(
-            f"note: scale-test refuses this plan for now: {SERVING_NOT_YET}", highlight=False, markup=False
-        )
 
 
 @plan_app.command("list")

@@ -26,6 +26,7 @@ from orchestrator.cli.plan import (
     make_overrides,
 )
 from orchestrator.inventory import DEFAULT_INVENTORY
+from orchestrator.metrics.serving import cost_label
 from orchestrator.models.container import ContainerChoice
 from orchestrator.models.events import (
     FingerprintChecked,
@@ -39,7 +40,9 @@ from orchestrator.models.events import (
     StepSubmitted,
 )
 from orchestrator.models.plan import format_size
+from orchestrator.models.results import Percentiles
 from orchestrator.models.run import RunResult
+from orchestrator.models.serving_results import ServingLevelResult, ServingStepResult
 from orchestrator.pipeline import ScaleTestRequest, scale_test
 from orchestrator.report.common import efficiency_cell, latency_cell, reference_cell
 from orchestrator.text import plural
@@ -85,8 +88,76 @@ class ProgressPrinter:
             err.print(f"{elapsed} interrupted; cancelled jobs: {ev.cancelled}")
 
 
+def _pcts(p: Percentiles) -> str:
+    """'p50/p95/p99 (n=N)' in ms, '-' for a percentile not shown (p95 under n=20, p99 under 100)."""
+
+    def one(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3g}"
+
+    return f"{one(p.p50)}/{one(p.p95)}/{one(p.p99)} (n={p.n})"
+
+
+def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
+    """The serving steps: per step and load level, TTFT/ITL/TPOT p50/p95/p99 with n, tokens/s,
+    goodput and cost per 1M output tokens; then each engine's load times, each node's figures
+    (replicas), each cost with its inputs, and the reasons."""
+    table = Table(title=f"serving steps of {run_id}")
+    cols = ("step", "level", "ok/n", "TTFT ms p50/p95/p99", "ITL ms p50/p95/p99", "TPOT ms p50/p95/p99",
+            "out tok/s", "req/s", "goodput", "cost/1M out", "verdict")  # fmt: skip
+    for col in cols:
+        table.add_column(col, justify="right" if col in {"ok/n", "out tok/s", "req/s", "goodput"} else "left")
+    for res in serving:
+        rows: list[ServingLevelResult | None] = [*res.levels] or [None]
+        for i, lv in enumerate(rows):
+            s = lv.summary if lv else None
+            per_m = lv.cost.per_million_output_tokens if lv and lv.cost else None
+            table.add_row(
+                res.step.id if i == 0 else "",
+                lv.level if lv else "-",
+                f"{s.ok}/{s.n}" if s else "-",
+                _pcts(s.ttft_ms) if s else "-",
+                _pcts(s.itl_ms) if s else "-",
+                _pcts(s.tpot_ms) if s else "-",
+                f"{s.output_tokens_per_s:.4g}" if s and s.output_tokens_per_s is not None else "-",
+                f"{s.requests_per_s:.3g}" if s and s.requests_per_s is not None else "-",
+                f"{s.goodput:.1%}" if s and s.goodput is not None else "-",
+                f"{per_m:.4g}" if per_m is not None else "-",
+                res.verdict if i == 0 else "",
+            )
+    out.print(table)
+    for res in serving:
+        sid = res.step.id
+        for e in res.engines:
+            health = "-" if e.load_to_health_s is None else f"{e.load_to_health_s:.1f} s"
+            first = "-" if e.load_to_first_answer_s is None else f"{e.load_to_first_answer_s:.1f} s"
+            log = f", log {e.log}" if e.log and e.job_id else ""
+            out.print(f"{sid}: engine on {e.node} ({e.url}): {e.health}; model load time to health {health}, "
+                      f"to first answer {first}{log}", markup=False)  # fmt: skip
+        for lv in res.levels:
+            for node, ns in lv.per_node.items():
+                out.print(f"{sid} {lv.level} {node}: {ns.ok}/{ns.n} ok, TTFT {_pcts(ns.ttft_ms)}, "
+                          f"ITL {_pcts(ns.itl_ms)}, TPOT {_pcts(ns.tpot_ms)}", markup=False)  # fmt: skip
+            if lv.cost is not None:
+                source = f"; price from {lv.cost.source}" if lv.cost.source else ""
+                out.print(f"{sid} {lv.level}: {cost_label(lv.cost)}{source}", markup=False)
+        for line in [*res.reasons, *res.warnings]:
+            out.print(f"{sid}: {line}", markup=False)
+
+
 def render_result(result: RunResult) -> None:
-    """The final table: per step and collective, busbw at the largest size, efficiency, verdict."""
+    """The final tables: per step and collective, busbw at the largest size, efficiency, verdict;
+    then the serving steps (render_serving); then the nodes and the run's verdict."""
+    if result.steps or not result.serving:
+        _render_ladder(result)
+    if result.serving:
+        render_serving(result.run_id, result.serving)
+    nodes = ", ".join(f"{n}={v}" for n, v in result.nodes.items())
+    out.print(f"nodes: {nodes}", markup=False)
+    colour = {"accepted": "green", "failed": "red"}.get(result.status, "magenta")
+    out.print("verdict:", styled(result.status, colour), f"(exit {result.exit_code}) — {result.run_dir}")
+
+
+def _render_ladder(result: RunResult) -> None:
     table = Table(title=f"orch scale-test {result.run_id} ({result.plan}, {result.backend})")
     cols = ("step", "ranks", "job", "collective", "size", "busbw GB/s", "eff.", "against", "latency µs",
             "#wrong", "verdict")  # fmt: skip
@@ -117,10 +188,6 @@ def render_result(result: RunResult) -> None:
             out.print(f"{res.step.id}: {reason}", markup=False)
         for note in res.telemetry.notes if res.telemetry else []:
             out.print(f"{res.step.id}: {note}", markup=False)
-    nodes = ", ".join(f"{n}={v}" for n, v in result.nodes.items())
-    out.print(f"nodes: {nodes}", markup=False)
-    colour = {"accepted": "green", "failed": "red"}.get(result.status, "magenta")
-    out.print("verdict:", styled(result.status, colour), f"(exit {result.exit_code}) — {result.run_dir}")
 
 
 def scale_test_cmd(
@@ -189,7 +256,8 @@ def scale_test_cmd(
         ),
     ] = "auto",
 ) -> int:
-    """Run the collective benchmark ladder and give a verdict (exit 0 accepted, 1 thresholds, 3 infra)."""
+    """Run the plan's steps (the collective ladder, serving steps) and give a verdict (exit 0
+    accepted, 1 thresholds, 3 infra)."""
     overrides = make_overrides(
         nodes, gpus_per_node, collectives, sizes, iters, warmup, backend, partition, timeout, out_dir
     )

@@ -151,14 +151,20 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
                 efficiency_cell(c),
                 reference_cell(c),
             )
-    out.print(table)
+    if rec.step_ids or not rec.serving_ids:
+        out.print(table)
     for s in rec.steps:
         for reason in s.reasons:
             out.print(f"{s.step.id}: {reason}", markup=False)
+    if rec.serving:
+        from orchestrator.cli.run import render_serving
+
+        render_serving(rec.run_id, rec.serving)
     for w in rec.warnings:
         err.print(f"warning: {w}", markup=False)
-    if rec.pending and rec.status != "running":
-        out.print(f"not finished: {', '.join(rec.pending)} — orch runs resume {rec.run_id}", markup=False)
+    pending = rec.pending + rec.serving_pending
+    if pending and rec.status != "running":
+        out.print(f"not finished: {', '.join(pending)} — orch runs resume {rec.run_id}", markup=False)
     return 0
 
 

@@ -173,6 +173,12 @@ class ClusterVars(StrictModel):
     orch_fabric_gbps: float | None = Field(
         default=None, gt=0, description="line rate of one rank's fabric link, Gbit/s (reports: busbw / it)"
     )
+    orch_gpu_hour_cost: float | None = Field(
+        default=None,
+        gt=0,
+        description="price of one GPU for one hour: serving cost per request and per 1M output tokens "
+        "(a plan's price_per_node_hour wins)",
+    )
     orch_node_dir: Path | None = Field(
         default=None,
         description="each node's own folder for run data, <dir>/<run-id>/ (None: /var/tmp/orch)",

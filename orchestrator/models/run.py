@@ -19,6 +19,7 @@ from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.models.recovery_request import RecoveryTestRequest
 from orchestrator.models.results import Collective, CollRow, CollSummary, Verdict
+from orchestrator.models.serving_results import ServingStepResult
 from orchestrator.models.stack import Stack
 from orchestrator.models.telemetry import StepTelemetry
 
@@ -51,6 +52,9 @@ class RunResult(StrictModel):
     status: Literal["accepted", "failed", "infra", "interrupted"]
     exit_code: int
     steps: list[StepResult]
+    serving: list[ServingStepResult] = Field(
+        default_factory=list, description="the plan's serving steps (docs/serving.md), in plan order"
+    )
     nodes: dict[str, Verdict]
     wall_s: float
 
@@ -80,6 +84,10 @@ class RunRecord(StrictModel):
     cluster: Cluster | None = None
     step_ids: list[str] = Field(default_factory=list, description="the ladder, in order")
     steps: list[StepResult] = Field(default_factory=list, description="finished steps, ladder order")
+    serving_ids: list[str] = Field(default_factory=list, description="the serving steps planned, in order")
+    serving: list[ServingStepResult] = Field(
+        default_factory=list, description="finished serving steps, plan order"
+    )
     nodes: dict[str, Verdict] = Field(default_factory=dict)
     recovery: list[RecoveryRecord] = Field(default_factory=list)
     stack: Stack | None = Field(default=None, description="stack.json, when the run kept its stack")
@@ -99,6 +107,12 @@ class RunRecord(StrictModel):
         """Ladder steps with no finished result."""
         done = {s.step.id for s in self.steps if s.verdict != "skipped"}
         return [s for s in self.step_ids if s not in done]
+
+    @property
+    def serving_pending(self) -> list[str]:
+        """Serving steps with no finished result."""
+        done = {s.step.id for s in self.serving if s.verdict != "skipped"}
+        return [s for s in self.serving_ids if s not in done]
 
     def step(self, step_id: str) -> StepResult | None:
         return next((s for s in self.steps if s.step.id == step_id), None)

@@ -16,7 +16,8 @@ from pydantic import Field, StringConstraints
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.names import Name
-from orchestrator.models.results import Percentiles
+from orchestrator.models.results import Percentiles, Verdict
+from orchestrator.models.serving import ServingStep
 
 RequestStatus = Literal["ok", "error", "aborted"]
 """ok: the stream ended normally; error: HTTP or connection error, bad stream, or a request the
@@ -103,6 +104,11 @@ class ServingCost(StrictModel):
     output_tokens: int = Field(ge=0, description="output tokens of successful requests (the divisor per 1M)")
     per_request: float | None = Field(description="None when no request succeeded")
     per_million_output_tokens: float | None = Field(description="None when no token was produced")
+    source: str | None = Field(
+        default=None,
+        description="where the price came from: the plan's price_per_node_hour, or the inventory's "
+        "orch_gpu_hour_cost x GPUs per node",
+    )
 
 
 InteractiveVerdict = Literal["better", "same", "worse", "worse for interactive", "n/a"]
@@ -270,3 +276,49 @@ class ServingSummary(StrictModel):
             other={"goodput_share": level.goodput, "error_rate": level.error_rate,
                    "abort_rate": level.abort_rate},
         )  # fmt: skip
+EngineHealth = Literal["healthy", "timeout", "exited", "not started", "external"]
+"""healthy: the health endpoint answered 200 within the bound; timeout: it did not; exited: the
+engine's job ended before it answered; not started: the job could not be submitted; external:
+orch does not start the engine (its URL answered)."""
+
+
+class EngineRun(StrictModel):
+    """One engine of a serving step (one replica, on its first node) as orch started and stopped it."""
+
+    node: str = Field(description="the inventory node (for engine: external, 'external')")
+    url: str = Field(description="the base URL the load generator sent requests to")
+    argv: list[str] = Field(default_factory=list, description="the engine's command (none for external)")
+    job_id: str | None = None
+    log: str | None = Field(default=None, description="its log, relative to the run directory")
+    health: EngineHealth = "not started"
+    load_to_health_s: float | None = Field(
+        default=None, description="model load time: submitted to the health endpoint's first 200"
+    )
+    load_to_first_answer_s: float | None = Field(
+        default=None, description="model load time: submitted to the end of its first successful request"
+    )
+    job_state: str | None = Field(default=None, description="the job's state once orch stopped it")
+
+
+class ServingLevelResult(StrictModel):
+    """One load level of a serving step: the step's figures, each node's, and the cost."""
+
+    level: str
+    records: str = Field(description="the level's records file, relative to the run directory")
+    summary: LevelSummary | None = Field(description="None when no counted request was recorded")
+    per_node: dict[str, LevelSummary] = Field(
+        default_factory=dict, description="the figures of the requests each replica served"
+    )
+    cost: ServingCost | None = None
+
+
+class ServingStepResult(StrictModel):
+    """A serving step's result: its engines, its levels, its verdict (steps/<id>/serving.json)."""
+
+    step: ServingStep
+    verdict: Verdict = "skipped"
+    reasons: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    engines: list[EngineRun] = Field(default_factory=list)
+    levels: list[ServingLevelResult] = Field(default_factory=list)
+    wall_s: float | None = None

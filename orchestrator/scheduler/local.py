@@ -2,10 +2,11 @@
 
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and
 MASTER_PORT (the spec's port when it is free, else a free one), and writes stdout+stderr to
-`<workdir>/rank-<r>.log`. A job's ranks share one process group. A job submitted with `after=`
-waits (PENDING) until that job has ended, whatever its outcome (Slurm's afterany); it starts on
-the next poll() after that. The time limit is enforced by a timer: the ranks are killed and the job
-ends FAILED with raw_state TIMEOUT.
+`<workdir>/rank-<r>.log` (a one-rank job with rank_logs off and an `output` writes there instead,
+as srun's output goes to sbatch's --output on Slurm). A job's ranks share one process group. A job
+submitted with `after=` waits (PENDING) until that job has ended, whatever its outcome (Slurm's
+afterany); it starts on the next poll() after that. The time limit is enforced by a timer: the
+ranks are killed and the job ends FAILED with raw_state TIMEOUT.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
 import psutil
@@ -84,6 +86,14 @@ def launch_plan(spec: JobSpec, port: int | None) -> list[RankLaunch]:
     return out
 
 
+def rank_log(spec: JobSpec, rank: int) -> Path:
+    """Where a rank's stdout and stderr go: `output` for a one-rank job without rank logs (an
+    engine's log), else rank-<r>.log in the workdir."""
+    if not spec.rank_logs and spec.output is not None and spec.nnodes * spec.ranks_per_node == 1:
+        return spec.output
+    return spec.workdir / f"rank-{rank}.log"
+
+
 def port_is_free(port: int) -> bool:
     """True when nothing listens on 127.0.0.1:port right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -121,7 +131,9 @@ class LocalScheduler:
         for rl in launch_plan(spec, spec.master_port):
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(rl.env.items()))
             lines.append(f"# rank {rl.rank}" + (f" (node {rl.node})" if rl.node else ""))
-            lines.append(f"env {env} {shlex.join(rl.argv)} > {spec.workdir / f'rank-{rl.rank}.log'} 2>&1")
+            lines.append(
+                f"env {env} {shlex.join(rl.argv)} > {shlex.quote(str(rank_log(spec, rl.rank)))} 2>&1"
+            )
         return "\n".join(lines) + "\n"
 
     def submit(self, spec: JobSpec, *, after: str | None = None) -> str:
@@ -164,7 +176,7 @@ class LocalScheduler:
         return JobOutput(
             job_id=job_id,
             ranks=[
-                RankOutput(rank=rl.rank, node=rl.node, log=spec.workdir / f"rank-{rl.rank}.log")
+                RankOutput(rank=rl.rank, node=rl.node, log=rank_log(spec, rl.rank))
                 for rl in launch_plan(spec, spec.master_port)
             ],
         )
@@ -188,7 +200,7 @@ class LocalScheduler:
         job.started = time.monotonic()
         try:
             for rl in launch_plan(spec, port):
-                log = os.fdopen(open_write(spec.workdir / f"rank-{rl.rank}.log"), "wb")
+                log = os.fdopen(open_write(rank_log(spec, rl.rank)), "wb")
                 job.logs.append(log)
                 pgid = job.procs[0].pid if job.procs else 0
                 job.procs.append(

@@ -9,7 +9,7 @@ then the drift is carried into the step's warnings and the report.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
@@ -18,6 +18,7 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.container import ContainerChoice, StackContainer, stack_container
 from orchestrator.models.plan import Plan, Step
+from orchestrator.models.serving import ServingStep
 from orchestrator.remote.base import NodeShell
 from orchestrator.store.rundir import RunDir, atomic_write
 
@@ -71,7 +72,7 @@ def node_python(cluster: Cluster) -> str:
     return f"{stack.python.prefix}/bin/python"
 
 
-def refused_steps(steps: list[Step], drifted: set[str]) -> list[str]:
+def refused_steps(steps: Sequence[Step | ServingStep], drifted: set[str]) -> list[str]:
     """'n2xg1 (node2)' for each step that includes a drifted node."""
     out = []
     for s in steps:
@@ -84,7 +85,7 @@ def refused_steps(steps: list[Step], drifted: set[str]) -> list[str]:
 def run_stack_stage(
     cluster: Cluster,
     name: str,
-    steps: list[Step],
+    steps: Sequence[Step | ServingStep],
     rundir: RunDir,
     *,
     allow_drift: bool,

@@ -30,6 +30,7 @@ from orchestrator.metrics.verdict import BaselineBusbw
 from orchestrator.models.base import StrictModel
 from orchestrator.models.events import RecoveryDone, RunEvent, RunFinished, RunStarted, StepDone
 from orchestrator.models.run import RunRecord
+from orchestrator.models.serving_results import LevelSummary, ServingCost
 from orchestrator.safefs import create_private, make_dir
 from orchestrator.store import pg
 from orchestrator.store.load import load_run
@@ -102,6 +103,28 @@ MIGRATIONS: list[str] = [
         node TEXT NOT NULL, tool TEXT NOT NULL, samples INTEGER NOT NULL, gpus TEXT NOT NULL,
         mean_power_w REAL, max_temperature_c REAL, min_sm_clock_mhz REAL, throttled TEXT NOT NULL,
         new_ecc TEXT NOT NULL, PRIMARY KEY (run_id, step_id, node)
+    );
+    """,
+    # Serving steps (docs/serving.md): each step, and the figures of each load level, for the
+    # whole step (node '') and for each node that served (replicas)
+    """
+    CREATE TABLE serving_steps (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, step_id TEXT NOT NULL,
+        idx INTEGER NOT NULL, workload TEXT NOT NULL, engine TEXT NOT NULL, replicas INTEGER NOT NULL,
+        nodes TEXT NOT NULL, job_ids TEXT NOT NULL, verdict TEXT NOT NULL, reasons TEXT NOT NULL,
+        load_to_health_s REAL, load_to_first_answer_s REAL, PRIMARY KEY (run_id, step_id)
+    );
+    CREATE TABLE serving_levels (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, step_id TEXT NOT NULL,
+        level TEXT NOT NULL, node TEXT NOT NULL, n INTEGER NOT NULL, ok INTEGER NOT NULL,
+        errors INTEGER NOT NULL, aborted INTEGER NOT NULL, duration_s REAL NOT NULL,
+        ttft_n INTEGER NOT NULL, ttft_p50_ms REAL, ttft_p95_ms REAL, ttft_p99_ms REAL,
+        itl_n INTEGER NOT NULL, itl_p50_ms REAL, itl_p95_ms REAL, itl_p99_ms REAL,
+        tpot_n INTEGER NOT NULL, tpot_p50_ms REAL, tpot_p95_ms REAL, tpot_p99_ms REAL,
+        e2e_n INTEGER NOT NULL, e2e_p50_ms REAL, e2e_p95_ms REAL, e2e_p99_ms REAL,
+        output_tokens_per_s REAL, requests_per_s REAL, error_rate REAL, goodput REAL,
+        cost_per_request REAL, cost_per_million_output_tokens REAL,
+        PRIMARY KEY (run_id, step_id, level, node)
     );
     """,
 ]
@@ -275,7 +298,10 @@ class ResultsStore:
                     rec.finished_at.isoformat() if rec.finished_at else None,
                     rec.wall_s, rec.user, rec.host,
                     json.dumps(rec.cluster.names if rec.cluster else sorted(rec.nodes)),
-                    len(rec.step_ids), len([s for s in rec.steps if s.verdict != "skipped"]), now,
+                    len(rec.step_ids) + len(rec.serving_ids),
+                    len([s for s in rec.steps if s.verdict != "skipped"])
+                    + len([s for s in rec.serving if s.verdict != "skipped"]),
+                    now,
                 ),
             )  # fmt: skip
             for s in rec.steps:
@@ -322,6 +348,25 @@ class ResultsStore:
                             for n in t.nodes
                         ]),
                     )  # fmt: skip
+            for sv in rec.serving:
+                st2 = sv.step
+                health = [e.load_to_health_s for e in sv.engines if e.load_to_health_s is not None]
+                first = [e.load_to_first_answer_s for e in sv.engines if e.load_to_first_answer_s is not None]
+                c.execute(
+                    "INSERT INTO serving_steps VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (rid, st2.id, st2.index, st2.workload, st2.engine, st2.replicas, json.dumps(st2.nodes),
+                     json.dumps([e.job_id for e in sv.engines if e.job_id]), sv.verdict,
+                     json.dumps(sv.reasons), max(health, default=None), max(first, default=None)),
+                )  # fmt: skip
+                c.executemany(
+                    _SERVING_LEVELS_INSERT,
+                    _last_wins(4, [
+                        _serving_level_row(rid, st2.id, lv.level, node, s_, lv.cost if node == "" else None)
+                        for lv in sv.levels
+                        for node, s_ in [("", lv.summary), *lv.per_node.items()]
+                        if s_ is not None
+                    ]),
+                )  # fmt: skip
             c.executemany(
                 "INSERT INTO node_verdicts VALUES (?,?,?)", [(rid, n, v) for n, v in rec.nodes.items()]
             )
@@ -433,6 +478,23 @@ class ResultsStore:
         if isinstance(self.conn, PgConnection):
             return bool(self.conn.execute("SELECT 1 AS ok").fetchall()[0]["ok"] == 1)
         return bool(self.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok")
+
+
+_SERVING_LEVELS_INSERT = (
+    "INSERT INTO serving_levels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)  # 31 columns: _serving_level_row
+
+
+def _serving_level_row(
+    rid: str, step_id: str, level: str, node: str, s: LevelSummary, cost: ServingCost | None
+) -> tuple[Any, ...]:
+    """One row of serving_levels: a level's figures for the whole step (node '') or one node."""
+    pcts = [v for p in (s.ttft_ms, s.itl_ms, s.tpot_ms, s.e2e_ms) for v in (p.n, p.p50, p.p95, p.p99)]
+    return (
+        rid, step_id, level, node, s.n, s.ok, s.errors, s.aborted, s.duration_s, *pcts,
+        s.output_tokens_per_s, s.requests_per_s, s.error_rate, s.goodput,
+        cost.per_request if cost else None, cost.per_million_output_tokens if cost else None,
+    )  # fmt: skip
 
 
 def _last_wins(key_len: int, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

@@ -27,6 +27,8 @@ from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.models.recovery_request import RecoveryTestRequest
 from orchestrator.models.run import RunRecord as RunRecord  # re-exported: the readers of load_run
 from orchestrator.models.run import RunResult, RunStatus, StepResult
+from orchestrator.models.serving import ServingStep
+from orchestrator.models.serving_results import ServingStepResult
 from orchestrator.models.stack import Stack
 from orchestrator.paths import under
 from orchestrator.safefs import NotInside, read_inside
@@ -35,6 +37,8 @@ from orchestrator.text import plural
 
 STEP_RESULT = "result.json"
 STEPS_FILE = "steps.json"
+SERVING_STEPS_FILE = "serving-steps.json"  # the plan's serving steps (runs/serving.py)
+SERVING_RESULT = "serving.json"  # steps/<id>/serving.json: a serving step's result
 REQUEST_FILE = "recovery-test.json"  # written by orch recovery-test instead of plan.json
 _START_EVENTS = ("run_started", "run_resumed")
 M = TypeVar("M", bound=StrictModel)
@@ -183,6 +187,24 @@ def load_run(run_dir: Path) -> RunRecord:
     V.apply_line_rate(pairs, cluster.vars.orch_fabric_gbps if cluster else None)
     if not step_ids:
         step_ids = [s.step.id for s in steps]
+    serving: list[ServingStepResult] = list(result.serving) if result is not None else []
+    planned_serving = _json_file(run_dir, run_dir / SERVING_STEPS_FILE, warnings) or {}
+    serving_ids: list[str] = []
+    for raw in planned_serving.get("steps", []):
+        sid = str(raw.get("id", "")) if isinstance(raw, dict) else ""
+        if not is_name(sid):
+            warnings.append(f"{SERVING_STEPS_FILE}: a step id that is not a plain name")
+            continue
+        serving_ids.append(sid)
+    if result is None:
+        for sid in serving_ids:
+            path = under(run_dir, "steps", sid, what="step folder") / SERVING_RESULT
+            before = len(warnings)
+            sres = _model(ServingStepResult, run_dir, path, warnings)
+            if sres is not None:
+                serving.append(sres)
+            elif len(warnings) > before:
+                unreadable[sid] = _shown(path, run_dir)
 
     status: RunStatus
     pid = started.get("pid")
@@ -205,6 +227,7 @@ def load_run(run_dir: Path) -> RunRecord:
     if not nodes and cluster is not None:
         for n in cluster.nodes:
             mine = [s.verdict for s in steps if n.name in s.step.nodes]
+            mine += [s.verdict for s in serving if n.name in s.step.nodes]
             if mine:
                 nodes[n.name] = V.worst(mine)
     recovery: list[RecoveryRecord] = []
@@ -245,6 +268,8 @@ def load_run(run_dir: Path) -> RunRecord:
         cluster=cluster,
         step_ids=step_ids,
         steps=steps,
+        serving_ids=serving_ids,
+        serving=serving,
         nodes=nodes,
         recovery=recovery,
         stack=_model(Stack, run_dir, run_dir / "stack.json", warnings),
@@ -290,3 +315,32 @@ def ladder_steps(run_dir: Path) -> list[Step] | None:
     if not os.path.lexists(path):
         return None
     return require_model(_Ladder, run_dir, path).steps
+
+
+class _Serving(StrictModel):
+    steps: list[ServingStep]
+
+
+def serving_steps(run_dir: Path) -> list[ServingStep] | None:
+    """The serving steps the run planned (serving-steps.json), or None when it has none. Raises
+    ConfigError naming the file and the value when it is invalid."""
+    path = run_dir / SERVING_STEPS_FILE
+    if not os.path.lexists(path):
+        return None
+    return require_model(_Serving, run_dir, path).steps
+
+
+def finished_serving(run_dir: Path, step_ids: list[str]) -> dict[str, ServingStepResult]:
+    """The serving steps' results written as each ended (verdict not skipped), by step id; raises
+    ConfigError naming the file when one is invalid or not its folder's step."""
+    out: dict[str, ServingStepResult] = {}
+    for sid in step_ids:
+        path = under(run_dir, "steps", sid, what="step folder") / SERVING_RESULT
+        if not os.path.lexists(path):
+            continue
+        res = require_model(ServingStepResult, run_dir, path)
+        if res.step.id != sid:
+            raise ConfigError(f"{path}: step.id = {res.step.id!r} is not the folder's step {sid!r}")
+        if res.verdict != "skipped":
+            out[sid] = res
+    return out

@@ -10,11 +10,19 @@ HOLD_TOKENS waits for this event before it answers), `usage` (send the usage chu
 serve` 5.24 does), `empty_every` (every k-th token streams as "", as a byte-level token that ends
 inside a UTF-8 character does), `truncate_after` (close the stream after that many tokens).
 It runs in a thread on 127.0.0.1 and an ephemeral port, for the length of one test.
+
+As a program it stands in for an engine that orch starts (`transformers serve`'s command line:
+`sse_server.py serve MODEL --host H --port P [engine options, ignored]`): GET /health answers 200
+(or 503 for ever with --never-healthy), GET /v1/models lists the model; --pid-file appends its
+process id, so that a test can check that orch stopped it.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +42,8 @@ class Behaviour:
     done: bool = True
     empty_every: int = 0
     truncate_after: int = 0
+    healthy: bool = True
+    model: str = "test-model"
     hold: threading.Event = field(default_factory=threading.Event)
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -43,6 +53,22 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: object) -> None:
             pass
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self.send_response(200 if b.healthy else 503)
+                self.end_headers()
+                return
+            if self.path == "/v1/models":
+                data = json.dumps({"object": "list", "data": [{"id": b.model, "object": "model"}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            self.send_response(404)
+            self.end_headers()
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -110,3 +136,31 @@ def sse_server(b: Behaviour) -> Iterator[str]:
         b.hold.set()
         srv.shutdown()
         srv.server_close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve as a stand-in engine until killed (see the module docstring)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("command", choices=["serve"])
+    ap.add_argument("model")
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--pid-file")
+    ap.add_argument("--ttft", type=float, default=0.0)
+    ap.add_argument("--itl", type=float, default=0.0)
+    ap.add_argument("--never-healthy", action="store_true")
+    a, rest = ap.parse_known_args(argv)
+    if a.pid_file:
+        with open(a.pid_file, "a") as f:
+            f.write(f"{os.getpid()}\n")
+    print(f"stand-in engine for {a.model} on {a.host}:{a.port}; ignored: {rest}", flush=True)
+    b = Behaviour(ttft_s=a.ttft, itl_s=a.itl, healthy=not a.never_healthy, model=a.model)
+    server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128})
+    srv = server_class((a.host, a.port), _handler(b))
+    srv.daemon_threads = True
+    srv.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

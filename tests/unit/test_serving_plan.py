@@ -15,7 +15,6 @@ from orchestrator.models.cluster import Cluster, Node
 from orchestrator.models.plan import PlanOverrides
 from orchestrator.models.serving import P99_MIN_SAMPLES
 from orchestrator.plan import (
-    SERVING_NOT_YET,
     apply_overrides,
     expand_ladder,
     expand_serving_steps,
@@ -233,10 +232,14 @@ def test_collectives_override_on_a_serving_only_plan_is_a_config_error(tmp_path:
     ]
 
 
-def test_runners_of_today_refuse_serving_steps(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as e:
-        expand_steps(load_plan("serving-smoke"), cluster(3))
-    assert SERVING_NOT_YET in str(e.value) and e.value.exit_code == 2
+def test_scale_test_expansion_takes_serving_plans_and_refuses_what_cannot_run(tmp_path: Path) -> None:
+    assert expand_steps(load_plan("serving-smoke"), cluster(3)) == []  # no ladder; serving runs
+    with pytest.raises(ConfigError) as e:  # vLLM on nodes of gpu_vendor none (a CPU stack)
+        expand_steps(load_plan("serving-acceptance"), cluster(3))
+    assert "serving step llm-r1: engine vllm needs GPUs" in str(e.value) and e.value.exit_code == 2
+    with pytest.raises(ConfigError, match="pipeline_parallel 2: orch starts one engine per replica"):
+        pp2 = serving_plan(tmp_path, engine="transformers", pipeline_parallel=2)
+        expand_steps(load_plan(pp2), cluster(2))
 
 
 @pytest.mark.parametrize("name", ["serving-smoke", "serving-acceptance"])
@@ -252,7 +255,7 @@ def test_serving_smoke_runs_on_one_then_every_node() -> None:
     assert steps[0].levels == ["c1", "c2", "c4", "c8"]
 
 
-def test_cli_plan_show_lists_serving_steps_and_scale_test_refuses(
+def test_cli_plan_show_lists_serving_steps_and_scale_test_refuses_vllm_on_cpu_nodes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from orchestrator.cli import main
@@ -267,7 +270,7 @@ def test_cli_plan_show_lists_serving_steps_and_scale_test_refuses(
     shown = capsys.readouterr().out
     assert "lab-tiny-r1" in shown and "lab-tiny-r3" in shown and "c1 c2 c4 c8" in shown
     with pytest.raises(SystemExit) as info:
-        main(["scale-test", "--plan", "serving-smoke", "-i", str(inv), "--out", str(tmp_path / "runs")])
+        main(["scale-test", "--plan", "serving-acceptance", "-i", str(inv), "--out", str(tmp_path / "runs")])
     assert info.value.code == 2
-    assert "serving steps run with" in capsys.readouterr().err
+    assert "engine vllm needs GPUs" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()

@@ -1,0 +1,550 @@
+"""The serving steps of a scale-test run: start the engine, wait for its health, drive each load
+level, judge, stop the engine (docs/serving.md, "How a serving step runs").
+
+A ServingRunner runs inside the run's one lifecycle (runs/lifecycle.py) and submits each engine
+through the run's scheduler protocol (scheduler/): on Slurm one job per replica (sbatch + srun on
+the replica's node, the one Slurm client of scheduler/slurm.py), on the local backend a process of
+this machine. For each serving step, in plan order:
+
+1. one engine per replica on its node, its argv from the plan (workloads/engines.py), its output
+   in steps/<step>/engine-<node>.log (Slurm: sbatch --output, collected from the nodes when they
+   keep their own folders);
+2. the health endpoint polled until it answers 200, bounded by the workload's health_timeout_s
+   from submission; an engine whose job ends first, or the bound passing, ends the step as an
+   infrastructure failure naming the node, the job state and the last lines of its log;
+3. each load level driven by the load generator (workloads/loadgen.py), its records appended to
+   steps/<step>/records-<level>.jsonl as the requests end; model load time is recorded to health
+   and to the end of each engine's first successful request;
+4. the engines stopped (their jobs cancelled) and the levels summarised (metrics/serving.py): the
+   step's figures and each node's per level, the cost, and the thresholds judged, each failure
+   naming step, level and figure.
+
+Whatever ends the run (success, a failing threshold, an exception, Ctrl-C, SIGTERM), every engine
+still running is stopped: after each step, in the runner's `finally`, and by the lifecycle's
+close (on_close), which runs on any ending. The step's whole time is bounded by the plan's
+step_timeout_s (a timer stops the load generator).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import secrets
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from orchestrator.errors import OrchError
+from orchestrator.metrics import serving as SM
+from orchestrator.metrics import verdict as V
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.events import StepDone, StepSubmitted
+from orchestrator.models.plan import Plan
+from orchestrator.models.serving import DatasetLengths, ServingStep, ServingWorkload
+from orchestrator.models.serving_results import (
+    EngineRun,
+    LevelSummary,
+    RequestRecord,
+    ServingCost,
+    ServingLevelResult,
+    ServingStepResult,
+)
+from orchestrator.remote.base import NodeShell
+from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
+from orchestrator.runs.lifecycle import RunLifecycle
+from orchestrator.safefs import NotInside, read_inside
+from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits
+from orchestrator.scheduler.local import LOCAL_ADDR, free_port
+from orchestrator.store.load import SERVING_RESULT
+from orchestrator.store.rundir import atomic_write
+from orchestrator.workloads.engines import engine_argv, health_path
+from orchestrator.workloads.loadgen import LoadGenerator, RecordWriter, Target, level_specs, read_lengths
+
+HEALTH_POLL_S = 0.5
+HEALTH_REQUEST_S = 2.0
+LOG_TAIL_LINES = 5
+# The engine's job lives a little longer than the step it serves: orch stops it itself, and the
+# scheduler's limit is only the bound should orch die without stopping it.
+JOB_MARGIN_S = 300
+ENGINE_ENV = {"HF_HUB_OFFLINE": "1"}
+"""Added to the engine's environment: the model is a path on the node; no hub is asked."""
+
+_P99 = (
+    ("max_ttft_p99_ms", "ttft_ms", "TTFT"),
+    ("max_itl_p99_ms", "itl_ms", "ITL"),
+    ("max_tpot_p99_ms", "tpot_ms", "TPOT"),
+    ("max_e2e_p99_ms", "e2e_ms", "E2E"),
+)
+
+
+class _StepEnded(Exception):
+    """The step cannot go on: its verdict and why."""
+
+    def __init__(self, verdict: V.Verdict, reason: str, engine: EngineRun | None = None) -> None:
+        super().__init__(reason)
+        self.verdict, self.reason, self.engine = verdict, reason, engine
+
+
+def serving_result_path(root: Path, step_id: str) -> Path:
+    """steps/<step_id>/serving.json of the run at root (the step folder made if missing)."""
+    from orchestrator.store.rundir import RunDir
+
+    return RunDir(root).step_dir(step_id) / SERVING_RESULT
+
+
+def price_of(w: ServingWorkload, step: ServingStep, cluster: Cluster) -> tuple[float, int, str] | None:
+    """(price per node-hour, nodes, where the price came from) for a step's cost: the plan's
+    price_per_node_hour, else the inventory's orch_gpu_hour_cost x the GPUs each node serves with
+    (tensor_parallel); None when neither is given (an external engine needs the plan's price)."""
+    nodes = max(1, len(step.nodes))
+    if w.price_per_node_hour is not None:
+        return w.price_per_node_hour, nodes, f"plan price_per_node_hour {w.price_per_node_hour:g}"
+    gpu = cluster.vars.orch_gpu_hour_cost
+    if gpu is None or not step.nodes:
+        return None
+    per_node = gpu * step.gpus_per_replica_node
+    return (
+        per_node,
+        nodes,
+        (f"inventory orch_gpu_hour_cost {gpu:g} x {step.gpus_per_replica_node} GPU(s) per node"),
+    )
+
+
+def threshold_failures(step_id: str, w: ServingWorkload, s: LevelSummary) -> list[str]:
+    """What a level misses of the workload's thresholds, each naming step, level and figure, e.g.
+    `step chat-r1, level c8: TTFT p99 812 ms > 500 ms (n=100)`. A p99 threshold on a level whose
+    p99 is not defined (fewer than 100 successful requests) is missed: it cannot be shown met."""
+    th, at = w.thresholds, f"step {step_id}, level {s.level}"
+    out: list[str] = []
+    for field, attr, name in _P99:
+        limit = getattr(th, field)
+        if limit is None:
+            continue
+        p = getattr(s, attr)
+        if p.p99 is None:
+            out.append(
+                f"{at}: {name} p99 not defined (n={p.n} < 100): the limit {limit:g} ms is not shown met"
+            )
+        elif p.p99 > limit:
+            out.append(f"{at}: {name} p99 {p.p99:.4g} ms > {limit:g} ms (n={p.n})")
+    if th.min_goodput is not None and (s.goodput is None or s.goodput < th.min_goodput):
+        got = "-" if s.goodput is None else f"{s.goodput:.1%}"
+        out.append(f"{at}: goodput {got} < {th.min_goodput:.1%} (n={s.n})")
+    if th.max_error_rate is not None:
+        rate = (s.errors + s.aborted) / s.n if s.n else 1.0
+        if rate > th.max_error_rate:
+            out.append(
+                f"{at}: error rate {rate:.1%} > {th.max_error_rate:.1%} "
+                f"({s.errors} errors + {s.aborted} aborted of n={s.n})"
+            )
+    if th.min_output_tokens_per_s is not None:
+        tps = s.output_tokens_per_s
+        if tps is None or tps < th.min_output_tokens_per_s:
+            got = "-" if tps is None else f"{tps:.4g}"
+            out.append(f"{at}: output tokens/s {got} < {th.min_output_tokens_per_s:g} (n={s.ok})")
+    return out
+
+
+def http_ok(url: str, timeout: float) -> bool:
+    """Whether GET url answers 200 within timeout (any error: False)."""
+    u = urlsplit(url)
+    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    conn = cls(u.hostname or "", u.port, timeout=timeout)
+    try:
+        conn.request("GET", u.path or "/")
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def engine_job(
+    plan: Plan,
+    cluster: Cluster,
+    step: ServingStep,
+    w: ServingWorkload,
+    name: str,
+    *,
+    port: int,
+    here: bool,
+    bindir: str,
+    env: dict[str, str],
+    folder: Path,
+    root: Path,
+    layout: RunDataLayout,
+) -> tuple[EngineRun, JobSpec]:
+    """The engine of one replica on node `name` and its job: on this machine (here) a process
+    listening on 127.0.0.1, its log written into the step folder; on Slurm a one-task job on the
+    node, listening on its fabric address (else its address), its output (sbatch --output) in the
+    step's folder on the node, its script in the step folder here."""
+    node = cluster.node(name)
+    host = LOCAL_ADDR if here else str(node.fabric_address or node.address)
+    argv = engine_argv(w, bindir=bindir, host=host, port=port, gpu_vendor=node.gpu_vendor)
+    log_name = f"engine-{name}.log"
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    engine = EngineRun(node=name, url=url, argv=argv, log=(folder / log_name).relative_to(root).as_posix())
+    if here:
+        workdir, output, script = folder / f"engine-{name}", folder / log_name, None
+    else:
+        workdir = layout.node_path("steps", step.id)
+        output = layout.node_path("steps", step.id, log_name)
+        script = folder.absolute() / f"engine-{name}.sbatch"
+    spec = JobSpec(
+        name=f"orch-{plan.name}-{step.id}",
+        step_id=step.id,
+        nodes=[] if here else [name],
+        nnodes=1,
+        ranks_per_node=1,
+        gpus_per_node=0 if node.gpu_vendor == "none" else step.gpus_per_replica_node,
+        argv=argv,
+        env=dict(env),
+        time_limit_s=plan.step_timeout_s + JOB_MARGIN_S,
+        workdir=workdir,
+        output=output,
+        rank_logs=False,
+        script=script,
+        partition=plan.partition or cluster.vars.orch_partition,
+        notes=[f"orch serving step {step.id}: engine {w.engine} on {name}"],
+    )
+    return engine, spec
+
+
+class _Records:
+    """A level's records file that the load generator's threads write to; once closed (the level
+    ended, or the run was interrupted while requests were still in flight), later records are
+    dropped rather than written to a closed descriptor."""
+
+    def __init__(self, path: Path) -> None:
+        self._writer: RecordWriter | None = RecordWriter(path)
+        self._lock = threading.Lock()
+
+    def write(self, rec: RequestRecord) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.write(rec)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+
+class ServingRunner:
+    """The serving steps of one run; see the module docstring."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        cluster: Cluster,
+        steps: list[ServingStep],
+        sched: JobScheduler,
+        backend: Literal["slurm", "local"],
+        life: RunLifecycle,
+        python: str,
+        env: dict[str, str] | None = None,
+        shells: Mapping[str, NodeShell] | None = None,
+    ) -> None:
+        self.plan, self.cluster, self.sched, self.backend, self.life = plan, cluster, sched, backend, life
+        self.here = backend_traits(backend).on_this_machine
+        self.bindir = str(Path(python).parent)  # the stack's <prefix>/bin: its engines' programs
+        self.env = {**(env or {}), **ENGINE_ENV}
+        self.shells = shells
+        self.results = [ServingStepResult(step=s) for s in steps]
+        self.workloads = {w.name: w for w in plan.serving}
+        self.layout = run_data_layout(cluster, life.root)
+        self.files = NodeFiles(self.layout, {})
+        self._live: dict[str, EngineRun] = {}  # job id -> engine, for jobs not yet stopped
+        self._gen: LoadGenerator | None = None
+        self._lock = threading.Lock()
+        self._expired = False
+        self._stopped: set[str] = set()  # steps whose engines were stopped
+        self._base_port = 20000 + secrets.randbelow(20000)
+        self._t_submit = time.monotonic()  # when the current step's engines were submitted
+
+    # --- the run -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run every serving step not finished yet, in plan order. However it ends, every engine
+        still running is stopped (here and by the lifecycle's close, for an ending this frame
+        does not see) and the nodes' folders of the run are removed."""
+        if not self.results:
+            return
+        self.life.on_close(self.stop_all)
+        with node_files(self.cluster, self.layout, self.shells) as self.files:
+            try:
+                todo = [r for r in self.results if r.verdict == "skipped"]
+                self.files.prepare({n: [("steps", r.step.id) for r in todo if n in r.step.nodes]
+                                    for n in sorted({n for r in todo for n in r.step.nodes})})  # fmt: skip
+                for res in todo:
+                    self._step(res)
+            finally:
+                self.stop_all()
+                if self.layout.remote:
+                    with contextlib.suppress(OrchError):
+                        if errors := self.files.remove_all():
+                            self.life.journal("node_folders_left", errors=errors)
+
+    def stop_all(self) -> None:
+        """Stop the load generator and cancel every engine job still running; idempotent, never
+        raises (a cancel that fails is journaled)."""
+        with self._lock:
+            gen, self._gen = self._gen, None
+            live, self._live = dict(self._live), {}
+        if gen is not None:
+            gen.stop()
+        if not live:
+            return
+        try:
+            self.sched.cancel(list(live))
+        except OrchError as e:
+            with contextlib.suppress(OrchError):
+                self.life.journal("engine_cancel_failed", jobs=list(live), error=str(e))
+        with contextlib.suppress(OrchError):
+            self.life.journal("engines_stopped", jobs=list(live))
+
+    # --- one step ------------------------------------------------------------------------------
+
+    def _step(self, res: ServingStepResult) -> None:
+        step, w = res.step, self.workloads[res.step.workload]
+        t0 = time.monotonic()
+        self._expired = False
+        timer = threading.Timer(self.plan.step_timeout_s, self._time_up)
+        timer.daemon = True
+        timer.start()
+        verdict: V.Verdict = "pass"
+        try:
+            self._start(res, w)
+            self._wait_healthy(res, w)
+            self._drive(res, w)
+        except _StepEnded as e:
+            verdict = e.verdict
+            timer.cancel()
+            self._stop(res)  # its log is here once stopped (collected from the node)
+            res.reasons.append(e.reason + (self._tail(e.engine) if e.engine is not None else ""))
+        finally:
+            timer.cancel()
+            self._stop(res)
+        self._summarise(res, w)
+        for level in res.levels:
+            if level.summary is None:
+                continue
+            fails = threshold_failures(step.id, w, level.summary)
+            s = level.summary
+            if s.ok == 0:
+                none_ok = f"({s.errors} errors, {s.aborted} aborted of n={s.n})"
+                fails.insert(0, f"step {step.id}, level {level.level}: no request succeeded {none_ok}")
+            if fails:
+                verdict = V.worst([verdict, "fail"])
+                res.reasons += fails
+        res.verdict = verdict
+        res.wall_s = round(time.monotonic() - t0, 3)
+        atomic_write(serving_result_path(self.life.root, step.id), res.model_dump_json(indent=2) + "\n")
+        jobs = ",".join(e.job_id for e in res.engines if e.job_id) or None
+        self.life.log(StepDone(step=step.id, job_id=jobs, verdict=res.verdict, reasons=res.reasons))
+
+    def _time_up(self) -> None:
+        self._expired = True
+        with self._lock:
+            gen = self._gen
+        if gen is not None:
+            gen.stop()
+
+    def _start(self, res: ServingStepResult, w: ServingWorkload) -> None:
+        """Submit one engine per replica (nothing for external: its URL is the target)."""
+        step = res.step
+        self._t_submit = time.monotonic()
+        if w.engine == "external":
+            assert w.url is not None
+            res.engines.append(EngineRun(node="external", url=w.url.rstrip("/"), health="external"))
+            return
+        folder = self.life.rundir.step_dir(step.id)
+        per = step.nodes_per_replica
+        for r in range(step.replicas):
+            name = step.nodes[r * per]
+            port = free_port() if self.here else self._base_port + step.index * 64 + r
+            engine, spec = engine_job(
+                self.plan, self.cluster, step, w, name, port=port, here=self.here, bindir=self.bindir,
+                env=self.env, folder=folder, root=self.life.root, layout=self.layout,
+            )  # fmt: skip
+            res.engines.append(engine)
+            try:
+                job_id = self.sched.submit(spec)
+            except OrchError as e:
+                raise _StepEnded("infra", f"engine on {name} could not be started: {e}") from e
+            engine.job_id = job_id
+            with self._lock:
+                self._live[job_id] = engine
+            self.life.log(StepSubmitted(step=step.id, job_id=job_id))
+
+    def _wait_healthy(self, res: ServingStepResult, w: ServingWorkload) -> None:
+        """Poll each engine's health endpoint until it answers 200, bounded by health_timeout_s
+        from submission; raises _StepEnded (infra) when an engine's job ends first or the bound
+        passes."""
+        t0 = self._t_submit
+        deadline = t0 + w.health_timeout_s
+        path = health_path(w)
+        waiting = list(res.engines)
+        while waiting:
+            ids = [e.job_id for e in waiting if e.job_id]
+            states = self.sched.poll(ids) if ids else {}
+            for e in list(waiting):
+                state = states.get(e.job_id or "")
+                if state is not None and state.status.terminal:
+                    e.health, e.job_state = "exited", state.raw_state
+                    why = f" ({state.reason})" if state.reason else ""
+                    job = f"job {e.job_id} {state.raw_state}{why}"
+                    raise _StepEnded(
+                        "infra", f"engine on {e.node} ended before it answered {path}: {job}", e
+                    )
+                if http_ok(e.url + path, HEALTH_REQUEST_S):
+                    if e.health != "external":
+                        e.health = "healthy"
+                        e.load_to_health_s = round(time.monotonic() - t0, 3)
+                    waiting.remove(e)
+            if not waiting:
+                break
+            if time.monotonic() >= deadline or self._expired:
+                for e in waiting:
+                    e.health = "timeout" if e.health != "external" else e.health
+                nodes = ", ".join(e.node for e in waiting)
+                bound = f"{w.health_timeout_s} s (health_timeout_s)"
+                why = f"engine on {nodes} did not answer {path} within {bound}"
+                raise _StepEnded("infra", why, waiting[0])
+            time.sleep(HEALTH_POLL_S)
+        self.life.journal("engines_healthy", step=res.step.id,
+                          load_to_health_s={e.node: e.load_to_health_s for e in res.engines})  # fmt: skip
+
+    def _drive(self, res: ServingStepResult, w: ServingWorkload) -> None:
+        """Each load level in turn, its records appended to records-<level>.jsonl as they end."""
+        step = res.step
+        folder = self.life.rundir.step_dir(step.id)
+        targets = [Target(e.node, e.url) for e in res.engines]
+        specs = level_specs(w, targets, datasets=self._datasets(w))
+        t0 = self._t_submit
+        first_ok: dict[str, float] = {}
+        engines = {e.node: e for e in res.engines}
+        for spec in specs:
+            path = folder / f"records-{spec.level}.jsonl"
+            res.levels.append(ServingLevelResult(level=spec.level, records=self._rel(path), summary=None))
+            writer = _Records(path)
+            try:
+
+                def emit(rec: RequestRecord, writer: _Records = writer) -> None:
+                    writer.write(rec)
+                    if rec.status == "ok" and rec.server not in first_ok:
+                        first_ok[rec.server] = time.monotonic()
+                        e = engines.get(rec.server)
+                        if e is not None and e.health == "healthy":
+                            e.load_to_first_answer_s = round(first_ok[rec.server] - t0, 3)
+
+                gen = LoadGenerator(spec, emit)
+                with self._lock:
+                    self._gen = gen
+                try:
+                    gen.run()
+                finally:
+                    with self._lock:
+                        self._gen = None
+                    gen.stop()  # an interrupted level: its requests in flight are aborted
+            finally:
+                writer.close()
+            if self._expired:
+                limit = f"{self.plan.step_timeout_s} s, step_timeout_s"
+                raise _StepEnded("infra", f"the step's time limit ({limit}) passed during level {spec.level}")
+            ids = [e.job_id for e in res.engines if e.job_id]
+            states = self.sched.poll(ids) if ids else {}
+            gone = [(e, states[e.job_id]) for e in res.engines if e.job_id in states
+                    and states[e.job_id].status.terminal]  # fmt: skip
+            if gone:
+                e, st = gone[0]
+                e.job_state = st.raw_state
+                job = f"job {e.job_id} {st.raw_state}"
+                raise _StepEnded(
+                    "infra", f"engine on {e.node} ended during level {spec.level}: {job}", e
+                )
+
+    def _stop(self, res: ServingStepResult) -> None:
+        """Cancel the step's engines, note their final states, and bring their logs here (once)."""
+        if res.step.id in self._stopped:
+            return
+        self._stopped.add(res.step.id)
+        ids = [e.job_id for e in res.engines if e.job_id]
+        with self._lock:
+            for j in ids:
+                self._live.pop(j, None)
+        if not ids:
+            return
+        try:
+            self.sched.cancel(ids)
+            states = self.sched.poll(ids)
+        except OrchError as e:
+            res.warnings.append(f"engines not stopped cleanly: {e}")
+            states = {}
+        for eng in res.engines:
+            if eng.job_id in states and eng.job_state is None:
+                eng.job_state = states[eng.job_id].raw_state
+        self.life.journal("engines_stopped", step=res.step.id, jobs=ids)
+        if self.layout.remote:
+            try:
+                for got in self.files.collect(res.step.nodes, "steps", res.step.id):
+                    if got.error:
+                        res.warnings.append(f"{got.node}: engine log not collected: {got.error}")
+            except OrchError as e:
+                res.warnings.append(f"engine logs not collected: {e}")
+
+    # --- figures -------------------------------------------------------------------------------
+
+    def _summarise(self, res: ServingStepResult, w: ServingWorkload) -> None:
+        """Each level's figures from its records file (the source of truth), per node, and cost."""
+        price = price_of(w, res.step, self.cluster)
+        for level in res.levels:
+            try:
+                text = read_inside(self.life.root, self.life.root / level.records).decode("utf-8")
+                records = [
+                    r for r in SM.parse_records(text.splitlines(), source=level.records) if not r.warmup
+                ]
+            except (OSError, NotInside, ValueError) as e:
+                res.warnings.append(f"{level.records}: not read: {e}")
+                continue
+            if not records:
+                continue
+            level.summary = SM.summarize_level(records, w.slos)
+            if res.step.replicas > 1:
+                level.per_node = {
+                    n: SM.summarize_level(rs, w.slos) for n, rs in SM.by_server(records).items()
+                }
+            if price is not None:
+                cost = SM.level_cost(level.summary, nodes=price[1], price_per_node_hour=price[0])
+                level.cost = ServingCost.model_validate({**cost.model_dump(), "source": price[2]})
+
+    def _datasets(self, w: ServingWorkload) -> dict[tuple[str, str], Sequence[int]]:
+        out: dict[tuple[str, str], Sequence[int]] = {}
+        for spec in (w.load.input_tokens, w.load.output_tokens):
+            if isinstance(spec, DatasetLengths) and (spec.path, spec.field) not in out:
+                try:
+                    with open(spec.path, encoding="utf-8") as f:
+                        out[(spec.path, spec.field)] = read_lengths(f, spec.field, source=spec.path)
+                except (OSError, ValueError) as e:
+                    raise _StepEnded("infra", f"serving {w.name}: lengths dataset not read: {e}") from e
+        return out
+
+    def _rel(self, path: Path) -> str:
+        return path.relative_to(self.life.root).as_posix()
+
+    def _tail(self, e: EngineRun) -> str:
+        """'; its log ends: ...' with the last lines of the engine's log, when there is one here."""
+        if e.log is None:
+            return ""
+        try:
+            text = read_inside(self.life.root, self.life.root / e.log).decode("utf-8", errors="replace")
+        except (OSError, NotInside):
+            return ""
+        lines = [ln.strip()[:200] for ln in text.splitlines() if ln.strip()][-LOG_TAIL_LINES:]
+        return f"; its log ({e.log}) ends: " + " | ".join(lines) if lines else ""
