@@ -289,7 +289,7 @@ class Stack(StrictModel):
             raise ValueError("a container build needs a 'python' section (the tree it holds)")
         if self.serving is not None:
             if self.python is None:
-                raise ValueError("a 'serving' section needs a 'python' section (the venv that holds the engine)")
+                raise ValueError("a 'serving' section needs a 'python' section (the venv of the engine)")
             pins = {r.partition("==")[0].lower(): r.partition("==")[2] for r in self.python.packages}
             engine = self.serving.engine
             if pins.get(engine) != self.serving.version:
