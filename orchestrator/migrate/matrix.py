@@ -75,6 +75,16 @@ def _image_found(repository: str) -> Probe:
     return probe
 
 
+def _package_found(name: str) -> Probe:
+    """The version of one package of the node's venv (the fingerprint's normalised package set)."""
+
+    def probe(fp: Fingerprint) -> str | None:
+        want = re.sub(r"[-_.]+", "-", name).lower() + "=="
+        return next((p[len(want) :] for p in fp.packages if p.startswith(want)), None)
+
+    return probe
+
+
 def _pins(s: Stack) -> dict[Component, list[_Pin]]:
     """The components stack s pins (env and extra packages apart), each with its product."""
     pins: list[_Pin] = []
@@ -113,6 +123,18 @@ def _pins(s: Stack) -> dict[Component, list[_Pin]]:
                      note="gloo ships inside torch, at the same version"),
                 _Pin("kernels/backends", "torch.distributed backend", "gloo", "port"),
             ]  # fmt: skip
+    if s.serving is not None:
+        sv = s.serving
+        pins.append(_Pin("serving engine", sv.engine, sv.version, "version", _package_found(sv.engine)))
+        lm = sv.lab_model
+        if lm is not None:
+            pins.append(
+                _Pin("serving engine", "lab model", lm.sha256 or f"{lm.name} at {lm.path}",
+                     "pin" if lm.sha256 else "config",
+                     (lambda fp: fp.lab_model_found_hash) if lm.sha256 else
+                     (lambda fp: f"{fp.lab_model} at {fp.lab_model_path}" if fp.lab_model else None),
+                     note=f"{lm.name} at {lm.path}, built on each node")
+            )  # fmt: skip
     if s.container_runtime is not None:
         pins.append(_Pin("container image", "container runtime", s.container_runtime, "config"))
     if s.image is not None:
@@ -129,7 +151,7 @@ def _pins(s: Stack) -> dict[Component, list[_Pin]]:
 def _slot(p: _Pin) -> str:
     """What a pin is matched on across stacks: its product for several per component, else the
     component (amdgpu driver and nvidia driver are the same slot, another product)."""
-    if p.component in ("container image", "tests", "kernels/backends"):
+    if p.component in ("container image", "tests", "kernels/backends", "serving engine"):
         return {"rccl-tests": "bench", "nccl-tests": "bench"}.get(p.product, p.product)
     return p.component
 

@@ -79,6 +79,16 @@ class Fingerprint(StrictModel):
         default=None, description="the environment variables provisioning recorded with that stack"
     )
     env_hash: str | None = Field(default=None, description="sha256 of `stack_env`, NAME=value per line")
+    lab_model: str | None = Field(
+        default=None, description="the lab model provisioning built (orch-model.json beside the venv)"
+    )
+    lab_model_path: str | None = Field(default=None, description="where the record says it is")
+    lab_model_hash: str | None = Field(
+        default=None, description="sha256 over its files, as recorded when it was built"
+    )
+    lab_model_found_hash: str | None = Field(
+        default=None, description="sha256 over the files at that path when the probe ran"
+    )
     images: list[str] = Field(default_factory=list)
     stack_image: str | None = Field(
         default=None, description="id of the image provisioning built from the stack's tree on the node"

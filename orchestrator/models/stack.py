@@ -185,6 +185,53 @@ class PythonEnv(StrictModel):
         return v
 
 
+LabModelName = Literal["lab-tiny"]
+"""The models orchestrator/workloads/labmodel.py can build (its RECIPES; a test holds them equal)."""
+LAB_MODEL_RECORD = "orch-model.json"
+"""The record the builder writes beside the venv (python.prefix): name, path, sha256, files."""
+_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+class LabModel(StrictModel):
+    """A small model built on each node at provisioning, with no model hub (the virtual lab).
+
+    Random weights from a fixed seed and a tokenizer trained on the node: it exercises the service
+    path (HTTP, batching, streaming), not model quality (docs/serving.md, "The lab model").
+    """
+
+    name: LabModelName = Field(description="the builder's recipe, e.g. lab-tiny")
+    path: str = Field(description="the model's folder on the node, e.g. /opt/orch/models/lab-tiny")
+    sha256: str | None = Field(
+        default=None,
+        description="sha256 over the model's files (sorted paths and contents) that a build with the"
+        " stack's pinned packages gives; when set, the fingerprint holds each node's model to it",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _abs(cls, v: str) -> str:
+        if not _ABS_PATH.match(v) or "" in v.split("/")[1:] or {".", ".."} & set(v.split("/")):
+            raise ValueError(f"{v!r} is not a plain absolute path")
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not _SHA256.match(v):
+            raise ValueError(f"{v!r} is not a sha256 (sha256:<64 hex>)")
+        return v
+
+
+class ServingEnv(StrictModel):
+    """The inference engine the stack's venv holds, and the lab model provisioning builds."""
+
+    engine: Literal["transformers"] = Field(
+        description="transformers: `transformers serve` from the venv (its package pinned in python.packages)"
+    )
+    version: Version = Field(description="the engine's version; python.packages pins the same")
+    lab_model: LabModel | None = Field(default=None, description="a model built on each node (no hub)")
+
+
 class Stack(StrictModel):
     """One stack manifest (orchestrator/playbooks/stacks/NAME.yaml)."""
 
@@ -205,6 +252,9 @@ class Stack(StrictModel):
         default=None, description="an image built on each node from the stack's tree (the cpu stack)"
     )
     env: dict[str, str] = Field(default_factory=dict, description="environment set for the workloads")
+    serving: ServingEnv | None = Field(
+        default=None, description="an inference engine in the venv and a lab model to build (cpu-serve)"
+    )
 
     @field_validator("name")
     @classmethod
@@ -237,7 +287,22 @@ class Stack(StrictModel):
             raise ValueError("name either an image (by digest) or a container build, not both")
         if self.container is not None and self.python is None:
             raise ValueError("a container build needs a 'python' section (the tree it holds)")
+        if self.serving is not None:
+            if self.python is None:
+                raise ValueError("a 'serving' section needs a 'python' section (the venv of the engine)")
+            pins = {r.partition("==")[0].lower(): r.partition("==")[2] for r in self.python.packages}
+            engine = self.serving.engine
+            if pins.get(engine) != self.serving.version:
+                raise ValueError(
+                    f"serving: {engine} {self.serving.version} needs python.packages to pin"
+                    f" {engine}=={self.serving.version} (found {pins.get(engine) or 'none'})"
+                )
         return self
+
+    @property
+    def lab_model(self) -> LabModel | None:
+        """The model provisioning builds on each node, if the stack names one."""
+        return self.serving.lab_model if self.serving is not None else None
 
     @property
     def workload_image(self) -> str | None:

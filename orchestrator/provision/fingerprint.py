@@ -151,6 +151,31 @@ def _stack_record(raw: Any, problems: list[str]) -> tuple[str | None, dict[str, 
     return name, dict(env)
 
 
+_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _lab_model(raw: Any, problems: list[str]) -> dict[str, str | None]:
+    """The lab model's record (name, path, recorded hash) and the hash the probe found, from the
+    probe's `lab_model`; what does not read goes to problems. Nothing when there is no record."""
+    out: dict[str, str | None] = {}
+    if raw is None:
+        return out
+    rec = raw.get("record") if isinstance(raw, Mapping) else None
+    if isinstance(rec, Mapping):
+        name, path, sha = rec.get("name"), rec.get("path"), rec.get("sha256")
+        if isinstance(name, str) and isinstance(path, str) and isinstance(sha, str) and _SHA256.match(sha):
+            out = {"lab_model": name, "lab_model_path": path, "lab_model_hash": sha}
+        else:
+            problems.append("orch-model.json: not {name, path, sha256: sha256:<64 hex>, ...}")
+    found = raw.get("sha256") if isinstance(raw, Mapping) else None
+    if isinstance(found, str) and _SHA256.match(found):
+        out["lab_model_found_hash"] = found
+    error = raw.get("error") if isinstance(raw, Mapping) else None
+    if isinstance(error, str) and error:
+        problems.append(f"lab model: {error[:200]}")
+    return out
+
+
 def from_probe(node: str, raw: Mapping[str, Any]) -> Fingerprint:
     """Build a node's Fingerprint from fingerprint_probe.py's JSON; unparsable parts go to problems."""
     problems: list[str] = []
@@ -165,6 +190,7 @@ def from_probe(node: str, raw: Mapping[str, Any]) -> Fingerprint:
     fp["stack_record"], fp["stack_env"] = _stack_record(raw.get("stack_record"), problems)
     if fp["stack_env"] is not None:
         fp["env_hash"] = env_hash(fp["stack_env"])
+    fp.update(_lab_model(raw.get("lab_model"), problems))
     fp["amdgpu_driver"] = raw.get("amdgpu_version")
     fp["rocm"] = raw.get("rocm_version")
     m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d[\w.]*)", raw.get("nvidia_driver_proc") or "")
@@ -337,6 +363,25 @@ def _venv_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
     return checks
 
 
+def _lab_model_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
+    """The stack's lab model on the node: the record names it (name at path), and the files there
+    hash to the stack's pinned sha256 or, without a pin, to the hash recorded when it was built."""
+    lm = stack.lab_model
+    if lm is None:
+        return []
+    want = f"{lm.name} at {lm.path}"
+    have = f"{fp.lab_model} at {fp.lab_model_path}" if fp.lab_model is not None else None
+    rec: Compat = "unavailable" if have is None else "unchanged" if have == want else "needs config change"
+    checks = [_check("lab model", want, have, rec)]
+    if have is not None:
+        expected = lm.sha256 or fp.lab_model_hash or ""
+        checks.append(
+            _check("lab model files", expected, fp.lab_model_found_hash,
+                   pin_verdict(expected, fp.lab_model_found_hash))
+        )  # fmt: skip
+    return checks
+
+
 def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) -> NodeReport:
     """Every pinned field of `stack` against what node `fp` has."""
     checks: list[FieldCheck] = []
@@ -353,6 +398,7 @@ def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) 
 
         checks.append(_check(py.workload, __version__, fp.orch, version_verdict(__version__, fp.orch)))
         checks += _venv_checks(stack, fp)
+        checks += _lab_model_checks(stack, fp)
     if stack.rocm is not None:
         r = stack.rocm
         checks.append(
@@ -459,7 +505,7 @@ def check_drift(cluster: Cluster, stack_name: str, fingerprints: Mapping[str, Fi
 _DIFF_FIELDS = (
     "os", "kernel", "system_python", "venv_python", "torch", "orch", "amdgpu_driver", "rocm", "rccl",
     "rccl_tests", "nvidia_driver", "cuda", "nccl", "nccl_tests", "stack_image", "stack_record",
-    "packages_hash", "env_hash",
+    "packages_hash", "env_hash", "lab_model", "lab_model_path", "lab_model_hash", "lab_model_found_hash",
 )  # fmt: skip
 
 

@@ -243,3 +243,36 @@ def test_the_terminal_table_shows_fingerprint_text_as_text(
         capsys, "migrate", "plan", "--from", "cpu-gloo", "--to", "cpu-gloo-next", "--fingerprints", str(run)
     )
     assert code == 1 and "\x1b" not in out and "\\x1b[31mred[/]" in out and "[bold]x" in out
+
+
+def test_the_serving_stack_names_its_engine_and_lab_model_in_the_matrix() -> None:
+    serve = load_stack("cpu-serve")
+    assert serve.lab_model is not None
+    m = build_matrix(load_stack("cpu-gloo"), serve)
+    engine, model = _row(m, "serving engine", "transformers"), _row(m, "serving engine", "lab model")
+    assert (engine.from_value, engine.to_value) == (None, "5.24.0")
+    assert (model.from_value, model.to_value) == (None, serve.lab_model.sha256)
+    assert engine.verdict != "unchanged" and model.verdict != "unchanged"
+    assert "serving engine" not in {q.topic for q in m.questions}  # B names one
+    assert _row(m, "python packages", "transformers").to_value == "5.24.0"
+    # the nodes' columns: the engine from the venv's packages, the model from its files' hash
+    fps = {
+        "n1": Fingerprint(
+            node="n1", packages=["transformers==5.24.0"], lab_model_found_hash=serve.lab_model.sha256
+        ),
+        "n2": Fingerprint(
+            node="n2", packages=["transformers==5.24.1"], lab_model_found_hash="sha256:" + "e" * 64
+        ),
+        "n3": Fingerprint(node="n3"),
+    }
+    m = build_matrix(serve, serve, fps)
+    assert [(v.node, v.found, v.vs_to) for v in _row(m, "serving engine", "transformers").nodes] == [
+        ("n1", "5.24.0", "unchanged"),
+        ("n2", "5.24.1", "needs config change"),
+        ("n3", None, "unavailable"),
+    ]
+    assert [v.vs_to for v in _row(m, "serving engine", "lab model").nodes] == [
+        "unchanged",
+        "needs config change",
+        "unavailable",
+    ]

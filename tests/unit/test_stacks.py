@@ -69,3 +69,48 @@ def test_schemas_export() -> None:
         json.dumps(schema)
     with pytest.raises(ConfigError):
         json_schema("other")
+
+
+def _serve(**over: object) -> dict[str, object]:
+    doc = load_stack("cpu-serve").model_dump(mode="json")
+    doc.update(over)
+    return doc
+
+
+def test_the_serving_stack_pins_its_engine_and_names_its_lab_model() -> None:
+    s = load_stack("cpu-serve")
+    assert s.python is not None and s.serving is not None and s.lab_model is not None
+    assert f"transformers=={s.serving.version}" in s.python.packages
+    assert s.python.torch == load_stack("cpu-gloo").python.torch  # type: ignore[union-attr]
+    assert s.lab_model.path == "/opt/orch/models/lab-tiny" and s.lab_model.sha256 is not None
+    # the built-in serving plan serves the model this stack builds
+    from orchestrator.plan import load_plan
+
+    plan = load_plan("serving-smoke")
+    assert [w.model.path for w in plan.serving if w.model is not None] == [s.lab_model.path]
+    assert load_stack("cpu-gloo").lab_model is None
+
+
+_TF = {"engine": "transformers", "version": "5.24.0"}
+_BAD_SERVING: list[tuple[dict[str, object], str]] = [
+    ({"engine": "transformers", "version": "5.23.0"}, "pin transformers==5.23.0"),
+    ({"engine": "vllm", "version": "0.11.0"}, "engine"),
+    ({**_TF, "lab_model": {"name": "gpt-9", "path": "/m"}}, "name"),
+    ({**_TF, "lab_model": {"name": "lab-tiny", "path": "/m", "sha256": "sha256:abc"}}, "sha256"),
+] + [
+    ({**_TF, "lab_model": {"name": "lab-tiny", "path": p}}, "plain absolute path")
+    for p in ("models/x", "/opt/../etc", "/opt//m", "/opt/m/", "/opt/m; rm -rf /", "/opt/./m")
+]
+
+
+@pytest.mark.parametrize(("serving", "why"), _BAD_SERVING)
+def test_bad_serving_sections_are_refused(serving: dict[str, object], why: str) -> None:
+    with pytest.raises(ValidationError, match=why):
+        Stack.model_validate(_serve(serving=serving))
+
+
+def test_a_serving_section_needs_the_venv() -> None:
+    doc = _serve(kind="rocm", python=None, container=None)
+    doc["rocm"] = load_stack("rocm-6.2").model_dump(mode="json")["rocm"]
+    with pytest.raises(ValidationError, match="needs a 'python' section"):
+        Stack.model_validate(doc)

@@ -6,14 +6,17 @@ parses the raw outputs on the controller with its tested parsers (orchestrator.p
 """
 
 import argparse
+import hashlib
 import json
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import sys
 
 TIMEOUT_S = 20
+MODEL_HASH_MAX_BYTES = 1 << 30
 
 
 def run(argv):
@@ -74,6 +77,57 @@ def stack_record(venv):
         return None
 
 
+def tree_hash(root):
+    """sha256 over the regular files under root, as orchestrator/workloads/labmodel.py's tree_hash
+    computes it (a unit test holds the two equal): for each file in sorted relative path order,
+    its path, NUL, its size, NUL, its bytes. Raises ValueError on a link or another kind of file,
+    or beyond MODEL_HASH_MAX_BYTES; OSError when a file cannot be read."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            mode = os.lstat(full).st_mode
+            if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise ValueError(full + ": not a regular file or folder")
+            if stat.S_ISREG(mode):
+                files.append(os.path.relpath(full, root).replace(os.sep, "/"))
+    h = hashlib.sha256()
+    total = 0
+    for rel in sorted(files):
+        with open(os.path.join(root, rel), "rb") as f:
+            data = f.read()
+        total += len(data)
+        if total > MODEL_HASH_MAX_BYTES:
+            raise ValueError(f"more than {MODEL_HASH_MAX_BYTES} bytes")
+        h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0")
+        h.update(data)
+    return "sha256:" + h.hexdigest()
+
+
+def lab_model(venv):
+    """The lab model provisioning built (roles/workload_env: orch-model.json beside the venv) and
+    the sha256 of the files at the path it names now, or None when there is no record."""
+    text = read(os.path.join(venv, "orch-model.json"))
+    if not text:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return {"record": None, "sha256": None, "error": "orch-model.json is not JSON"}
+    path = record.get("path") if isinstance(record, dict) else None
+    out = {"record": record, "sha256": None, "error": None}
+    if not isinstance(path, str) or not path.startswith("/") or os.path.normpath(path) != path:
+        out["error"] = "the record names no absolute path"
+    elif os.path.islink(path) or not os.path.isdir(path):
+        out["error"] = path + ": not a folder"
+    else:
+        try:
+            out["sha256"] = tree_hash(path)
+        except (OSError, ValueError) as e:
+            out["error"] = "cannot hash " + path + ": " + str(e)
+    return out
+
+
 def stack_image_id(runtime, ref, store):
     """The id of the stack's built image (REPOSITORY:provisioned), or None."""
     if runtime not in ("podman", "docker") or not ref:
@@ -102,6 +156,7 @@ def main():
         "system_python": ".".join(map(str, sys.version_info[:3])),
         "venv": venv_python(args.venv),
         "stack_record": stack_record(args.venv),
+        "lab_model": lab_model(args.venv),
         "amdgpu_version": (read("/sys/module/amdgpu/version") or "").strip() or None,
         "nvidia_driver_proc": read("/proc/driver/nvidia/version"),
         "rocm_version": (read("/opt/rocm/.info/version") or "").strip() or None,
