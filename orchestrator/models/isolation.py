@@ -1,13 +1,17 @@
 """What an isolation search gives back: each test's outcome, the rounds, the culprits and their
-evidence (orchestrator.isolation.search makes them; the run and its report will keep them)."""
+evidence (orchestrator.isolation.search makes them), and what an isolate run keeps of them
+(isolation.json: IsolationRun, read by the run's report)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.cluster import kind_label
+from orchestrator.models.results import PlanCollective
 
 Group = tuple[str, ...]
 Kind = Literal["single", "pair", "set"]
@@ -20,6 +24,10 @@ class Outcome(StrictModel):
     passed: bool
     figure: float | None = Field(default=None, description="e.g. busbw GB/s, or the pair latency")
     detail: str = ""
+    against: str = Field(default="", description="what the figure was compared with")
+    reference: float | None = Field(default=None, description="that figure; None: none")
+    samples: int | None = Field(default=None, ge=0, description="single-node figures in the median")
+    min_ratio: float | None = Field(default=None, description="the share of the reference the rule asks for")
 
 
 class Trial(StrictModel):
@@ -59,3 +67,59 @@ class Isolation(StrictModel):
     culprits: list[Culprit]
     good: list[str] = Field(description="nodes that passed a test with others (or were known good)")
     undecided: list[str] = Field(default_factory=list, description="suspects the tests could not settle")
+
+
+Mode = Literal["concurrent", "sequential"]
+
+
+class Partition(StrictModel):
+    """Nodes of one kind (gpu_vendor and GPU model): isolated among themselves only."""
+
+    vendor: str
+    model: str | None = Field(description="as the inventory (or the fingerprint) names it; None: unknown")
+    nodes: list[str] = Field(description="the suspects of this kind")
+    known_good: list[str] = Field(default_factory=list, description="known-good partners of this kind")
+    note: str | None = None
+
+    @property
+    def label(self) -> str:
+        return kind_label(self.vendor, self.model)
+
+
+class IsolationRule(StrictModel):
+    """The tests' settings and the pass rule's numbers, as the run used them."""
+
+    size_bytes: int = Field(ge=1)
+    iters: int = Field(ge=1, description="timed iterations per test: each busbw figure is their mean")
+    warmup_iters: int = Field(ge=0)
+    timeout_s: int = Field(ge=1)
+    tolerance: float = Field(description="singles: at least 1 - tolerance of the median single")
+    min_efficiency: float = Field(description="groups: at least this share of the median single")
+    min_gbs: float | None = None
+
+
+class IsolationRun(StrictModel):
+    """isolation.json: what an isolate run found, and how."""
+
+    run_id: str
+    run_dir: Path
+    parent_run: str | None = Field(default=None, description="the scale-test whose step failed")
+    mode: Mode
+    collective: PlanCollective
+    size_bytes: int
+    rule: str
+    rule_params: IsolationRule | None = Field(default=None, description="None: an older run")
+    reference_gbs: float | None = Field(
+        default=None, description="median busbw of the single nodes that passed in the run"
+    )
+    round_bound: int = Field(description="1 + ceil(log2 N): the rounds one bad node should take")
+    partitions: list[Partition] = Field(
+        default_factory=list, description="kinds of node isolated apart, in the same rounds"
+    )
+    isolation: Isolation
+    drained: list[str] = Field(default_factory=list)
+    drain_reasons: dict[str, str] = Field(default_factory=dict, description="node -> reason given")
+    drain_refused: str | None = None
+    status: Literal["accepted", "failed", "infra", "interrupted"]
+    exit_code: int
+    wall_s: float

@@ -13,6 +13,7 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import RunKind
 from orchestrator.models.fingerprint import DriftReport, FingerprintSet
+from orchestrator.models.isolation import IsolationRun
 from orchestrator.models.job import JobState
 from orchestrator.models.names import LongId
 from orchestrator.models.plan import Plan, Step
@@ -101,6 +102,9 @@ class RunRecord(StrictModel):
         default_factory=dict, description="step id -> its result file that exists but cannot be read"
     )
     resumes: int = 0
+    isolation: IsolationRun | None = Field(
+        default=None, description="isolation.json: an isolate run's, or the copy a scale-test --isolate keeps"
+    )
 
     @property
     def pending(self) -> list[str]:

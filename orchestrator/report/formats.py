@@ -22,6 +22,7 @@ from orchestrator.report.common import (
     threshold_cases,
 )
 from orchestrator.report.escape import md, xml_text
+from orchestrator.report.isolation import isolate_folder, isolation_markdown
 
 Format = Literal["html", "md", "json", "junit", "openmetrics"]
 FORMATS: tuple[Format, ...] = ("html", "md", "json", "junit", "openmetrics")
@@ -51,10 +52,14 @@ def _progress_line(rec: RunRecord) -> str:
     return f"- steps: {len([s for s in rec.steps if s.verdict != 'skipped'])} of {len(rec.step_ids)} finished"
 
 
+def _kind(rec: RunRecord) -> str:
+    return "isolate" if rec.kind == "isolate" else "recovery-test" if rec.request else "scale-test"
+
+
 def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
     """Markdown for a ticket; every value from the run folder goes through escape.md()."""
     lines = [
-        f"# orch {'recovery-test' if rec.request else 'scale-test'} {md(rec.run_id)}: **{md(rec.status)}**",
+        f"# orch {_kind(rec)} {md(rec.run_id)}: **{md(rec.status)}**",
         "",
         f"- plan {md(rec.plan_name)}, backend {md(rec.backend)}, "
         f"exit {rec.exit_code if rec.exit_code is not None else '-'}",
@@ -100,6 +105,10 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
             notes = "; ".join(f.notes)
             head = f"| {md(f.fault)} | {md(f.target)} | {f.repeat} | {' | '.join(vals)} |"
             lines.append(f"{head} {md(f.verdict or f.outcome)} | {md(notes)} |")
+    if rec.isolation is not None:
+        folder = isolate_folder(rec.run_dir, rec.run_id, rec.isolation)
+        linked = rec.isolation.run_id != rec.run_id
+        lines += ["", isolation_markdown(rec.isolation, folder, linked=linked).rstrip()]
     if rec.warnings:
         lines += ["", "## Files not read", ""] + [f"- {md(w)}" for w in rec.warnings]
     logs = [(sid, p) for sid in rec.step_ids for p in step_logs(rec, sid)]

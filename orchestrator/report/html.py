@@ -32,6 +32,7 @@ from orchestrator.report.common import (
     step_wrong,
     threshold_rows,
 )
+from orchestrator.report.isolation import isolate_folder, isolation_html
 from orchestrator.text import plural
 
 _CSS = """
@@ -57,7 +58,7 @@ _TEMPLATE = """<!DOCTYPE html>
 <title>orch {{ r.plan_name }} {{ r.run_id }} — {{ r.status }}</title>
 <style>{{ css }}</style></head>
 <body>
-<h1>orch {{ "recovery-test" if r.request else "scale-test" }} {{ r.run_id }} <span class="badge v-{{ r.status }}" id="verdict">{{ r.status }}</span></h1>
+<h1>orch {{ "isolate" if r.kind == "isolate" else "recovery-test" if r.request else "scale-test" }} {{ r.run_id }} <span class="badge v-{{ r.status }}" id="verdict">{{ r.status }}</span></h1>
 <p class="muted">plan <b>{{ r.plan_name }}</b> · backend {{ r.backend }} · exit {{ r.exit_code
  if r.exit_code is not none else "-" }} · report made {{ now }} by orch {{ version }} from {{ r.run_dir }}</p>
 {% for w in r.warnings %}<p class="warn">warning: {{ w }}</p>{% endfor %}
@@ -114,6 +115,7 @@ the minimum only below it by more than the noise band.</p>
 {% if stragglers %}{% for s in stragglers %}{{ s }}
 {% endfor %}{% endif %}
 {% endif %}
+{% if isolation %}{{ isolation }}{% endif %}
 <h2 id="recovery">Recovery</h2>
 {% if recovery_plots %}<div class="plots">{% for p in recovery_plots %}{{ p }}{% endfor %}</div>
 <table><tr><th>fault</th><th>kind</th><th>target</th><th>step</th><th>repeat</th><th>detect s</th><th>recover s</th>
@@ -297,12 +299,24 @@ def _stragglers(rec: RunRecord) -> list[Markup]:
             rep = stragglers(sub, metric=metric)
         except ValueError as e:
             head = f"Stragglers ({kind})" if shown else "Stragglers"
-            out.append(Markup('<h2 class="stragglers-section">{}</h2><p class="muted">{}</p>').format(head, str(e)))
+            out.append(
+                Markup('<h2 class="stragglers-section">{}</h2><p class="muted">{}</p>').format(head, str(e))
+            )
             continue
         out.append(_svg(stragglers_html(rep, names, sub, kind=shown, section_id=f"stragglers-{i + 1}")))
     if across:
-        out.append(Markup('<p class="muted">{} pairs across kinds of node are not compared.</p>').format(len(across)))
+        out.append(
+            Markup('<p class="muted">{} pairs across kinds of node are not compared.</p>').format(len(across))
+        )
     return out
+
+
+def _isolation(rec: RunRecord) -> Markup | None:
+    """The Isolation section (report/isolation.py escapes every value it embeds)."""
+    if rec.isolation is None:
+        return None
+    folder = isolate_folder(rec.run_dir, rec.run_id, rec.isolation)
+    return Markup(isolation_html(rec.isolation, folder, linked=rec.isolation.run_id != rec.run_id))  # noqa: S704
 
 
 def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
@@ -334,7 +348,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         done=len([s for s in rec.steps if s.verdict != "skipped"]), steps=steps,
         coll_plots=coll_plots, coll_tables=coll_tables, scaling_plot=scaling_plot, eff_plots=eff_plots,
         eff_rows=_eff_rows(rec),
-        recovery_plots=_recovery(rec), stragglers=_stragglers(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
+        recovery_plots=_recovery(rec), stragglers=_stragglers(rec), isolation=_isolation(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
         plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
         (rec.request.model_dump_json(indent=2) if rec.request else "(plan.json missing)"),
         stack=rec.stack.model_dump_json(indent=2) if rec.stack else "(no stack.json in this run)",

@@ -34,7 +34,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field
 
@@ -42,23 +41,35 @@ from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE, ConfigErro
 from orchestrator.inventory import load_inventory
 from orchestrator.isolation.search import isolate_partitioned, round_bound
 from orchestrator.models.base import StrictModel
-from orchestrator.models.cluster import Cluster, gpu_model_problem, kind_label, same_gpu_model
+from orchestrator.models.cluster import Cluster, gpu_model_problem, same_gpu_model
 from orchestrator.models.events import Listener, RunStarted
 from orchestrator.models.fingerprint import FingerprintSet, Gpu
-from orchestrator.models.isolation import Group, Isolation, Outcome, Round
+from orchestrator.models.isolation import (
+    Group,
+    IsolationRule,
+    IsolationRun,
+    Mode,
+    Outcome,
+    Partition,
+    Round,
+)
 from orchestrator.models.plan import Plan, SizeRange, Step
 from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import RunResult, StepResult
 from orchestrator.pipeline import _Runner, choose_backend, make_scheduler
-from orchestrator.runs.drain import drain_culprits
+from orchestrator.report.escape import md
+from orchestrator.report.isolation import isolation_markdown as section_markdown
+from orchestrator.runs.drain import drain_culprits, drain_reason
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
 from orchestrator.stages.stack import stack_name, stack_python
 from orchestrator.store.load import require_model
 from orchestrator.store.rundir import atomic_write, new_run_id
 
+# Kept here for the callers that import them from this module (cli/isolate, runs/node_resume, bench).
+__all__ = ["IsolationRun", "Partition"]
+
 MAX_TIMEOUT_S = 60
-Mode = Literal["concurrent", "sequential"]
 
 
 class IsolateRequest(StrictModel):
@@ -85,45 +96,6 @@ class IsolateRequest(StrictModel):
         default_factory=dict,
         description="node -> GPU model from a fingerprint, for nodes whose inventory sets no gpu_model",
     )
-
-
-class Partition(StrictModel):
-    """Nodes of one kind (gpu_vendor and GPU model): isolated among themselves only."""
-
-    vendor: str
-    model: str | None = Field(description="as the inventory (or the fingerprint) names it; None: unknown")
-    nodes: list[str] = Field(description="the suspects of this kind")
-    known_good: list[str] = Field(default_factory=list, description="known-good partners of this kind")
-    note: str | None = None
-
-    @property
-    def label(self) -> str:
-        return kind_label(self.vendor, self.model)
-
-
-class IsolationRun(StrictModel):
-    """isolation.json: what an isolate run found, and how."""
-
-    run_id: str
-    run_dir: Path
-    parent_run: str | None = Field(default=None, description="the scale-test whose step failed")
-    mode: Mode
-    collective: PlanCollective
-    size_bytes: int
-    rule: str
-    reference_gbs: float | None = Field(
-        default=None, description="median busbw of the single nodes that passed in the run"
-    )
-    round_bound: int = Field(description="1 + ceil(log2 N): the rounds one bad node should take")
-    partitions: list[Partition] = Field(
-        default_factory=list, description="kinds of node isolated apart, in the same rounds"
-    )
-    isolation: Isolation
-    drained: list[str] = Field(default_factory=list)
-    drain_refused: str | None = None
-    status: Literal["accepted", "failed", "infra", "interrupted"]
-    exit_code: int
-    wall_s: float
 
 
 def partition_nodes(
@@ -239,7 +211,18 @@ def judge(results: Sequence[StepResult], req: IsolateRequest, prior: Sequence[fl
             why.append(
                 f"efficiency {fig / ref:.1%} < {req.min_efficiency:.0%} of the median single ({ref:.4g})"
             )
-        outcomes.append(Outcome(passed=not why, figure=fig, detail="; ".join(why) or f"step {res.step.id}"))
+        # What the figure was held against, kept with the outcome for the report.
+        if res.step.nnodes == 1:
+            basis = Outcome(passed=True, against="the round's median single", reference=mid,
+                            samples=len(singles), min_ratio=1 - req.tolerance)  # fmt: skip
+        else:
+            basis = Outcome(passed=True, against="the median single of the run so far", reference=ref,
+                            samples=len(pool), min_ratio=req.min_efficiency)  # fmt: skip
+        outcomes.append(
+            basis.model_copy(
+                update={"passed": not why, "figure": fig, "detail": "; ".join(why) or f"step {res.step.id}"}
+            )
+        )
     return outcomes
 
 
@@ -395,6 +378,15 @@ def run_isolation(
             collective=req.collective,
             size_bytes=req.size,
             rule=rule_text(req),
+            rule_params=IsolationRule(
+                size_bytes=req.size,
+                iters=req.iters,
+                warmup_iters=req.warmup_iters,
+                timeout_s=req.timeout_s,
+                tolerance=req.tolerance,
+                min_efficiency=req.min_efficiency,
+                min_gbs=req.min_gbs,
+            ),
             reference_gbs=rounds.reference,
             round_bound=max(round_bound(len(p.nodes)) for p in parts),
             partitions=parts,
@@ -406,6 +398,13 @@ def run_isolation(
         if req.drain_bad and found.culprits:
             try:
                 result.drained = drain_culprits(found, cluster, life.run_id, plan.max_share, force=req.force)
+                result.drain_reasons = {
+                    n: drain_reason(life.run_id, c.why)
+                    for c in found.culprits
+                    if c.kind == "node"
+                    for n in c.nodes
+                    if n in result.drained
+                }
             except ConfigError as e:
                 result.drain_refused = str(e)
                 result.exit_code = EXIT_USAGE
@@ -442,38 +441,9 @@ def partitions_line(parts: Sequence[Partition]) -> str:
 
 
 def isolation_markdown(r: IsolationRun) -> str:
-    """report.md of an isolate run: the culprits with their evidence, then every round."""
-    iso = r.isolation
-    lines = [
-        f"# orch isolate {r.run_id}",
-        "",
-        f"- {r.collective} at {r.size_bytes} bytes; rounds ran **{r.mode}**; "
-        f"{len(iso.rounds)} rounds (the bar for one bad node, ⌈log₂ N⌉ + 2: {r.round_bound + 1}), "
-        f"{r.wall_s:.0f} s",
-        f"- rule: {r.rule}",
-        "- reference (median busbw of the single nodes that passed): "
-        + (f"{r.reference_gbs:.4g} GB/s" if r.reference_gbs is not None else "none"),
-    ]
-    if r.parent_run:
-        lines.append(f"- after scale-test run {r.parent_run}")
-    lines.append("- " + partitions_line(r.partitions))
-    lines += ["", "## Culprits", ""]
-    if not iso.culprits:
-        lines.append("none" + (f" (undecided: {', '.join(iso.undecided)})" if iso.undecided else ""))
-    for c in iso.culprits:
-        lines += [f"- **{c.kind} {'+'.join(c.nodes)}**: {c.why}"]
-        lines += [f"  - {t.line()} {t.outcome.detail}".rstrip() for t in c.evidence]
-    if r.drained or r.drain_refused:
-        lines += [
-            "",
-            f"Drained: {', '.join(r.drained) or 'none'}"
-            + (f" ({r.drain_refused})" if r.drain_refused else ""),
-        ]
-    lines += ["", "## Rounds", ""]
-    for rnd in iso.rounds:
-        lines += [f"- {t.line()} {'' if t.outcome.passed else t.outcome.detail}".rstrip() for t in rnd.trials]
-    lines += ["", f"Good: {', '.join(iso.good) or 'none'}", ""]
-    return "\n".join(lines)
+    """report.md of an isolate run: the Isolation section of `orch report --format md` (its
+    summary, rule, culprits with their evidence, nodes, every round), escaped."""
+    return f"# orch isolate {md(r.run_id)}\n\n" + section_markdown(r, r.run_dir) + "\n"
 
 
 def gpu_model_of(gpus: Sequence[Gpu]) -> str:

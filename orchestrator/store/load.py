@@ -21,6 +21,7 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import RunKind
 from orchestrator.models.fingerprint import DriftReport, FingerprintSet
+from orchestrator.models.isolation import IsolationRun
 from orchestrator.models.names import ID_MAX, is_name
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.recovery import RecoveryRecord
@@ -279,6 +280,7 @@ def load_run(run_dir: Path) -> RunRecord:
         warnings=warnings,
         unreadable=unreadable,
         resumes=sum(1 for e in events if e.get("event") == "run_resumed"),
+        isolation=_model(IsolationRun, run_dir, run_dir / "isolation.json", warnings),
     )
 
 
