@@ -73,7 +73,8 @@ _TEMPLATE = """<!DOCTYPE html>
 <tr><th>command</th><td colspan="3"><code>{{ r.command or "-" }}</code></td></tr>
 </table>
 
-{% if r.step_ids or not r.request %}<h2 id="steps">Steps</h2>
+{% if isolation and r.kind == "isolate" %}{{ isolation }}{% endif %}
+{% if (r.step_ids or not r.request) and r.kind != "isolate" %}<h2 id="steps">Steps</h2>
 <table><tr><th>step</th><th>nodes</th><th>ranks</th><th>job</th><th>state</th><th>#wrong</th><th>verdict</th><th>reasons</th><th>raw logs</th></tr>
 {% for s in steps %}<tr><td>{{ s.id }}</td><td>{{ s.nodes }}</td><td class="num">{{ s.ranks }}</td><td>{{ s.job }}</td>
 <td>{{ s.state }}</td><td class="num{{ ' bad' if s.wrong else '' }}">{{ s.wrong }}</td><td><span class="badge v-{{ s.verdict }}">{{ s.verdict }}</span></td>
@@ -115,7 +116,7 @@ the minimum only below it by more than the noise band.</p>
 {% if stragglers %}{% for s in stragglers %}{{ s }}
 {% endfor %}{% endif %}
 {% endif %}
-{% if isolation %}{{ isolation }}{% endif %}
+{% if isolation and r.kind != "isolate" %}{{ isolation }}{% endif %}
 <h2 id="recovery">Recovery</h2>
 {% if recovery_plots %}<div class="plots">{% for p in recovery_plots %}{{ p }}{% endfor %}</div>
 <table><tr><th>fault</th><th>kind</th><th>target</th><th>step</th><th>repeat</th><th>detect s</th><th>recover s</th>
