@@ -56,6 +56,19 @@ def _kind(rec: RunRecord) -> str:
     return "isolate" if rec.kind == "isolate" else "recovery-test" if rec.request else "scale-test"
 
 
+def _isolation_md(rec: RunRecord) -> list[str]:
+    """The Isolation section (an isolate run's, or the copy a scale-test --isolate keeps), if any."""
+    if rec.isolation is None:
+        return []
+    folder = isolate_folder(rec.run_dir, rec.run_id, rec.isolation)
+    linked = rec.isolation.run_id != rec.run_id
+    return ["", isolation_markdown(rec.isolation, folder, linked=linked).rstrip()]
+
+
+def _warnings_md(rec: RunRecord) -> list[str]:
+    return ["", "## Files not read", ""] + [f"- {md(w)}" for w in rec.warnings] if rec.warnings else []
+
+
 def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
     """Markdown for a ticket; every value from the run folder goes through escape.md()."""
     lines = [
@@ -67,6 +80,10 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
         f"finished {md(rec.finished_at or 'not finished')}",
         _progress_line(rec),
         "- nodes: " + (", ".join(f"{md(n)}={md(v)}" for n, v in rec.nodes.items()) or "-"),
+    ]
+    if rec.kind == "isolate" and rec.isolation is not None:  # its tests are in the Isolation section
+        return "\n".join([*lines[:4], *_isolation_md(rec), *_warnings_md(rec)]) + "\n"
+    lines += [
         "",
         "| step | ranks | collective | size | busbw GB/s | eff. | against | latency µs | #wrong | verdict |",
         "|---|--:|---|--:|--:|--:|---|---|--:|---|",
@@ -105,12 +122,7 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
             notes = "; ".join(f.notes)
             head = f"| {md(f.fault)} | {md(f.target)} | {f.repeat} | {' | '.join(vals)} |"
             lines.append(f"{head} {md(f.verdict or f.outcome)} | {md(notes)} |")
-    if rec.isolation is not None:
-        folder = isolate_folder(rec.run_dir, rec.run_id, rec.isolation)
-        linked = rec.isolation.run_id != rec.run_id
-        lines += ["", isolation_markdown(rec.isolation, folder, linked=linked).rstrip()]
-    if rec.warnings:
-        lines += ["", "## Files not read", ""] + [f"- {md(w)}" for w in rec.warnings]
+    lines += _isolation_md(rec) + _warnings_md(rec)
     logs = [(sid, p) for sid in rec.step_ids for p in step_logs(rec, sid)]
     if logs:
         lines += ["", "## Raw logs", ""]

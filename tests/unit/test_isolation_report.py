@@ -23,7 +23,7 @@ from orchestrator.report.formats import render
 from orchestrator.store.load import load_run
 
 # Text a user can put in an edited run folder: tags, Markdown emphasis, a link, table columns.
-EVIL = '<script>alert(1)</script> **bold** [x](javascript:alert(1)) | col ` `tick` _u_ <img src=x onerror="y">'
+EVIL = '<script>alert(1)</script> **bold** [x](javascript:alert(1)) | col `tick` _u_ <img src=x onerror="y">'
 
 
 def _section(page: str) -> str:
