@@ -170,3 +170,23 @@ def test_isolation_json_of_an_older_run_reads_and_says_what_was_not_kept(
     IsolationRun.model_validate(data)
     sec = _section(render(load_run(result.run_dir), "html", result.run_dir))
     assert "not recorded" in sec and "iterations not recorded" in sec
+
+
+def test_orch_report_rebuilds_the_section_from_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    result, _ = _run(tmp_path, monkeypatch, {"node3"})
+    (result.run_dir / "report.md").unlink()  # nothing but the run's own records
+    runner = CliRunner()
+    for fmt in ("html", "md"):
+        out = tmp_path / f"again.{fmt}"
+        r = runner.invoke(
+            app, ["report", str(result.run_dir), "-f", fmt, "-o", str(out)], standalone_mode=False
+        )
+        assert r.exception is None and r.return_value == 0, r.output
+        assert "node node3" in out.read_text() and "Culprits and their evidence" in out.read_text()
+    assert 'id="isolation"' in (tmp_path / "again.html").read_text()
