@@ -57,7 +57,7 @@ _TEMPLATE = """<!DOCTYPE html>
 <title>orch {{ r.plan_name }} {{ r.run_id }} — {{ r.status }}</title>
 <style>{{ css }}</style></head>
 <body>
-<h1>orch {{ "recovery-test" if r.request else "scale-test" }} {{ r.run_id }} <span class="badge v-{{ r.status }}" id="verdict">{{ r.status }}</span></h1>
+<h1>orch {{ "recovery-test" if r.request else r.kind }} {{ r.run_id }} <span class="badge v-{{ r.status }}" id="verdict">{{ r.status }}</span></h1>
 <p class="muted">plan <b>{{ r.plan_name }}</b> · backend {{ r.backend }} · exit {{ r.exit_code
  if r.exit_code is not none else "-" }} · report made {{ now }} by orch {{ version }} from {{ r.run_dir }}</p>
 {% for w in r.warnings %}<p class="warn">warning: {{ w }}</p>{% endfor %}
