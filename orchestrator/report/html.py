@@ -32,6 +32,7 @@ from orchestrator.report.common import (
     step_wrong,
     threshold_rows,
 )
+from orchestrator.report.heatmap import heatmap
 from orchestrator.text import plural
 
 _CSS = """
@@ -295,9 +296,11 @@ def _stragglers(rec: RunRecord) -> list[Markup]:
         shown = kind if len(per) > 1 else None
         try:
             rep = stragglers(sub, metric=metric)
-        except ValueError as e:
+        except ValueError as e:  # too few nodes to judge: the matrix is still drawn, nobody flagged
             head = f"Stragglers ({kind})" if shown else "Stragglers"
-            out.append(Markup('<h2 class="stragglers-section">{}</h2><p class="muted">{}</p>').format(head, str(e)))
+            title = f"pair {metric}" + (f", {kind}" if shown else "")
+            drawn = _svg(heatmap(names, sub, title=title, unit=metric))
+            out.append(Markup('<h2 class="stragglers-section">{}</h2>{}<p class="muted">not judged: {}</p>').format(head, drawn, str(e)))
             continue
         out.append(_svg(stragglers_html(rep, names, sub, kind=shown, section_id=f"stragglers-{i + 1}")))
     if across:

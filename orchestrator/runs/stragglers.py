@@ -321,7 +321,7 @@ def judge_matrix(
         PairFigure(a=r.step.nodes[0], b=r.step.nodes[1], figure=latency(r), step=r.step.id, verdict=r.verdict)
         for r in results
     ]
-    failed = [[p.a, p.b] for p in pairs if p.figure is None]
+    failed = [[p.a, p.b] for p in pairs if p.figure is None or p.verdict != "pass"]
     if pairs and all(p.figure is None for p in pairs):
         status: Literal["accepted", "failed", "infra"] = "infra"
         code = EXIT_INFRA

@@ -206,6 +206,8 @@ def test_three_nodes_run_but_are_not_judged(tmp_path: Path, monkeypatch: pytest.
     assert result.rounds == 3 and len(result.pairs) == 3 and result.stragglers == []
     assert result.not_judged == ["node1", "node2", "node3"] and result.exit_code == 1
     assert "not judged" in "\n".join(st.straggler_lines(result))
+    html = render_html(load_run(result.run_dir), result.run_dir)  # the matrix is drawn all the same
+    assert 'data-kind="heatmap"' in html and "not judged" in html and "flagged" not in html
 
 
 def test_refusals(tmp_path: Path) -> None:
