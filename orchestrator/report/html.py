@@ -300,7 +300,8 @@ def _stragglers(rec: RunRecord) -> list[Markup]:
             head = f"Stragglers ({kind})" if shown else "Stragglers"
             title = f"pair {metric}" + (f", {kind}" if shown else "")
             drawn = _svg(heatmap(names, sub, title=title, unit=metric))
-            out.append(Markup('<h2 class="stragglers-section">{}</h2>{}<p class="muted">not judged: {}</p>').format(head, drawn, str(e)))
+            section = Markup('<h2 class="stragglers-section">{}</h2>{}<p class="muted">not judged: {}</p>')
+            out.append(section.format(head, drawn, str(e)))
             continue
         out.append(_svg(stragglers_html(rep, names, sub, kind=shown, section_id=f"stragglers-{i + 1}")))
     if across:
