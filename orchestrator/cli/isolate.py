@@ -1,4 +1,5 @@
-"""CLI commands: isolate (find the bad node or link) and check --quick (a prolog-sized check)."""
+"""CLI commands: isolate (find the bad node or link), stragglers (the node-pair matrix) and check
+--quick (a prolog-sized check)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,23 @@ from orchestrator.cli.common import err, out, styled
 from orchestrator.cli.plan import InventoryOpt, OutOpt
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE
 from orchestrator.inventory import DEFAULT_INVENTORY
+from orchestrator.metrics.stragglers import MIN_PARTNERS
 from orchestrator.models.isolation import Round
 from orchestrator.models.plan import parse_size
+from orchestrator.models.run import StepResult
 from orchestrator.runs.isolate import (
     MAX_TIMEOUT_S,
     IsolateRequest,
     IsolationRun,
     partitions_line,
     run_isolation,
+)
+from orchestrator.runs.stragglers import (
+    MatrixCollective,
+    StragglersRequest,
+    latency,
+    run_stragglers,
+    straggler_lines,
 )
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv"]
@@ -105,6 +115,67 @@ def isolate_cmd(
     return result.exit_code
 
 
+def stragglers_cmd(
+    inventory: InventoryOpt = DEFAULT_INVENTORY,
+    nodes: Annotated[
+        str | None, typer.Option("--nodes", help="Nodes of the matrix, comma list (default: every node).")
+    ] = None,
+    collective: Annotated[
+        MatrixCollective, typer.Option("--collective", help="The collective of each pair.")
+    ] = "sendrecv",
+    size: Annotated[str, typer.Option("--size", help="Message size, e.g. 1M.")] = "1M",
+    iters: Annotated[int, typer.Option("--iters", min=1, help="Timed iterations per pair.")] = 20,
+    timeout: Annotated[
+        int, typer.Option("--timeout", min=5, max=MAX_TIMEOUT_S, help="Time limit of one pair (s).")
+    ] = MAX_TIMEOUT_S,
+    sample: Annotated[
+        int | None,
+        typer.Option("--sample", min=MIN_PARTNERS, help="Large clusters: every node in at least K pairs."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample.")] = 0,
+    concurrent: Annotated[
+        bool, typer.Option("--concurrent", help="Run a round's disjoint pairs together (real clusters).")
+    ] = False,
+    out_dir: OutOpt = None,
+) -> int:
+    """Name the slow nodes from a node-pair matrix: every pair of nodes of a kind (or a sample),
+    in rounds of disjoint pairs (exit 0: none named, 1: stragglers named, a pair failed or nodes
+    not judged, 2: usage, 3: infra)."""
+    req = StragglersRequest(
+        inventory=inventory,
+        nodes=[n for n in nodes.split(",") if n] if nodes else None,
+        collective=collective,
+        size=parse_size(size),
+        iters=iters,
+        timeout_s=timeout,
+        sample=sample,
+        seed=seed,
+        concurrent=concurrent,
+        out_dir=out_dir or Path("runs"),
+    )
+    err.print(f"stragglers: rounds run {'concurrent' if concurrent else 'sequential'}", markup=False)
+
+    def progress(i: int, n: int, results: list[StepResult]) -> None:
+        each = [
+            f"{'+'.join(r.step.nodes)} "
+            + (f"{fig:.4g} us" if (fig := latency(r)) is not None else r.verdict.upper())
+            for r in results
+        ]
+        err.print(f"round {i}/{n}: " + ", ".join(each), markup=False)
+
+    result = run_stragglers(req, on_round=progress)
+    out.print(f"orch stragglers {result.run_id}: {result.sample_line()}, run {result.mode}, "
+              f"{result.wall_s:.0f} s", markup=False)  # fmt: skip
+    for line in straggler_lines(result):
+        bad = line.lstrip().startswith(("straggler", "failed"))
+        out.print(styled(line, "red") if bad else line, markup=False)
+    verdict = f"stragglers: {', '.join(result.stragglers)}" if result.stragglers else "no straggler"
+    if result.not_judged:
+        verdict += f"; not judged: {', '.join(result.not_judged)}"
+    out.print(f"{verdict} — {result.run_dir}", markup=False)
+    return result.exit_code
+
+
 def check_cmd(
     node: Annotated[str | None, typer.Argument(help="The node (default: this host's short name).")] = None,
     quick: Annotated[
@@ -135,4 +206,5 @@ def check_cmd(
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.command("isolate")(isolate_cmd)
+    app.command("stragglers")(stragglers_cmd)
     app.command("check")(check_cmd)

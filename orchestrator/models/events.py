@@ -15,7 +15,7 @@ from pydantic import Field, TypeAdapter
 from orchestrator.models.base import StrictModel
 from orchestrator.models.results import Verdict
 
-RunKind = Literal["scale-test", "recovery-test", "isolate", "migrate", "rollback"]
+RunKind = Literal["scale-test", "recovery-test", "isolate", "stragglers", "migrate", "rollback"]
 """What a run directory holds; `orch runs resume` dispatches on it."""
 
 

@@ -32,6 +32,7 @@ from orchestrator.report.common import (
     step_wrong,
     threshold_rows,
 )
+from orchestrator.report.heatmap import heatmap
 from orchestrator.report.isolation import isolate_folder, isolation_html
 from orchestrator.text import plural
 
@@ -58,7 +59,7 @@ _TEMPLATE = """<!DOCTYPE html>
 <title>orch {{ r.plan_name }} {{ r.run_id }} — {{ r.status }}</title>
 <style>{{ css }}</style></head>
 <body>
-<h1>orch {{ "isolate" if r.kind == "isolate" else "recovery-test" if r.request else "scale-test" }} {{ r.run_id }} <span class="badge v-{{ r.status }}" id="verdict">{{ r.status }}</span></h1>
+<h1>orch {{ "recovery-test" if r.request else r.kind }} {{ r.run_id }} <span class="badge v-{{ r.status }}" id="verdict">{{ r.status }}</span></h1>
 <p class="muted">plan <b>{{ r.plan_name }}</b> · backend {{ r.backend }} · exit {{ r.exit_code
  if r.exit_code is not none else "-" }} · report made {{ now }} by orch {{ version }} from {{ r.run_dir }}</p>
 {% for w in r.warnings %}<p class="warn">warning: {{ w }}</p>{% endfor %}
@@ -298,11 +299,12 @@ def _stragglers(rec: RunRecord) -> list[Markup]:
         shown = kind if len(per) > 1 else None
         try:
             rep = stragglers(sub, metric=metric)
-        except ValueError as e:
+        except ValueError as e:  # too few nodes to judge: the matrix is still drawn, nobody flagged
             head = f"Stragglers ({kind})" if shown else "Stragglers"
-            out.append(
-                Markup('<h2 class="stragglers-section">{}</h2><p class="muted">{}</p>').format(head, str(e))
-            )
+            title = f"pair {metric}" + (f", {kind}" if shown else "")
+            drawn = _svg(heatmap(names, sub, title=title, unit=metric))
+            section = Markup('<h2 class="stragglers-section">{}</h2>{}<p class="muted">not judged: {}</p>')
+            out.append(section.format(head, drawn, str(e)))
             continue
         out.append(_svg(stragglers_html(rep, names, sub, kind=shown, section_id=f"stragglers-{i + 1}")))
     if across:

@@ -43,6 +43,11 @@ def resume(
             f"{run_dir} is an isolate run: it is not resumed",
             hint="run orch isolate again (its tests take a minute at most each)",
         )
+    if run_kind(run_dir) == "stragglers":
+        raise ConfigError(
+            f"{run_dir} is a stragglers run: it is not resumed",
+            hint="run orch stragglers again (its pairs take a minute at most each)",
+        )
     if run_kind(run_dir) in ("migrate", "rollback"):
         from orchestrator.runs.migrate import resume_migration
 
