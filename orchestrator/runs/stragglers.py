@@ -51,11 +51,12 @@ from orchestrator.metrics.stragglers import (
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener, RunStarted
+from orchestrator.models.isolation import Mode, Partition
 from orchestrator.models.plan import Plan, SizeRange, Step
 from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import StepResult
 from orchestrator.pipeline import _Runner, _steps_json, choose_backend, make_scheduler
-from orchestrator.runs.isolate import MAX_TIMEOUT_S, Mode, Partition, partition_nodes, test_step
+from orchestrator.runs.isolate import MAX_TIMEOUT_S, partition_nodes, test_step
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
 from orchestrator.stages.stack import stack_name, stack_python
