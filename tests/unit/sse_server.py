@@ -3,18 +3,22 @@
 It answers POST /v1/completions and /v1/chat/completions with server-sent events as vLLM and
 `transformers serve` shape them (one `data:` chunk per token, a usage chunk when asked, then
 `data: [DONE]`), after delays the test chooses: `ttft_s` before the first token, `itl_s` between
-tokens. The number of tokens is the request's max_tokens. Behaviours for error paths:
-`fail_every` (every k-th request gets HTTP 500), `hold` (a request whose max_tokens equals
-HOLD_TOKENS waits for this event before it answers), `usage` (send the usage chunk or not),
-`done` (end with `data: [DONE]` as vLLM does, or only with the finish chunk as `transformers
-serve` 5.24 does), `empty_every` (every k-th token streams as "", as a byte-level token that ends
-inside a UTF-8 character does), `truncate_after` (close the stream after that many tokens).
+tokens. The number of tokens is the request's max_tokens (or OpenAI's max_completion_tokens, as
+guidellm sends on chat): the double has no end of sequence, so `ignore_eos` and other fields are
+accepted and ignored. A chat message's content may be a string or a list of text parts.
+Behaviours for error paths: `fail_every` (every k-th request gets HTTP 500), `hold` (a request
+whose max_tokens equals HOLD_TOKENS waits for this event before it answers), `usage` (send the
+usage chunk or not), `done` (end with `data: [DONE]` as vLLM does, or only with the finish chunk
+as `transformers serve` 5.24 does), `empty_every` (every k-th token streams as "", as a
+byte-level token that ends inside a UTF-8 character does), `truncate_after` (close the stream
+after that many tokens).
 It runs in a thread on 127.0.0.1 and an ephemeral port, for the length of one test.
 
 As a program it stands in for an engine that orch starts (`transformers serve`'s command line:
 `sse_server.py serve MODEL --host H --port P [engine options, ignored]`): GET /health answers 200
 (or 503 for ever with --never-healthy), GET /v1/models lists the model; --pid-file appends its
-process id, so that a test can check that orch stopped it.
+process id, so that a test can check that orch stopped it; --ttft and --itl (seconds) give it an
+engine's pace (bench/serving_client.py --versus guidellm drives it so).
 """
 
 from __future__ import annotations
@@ -81,7 +85,8 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"engine overloaded")
                 return
             chat = self.path.endswith("/chat/completions")
-            n = int(body["max_tokens"])
+            # vLLM's and OpenAI's names for the cap (guidellm sends max_completion_tokens on chat)
+            n = int(body["max_tokens"] if "max_tokens" in body else body["max_completion_tokens"])
             if n == HOLD_TOKENS:
                 b.hold.wait(30)
             self.send_response(200)
@@ -102,7 +107,9 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
                 end = {"index": 0, "finish_reason": "length"}
                 self._event({"id": "x", "choices": [{**end, "delta": {}} if chat else {**end, "text": ""}]})
                 if body.get("stream_options", {}).get("include_usage") and b.usage:
-                    text = body.get("prompt") or " ".join(m["content"] for m in body["messages"])
+                    text = body.get("prompt") or " ".join(
+                        _content_text(m["content"]) for m in body["messages"]
+                    )
                     prompt = len(text.split())
                     self._event(
                         {"id": "x", "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}}
@@ -118,6 +125,13 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+def _content_text(content: str | list[dict[str, str]]) -> str:
+    """A chat message's text: a string, or OpenAI's list of parts ({"type": "text", "text": ...})."""
+    if isinstance(content, str):
+        return content
+    return " ".join(p.get("text", "") for p in content if p.get("type") == "text")
 
 
 @contextmanager
