@@ -293,6 +293,8 @@ class MigrateRun(StrictModel):
     plan_runs: list[PlanRun] = Field(default_factory=list)
     resumes: list[list[NodeState]] = Field(default_factory=list, description="what each resume found")
     stopped_playbooks: list[int] = Field(default_factory=list, description="PIDs resume stopped")
-    status: Literal["accepted", "failed", "infra", "interrupted"] = "failed"
+    status: Literal["running", "accepted", "failed", "infra", "interrupted"] = Field(
+        default="running", description="running until the procedure settles (seen mid-run in migrate.json)"
+    )
     exit_code: int = 1
     wall_s: float = 0.0

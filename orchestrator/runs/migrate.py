@@ -194,7 +194,8 @@ def _finish(life: RunLifecycle, state: MigrateRun) -> MigrateRun:
     _save(life)(state)
     atomic_write(life.root / "report.md", migrate_report(life.root, "md"))
     atomic_write(life.root / "report.html", migrate_report(life.root, "html"))
-    life.finish(Ending(state.status, state.exit_code, state.failure), wall_s=state.wall_s)
+    status = "failed" if state.status == "running" else state.status  # settled before this, always
+    life.finish(Ending(status, state.exit_code, state.failure), wall_s=state.wall_s)
     return state
 
 
