@@ -32,6 +32,7 @@ from orchestrator.report.common import (
     step_wrong,
     threshold_rows,
 )
+from orchestrator.report.serving import serving_html
 from orchestrator.text import plural
 
 _CSS = """
@@ -114,6 +115,7 @@ the minimum only below it by more than the noise band.</p>
 {% if stragglers %}{% for s in stragglers %}{{ s }}
 {% endfor %}{% endif %}
 {% endif %}
+{{ serving }}
 <h2 id="recovery">Recovery</h2>
 {% if recovery_plots %}<div class="plots">{% for p in recovery_plots %}{{ p }}{% endfor %}</div>
 <table><tr><th>fault</th><th>kind</th><th>target</th><th>step</th><th>repeat</th><th>detect s</th><th>recover s</th>
@@ -333,7 +335,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         r=rec, css=_CSS, version=__version__, now=datetime.now(UTC).isoformat(timespec="seconds"),
         done=len([s for s in rec.steps if s.verdict != "skipped"]), steps=steps,
         coll_plots=coll_plots, coll_tables=coll_tables, scaling_plot=scaling_plot, eff_plots=eff_plots,
-        eff_rows=_eff_rows(rec),
+        eff_rows=_eff_rows(rec), serving=serving_html(rec, report_dir),
         recovery_plots=_recovery(rec), stragglers=_stragglers(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
         plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
         (rec.request.model_dump_json(indent=2) if rec.request else "(plan.json missing)"),
