@@ -1,12 +1,14 @@
 """orch compare and the reports on real serving run folders, made by scale-test on the local
 backend with the stand-in engine (tests/unit/sse_server.py, as in test_serving_run).
 
-Runs of the same plan at concurrency 4 and 8: four ordinary ones (A, B, A', B', interleaved, as
-docs/results.md advises for repeats) and "slow" with 5x the stand-in's per-token delay, clearly
-worse. One pair of ordinary runs without repeats is not enough here: on this shared 2-core machine
-the p99 of two runs of the same stand-in drifted by 10-25% (beyond the band of one run's own p99
-uncertainty), so the ordinary comparison uses the repeats that give the between-run noise. No
-timing is asserted beyond the verdicts.
+Runs of the same plan at concurrency 4 and 8: six ordinary ones (A, B, A', B', A'', B'',
+interleaved, as docs/results.md advises for repeats) and "slow" with 5x the stand-in's per-token
+delay, clearly worse. One pair of ordinary runs is not enough here: on this shared 2-core machine
+a stall of the host now and then hits every request in flight at once, and moved one run's TTFT
+p99 from ~60 ms to ~280 ms while the p50s of all runs agreed within 2%; the ordinary comparison
+therefore uses three runs a side, whose medians one stalled run cannot move, and the floor this
+machine's run-to-run drift of a p99 needs (50%, `--floor`; the slow run is +200% and more, far
+beyond it). No timing is asserted beyond the verdicts.
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ from orchestrator.report.formats import render_junit, render_markdown, render_op
 from orchestrator.report.html import render_html
 from orchestrator.store.load import load_run
 
-ORDINARY = "--ttft 0.02 --itl 0.01"
-SLOW = "--ttft 0.02 --itl 0.05"  # 5x the per-token delay
+ORDINARY = "--ttft 0.05 --itl 0.03"
+SLOW = "--ttft 0.05 --itl 0.15"  # 5x the per-token delay
+FLOOR = 0.5
+"""The smallest band of the ordinary comparison: the p99 drift between runs on this machine."""
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
-    for name, flags in (("a", ORDINARY), ("b", ORDINARY), ("a2", ORDINARY), ("b2", ORDINARY), ("slow", SLOW)):
+    for name in ("a", "b", "a2", "b2", "a3", "b3", "slow"):
+        flags = SLOW if name == "slow" else ORDINARY
         req, _ = setup(tmp_path_factory.mktemp(name), engine_flags=flags)
         plan = Path(req.plan)
         plan.write_text(plan.read_text().replace("concurrency: [1, 4]", "concurrency: [4, 8]"))
@@ -70,11 +75,16 @@ def test_ordinary_runs_are_not_flagged(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     a, b = load_run(runs["a"]), load_run(runs["b"])
-    c = compare_runs(a, b, repeats_a=[load_run(runs["a2"])], repeats_b=[load_run(runs["b2"])])
-    assert [r.verdict for r in c.serving] == ["same", "same"], [r.comparison for r in c.serving]
-    assert not c.worse and all(r.n_a == r.n_b == 2 for r in c.serving)
-    code, out, _ = run_cli(capsys, "compare", str(runs["a"]), str(runs["b"]), "--repeat-a", str(runs["a2"]),
-                           "--repeat-b", str(runs["b2"]), "--store", str(tmp_path / "orch.db"))  # fmt: skip
+    more_a, more_b = [load_run(runs[x]) for x in ("a2", "a3")], [load_run(runs[x]) for x in ("b2", "b3")]
+    c = compare_runs(a, b, repeats_a=more_a, repeats_b=more_b, floor=FLOOR)
+    detail = [(r.level, r.verdict, [(f.figure, f.a, f.b) for f in (cmp.throughput, *cmp.latency)])
+              for r in c.serving if (cmp := r.comparison)]  # fmt: skip
+    assert [r.verdict for r in c.serving] == ["same", "same"], detail
+    assert not c.worse and all(r.n_a == r.n_b == 3 for r in c.serving)
+    code, out, _ = run_cli(capsys, "compare", str(runs["a"]), str(runs["b"]),
+                           "--repeat-a", str(runs["a2"]), "--repeat-a", str(runs["a3"]),
+                           "--repeat-b", str(runs["b2"]), "--repeat-b", str(runs["b3"]),
+                           "--floor", str(FLOOR), "--store", str(tmp_path / "orch.db"))  # fmt: skip
     assert code == EXIT_OK, out
 
 
