@@ -1,4 +1,5 @@
-"""CLI command: compare (`orch compare RUN_A RUN_B`): B against A, per step, collective and size."""
+"""CLI command: compare (`orch compare RUN_A RUN_B`): B against A, per step, collective and size,
+and per serving step and load level."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from orchestrator.cli.runs import RunArg, StoreOpt, store_path
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunRecord
-from orchestrator.report.compare import FLOOR, Comparison, K, compare_runs
+from orchestrator.models.serving_results import FigureChange
+from orchestrator.report.compare import FLOOR, Comparison, K, ServingRow, compare_runs
 from orchestrator.store.db import resolve_run_dir
 from orchestrator.store.load import load_run
 from orchestrator.store.rundir import atomic_write
 
-_COLOUR = {"better": "green", "same": "white", "worse": "red"}
+_COLOUR = {"better": "green", "same": "white", "worse": "red", "worse for interactive": "red"}
 
 
 def _load(ref: str, store: str | None) -> RunRecord:
@@ -51,6 +53,47 @@ def render_table(c: Comparison, only_changed: bool) -> Table:
     return table
 
 
+def _fig(c: FigureChange) -> str:
+    """A figure's change with its band and the n behind each side, e.g. +3.1% ±5% (n=100/100)."""
+    if c.ratio is None or c.band is None:
+        return f"- (n={c.n_a}/{c.n_b})"
+    return f"{c.ratio - 1:+.1%} ±{c.band:.0%} (n={c.n_a}/{c.n_b})"
+
+
+def _cost(v: float | None) -> str:
+    return f"{v:.4g}" if v is not None else "-"
+
+
+def render_serving_table(c: Comparison, only_changed: bool) -> Table:
+    """Serving steps per level: each figure's change B/A with its band and n, the verdict, cost."""
+    table = Table(
+        title="serving: B vs A per step and level; change B/A ± band (n A/B: runs for throughput, "
+        "samples for p99)"
+    )
+    for col in ("step", "level", "tokens/s", "TTFT p99", "ITL p99", "TPOT p99", "E2E p99",
+                "verdict", "cost/1M A", "cost/1M B"):  # fmt: skip
+        table.add_column(col, justify="right" if col.startswith(("cost", "tok")) or "p99" in col else "left")
+    for r in c.serving:
+        if only_changed and r.verdict == "same":
+            continue
+        cmp = r.comparison
+        figs = [_fig(f) for f in [cmp.throughput, *cmp.latency]] if cmp else ["-"] * 5
+        table.add_row(r.step, r.level, *figs, styled(r.verdict, _COLOUR.get(r.verdict, "magenta")),
+                      _cost(r.a_cost_per_million), _cost(r.b_cost_per_million))  # fmt: skip
+    return table
+
+
+def serving_lines(rows: list[ServingRow]) -> list[str]:
+    """One line per level not 'same': step, level, verdict and the figures that made it."""
+    out = []
+    for r in rows:
+        if r.verdict == "missing":
+            out.append(f"serving step {r.step}, level {r.level}: missing (runs A {r.n_a}, B {r.n_b})")
+        elif r.comparison is not None and r.verdict != "same":
+            out.append(f"serving step {r.step}, level {r.level}: {r.verdict}: {r.comparison.reason}")
+    return out
+
+
 def _secs(v: float | None) -> str:
     return f"{v:.3f}" if v is not None else "-"
 
@@ -72,10 +115,12 @@ def compare_cmd(
     ] = None,
     store: StoreOpt = None,
 ) -> int:
-    """Compare run B against run A (exit 1 when any row is worse beyond the noise band)."""
+    """Compare run B against run A (exit 1 when any row or serving level is worse beyond the noise
+    band; a serving level with a worse p99 is 'worse for interactive' even with more throughput)."""
     a, b = _load(run_a, store), _load(run_b, store)
     for rec in (a, b):
-        if not any(s.rows for s in rec.steps) and not rec.recovery:
+        levels = any(lv.summary for s in rec.serving for lv in s.levels)
+        if not any(s.rows for s in rec.steps) and not rec.recovery and not levels:
             raise ConfigError(
                 f"run {rec.run_id} has nothing to compare: no measurement in {rec.run_dir} "
                 f"({rec.status}, {len(rec.steps)} of {len(rec.step_ids)} steps finished)",
@@ -91,8 +136,18 @@ def compare_cmd(
     )
     for w in c.warnings:
         err.print(f"warning: {w}", markup=False)
-    if c.rows or not c.recovery:
+    if c.rows or not (c.recovery or c.serving):
         out.print(render_table(c, only_changed))
+    if c.serving:
+        out.print(render_serving_table(c, only_changed))
+        out.print(
+            f"serving band: max({c.floor:.0%}, {c.k:g} x se), se from the robust spread (1.4826 x MAD) of "
+            f"the repeats ({c.runs_a} run(s) of A, {c.runs_b} of B) and at least one run's own p99 "
+            "uncertainty (its order statistics); a worse p99 with more throughput is 'worse for interactive'",
+            markup=False,
+        )
+        for line in serving_lines(c.serving):
+            out.print(line, markup=False)
     for r in c.recovery:
         a_s, b_s, band = (_secs(v) for v in (r.a_median_s, r.b_median_s, r.band_s))
         out.print(

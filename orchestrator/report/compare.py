@@ -16,6 +16,13 @@ A row beyond +band is "better", beyond -band "worse", else "same" -- and, as in 
 regression detector, a change stands only where it holds at 2 or more adjacent sizes of the same
 step and collective; a lone row beyond the band stays "same", with a note. Recovery times (lower
 is better) compare the medians over the repeats, with the same robust spread in seconds.
+
+Serving steps (docs/serving.md, "Compare") compare per step and load level (c4, r0.5) with
+metrics.serving.compare_level: output tokens/s and each p99 latency on the log scale, the band
+max(ln(1 + floor), k x se) with se from the robust spread of the repeats (the same estimator)
+and at least one run's own p99 uncertainty from its order statistics; a p99 worse beyond the band
+is "worse for interactive" even where throughput is better. Cost per 1M output tokens is shown
+side by side (not judged: it follows from throughput and the price each run was given).
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ from typing import Literal
 from pydantic import Field
 
 from orchestrator.metrics import noise
+from orchestrator.metrics.serving import compare_level
 from orchestrator.models.base import StrictModel
 from orchestrator.models.run import RunRecord
+from orchestrator.models.serving_results import LevelSummary, ServingComparison
 
 RowVerdict = Literal["better", "same", "worse", "missing", "n/a"]
 FLOOR = 0.05
@@ -63,6 +72,23 @@ class RecoveryRow(StrictModel):
     n_b: int = 0
 
 
+class ServingRow(StrictModel):
+    """One serving step and load level, B against A (metrics.serving.compare_level)."""
+
+    step: str
+    level: str
+    comparison: ServingComparison | None = Field(description="None when a side lacks the level")
+    verdict: Literal["better", "same", "worse", "worse for interactive", "missing", "n/a"]
+    a_cost_per_million: float | None = Field(default=None, description="A's cost per 1M output tokens")
+    b_cost_per_million: float | None = None
+    n_a: int = Field(default=0, description="runs of A that have this level")
+    n_b: int = Field(default=0, description="runs of B that have this level")
+
+    @property
+    def worse(self) -> bool:
+        return self.verdict in ("worse", "worse for interactive")
+
+
 class Comparison(StrictModel):
     a: str
     b: str
@@ -70,6 +96,7 @@ class Comparison(StrictModel):
     b_plan: str
     rows: list[CompareRow]
     recovery: list[RecoveryRow] = Field(default_factory=list)
+    serving: list[ServingRow] = Field(default_factory=list)
     floor: float
     k: float
     runs_a: int = 1
@@ -79,13 +106,14 @@ class Comparison(StrictModel):
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for v in [r.verdict for r in self.rows] + [r.verdict for r in self.recovery]:
+        verdicts = [r.verdict for r in self.rows] + [r.verdict for r in self.recovery]
+        for v in verdicts + [r.verdict for r in self.serving]:
             out[v] = out.get(v, 0) + 1
         return out
 
     @property
     def worse(self) -> bool:
-        return "worse" in self.counts()
+        return "worse" in self.counts() or any(r.worse for r in self.serving)
 
 
 Key = tuple[str, str, int]
@@ -171,6 +199,7 @@ def compare_runs(
         b_plan=b.plan_name,
         rows=rows,
         recovery=_compare_recovery(runs_a, runs_b, floor, k),
+        serving=compare_serving(runs_a, runs_b, floor=floor, k=k),
         floor=floor,
         k=k,
         runs_a=len(runs_a),
@@ -254,4 +283,48 @@ def _compare_recovery(
                 ratio=mb / ma if ma > 0 else None, band_s=band, verdict=verdict, n_a=len(va), n_b=len(vb),
             )
         )  # fmt: skip
+    return rows
+
+
+SLevel = tuple[str, str]
+
+
+def _serving_levels(rec: RunRecord) -> dict[SLevel, tuple[LevelSummary, float | None]]:
+    """(step, level) -> the level's figures and its cost per 1M output tokens."""
+    out: dict[SLevel, tuple[LevelSummary, float | None]] = {}
+    for s in rec.serving:
+        for lv in s.levels:
+            if lv.summary is not None:
+                cost = lv.cost.per_million_output_tokens if lv.cost is not None else None
+                out[(s.step.id, lv.level)] = (lv.summary, cost)
+    return out
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def compare_serving(
+    runs_a: list[RunRecord], runs_b: list[RunRecord], *, floor: float = FLOOR, k: float = K
+) -> list[ServingRow]:
+    """Per serving step and level, in the order A (then B) ran them: the interactive verdict with
+    the noise band over each side's runs, and each side's median cost per 1M output tokens."""
+    la, lb = [_serving_levels(r) for r in runs_a], [_serving_levels(r) for r in runs_b]
+    keys: list[SLevel] = []
+    for m in (*la, *lb):
+        keys += [key for key in m if key not in keys]
+    rows: list[ServingRow] = []
+    for key in keys:
+        sa, sb = [m[key] for m in la if key in m], [m[key] for m in lb if key in m]
+        ca = _median([c for _, c in sa if c is not None])
+        cb = _median([c for _, c in sb if c is not None])
+        if not sa or not sb:
+            rows.append(ServingRow(step=key[0], level=key[1], comparison=None, verdict="missing",
+                                   a_cost_per_million=ca, b_cost_per_million=cb,
+                                   n_a=len(sa), n_b=len(sb)))  # fmt: skip
+            continue
+        c = compare_level([s for s, _ in sa], [s for s, _ in sb], floor=floor, k=k, step=key[0])
+        rows.append(ServingRow(step=key[0], level=key[1], comparison=c, verdict=c.verdict,
+                               a_cost_per_million=ca, b_cost_per_million=cb,
+                               n_a=len(sa), n_b=len(sb)))  # fmt: skip
     return rows

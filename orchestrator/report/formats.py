@@ -23,6 +23,7 @@ from orchestrator.report.common import (
 )
 from orchestrator.report.escape import md, xml_text
 from orchestrator.report.isolation import isolate_folder, isolation_markdown
+from orchestrator.report.serving import serving_cases, serving_families, serving_markdown
 
 Format = Literal["html", "md", "json", "junit", "openmetrics"]
 FORMATS: tuple[Format, ...] = ("html", "md", "json", "junit", "openmetrics")
@@ -122,6 +123,7 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
             notes = "; ".join(f.notes)
             head = f"| {md(f.fault)} | {md(f.target)} | {f.repeat} | {' | '.join(vals)} |"
             lines.append(f"{head} {md(f.verdict or f.outcome)} | {md(notes)} |")
+    lines += serving_markdown(rec)
     lines += _isolation_md(rec) + _warnings_md(rec)
     logs = [(sid, p) for sid in rec.step_ids for p in step_logs(rec, sid)]
     if logs:
@@ -133,7 +135,7 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
 
 def render_junit(rec: RunRecord) -> str:
     """JUnit XML: one testsuite per run, one testcase per step and per threshold of each step."""
-    cases: list[Case] = threshold_cases(rec)
+    cases: list[Case] = threshold_cases(rec) + serving_cases(rec)
     failures = sum(c.outcome == "fail" for c in cases)
     errors = sum(c.outcome == "infra" for c in cases)
     skipped = sum(c.outcome == "skipped" for c in cases)
@@ -196,6 +198,7 @@ def render_openmetrics(rec: RunRecord) -> str:
         "orch_node_passed": ("gauge", "1 when every step of the node passed", []),
         "orch_recovery_seconds": ("gauge", "seconds from fault injection to each milestone", []),
     }
+    fams.update(serving_families(rec, base))
     fams["orch_run_accepted"][2].append((base, 1.0 if rec.status == "accepted" else 0.0))
     fams["orch_run_exit_code"][2].append((base, float(rec.exit_code if rec.exit_code is not None else -1)))
     if rec.wall_s is not None:

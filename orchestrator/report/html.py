@@ -34,6 +34,7 @@ from orchestrator.report.common import (
 )
 from orchestrator.report.heatmap import heatmap
 from orchestrator.report.isolation import isolate_folder, isolation_html
+from orchestrator.report.serving import serving_html
 from orchestrator.text import plural
 
 _CSS = """
@@ -118,6 +119,7 @@ the minimum only below it by more than the noise band.</p>
 {% endfor %}{% endif %}
 {% endif %}
 {% if isolation and r.kind != "isolate" %}{{ isolation }}{% endif %}
+{{ serving }}
 <h2 id="recovery">Recovery</h2>
 {% if recovery_plots %}<div class="plots">{% for p in recovery_plots %}{{ p }}{% endfor %}</div>
 <table><tr><th>fault</th><th>kind</th><th>target</th><th>step</th><th>repeat</th><th>detect s</th><th>recover s</th>
@@ -351,7 +353,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         done=len([s for s in rec.steps if s.verdict != "skipped"]), steps=steps,
         coll_plots=coll_plots, coll_tables=coll_tables, scaling_plot=scaling_plot, eff_plots=eff_plots,
         eff_rows=_eff_rows(rec),
-        recovery_plots=_recovery(rec), stragglers=_stragglers(rec), isolation=_isolation(rec), inv=inv, links=links, thresholds=threshold_rows(rec),
+        recovery_plots=_recovery(rec), stragglers=_stragglers(rec), isolation=_isolation(rec), serving=serving_html(rec, report_dir), inv=inv, links=links, thresholds=threshold_rows(rec),
         plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
         (rec.request.model_dump_json(indent=2) if rec.request else "(plan.json missing)"),
         stack=rec.stack.model_dump_json(indent=2) if rec.stack else "(no stack.json in this run)",

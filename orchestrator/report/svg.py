@@ -41,6 +41,14 @@ class Series:
 
 
 @dataclass
+class Band:
+    """A shaded area between a low and a high value at each x (e.g. p50 to p99)."""
+
+    name: str
+    points: list[tuple[float, float, float]]
+
+
+@dataclass
 class Marker:
     """A vertical line at x with a label (a fault injection, a milestone)."""
 
@@ -123,14 +131,17 @@ def line_chart(
     width: int = 560,
     height: int = 300,
     kind: str = "line",
+    bands: Sequence[Band] = (),
 ) -> str:
-    """An SVG chart of series (lines and/or points), with axes, ticks, a legend and markers."""
+    """An SVG chart of series (lines and/or points), with axes, ticks, a legend and markers; each
+    band is shaded in the colour of the series of the same index."""
     ml, mr, mt, mb = 64, 16, 28, 44
     legend_h = 16 * ((len(series) + 2) // 3)
     pw, ph = width - ml - mr, height - mt - mb
     total_h = height + legend_h
     xs = [x for s in series for x, _ in s.points] + [m.x for m in markers]
     ys = [y for s in series for _, y in s.points]
+    ys += [v for b in bands for _, lo, hi in b.points for v in (lo, hi)]
     xa = _axis(xs, x_log, x_base, zero=False)
     ya = _axis(ys, y_log, 10, zero=True)
 
@@ -175,6 +186,16 @@ def line_chart(
             f'stroke="{m.colour}" stroke-dasharray="4 3"/><text class="tick" x="{x + 3:.1f}" '
             f'y="{mt + 10}" fill="{m.colour}">{escape(m.label)}</text></g>'
         )
+    for i, b in enumerate(bands):
+        bp = [(x, lo, hi) for x, lo, hi in sorted(b.points) if (not x_log or x > 0) and (not y_log or lo > 0)]
+        if len(bp) > 1:
+            edge = [(px(x), py(hi)) for x, _, hi in bp] + [(px(x), py(lo)) for x, lo, _ in reversed(bp)]
+            d = " ".join(f"{x:.1f},{y:.1f}" for x, y in edge)
+            out.append(
+                f'<polygon class="band" data-name="{escape(b.name)}" points="{d}" '
+                f'fill="{PALETTE[i % len(PALETTE)]}" fill-opacity="0.15">'
+                f"<title>{escape(b.name)}</title></polygon>"
+            )
     for i, s in enumerate(series):
         colour = PALETTE[i % len(PALETTE)]
         pts = [(x, y) for x, y in s.points if (not x_log or x > 0) and (not y_log or y > 0)]
