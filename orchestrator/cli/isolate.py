@@ -13,14 +13,13 @@ from orchestrator.cli.plan import InventoryOpt, OutOpt
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.metrics.stragglers import MIN_PARTNERS
-from orchestrator.models.isolation import Round
+from orchestrator.models.isolation import Round, partitions_line
 from orchestrator.models.plan import parse_size
 from orchestrator.models.run import StepResult
 from orchestrator.runs.isolate import (
     MAX_TIMEOUT_S,
     IsolateRequest,
     IsolationRun,
-    partitions_line,
     run_isolation,
 )
 from orchestrator.runs.stragglers import (

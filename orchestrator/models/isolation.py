@@ -123,3 +123,18 @@ class IsolationRun(StrictModel):
     status: Literal["accepted", "failed", "infra", "interrupted"]
     exit_code: int
     wall_s: float
+
+
+def partitions_line(parts: list[Partition]) -> str:
+    """'isolated 2 kinds apart: nvidia H100 (node1-…), amd MI300X (…)' for output and report.md."""
+    if not parts:
+        return "kinds of node: not recorded"
+    each = [
+        f"{p.label} ({', '.join(p.nodes)}"
+        + (f"; partners {', '.join(p.known_good)}" if p.known_good else "")
+        + (f"; {p.note}" if p.note else "")
+        + ")"
+        for p in parts
+    ]
+    head = "one kind of node" if len(parts) == 1 else f"{len(parts)} kinds of node, isolated apart"
+    return f"{head}: " + "; ".join(each)

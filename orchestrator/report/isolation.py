@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
-from orchestrator.models.isolation import IsolationRun, Outcome, Partition, Trial
+from orchestrator.models.isolation import IsolationRun, Outcome, Trial, partitions_line
 from orchestrator.models.names import is_name
 from orchestrator.models.plan import format_size
 from orchestrator.report.escape import html_text, md
@@ -124,20 +124,6 @@ def _verdict(t: Trial) -> str:
     return "pass" if t.outcome.passed else "FAIL"
 
 
-def _partitions(parts: list[Partition]) -> str:
-    if not parts:
-        return "kinds of node: not recorded"
-    each = [
-        f"{p.label} ({', '.join(p.nodes)}"
-        + (f"; partners {', '.join(p.known_good)}" if p.known_good else "")
-        + (f"; {p.note}" if p.note else "")
-        + ")"
-        for p in parts
-    ]
-    head = "one kind of node" if len(parts) == 1 else f"{len(parts)} kinds of node, isolated apart"
-    return f"{head}: " + "; ".join(each)
-
-
 def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool = False) -> list[Section]:
     """The section's parts. folder: the isolate run's own folder (None: not there, times unknown);
     linked: shown in a scale-test's report (the isolate run is a run of its own beside it)."""
@@ -166,7 +152,7 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
         f"{iso.status}, exit {iso.exit_code}",
         "reference: median busbw of the single nodes that passed in the run: "
         + (f"{iso.reference_gbs:.4g} GB/s" if iso.reference_gbs is not None else "none"),
-        _partitions(iso.partitions),
+        partitions_line(iso.partitions),
     ]
     if not found.culprits:
         summary.append(

@@ -425,21 +425,6 @@ def run_isolation(
         return result
 
 
-def partitions_line(parts: Sequence[Partition]) -> str:
-    """'isolated 2 kinds apart: nvidia H100 (node1-…), amd MI300X (…)' for output and report.md."""
-    if not parts:
-        return "kinds of node: not recorded"
-    each = [
-        f"{p.label} ({', '.join(p.nodes)}"
-        + (f"; partners {', '.join(p.known_good)}" if p.known_good else "")
-        + (f"; {p.note}" if p.note else "")
-        + ")"
-        for p in parts
-    ]
-    head = "one kind of node" if len(parts) == 1 else f"{len(parts)} kinds of node, isolated apart"
-    return f"{head}: " + "; ".join(each)
-
-
 def isolation_markdown(r: IsolationRun) -> str:
     """report.md of an isolate run: the Isolation section of `orch report --format md` (its
     summary, rule, culprits with their evidence, nodes, every round), escaped."""

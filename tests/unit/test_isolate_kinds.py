@@ -17,7 +17,7 @@ from orchestrator.errors import InventoryError
 from orchestrator.inventory import load_inventory
 from orchestrator.isolation.search import isolate_partitioned
 from orchestrator.models.fingerprint import Gpu
-from orchestrator.models.isolation import Group, Outcome
+from orchestrator.models.isolation import Group, Outcome, partitions_line
 from orchestrator.models.plan import Step
 from orchestrator.models.results import CollSummary
 from orchestrator.models.run import StepResult
@@ -78,7 +78,7 @@ def test_nodes_are_partitioned_by_vendor_and_model(tmp_path: Path) -> None:
     # a fingerprint's model fills in where the inventory sets none
     parts = iso.partition_nodes(cluster, ["m1", "u1"], [], {"u1": "MI300X"})
     assert [(p.label, p.nodes) for p in parts] == [("amd MI300X", ["m1", "u1"])]
-    line = iso.partitions_line(iso.partition_nodes(cluster, ["h1", "a1", "a2"], []))
+    line = partitions_line(iso.partition_nodes(cluster, ["h1", "a1", "a2"], []))
     assert line.startswith("2 kinds of node, isolated apart: ")
     assert "nvidia H100 (h1; one node of this kind" in line and "nvidia A100 (a1, a2)" in line
 
