@@ -29,7 +29,7 @@ from typing import Any
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.config import DEFAULT_STATE_DIR
 from orchestrator.models.events import RunStarted
-from orchestrator.runs.isolate import IsolateRequest, _Rounds, isolation_plan, run_isolation
+from orchestrator.runs.isolate import IsolateRequest, _Rounds, isolation_plan, partition_nodes, run_isolation
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.stages.stack import stack_name, stack_python
 from orchestrator.store.rundir import new_run_id
@@ -55,9 +55,11 @@ def _tc(node: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30).stdout
 
 
-def all_pairs(req: IsolateRequest) -> dict[str, Any]:
+def all_pairs(req: IsolateRequest, singles: list[float]) -> dict[str, Any]:
     """Every pair of req.nodes tested once, one after another, as isolate tests them (same plan,
-    executor and pass rule), in a run folder of its own; the failing pairs and the wall time."""
+    executor and pass rule), in a run folder of its own; the failing pairs and the wall time.
+    singles: the single-node busbw figures a group is judged against (isolation measures them
+    first; here they come from the clean isolation runs)."""
     t0 = time.monotonic()
     cluster = load_inventory(req.inventory)
     plan = isolation_plan(req)
@@ -72,7 +74,9 @@ def all_pairs(req: IsolateRequest) -> dict[str, Any]:
             nodes=nodes,
             mode="sequential",
         )
-        runner = _Rounds(req, plan, cluster, life, python or sys.executable, env, lambda _r: None)
+        parts = partition_nodes(cluster, nodes, [])
+        runner = _Rounds(req, plan, cluster, life, python or sys.executable, env, lambda _r: None, parts)
+        runner.singles = {p.label: list(singles) for p in parts}
         outcomes = runner(pairs)
         wall = life.wall_s
         life.finish(Ending("accepted", 0), wall_s=wall)
@@ -89,6 +93,7 @@ def _isolation(req: IsolateRequest) -> dict[str, Any]:
         "rounds": len(iso.rounds),
         "tests": sum(len(x.trials) for x in iso.rounds),
         "wall_s": round(r.wall_s, 1),
+        "reference_gbs": r.reference_gbs,
         "run_dir": str(r.run_dir),
     }
 
@@ -145,7 +150,7 @@ def lab_figures(
             raise RuntimeError(f"the throttle on {bad} did not land")
         figures["throttled"] = {"node": bad, "rate": rate, **_isolation(req)}
         if pairs:
-            figures["all_pairs"] = all_pairs(req)
+            figures["all_pairs"] = all_pairs(req, [c["reference_gbs"] for c in clean if c["reference_gbs"]])
     finally:
         if throttle.poll() is None:
             os.kill(throttle.pid, signal.SIGTERM)  # the CLI reverts on SIGTERM (and its timer anyway)
