@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast, get_args
@@ -43,6 +44,7 @@ SERVING_RESULT = "serving.json"  # steps/<id>/serving.json: a serving step's res
 REQUEST_FILE = "recovery-test.json"  # written by orch recovery-test instead of plan.json
 _START_EVENTS = ("run_started", "run_resumed")
 M = TypeVar("M", bound=StrictModel)
+R = TypeVar("R", StepResult, ServingStepResult)
 
 
 def step_result_path(run_dir: Path, step_id: str) -> Path:
@@ -290,12 +292,20 @@ def finished_steps(run_dir: Path, step_ids: list[str]) -> dict[str, StepResult]:
     Raises ConfigError naming the file and the value when a result.json is invalid or is not the
     result of the step whose folder holds it.
     """
-    out: dict[str, StepResult] = {}
+    return _finished(run_dir, step_ids, StepResult, lambda sid: step_result_path(run_dir, sid))
+
+
+def _finished(
+    run_dir: Path, step_ids: list[str], model: type[R], path_of: Callable[[str], Path]
+) -> dict[str, R]:
+    """Each step's result file (path_of its id) read as model, when it exists and its verdict is not
+    skipped; a file that is invalid or holds another step's result is a ConfigError naming it."""
+    out: dict[str, R] = {}
     for sid in step_ids:
-        path = step_result_path(run_dir, sid)
+        path = path_of(sid)
         if not os.path.lexists(path):
             continue
-        res = require_model(StepResult, run_dir, path)
+        res = require_model(model, run_dir, path)
         if res.step.id != sid:
             raise ConfigError(f"{path}: step.id = {res.step.id!r} is not the folder's step {sid!r}")
         if res.verdict != "skipped":
@@ -335,14 +345,9 @@ def serving_steps(run_dir: Path) -> list[ServingStep] | None:
 def finished_serving(run_dir: Path, step_ids: list[str]) -> dict[str, ServingStepResult]:
     """The serving steps' results written as each ended (verdict not skipped), by step id; raises
     ConfigError naming the file when one is invalid or not its folder's step."""
-    out: dict[str, ServingStepResult] = {}
-    for sid in step_ids:
-        path = under(run_dir, "steps", sid, what="step folder") / SERVING_RESULT
-        if not os.path.lexists(path):
-            continue
-        res = require_model(ServingStepResult, run_dir, path)
-        if res.step.id != sid:
-            raise ConfigError(f"{path}: step.id = {res.step.id!r} is not the folder's step {sid!r}")
-        if res.verdict != "skipped":
-            out[sid] = res
-    return out
+    return _finished(
+        run_dir,
+        step_ids,
+        ServingStepResult,
+        lambda sid: under(run_dir, "steps", sid, what="step folder") / SERVING_RESULT,
+    )
