@@ -18,6 +18,7 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.names import Name
 from orchestrator.models.results import Percentiles, Verdict
 from orchestrator.models.serving import ServingStep
+from orchestrator.models.serving_recovery import EngineRestart, ServingFaultResult
 
 RequestStatus = Literal["ok", "error", "aborted"]
 """ok: the stream ended normally; error: HTTP or connection error, bad stream, or a request the
@@ -321,4 +322,10 @@ class ServingStepResult(StrictModel):
     warnings: list[str] = Field(default_factory=list)
     engines: list[EngineRun] = Field(default_factory=list)
     levels: list[ServingLevelResult] = Field(default_factory=list)
+    faults: list[ServingFaultResult] = Field(
+        default_factory=list, description="each injection of a plan fault into this step, with its recovery"
+    )
+    restarts: list[EngineRestart] = Field(
+        default_factory=list, description="every restart of an engine by the workload's restart policy"
+    )
     wall_s: float | None = None
