@@ -94,6 +94,51 @@ def p99_log_se(values: Sequence[float], q: float = 0.99) -> float | None:
     return (math.log(hi) - math.log(lo)) / 2
 
 
+DRIFT_BLOCKS = 5
+DRIFT_MIN_PER_BLOCK = 10
+TAIL_Q = 0.95
+
+
+def _block_tail(vals: Sequence[float]) -> float:
+    """A block's tail: its p95 (nearest rank; about its 2nd largest of 40). A p99 moves with the tail,
+    which wanders far more than the median: at 8 requests in flight one stall of the machine delays
+    them all, so a run's p99 is not the independent order statistic p99_log_se assumes."""
+    xs = sorted(vals)
+    return xs[min(len(xs) - 1, math.ceil(TAIL_Q * len(xs)) - 1)]
+
+
+def drift_log_se(ok: Sequence[RequestRecord]) -> dict[str, float | None]:
+    """Batch means of one run: the successful requests in send order, cut into DRIFT_BLOCKS blocks
+    of consecutive requests; per block the output tokens/s (tokens over the block's own span) and
+    the tail (_block_tail) of TTFT, ITL, TPOT and E2E; per figure the standard deviation of
+    ln(block value) over sqrt(blocks). On a shared machine a run's figures wander with the load
+    around it (docs/serving.md, "The interactive rule"); this se carries that into compare's band. Empty under
+    DRIFT_BLOCKS x DRIFT_MIN_PER_BLOCK requests."""
+    if len(ok) < DRIFT_BLOCKS * DRIFT_MIN_PER_BLOCK:
+        return {}
+    recs = sorted(ok, key=lambda r: r.send)
+    size = len(recs) // DRIFT_BLOCKS
+    blocks = [recs[i * size : (i + 1) * size] for i in range(DRIFT_BLOCKS)]
+    per: dict[str, list[float]] = {k: [] for k in ("tput", *LATENCY_FIGURES)}
+    for b in blocks:
+        span = max(r.end for r in b) - min(r.send for r in b)
+        toks = sum(r.output_tokens for r in b)
+        if span > 0 and toks > 0:
+            per["tput"].append(toks / span)
+        for name, vals in (
+            ("ttft", [v for r in b if (v := ttft_ms(r)) is not None]),
+            ("itl", [g for r in b for g in itl_ms(r)]),
+            ("tpot", [v for r in b if (v := tpot_ms(r)) is not None]),
+            ("e2e", [e2e_ms(r) for r in b]),
+        ):
+            if vals and (m := _block_tail(vals)) > 0:
+                per[name].append(m)
+    return {
+        k: statistics.stdev(math.log(x) for x in v) / math.sqrt(len(v)) if len(v) == DRIFT_BLOCKS else None
+        for k, v in per.items()
+    }
+
+
 def _good(r: RequestRecord, slos: ServingSlos) -> bool:
     """Whether a request succeeded and met every SLO. A request of one output token has no TPOT:
     only its TTFT and E2E are judged."""
@@ -160,6 +205,7 @@ def summarize_level(records: Iterable[RequestRecord], slos: ServingSlos | None =
         output_tokens=out_tokens,
         servers=dict(sorted(Counter(r.server for r in recs).items())),
         p99_log_se={k: p99_log_se(v) for k, v in series.items()},
+        drift_log_se=drift_log_se(ok),
     )
 
 
@@ -266,7 +312,9 @@ def _change(
         )
     ca, cb = statistics.median(la), statistics.median(lb)
     sigma = noise.mad_sigma(noise.residuals([la, lb])) if len(la) + len(lb) > 2 else None
-    sigma = max(sigma or 0.0, statistics.median(se_single) if se_single else 0.0)
+    # one run's own noise: the root mean square of the runs' se (each run may be as noisy as its own)
+    single = math.sqrt(statistics.fmean(x * x for x in se_single)) if se_single else 0.0
+    sigma = max(sigma or 0.0, single)
     half = noise.band(noise.difference_se(sigma, len(la), len(lb)), floor, k)
     d = cb - ca if higher_is_better else ca - cb
     change = "better" if d > half else "worse" if d < -half else "same"
@@ -310,7 +358,7 @@ def compare_level(
         "output tokens/s",
         [s.output_tokens_per_s for s in a if s.output_tokens_per_s],
         [s.output_tokens_per_s for s in b if s.output_tokens_per_s],
-        [],
+        [v for s in (*a, *b) if (v := s.drift_log_se.get("tput")) is not None],
         higher_is_better=True,
         n_a=len(a),
         n_b=len(b),
@@ -324,7 +372,11 @@ def compare_level(
             p: Percentiles = getattr(s, f"{m}_ms")
             return p
 
-        ses = [v for s in (*a, *b) if (v := s.p99_log_se.get(m)) is not None]
+        ses = [
+            max(own)
+            for s in (*a, *b)
+            if (own := [x for x in (s.p99_log_se.get(m), s.drift_log_se.get(m)) if x is not None])
+        ]
         lat.append(
             _change(
                 f"{m.upper()} p99",

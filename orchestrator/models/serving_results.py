@@ -92,6 +92,13 @@ class LevelSummary(StrictModel):
         description="per metric (ttft, itl, tpot, e2e): standard error of ln p99 from the order statistics "
         "around it (None below n = 100); the noise of one run's p99 in compare",
     )
+    drift_log_se: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="per figure (tput, ttft, itl, tpot, e2e): the batch-means standard error of the "
+        "figure on the log scale, from 5 blocks of consecutive successful requests (output tokens/s of "
+        "each block; the p95 latency of each block): how much the figure moved within the run, "
+        "which one run's p99 order statistics do not see (None under 50 successful requests)",
+    )
 
 
 class ServingCost(StrictModel):

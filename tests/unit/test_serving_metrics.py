@@ -193,3 +193,30 @@ def test_missing_p99_is_na() -> None:
     assert compare_level([one_token], [one_token]).verdict == "n/a"
     with pytest.raises(ValueError, match="one level"):
         compare_level([a], [summarize_level([rec(0, level="c8")])])
+
+
+def drifting(seed: int, *, slow: float = 1.0) -> list[RequestRecord]:
+    """A level of 200 requests on a shared machine: every 40 requests the machine's speed changes
+    (a factor drawn from 0.6..1.6 that stretches gaps, TTFT and token gaps alike); `slow` makes the
+    engine itself slower by that factor throughout."""
+    rng = random.Random(seed)
+    out, t = [], 1000.0
+    for i in range(200):
+        if i % 40 == 0:
+            speed = rng.uniform(0.6, 1.6) * slow
+        ttft = 0.05 * speed * rng.lognormvariate(0, 0.2)
+        gaps = [0.01 * speed * rng.lognormvariate(0, 0.1) for _ in range(15)]
+        out.append(rec(i, send=t, ttft=ttft, gaps=gaps))
+        t += 0.05 * speed
+    return out
+
+
+def test_a_run_that_wanders_with_its_machine_widens_its_own_band() -> None:
+    a, a2 = summarize_level(drifting(1)), summarize_level(drifting(7))
+    assert a.drift_log_se["tput"] is not None and a.drift_log_se["tput"] > 0.05
+    assert summarize_level(run(1)).drift_log_se["tput"] < 0.02  # a steady run barely moves
+    c = compare_level([a], [a2])
+    assert c.verdict == "same", c.reason  # the p99 order statistics alone would call this a change
+    assert c.throughput.band is not None and c.throughput.band > 0.2
+    worse = compare_level([a], [summarize_level(drifting(7, slow=3.0))])
+    assert worse.verdict == "worse" and worse.throughput.change == "worse", worse.reason

@@ -323,6 +323,7 @@ def test_on_slurm_an_engine_is_a_one_task_job_on_its_node_with_its_log_in_the_st
     assert spec.argv == [
         "/opt/orch/cpu/bin/transformers", "serve", "/opt/orch/models/lab-tiny", "--device", "cpu",
         "--dtype", "float32", "--host", "198.18.0.12", "--port", "23456", "--continuous-batching",
+        "--cb-num-blocks", "256", "--cb-block-size", "32",
     ]  # fmt: skip
     sched = SlurmScheduler()
     script = sched.render(spec)
