@@ -23,7 +23,8 @@ are the records' wall clock; every figure is seconds after ``injected_at``. With
 Status: no-data when there is no pre-fault band or no counted request sent or ended at or after the
 fault (the figures that can still be read are kept); no-impact when nothing failed and the very
 first request after the fault already starts a steady window; recovered when steady was reached
-otherwise; not-recovered when it was not within the records.
+otherwise; not-recovered when it was not within the records. With several faults in one level,
+each is measured up to the next one's injection (``until``).
 """
 
 from __future__ import annotations
@@ -67,10 +68,28 @@ def _steady_window(window: Sequence[RequestRecord], band_ms: float) -> bool:
 
 
 def serving_recovery(
-    records: Sequence[RequestRecord], injected_at: float, *, level: str, rule: SteadyRule
+    records: Sequence[RequestRecord],
+    injected_at: float,
+    *,
+    level: str,
+    rule: SteadyRule,
+    until: float | None = None,
 ) -> ServingRecovery:
-    """The outage and the way back of one fault injected at ``injected_at`` into ``level``."""
-    recs = sorted((r for r in records if not r.warmup and r.level == level), key=lambda r: (r.send, r.id))
+    """The outage and the way back of one fault injected at ``injected_at`` into ``level``.
+
+    ``until``: the next fault's injection into the same level, when there is one; requests sent at
+    or after it, and failures that ended at or after it, belong to that fault and are left out.
+    """
+    recs = sorted(
+        (
+            r
+            for r in records
+            if not r.warmup
+            and r.level == level
+            and (until is None or (r.send < until and (r.status == "ok" or r.end < until)))
+        ),
+        key=lambda r: (r.send, r.id),
+    )
     pre_n, band = pre_fault_band(recs, injected_at, rule)
 
     bad_ends = [r.end for r in recs if r.status != "ok" and r.end >= injected_at]

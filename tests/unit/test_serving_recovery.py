@@ -242,3 +242,19 @@ def test_spread_over_repeats() -> None:
     assert (s.outage_s.n, s.outage_s.median) == (2, pytest.approx(3.3))
     assert (s.failed.n, s.failed.min, s.failed.median, s.failed.max) == (4, 0.0, 12.0, 30.0)
     assert spread_stat([]).n == 0 and spread_stat([None]).median is None
+
+
+def test_until_the_next_fault_leaves_its_requests_out() -> None:
+    recs = healthy(range(40)) + [rec(i, status="error") for i in range(40, 50)] + healthy(range(50, 100))
+    recs += [rec(i, status="error") for i in range(100, 110)] + healthy(range(110, 140))
+    alone = serving_recovery(recs, FAULT, level="c4", rule=RULE)
+    cut = serving_recovery(recs, FAULT, level="c4", rule=RULE, until=T0 + 10.0)  # request 100's send
+    assert alone.to_steady_s == cut.to_steady_s == pytest.approx(1.3)
+    assert alone.ttft_after_ms is not None and cut.ttft_after_ms is not None
+    assert (alone.ttft_after_ms.n, cut.ttft_after_ms.n) == (77, 47)
+    # a request sent before the next fault and failing after it belongs to the next fault
+    late = [*recs[:60], rec(60, status="aborted", end=T0 + 7.5), *recs[61:]]
+    r = serving_recovery(late, FAULT, level="c4", rule=RULE, until=T0 + 7.0)
+    assert r.failed == 10 and r.aborted == 0
+    # cut before a full window followed the first success: not steady within its own span
+    assert serving_recovery(late, FAULT, level="c4", rule=RULE, until=T0 + 5.5).status == "not-recovered"
