@@ -57,6 +57,10 @@ def _s(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _secs(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f} s"
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"
 
@@ -170,7 +174,7 @@ def timeline_svg(
     series = [svg.Series("ok: TTFT" + (f" (every {stride}th)" if stride > 1 else ""), ok_pts, lines=False)]
     for status in ("error", "aborted"):
         pts = [(x.send - t0, M.ttft_ms(x) or 0.0) for x in shown if x.status == status]
-        series.append(svg.Series(f"{status} (x; at 0 without a first token)", pts, lines=False, shape="cross"))
+        series.append(svg.Series(f"{status} (x)", pts, lines=False, shape="cross"))
     lo_x = min((p[0] for s in series for p in s.points), default=-WINDOW_S)
     hi_x = max((p[0] for s in series for p in s.points), default=hi)
     if r.pre_fault_ttft_band_ms is not None:
@@ -206,7 +210,8 @@ _TEMPLATE = """<h3 id="serving-faults-h">Faults during serving</h3>
 <p class="muted">Times are seconds after the fault was injected. Steady: the send time of the first request, at or after
 the first success, that starts a window of consecutive requests which all succeeded with a TTFT median within the
 pre-fault band (its p95, or largest below 20 requests, times 1 + tolerance). Failed and aborted requests are counted
-from the fault to steady state. The shaded stretch is the outage, first failure to first success.</p>
+from the fault to steady state. The shaded stretch is the outage, first failure to first success. Failed and aborted
+requests are crosses, at their TTFT or at 0 when no token came.</p>
 """
 _env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
 _tmpl = _env.from_string(_TEMPLATE)
@@ -222,10 +227,10 @@ def _figures(f: ServingFaultResult, r: ServingRecovery | None) -> list[tuple[str
             ("status", r.status),
             ("pre-fault TTFT band", f"{band} (from {r.pre_fault_n} requests)"),
             ("steady rule", f"window {r.rule.window} requests, tolerance {r.rule.tolerance:g}"),
-            ("to first failure", f"{_s(r.to_first_failure_s)} s"),
-            ("to first success", f"{_s(r.to_first_success_s)} s"),
-            ("outage", f"{_s(r.outage_s)} s"),
-            ("to steady", f"{_s(r.to_steady_s)} s"),
+            ("to first failure", _secs(r.to_first_failure_s)),
+            ("to first success", _secs(r.to_first_success_s)),
+            ("outage", _secs(r.outage_s)),
+            ("to steady", _secs(r.to_steady_s)),
             ("failed / aborted", f"{r.failed} / {r.aborted}"),
             ("TTFT during (ms)", _ttft(r.ttft_during_ms)),
             ("TTFT after (ms)", _ttft(r.ttft_after_ms)),
@@ -282,8 +287,8 @@ def fault_cases(rec: RunRecord) -> list[Case]:
             why = f"fault {f.outcome}" if r is None else "no counted request around the fault"
             cases.append(Case(cls, name, "skipped", f"no recovery measured: {why}"))
             continue
-        msg = (f"{r.status}: first failure {_s(r.to_first_failure_s)} s, first success "
-               f"{_s(r.to_first_success_s)} s, outage {_s(r.outage_s)} s, steady {_s(r.to_steady_s)} s "
+        msg = (f"{r.status}: first failure {_secs(r.to_first_failure_s)}, first success "
+               f"{_secs(r.to_first_success_s)}, outage {_secs(r.outage_s)}, steady {_secs(r.to_steady_s)} "
                f"after the fault; {r.failed} failed, {r.aborted} aborted; TTFT during {_ttft(r.ttft_during_ms)}, "
                f"after {_ttft(r.ttft_after_ms)} ms")  # fmt: skip
         cases.append(Case(cls, name, "fail" if r.status == "not-recovered" else "pass", msg))
