@@ -1,7 +1,8 @@
 """The serving part of every report format (docs/serving.md, "Reports"): per serving step and load
 level the latency percentiles with their n, throughput, SLOs and goodput, cost with its inputs,
 and the engines' load times; the HTML report adds TTFT/ITL against concurrency (p50 line, p50-p99
-band) and latency CDFs read back from the level's records.
+band) and latency CDFs read back from the level's records; faults during serving (timelines, figures,
+spread over repeats) are in report/serving_faults.py.
 
 Every text from the run folder is escaped by the format's own helper: jinja2's autoescape and
 svg's escape in HTML, escape.md in Markdown, the XML writer in JUnit, the label quoting of
@@ -33,6 +34,15 @@ from orchestrator.models.serving_results import (
 from orchestrator.report import svg
 from orchestrator.report.common import Case
 from orchestrator.report.escape import md
+from orchestrator.report.serving_faults import (
+    FAULT_HEAD,
+    SPREAD_HEAD,
+    fault_cases,
+    fault_families,
+    fault_rows,
+    faults_html,
+    spread_rows,
+)
 from orchestrator.safefs import inside
 
 _LEVEL = re.compile(r"^(c|r)(\d+(?:\.\d+)?)$")
@@ -172,6 +182,8 @@ def serving_markdown(rec: RunRecord) -> list[str]:
         ("SLOs and goodput", SLO_HEAD, slo_rows(rec)),
         ("Cost", COST_HEAD, cost_rows(rec)),
         ("Model load times", LOAD_HEAD, load_rows(rec)),
+        ("Faults during serving (seconds after the fault)", FAULT_HEAD, fault_rows(rec)),
+        ("Recovery over repeats (median, min to max, n)", SPREAD_HEAD, spread_rows(rec)),
     ):
         if rows:
             lines += ["", f"### {title}", "", *_md_table(head, rows)]
@@ -297,7 +309,7 @@ def serving_html(rec: RunRecord, report_dir: Path | None = None) -> Markup:
         ("Model load times", LOAD_HEAD, load_rows(rec), "serving-load"),
     ]
     del report_dir  # the engines' logs are linked from the steps' raw logs
-    return Markup(_tmpl.render(steps=steps, plots=plots, tables=tables))  # noqa: S704
+    return Markup(_tmpl.render(steps=steps, plots=plots, tables=tables)) + faults_html(rec)  # noqa: S704
 
 
 # -- JUnit -------------------------------------------------------------------------------------
@@ -343,7 +355,7 @@ def serving_cases(rec: RunRecord) -> list[Case]:
                 missed = threshold_failures(s.step.id, one, sm)
                 cases.append(Case(cls, f"threshold {fmt.format(limit)}", "fail" if missed else "pass",
                                   "; ".join(missed)))  # fmt: skip
-    return cases
+    return cases + fault_cases(rec)
 
 
 # -- OpenMetrics -------------------------------------------------------------------------------
@@ -410,4 +422,5 @@ def serving_families(rec: RunRecord, base: dict[str, str]) -> dict[str, tuple[st
                 fams["orch_serving_load_seconds"][2].append(
                     ({**base, "step": s.step.id, "node": e.node}, e.load_to_health_s)
                 )
+    fams.update(fault_families(rec, base))
     return fams

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
+from typing import Literal
 
 PALETTE = (
     "#1f77b4",
@@ -38,6 +39,7 @@ class Series:
     points: list[tuple[float, float]]
     lines: bool = True
     dashed: bool = False
+    shape: Literal["circle", "cross"] = "circle"
 
 
 @dataclass
@@ -55,6 +57,17 @@ class Marker:
     x: float
     label: str
     colour: str = "#444"
+
+
+@dataclass
+class Span:
+    """A shaded stretch of the x axis from x0 to x1 (an outage), drawn behind the data."""
+
+    x0: float
+    x1: float
+    label: str
+    css: Literal["outage", "span"] = "span"
+    colour: str = "#d62728"
 
 
 @dataclass
@@ -132,14 +145,17 @@ def line_chart(
     height: int = 300,
     kind: str = "line",
     bands: Sequence[Band] = (),
+    spans: Sequence[Span] = (),
 ) -> str:
     """An SVG chart of series (lines and/or points), with axes, ticks, a legend and markers; each
-    band is shaded in the colour of the series of the same index."""
+    band is shaded in the colour of the series of the same index, each span across the plot's
+    height."""
     ml, mr, mt, mb = 64, 16, 28, 44
     legend_h = 16 * ((len(series) + 2) // 3)
     pw, ph = width - ml - mr, height - mt - mb
     total_h = height + legend_h
     xs = [x for s in series for x, _ in s.points] + [m.x for m in markers]
+    xs += [x for sp in spans for x in (sp.x0, sp.x1)]
     ys = [y for s in series for _, y in s.points]
     ys += [v for b in bands for _, lo, hi in b.points for v in (lo, hi)]
     xa = _axis(xs, x_log, x_base, zero=False)
@@ -179,12 +195,19 @@ def line_chart(
         f'<text class="label" transform="translate(14 {mt + ph / 2}) rotate(-90)" '
         f'text-anchor="middle">{escape(y_label)}</text>'
     )
-    for m in markers:
+    for sp in spans:
+        x0, x1 = sorted((px(sp.x0), px(sp.x1)))
+        out.append(
+            f'<rect class="{sp.css}" data-name="{escape(sp.label)}" x="{x0:.1f}" y="{mt}" '
+            f'width="{max(x1 - x0, 1.0):.1f}" height="{ph}" fill="{escape(sp.colour)}" fill-opacity="0.12">'
+            f"<title>{escape(sp.label)}</title></rect>"
+        )
+    for j, m in enumerate(markers):
         x = px(m.x)
         out.append(
             f'<g class="marker"><line x1="{x:.1f}" y1="{mt}" x2="{x:.1f}" y2="{mt + ph}" '
             f'stroke="{m.colour}" stroke-dasharray="4 3"/><text class="tick" x="{x + 3:.1f}" '
-            f'y="{mt + 10}" fill="{m.colour}">{escape(m.label)}</text></g>'
+            f'y="{mt + 10 + 12 * (j % 2)}" fill="{m.colour}">{escape(m.label)}</text></g>'
         )
     for i, b in enumerate(bands):
         bp = [(x, lo, hi) for x, lo, hi in sorted(b.points) if (not x_log or x > 0) and (not y_log or lo > 0)]
@@ -205,10 +228,19 @@ def line_chart(
             dash = ' stroke-dasharray="5 3"' if s.dashed else ""
             out.append(f'<path class="line" d="{d}" stroke="{colour}"{dash}/>')
         for x, y in pts:
-            out.append(
-                f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{colour}">'
-                f"<title>{escape(s.name)}: {escape(x_fmt(x))}, {escape(y_fmt(y))}</title></circle>"
-            )
+            tip = f"<title>{escape(s.name)}: {escape(x_fmt(x))}, {escape(y_fmt(y))}</title>"
+            if s.shape == "cross":
+                cx, cy = px(x), py(y)
+                out.append(
+                    f'<path class="point cross" d="M{cx - 3:.1f},{cy - 3:.1f}L{cx + 3:.1f},{cy + 3:.1f}'
+                    f'M{cx - 3:.1f},{cy + 3:.1f}L{cx + 3:.1f},{cy - 3:.1f}" stroke="{colour}" '
+                    f'stroke-width="1.5" fill="none">{tip}</path>'
+                )
+            else:
+                out.append(
+                    f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{colour}">'
+                    f"{tip}</circle>"
+                )
         out.append("</g>")
     for i, s in enumerate(series):
         lx, ly = ml + (i % 3) * (pw / 3), height + 16 * (i // 3)

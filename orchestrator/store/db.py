@@ -30,6 +30,7 @@ from orchestrator.metrics.verdict import BaselineBusbw
 from orchestrator.models.base import StrictModel
 from orchestrator.models.events import RecoveryDone, RunEvent, RunFinished, RunStarted, StepDone
 from orchestrator.models.run import RunRecord
+from orchestrator.models.serving_recovery import ServingFaultResult
 from orchestrator.models.serving_results import LevelSummary, ServingCost
 from orchestrator.safefs import create_private, make_dir
 from orchestrator.store import pg
@@ -125,6 +126,19 @@ MIGRATIONS: list[str] = [
         output_tokens_per_s REAL, requests_per_s REAL, error_rate REAL, goodput REAL,
         cost_per_request REAL, cost_per_million_output_tokens REAL,
         PRIMARY KEY (run_id, step_id, level, node)
+    );
+    """,
+    # Faults injected into serving steps (docs/serving.md, "Faults during serving"): each injection
+    # (idx: its place in the step's faults) with its recovery figures, seconds after injection
+    """
+    CREATE TABLE serving_faults (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, step_id TEXT NOT NULL,
+        idx INTEGER NOT NULL, kind TEXT NOT NULL, target TEXT NOT NULL, repeat INTEGER NOT NULL,
+        level TEXT NOT NULL, injected_at TEXT NOT NULL, outcome TEXT NOT NULL, status TEXT,
+        to_first_failure_s REAL, to_first_success_s REAL, to_steady_s REAL, outage_s REAL,
+        failed INTEGER, aborted INTEGER, ttft_during_n INTEGER, ttft_during_p99_ms REAL,
+        ttft_after_n INTEGER, ttft_after_p99_ms REAL, restarts INTEGER NOT NULL,
+        PRIMARY KEY (run_id, step_id, idx)
     );
     """,
 ]
@@ -367,6 +381,10 @@ class ResultsStore:
                         if s_ is not None
                     ]),
                 )  # fmt: skip
+                c.executemany(
+                    "INSERT INTO serving_faults VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [_serving_fault_row(rid, st2.id, i, f) for i, f in enumerate(sv.faults)],
+                )
             c.executemany(
                 "INSERT INTO node_verdicts VALUES (?,?,?)", [(rid, n, v) for n, v in rec.nodes.items()]
             )
@@ -494,6 +512,20 @@ def _serving_level_row(
         rid, step_id, level, node, s.n, s.ok, s.errors, s.aborted, s.duration_s, *pcts,
         s.output_tokens_per_s, s.requests_per_s, s.error_rate, s.goodput,
         cost.per_request if cost else None, cost.per_million_output_tokens if cost else None,
+    )  # fmt: skip
+
+
+def _serving_fault_row(rid: str, step_id: str, idx: int, f: ServingFaultResult) -> tuple[Any, ...]:
+    """One row of serving_faults: an injection and its recovery (NULLs where it has none)."""
+    r = f.recovery
+    during, after = (r.ttft_during_ms, r.ttft_after_ms) if r else (None, None)
+    return (
+        rid, step_id, idx, f.kind, f.target, f.repeat, f.level,
+        datetime.fromtimestamp(f.injected_at, UTC).isoformat(), f.outcome, r.status if r else None,
+        r.to_first_failure_s if r else None, r.to_first_success_s if r else None,
+        r.to_steady_s if r else None, r.outage_s if r else None, r.failed if r else None,
+        r.aborted if r else None, during.n if during else None, during.p99 if during else None,
+        after.n if after else None, after.p99 if after else None, len(f.restarts),
     )  # fmt: skip
 
 

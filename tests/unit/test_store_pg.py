@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from pgserver import PgServer, pg_server
+from serving_fault_run import make_fault_run
 from test_store_build import make_run
 
 from orchestrator.errors import ConfigError, InfraError
@@ -116,6 +117,19 @@ def test_pg_and_sqlite_hold_the_same_rows(pg_db: str, tmp_path: Path) -> None:
     assert len(pg_rows[1]) == 3 * 36 and pg_rows[3] == [("golden", runs[1].name, None)]
     assert [r["run_id"] for r in pg_rows[0]] == [runs[1].name, runs[0].name]
     assert resolve_run_dir("golden", parse_store(pg_db)) == runs[1].resolve()
+
+
+def test_pg_and_sqlite_hold_the_same_serving_fault_rows(pg_db: str, tmp_path: Path) -> None:
+    run = make_fault_run(tmp_path / "runs")
+    found = []
+    for loc in (parse_store(pg_db), tmp_path / "orch.db"):
+        with ResultsStore.open(loc) as s:
+            s.ingest(run)
+            s.ingest(run)  # idempotent
+            found.append([tuple(r[i] for i in range(len(r))) for r in s.conn.execute(
+                "SELECT * FROM serving_faults ORDER BY step_id, idx")])  # fmt: skip
+    assert found[0] == found[1] and len(found[0]) == 2
+    assert found[0][0][3:6] == ("kill-worker", "localhost:engine", 1)
 
 
 def test_newer_pg_store_is_refused(pg_db: str) -> None:
