@@ -142,8 +142,9 @@ def compare_cmd(
         out.print(render_serving_table(c, only_changed))
         out.print(
             f"serving band: max({c.floor:.0%}, {c.k:g} x se), se from the robust spread (1.4826 x MAD) of "
-            f"the repeats ({c.runs_a} run(s) of A, {c.runs_b} of B) and at least one run's own p99 "
-            "uncertainty (its order statistics); a worse p99 with more throughput is 'worse for interactive'",
+            f"the repeats ({c.runs_a} run(s) of A, {c.runs_b} of B) and at least one run's own noise "
+            "(its p99's order statistics, its drift over 5 blocks of requests); a worse p99 with more "
+            "throughput is 'worse for interactive'",
             markup=False,
         )
         for line in serving_lines(c.serving):

@@ -23,10 +23,15 @@ from orchestrator.lab.state import LabState, load_state
 REPO = Path(__file__).resolve().parents[2]
 
 
+# Modules that move a node off the session's cpu-gloo stack run after every other module.
+LAST = ("test_serving_lab.py",)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.nodeid:
             item.add_marker(pytest.mark.lab)
+    items.sort(key=lambda item: item.nodeid.split("::")[0].endswith(LAST))  # stable: order kept otherwise
 
 
 @dataclass(frozen=True)
