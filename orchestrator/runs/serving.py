@@ -42,6 +42,8 @@ from orchestrator.metrics import serving as SM
 from orchestrator.metrics import verdict as V
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import StepDone, StepSubmitted
+from orchestrator.models.fault import ENGINE_ENV as ENGINE_TAG_ENV
+from orchestrator.models.fault import ENGINE_NODE_ENV
 from orchestrator.models.plan import Plan
 from orchestrator.models.serving import DatasetLengths, ServingStep, ServingWorkload
 from orchestrator.models.serving_results import (
@@ -184,6 +186,7 @@ def engine_job(
     node, listening on its fabric address (else its address), its output (sbatch --output) in the
     step's folder on the node, its script in the step folder here."""
     node = cluster.node(name)
+    env = {**env, ENGINE_NODE_ENV: name}  # with ORCH_ENGINE, the fault selector NODE:engine
     host = LOCAL_ADDR if here else str(node.fabric_address or node.address)
     argv = engine_argv(w, bindir=bindir, host=host, port=port, gpu_vendor=node.gpu_vendor)
     log_name = f"engine-{name}.log"
@@ -291,6 +294,10 @@ class ServingRunner:
                         if errors := self.files.remove_all():
                             self.life.journal("node_folders_left", errors=errors)
 
+    def engine_tag(self, step: ServingStep) -> str:
+        """ORCH_ENGINE of the step's engines: <run id>.<step id> (the fault selector NODE:engine)."""
+        return f"{self.life.run_id}.{step.id}"
+
     def stop_all(self) -> None:
         """Stop the load generator and cancel every engine job still running; idempotent, never
         raises (a cancel that fails is journaled)."""
@@ -371,7 +378,8 @@ class ServingRunner:
             port = free_port() if self.here else self._base_port + step.index * 64 + r
             engine, spec = engine_job(
                 self.plan, self.cluster, step, w, name, port=port, here=self.here, bindir=self.bindir,
-                env=self.env, folder=folder, root=self.life.root, layout=self.layout,
+                env={**self.env, ENGINE_TAG_ENV: self.engine_tag(step)}, folder=folder,
+                root=self.life.root, layout=self.layout,
             )  # fmt: skip
             res.engines.append(engine)
             try:
