@@ -215,12 +215,24 @@ class PlanFault(StrictModel):
     """A fault inside a scale-test plan: which step, when after its start, which target, thresholds.
 
     ``step`` is a step id (as `orch plan show` lists them) or a 0-based step index; None means
-    every step. ``target`` uses the CLI syntax; ``rank``-style targets are resolved on the node.
+    every collective step. A serving step is named by its id (docs/serving.md, "Faults during
+    serving"), with an optional ``level``. ``target`` uses the CLI syntax; ``rank``-style targets
+    are resolved on the node.
     """
 
     kind: FaultKind
     step: str | int | None = None
-    at_s: float = Field(default=10.0, ge=0, description="seconds after the step's workload started")
+    level: str | None = Field(
+        default=None,
+        pattern=r"^(c[0-9]+|r[0-9]+(\.[0-9]+)?)$",
+        description="serving steps only: the load level (c4, r0.5) the fault hits; default the step's first",
+    )
+    at_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="seconds after the step's workload started (a serving step: after the level's "
+        "warm-up, when its counted load starts)",
+    )
     target: str
     duration: Annotated[
         float,

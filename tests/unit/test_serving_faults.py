@@ -1,0 +1,126 @@
+"""Faults during a serving step, end to end on the local backend with the stand-in engine
+(tests/unit/sse_server.py as `<prefix>/bin/transformers`, a test double, not a real engine):
+a plan fault kills the engine (NODE:engine) during a load level, the restart policy starts it
+again, the records show the outage, and the plan's refusals name what is wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_serving_run import engine_pids, gone, setup
+
+from orchestrator.errors import EXIT_INFRA, ConfigError
+from orchestrator.pipeline import scale_test
+
+PLAN = """
+name: serve-fault
+collectives: []
+serving:
+  - name: fake
+    engine: transformers
+    model: {{path: /opt/orch/models/fake}}
+    dtype: float32
+    load:
+      concurrency: [1, 2]
+      input_tokens: {{kind: fixed, tokens: 8}}
+      output_tokens: {{kind: fixed, tokens: 4}}
+      requests: {requests}
+      duration_s: {duration}
+      warmup_requests: 2
+      request_timeout_s: 30
+    restart: {{max_restarts: {restarts}}}
+    steady: {{window: 5, tolerance: 1.0}}
+    health_timeout_s: 60
+faults:
+  - kind: {kind}
+    step: {step}
+    level: {level}
+    target: {target}
+    at_s: {at_s}
+    duration: 1
+step_timeout_s: 300
+"""
+
+
+def plan_setup(tmp_path: Path, *, restarts: int = 1, kind: str = "kill-worker", step: str = "fake-r1",
+               level: str = "c2", target: str = "localhost:engine", at_s: float = 1.0,
+               requests: int = 100000, duration: float = 6) -> tuple[object, Path]:  # fmt: skip
+    req, pids = setup(tmp_path, engine_flags="--ttft 0.005 --itl 0.005")
+    assert req.plan is not None
+    Path(req.plan).write_text(PLAN.format(restarts=restarts, kind=kind, step=step, level=level, target=target,
+                                          at_s=at_s, requests=requests, duration=duration))  # fmt: skip
+    # one node of one: a fault hits all of the cluster, above the default max_share
+    return req.model_copy(update={"force_faults": True}), pids
+
+
+def test_kill_engine_at_a_level_restarts_it_and_records_the_outage(tmp_path: Path) -> None:
+    req, pids = plan_setup(tmp_path)
+    result = scale_test(req)  # type: ignore[arg-type]
+    (step,) = result.serving
+    assert step.verdict == "pass", step.reasons
+    # the engine process was killed (by its PID), a new one started, and both are gone now
+    first, second = engine_pids(pids)
+    assert all(gone(p) for p in (first, second))
+    (restart,) = step.restarts
+    assert restart.node == "localhost" and restart.attempt == 1 and restart.healthy_at is not None
+    assert "job" in restart.reason and restart.job_id is not None
+    (fault,) = step.faults
+    assert fault.kind == "kill-worker" and fault.target == "localhost:engine" and fault.level == "c2"
+    assert fault.outcome == "done" and fault.record is not None
+    rec = json.loads((result.run_dir / fault.record).read_text())
+    assert rec["resolved"] == [str(first)]  # the finder found the engine by ORCH_ENGINE
+    assert fault.restarts == step.restarts
+    # the records: failed requests after the fault, successful ones after the restart
+    folder = result.run_dir / "steps/fake-r1"
+    recs = [json.loads(x) for x in (folder / "records-c2.jsonl").read_text().splitlines()]
+    failed = [r for r in recs if r["status"] != "ok" and r["end"] >= fault.injected_at]
+    assert failed, "no request failed after the kill"
+    assert any(r["status"] == "ok" and r["send"] >= restart.healthy_at for r in recs)
+    c1 = [json.loads(x) for x in (folder / "records-c1.jsonl").read_text().splitlines()]
+    assert {r["status"] for r in c1} == {"ok"}  # the fault hit its level only
+    saved = json.loads((result.run_dir / "steps/fake-r1/serving.json").read_text())
+    assert len(saved["restarts"]) == 1 and saved["faults"][0]["outcome"] == "done"
+
+
+def test_without_restarts_the_step_ends_infra_naming_the_engine(tmp_path: Path) -> None:
+    req, pids = plan_setup(tmp_path, restarts=0)
+    result = scale_test(req)  # type: ignore[arg-type]
+    assert result.exit_code == EXIT_INFRA
+    (step,) = result.serving
+    assert step.verdict == "infra" and step.restarts == []
+    assert any("engine on localhost ended during level c2" in r for r in step.reasons), step.reasons
+    (pid,) = engine_pids(pids)
+    assert gone(pid)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"level": "c8"}, "serving step fake-r1 has no level 'c8' (its levels: c1, c2)"),
+        ({"kind": "restart-container"}, "its engines run as processes"),
+        ({"step": "nope"}, "step 'nope' is not a step of the plan (fake-r1)"),
+        ({"target": "localhost:0"}, "an engine has no ranks; name it as localhost:engine"),
+    ],
+)
+def test_plan_faults_on_serving_steps_are_refused_when_the_plan_is_read(
+    tmp_path: Path, changes: dict[str, str], message: str
+) -> None:
+    req, _ = plan_setup(tmp_path, **changes)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        scale_test(req)  # type: ignore[arg-type]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_level_on_a_collective_step_is_refused(tmp_path: Path) -> None:
+    req, _ = plan_setup(tmp_path, step="n1xg1")
+    assert req.plan is not None  # type: ignore[attr-defined]
+    plan = Path(req.plan)  # type: ignore[attr-defined]
+    ladder = (
+        "ladder: {nodes: [1], ranks_per_node: [1]}\ncollectives: [all_reduce]\n"
+        "sizes: {min: 1K, max: 4K, factor: 4}\nwarmup_iters: 1\niters: 2\n"
+    )
+    plan.write_text(plan.read_text().replace("collectives: []\n", ladder))
+    with pytest.raises(ConfigError, match="level 'c2' is for serving steps; step 'n1xg1' is a collective"):
+        scale_test(req)  # type: ignore[arg-type]
