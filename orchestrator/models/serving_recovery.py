@@ -86,3 +86,26 @@ class ServingFaultResult(StrictModel):
     record: str | None = Field(default=None, description="its record file, relative to the run directory")
     restarts: list[EngineRestart] = Field(default_factory=list)
     recovery: ServingRecovery | None = None
+
+
+class SpreadStat(StrictModel):
+    """One recovery figure over the repeats that had it (None where it did not happen)."""
+
+    n: int = Field(ge=0, description="repeats that had the figure")
+    min: float | None = None
+    median: float | None = None
+    max: float | None = None
+
+
+class RecoverySpread(StrictModel):
+    """The spread of one plan fault's recovery figures over its repeats
+    (orchestrator.metrics.serving_recovery.recovery_spread)."""
+
+    repeats: int = Field(ge=0, description="repeats with a recovery measurement")
+    statuses: dict[str, int] = Field(default_factory=dict, description="repeats per status")
+    to_first_failure_s: SpreadStat
+    to_first_success_s: SpreadStat
+    to_steady_s: SpreadStat
+    outage_s: SpreadStat
+    failed: SpreadStat
+    aborted: SpreadStat
