@@ -489,7 +489,7 @@ class ServingRunner:
                 done.set()
                 self.faults.level_ended(threads)  # reverted, and no restart half-way
                 writer.close()
-            attach_recovery(res, spec.level, live.snapshot(), w.steady, res.warnings, time.time())
+            attach_recovery(res, spec.level, live.snapshot(), w.steady, time.time())
             if self._expired:
                 limit = f"{self.plan.step_timeout_s} s, step_timeout_s"
                 raise _StepEnded("infra", f"the step's time limit ({limit}) passed during level {spec.level}")

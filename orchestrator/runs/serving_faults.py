@@ -17,7 +17,6 @@ see (faults/resolve.py), so that only this step's engine is hit.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 import threading
 import time
@@ -25,11 +24,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.errors import OrchError
+from orchestrator.metrics.serving_recovery import serving_recovery
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import ENGINE_ENV, FaultSpec, PlanFault
 from orchestrator.models.plan import Plan
 from orchestrator.models.serving import ServingStep
-from orchestrator.models.serving_recovery import ServingFaultResult, ServingRecovery, SteadyRule
+from orchestrator.models.serving_recovery import ServingFaultResult, SteadyRule
 from orchestrator.models.serving_results import RequestRecord, ServingStepResult
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.stages.faults import fault_level, serving_fault_matches
@@ -38,19 +38,6 @@ from orchestrator.workloads.loadgen import LoadGenerator
 JOIN_TIMEOUT_S = 60.0
 STEADY_POLL_S = 0.5
 SKIPPED = "skipped: level ended"
-
-Recover = Callable[..., ServingRecovery]
-
-
-def recovery_function() -> Recover | None:
-    """metrics/serving_recovery.serving_recovery, or None while that module is not in the tree."""
-    try:
-        mod = importlib.import_module("orchestrator.metrics.serving_recovery")
-    except ImportError:
-        return None
-    fn: Recover = mod.serving_recovery
-    return fn
-
 
 def wall_of(mono: float) -> float:
     """The wall-clock time (the records' clock) of an instant of orch's monotonic clock."""
@@ -262,13 +249,10 @@ class ServingFaults:
     def _steady_then(self, fr: ServingFaultResult, rule: SteadyRule, live: LiveRecords,
                      done: threading.Event, revert_mono: float) -> float:  # fmt: skip
         """When the service was steady again after fr (orch's clock), from the level's records so
-        far; the revert instant when there is no pre-fault band to be steady against (or no
-        recovery function); infinity when the level ends first."""
-        recover = recovery_function()
-        if recover is None:
-            return revert_mono
+        far; the revert instant when there is no pre-fault band to be steady against; infinity
+        when the level ends first."""
         while not (done.is_set() or self._stop.is_set()):
-            r = recover(live.snapshot(), fr.injected_at, level=fr.level, rule=rule)
+            r = serving_recovery(live.snapshot(), fr.injected_at, level=fr.level, rule=rule)
             if r.to_steady_s is not None:
                 return mono_of(fr.injected_at + r.to_steady_s)
             if r.pre_fault_ttft_band_ms is None:
@@ -282,22 +266,16 @@ def attach_recovery(
     level: str,
     records: Sequence[RequestRecord],
     rule: SteadyRule,
-    warnings: list[str],
     level_end: float,
 ) -> None:
     """Fill each injected fault's recovery of this level from its counted records, and give it
     the engine restarts that ended in its window (from its injection to the next one's, or to the
-    level's end, wall clock)."""
+    level's end, wall clock); each is measured up to the next one's injection."""
     hit = [f for f in res.faults if f.level == level and f.record is not None
            and not f.outcome.startswith(("failed", "skipped"))]  # fmt: skip
     faults = sorted(hit, key=lambda f: f.injected_at)
-    if not faults:
-        return
-    recover = recovery_function()
-    if recover is None:
-        warnings.append("recovery figures not computed: orchestrator.metrics.serving_recovery is missing")
     for i, f in enumerate(faults):
-        end = faults[i + 1].injected_at if i + 1 < len(faults) else level_end
+        nxt = faults[i + 1].injected_at if i + 1 < len(faults) else None
+        end = nxt if nxt is not None else level_end
         f.restarts = [r for r in res.restarts if f.injected_at <= r.ended_at < end]
-        if recover is not None:
-            f.recovery = recover(records, f.injected_at, level=level, rule=rule)
+        f.recovery = serving_recovery(records, f.injected_at, level=level, rule=rule, until=nxt)

@@ -72,6 +72,10 @@ def test_kill_engine_at_a_level_restarts_it_and_records_the_outage(tmp_path: Pat
     rec = json.loads((result.run_dir / fault.record).read_text())
     assert rec["resolved"] == [str(first)]  # the finder found the engine by ORCH_ENGINE
     assert fault.restarts == step.restarts
+    r = fault.recovery
+    assert r is not None and r.level == "c2" and r.failed >= 1 and r.pre_fault_n == 5
+    assert r.to_first_failure_s is not None and r.to_first_success_s is not None
+    assert r.to_first_success_s > r.to_first_failure_s
     # the records: failed requests after the fault, successful ones after the restart
     folder = result.run_dir / "steps/fake-r1"
     recs = [json.loads(x) for x in (folder / "records-c2.jsonl").read_text().splitlines()]
