@@ -5,6 +5,7 @@ again, the records show the outage, and the plan's refusals name what is wrong."
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -128,3 +129,24 @@ def test_a_level_on_a_collective_step_is_refused(tmp_path: Path) -> None:
     plan.write_text(plan.read_text().replace("collectives: []\n", ladder))
     with pytest.raises(ConfigError, match="level 'c2' is for serving steps; step 'n1xg1' is a collective"):
         scale_test(req)  # type: ignore[arg-type]
+
+
+def test_pause_repeats_within_the_level_and_the_ones_it_ends_before_are_skipped(tmp_path: Path) -> None:
+    req, pids = plan_setup(tmp_path, kind="pause-worker", level="c1", at_s=0.3, duration=4)
+    assert req.plan is not None  # type: ignore[attr-defined]
+    plan = Path(req.plan)  # type: ignore[attr-defined]
+    plan.write_text(plan.read_text().replace("    duration: 1\n", "    duration: 0.3\n    repeat: 30\n"))
+    result = scale_test(req)  # type: ignore[arg-type]
+    (step,) = result.serving
+    assert step.verdict == "pass", step.reasons
+    assert [f.repeat for f in step.faults] == list(range(1, 31))
+    done = [f for f in step.faults if f.record is not None]
+    skipped = [f for f in step.faults if f.outcome == "skipped: level ended"]
+    assert done and skipped and len(done) + len(skipped) == 30
+    assert all(f.outcome == "reverted" and f.level == "c1" for f in done)
+    for a, b in itertools.pairwise(done):  # one at a time: the next after the last's revert
+        assert a.reverted_at is not None and b.injected_at > a.reverted_at
+    assert all(f.recovery is not None for f in done)
+    # paused and continued, never killed: one engine process, no restart, gone at the end
+    (pid,) = engine_pids(pids)
+    assert gone(pid) and step.restarts == []
