@@ -85,6 +85,14 @@ def test_kill_engine_at_a_level_restarts_it_and_records_the_outage(tmp_path: Pat
     assert any(r["status"] == "ok" and r["send"] >= restart.healthy_at for r in recs)
     c1 = [json.loads(x) for x in (folder / "records-c1.jsonl").read_text().splitlines()]
     assert {r["status"] for r in c1} == {"ok"}  # the fault hit its level only
+    from orchestrator.cli.run import serving_fault_lines
+
+    line, restarted = serving_fault_lines(step)
+    assert line.startswith("fake-r1 fault kill-worker localhost:engine at c2 (repeat 1): done; recovered: ")
+    for text in ("to first failure ", "to first success ", "to steady ", "failed ", "TTFT p99 during "):
+        assert text in line, text
+    assert restarted.startswith("fake-r1: engine on localhost restarted as job ")
+    assert "healthy after" in restarted
     saved = json.loads((result.run_dir / "steps/fake-r1/serving.json").read_text())
     assert len(saved["restarts"]) == 1 and saved["faults"][0]["outcome"] == "done"
 
@@ -147,6 +155,12 @@ def test_pause_repeats_within_the_level_and_the_ones_it_ends_before_are_skipped(
     for a, b in itertools.pairwise(done):  # one at a time: the next after the last's revert
         assert a.reverted_at is not None and b.injected_at > a.reverted_at
     assert all(f.recovery is not None for f in done)
+    from orchestrator.cli.run import serving_fault_lines
+
+    spread = [x for x in serving_fault_lines(step) if "repeats" in x]
+    if len(done) >= 2:  # repeats give a spread: min/median/max with n
+        (line,) = spread
+        assert f"over {len(done)} repeats" in line and "min/median/max: to first failure" in line
     # paused and continued, never killed: one engine process, no restart, gone at the end
     (pid,) = engine_pids(pids)
     assert gone(pid) and step.restarts == []
