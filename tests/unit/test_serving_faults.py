@@ -164,3 +164,36 @@ def test_pause_repeats_within_the_level_and_the_ones_it_ends_before_are_skipped(
     # paused and continued, never killed: one engine process, no restart, gone at the end
     (pid,) = engine_pids(pids)
     assert gone(pid) and step.restarts == []
+
+
+def test_on_slurm_the_engine_job_carries_the_selector_and_a_restart_appends_to_its_log(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.inventory import load_inventory
+    from orchestrator.plan import expand_serving_steps, load_plan
+    from orchestrator.remote.nodefiles import run_data_layout
+    from orchestrator.runs.serving import engine_job
+    from orchestrator.scheduler.slurm import SlurmScheduler
+
+    inv = tmp_path / "lab.ini"
+    inv.write_text("[all]\n" + "".join(
+        f"node{i} ansible_host=10.0.0.{i} fabric_address=198.18.0.1{i} gpu_vendor=none\n" for i in (1, 2, 3)
+    ))  # fmt: skip
+    cluster = load_inventory(inv)
+    plan = load_plan("serving-smoke")
+    r1 = expand_serving_steps(plan, cluster)[0]
+    root = tmp_path / "runs" / "run-1"
+    folder = root / "steps" / r1.id
+    folder.mkdir(parents=True)
+    _, spec = engine_job(
+        plan, cluster, r1, plan.serving[0], "node1", port=23456, here=False, bindir="/opt/orch/cpu/bin",
+        env={"ORCH_ENGINE": "run-1.lab-tiny-r1"}, folder=folder, root=root,
+        layout=run_data_layout(cluster, root),
+    )  # fmt: skip
+    sched = SlurmScheduler()
+    script = sched.render(spec)
+    assert "export ORCH_ENGINE=run-1.lab-tiny-r1\n" in script and "export ORCH_ENGINE_NODE=node1\n" in script
+    assert "--open-mode=append" not in sched.sbatch_argv(spec)
+    # a restart resubmits the same job, its output appended to the same log
+    again = spec.model_copy(update={"append_output": True})
+    assert sched.render(again) == script and "--open-mode=append" in sched.sbatch_argv(again)
