@@ -157,7 +157,7 @@ def test_pause_repeats_within_the_level_and_the_ones_it_ends_before_are_skipped(
     assert all(f.recovery is not None for f in done)
     from orchestrator.cli.run import serving_fault_lines
 
-    spread = [x for x in serving_fault_lines(step) if "repeats" in x]
+    spread = [x for x in serving_fault_lines(step) if " repeats (" in x]
     if len(done) >= 2:  # repeats give a spread: min/median/max with n
         (line,) = spread
         assert f"over {len(done)} repeats" in line and "min/median/max: to first failure" in line
