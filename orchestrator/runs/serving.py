@@ -14,7 +14,11 @@ this machine. For each serving step, in plan order:
    infrastructure failure naming the node, the job state and the last lines of its log;
 3. each load level driven by the load generator (workloads/loadgen.py), its records appended to
    steps/<step>/records-<level>.jsonl as the requests end; model load time is recorded to health
-   and to the end of each engine's first successful request;
+   and to the end of each engine's first successful request. The plan's faults on this step and
+   level are injected and reverted meanwhile (runs/serving_faults.py), and with a restart policy
+   an engine whose job ends is started again on the same node and port while the load goes on
+   (a new process; on Slurm a new job of the same script, its output appended to the same log);
+   each fault's recovery is computed from the level's records when it ends;
 4. the engines stopped (their jobs cancelled) and the levels summarised (metrics/serving.py): the
    step's figures and each node's per level, the cost, and the thresholds judged, each failure
    naming step, level and figure.
