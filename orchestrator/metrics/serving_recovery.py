@@ -1,5 +1,5 @@
 """What a fault during a serving step did to the service, from the level's request records
-(docs/serving.md, "Faults during serving"; the shapes are in models/serving_recovery.py).
+(docs/serving.md, "Faults during serving: recovery figures"; the shapes are in models/serving_recovery.py).
 
 Only counted requests of the level enter (warm-up requests are written but never counted). Times
 are the records' wall clock; every figure is seconds after ``injected_at``. With the rule's
@@ -20,11 +20,11 @@ are the records' wall clock; every figure is seconds after ``injected_at``. With
 - TTFT during: successful requests sent from the fault to steady (to the end when not steady);
   TTFT after: those sent from steady on.
 
-Status: no-data when there is no pre-fault band or no counted request sent or ended at or after the
-fault (the figures that can still be read are kept); no-impact when nothing failed and the very
-first request after the fault already starts a steady window; recovered when steady was reached
-otherwise; not-recovered when it was not within the records. With several faults in one level,
-each is measured up to the next one's injection (``until``).
+Status: no-data when there is no pre-fault band or no counted request sent at or after the fault
+(nothing could show a recovery; the figures that can still be read are kept); no-impact when
+nothing failed and the very first request after the fault already starts a steady window;
+recovered when steady was reached otherwise; not-recovered when it was not within the records.
+With several faults in one level, each is measured up to the next one's injection (``until``).
 """
 
 from __future__ import annotations
@@ -130,9 +130,8 @@ def serving_recovery(
         )
     )
 
-    around = after or [r for r in recs if r.end >= injected_at]
     status: Literal["recovered", "not-recovered", "no-impact", "no-data"]
-    if band is None or not around:
+    if band is None or not after:
         status = "no-data"
     elif steady is None:
         status = "not-recovered"

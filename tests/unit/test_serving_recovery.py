@@ -143,6 +143,12 @@ def test_no_records_at_all_or_none_after_the_fault() -> None:
     # the level ended before the fault: nothing sent or ended after it
     r = serving_recovery(healthy(range(30)), FAULT, level="c4", rule=RULE)
     assert r.status == "no-data" and r.pre_fault_n == 20 and r.failed == 0
+    # requests in flight at the fault failed, but none was sent after it: nothing can show recovery
+    cut = [*healthy(range(38)), rec(38, status="aborted", end=FAULT + 0.3)]
+    cut.append(rec(39, status="error", end=FAULT + 0.1))
+    r = serving_recovery(cut, FAULT, level="c4", rule=RULE)
+    assert r.status == "no-data" and r.to_first_failure_s == pytest.approx(0.1)
+    assert (r.failed, r.aborted) == (1, 1)
 
 
 def test_warmup_and_other_levels_are_ignored() -> None:
