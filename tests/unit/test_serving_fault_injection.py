@@ -137,6 +137,9 @@ def test_a_level_on_a_collective_step_is_refused(tmp_path: Path) -> None:
     plan.write_text(plan.read_text().replace("collectives: []\n", ladder))
     with pytest.raises(ConfigError, match="level 'c2' is for serving steps; step 'n1xg1' is a collective"):
         scale_test(req)  # type: ignore[arg-type]
+    plan.write_text(plan.read_text().replace("    level: c2\n", ""))
+    with pytest.raises(ConfigError, match="NODE:engine names a serving engine; step 'n1xg1' is a collective"):
+        scale_test(req)  # type: ignore[arg-type]
 
 
 def test_pause_repeats_within_the_level_and_the_ones_it_ends_before_are_skipped(tmp_path: Path) -> None:
@@ -197,3 +200,25 @@ def test_on_slurm_the_engine_job_carries_the_selector_and_a_restart_appends_to_i
     # a restart resubmits the same job, its output appended to the same log
     again = spec.model_copy(update={"append_output": True})
     assert sched.render(again) == script and "--open-mode=append" in sched.sbatch_argv(again)
+
+
+def test_the_lab_recovery_example_plan_passes_its_checks_on_a_lab_inventory(tmp_path: Path) -> None:
+    from orchestrator.inventory import load_inventory
+    from orchestrator.plan import expand_serving_steps, expand_steps, resolve_plan
+    from orchestrator.stages.faults import check_plan_faults, fault_level
+
+    inv = tmp_path / "lab.ini"
+    inv.write_text("[all]\n" + "".join(
+        f"node{i} ansible_host=10.0.0.{i} fabric_address=198.18.0.1{i} gpu_vendor=none\n" for i in (1, 2, 3)
+    ))  # fmt: skip
+    cluster = load_inventory(inv)
+    plan = resolve_plan(str(Path(__file__).parents[2] / "docs/examples/serving-recovery-lab.yaml"), None)
+    (step,) = expand_serving_steps(plan, cluster)
+    assert check_plan_faults(plan, cluster, expand_steps(plan, cluster), False, [step]) == []
+    (pf,) = plan.faults
+    assert step.id == "lab-tiny-r1" and step.nodes == ["node1"] and fault_level(pf, step) == "c4"
+    assert plan.serving[0].restart.max_restarts == 3
+    # on node2, which runs no engine of the step, the same fault is refused
+    moved = plan.model_copy(update={"faults": [pf.model_copy(update={"target": "node2:engine"})]})
+    with pytest.raises(ConfigError, match="runs no engine on node2"):
+        check_plan_faults(moved, cluster, [], False, [step])
