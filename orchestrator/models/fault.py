@@ -224,7 +224,7 @@ class PlanFault(StrictModel):
     step: str | int | None = None
     level: str | None = Field(
         default=None,
-        pattern=r"^(c[0-9]+|r[0-9]+(\.[0-9]+)?)$",
+        pattern=r"^[cr][0-9][0-9.e+-]*$",
         description="serving steps only: the load level (c4, r0.5) the fault hits; default the step's first",
     )
     at_s: float = Field(

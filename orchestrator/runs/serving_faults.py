@@ -222,7 +222,7 @@ class ServingFaults:
                 self._engine.inject(active)
             if rec.injected_at_mono is not None:
                 fr.injected_at = wall_of(rec.injected_at_mono)
-            fr.outcome = rec.outcome
+            fr.outcome = rec.outcome if rec.outcome == "active" else f"{rec.outcome}: {rec.message}"
             self.life.journal("fault_injected", step=res.step.id, level=level, fault=rec.id,
                               fault_kind=pf.kind, target=pf.target, repeat=k, outcome=rec.outcome,
                               message=rec.message)  # fmt: skip
@@ -241,8 +241,8 @@ class ServingFaults:
                     fr.outcome = f"failed: revert: {e}"
             if rec.t_revert_mono is not None:
                 fr.reverted_at = wall_of(rec.t_revert_mono)
-            if not fr.outcome.startswith("failed"):
-                fr.outcome = "done" if rec.outcome == "active" else rec.outcome
+            if rec.outcome in ("active", "reverted") and not fr.outcome.startswith("failed"):
+                fr.outcome = "done" if rec.outcome == "active" else "reverted"
             self.life.journal("fault_reverted", step=res.step.id, fault=rec.id, outcome=fr.outcome)
         return fr, rec.t_revert_mono if rec.t_revert_mono is not None else time.monotonic()
 

@@ -222,3 +222,20 @@ def test_the_lab_recovery_example_plan_passes_its_checks_on_a_lab_inventory(tmp_
     moved = plan.model_copy(update={"faults": [pf.model_copy(update={"target": "node2:engine"})]})
     with pytest.raises(ConfigError, match="runs no engine on node2"):
         check_plan_faults(moved, cluster, [], False, [step])
+
+
+def test_a_fault_that_finds_no_engine_is_recorded_failed_and_the_step_goes_on(tmp_path: Path) -> None:
+    req, pids = plan_setup(tmp_path, duration=3)
+    assert req.plan is not None  # type: ignore[attr-defined]
+    plan = Path(req.plan)  # type: ignore[attr-defined]
+    plan.write_text(plan.read_text().replace(
+        "    duration: 1\n", "    duration: 1\n    params: {match_env: ORCH_ENGINE=another-run.fake-r1}\n"
+    ))  # fmt: skip
+    result = scale_test(req)  # type: ignore[arg-type]
+    (step,) = result.serving
+    assert step.verdict == "pass", step.reasons
+    (fault,) = step.faults
+    assert fault.outcome.startswith("failed: localhost: no serving engine found")
+    assert fault.recovery is None and fault.record is None and step.restarts == []
+    (pid,) = engine_pids(pids)  # never killed, stopped at the end
+    assert gone(pid)
