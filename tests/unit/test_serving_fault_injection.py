@@ -204,6 +204,7 @@ def test_on_slurm_the_engine_job_carries_the_selector_and_a_restart_appends_to_i
 
 def test_the_lab_recovery_example_plan_passes_its_checks_on_a_lab_inventory(tmp_path: Path) -> None:
     from orchestrator.inventory import load_inventory
+    from orchestrator.models.fault import PlanFault
     from orchestrator.plan import expand_serving_steps, expand_steps, resolve_plan
     from orchestrator.stages.faults import check_plan_faults, fault_level
 
@@ -218,6 +219,9 @@ def test_the_lab_recovery_example_plan_passes_its_checks_on_a_lab_inventory(tmp_
     (pf,) = plan.faults
     assert step.id == "lab-tiny-r1" and step.nodes == ["node1"] and fault_level(pf, step) == "c4"
     assert plan.serving[0].restart.max_restarts == 3
+    # a link fault on the engine's node hits the client-to-engine path: accepted as for collectives
+    delay = PlanFault(kind="delay", step=step.id, level="c4", target="node1:fab0", params={"delay_ms": 20})
+    assert check_plan_faults(plan.model_copy(update={"faults": [delay]}), cluster, [], False, [step]) == []
     # on node2, which runs no engine of the step, the same fault is refused
     moved = plan.model_copy(update={"faults": [pf.model_copy(update={"target": "node2:engine"})]})
     with pytest.raises(ConfigError, match="runs no engine on node2"):
