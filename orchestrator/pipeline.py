@@ -520,7 +520,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     serving = expand_serving_steps(plan, cluster, group=req.group)
     backend = choose_backend(plan, cluster)
     sched = make_scheduler(backend, cluster, plan)
-    fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults)
+    fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults, serving)
     out_root = req.overrides.out_dir or req.out_dir
     _check_before_run(stack_name(None, plan, cluster), out_root, backend, steps)
     # The workload's Python on the nodes: --python, else the stack's; with no stack named here
@@ -571,7 +571,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
         python = given_python or stack.python or node_python(cluster)
         faults = (
             StepFaults(plan, cluster, steps, life.rundir, life.journal, force=req.force_faults)
-            if plan.faults
+            if any(fault_matches(pf, s) for pf in plan.faults for s in steps)
             else None
         )
         telemetry = _telemetry(plan, cluster, steps)
@@ -583,8 +583,9 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             res.warnings += [line for n in res.step.nodes for line in stack.drift.get(n, [])]
             res.warnings += fault_warnings if any(fault_matches(pf, res.step) for pf in plan.faults) else []
         runner.serving = _serving_runner(
-            plan, cluster, serving, sched, backend, life, python, stack.env, shells
-        )
+            plan, cluster, serving, sched, backend, life, python, stack.env, shells,
+            force_faults=req.force_faults,
+        )  # fmt: skip
         for sres in runner.serving.results:
             sres.warnings += [line for n in sres.step.nodes for line in stack.drift.get(n, [])]
         return _execute(runner)
@@ -600,13 +601,16 @@ def _serving_runner(
     python: str,
     env: dict[str, str] | None,
     shells: Mapping[str, NodeShell] | None = None,
+    *,
+    force_faults: bool = False,
 ) -> ServingRunner:
     """The run's serving steps (runs/serving.py), with the run's scheduler; in allocation mode an
     engine is a job of its own (sbatch through the same Slurm client): the ladder's allocation is
     released before the serving steps start."""
     if isinstance(sched, AllocationScheduler):
         sched = SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
-    return ServingRunner(plan, cluster, serving, sched, backend, life, python, env, shells)
+    return ServingRunner(plan, cluster, serving, sched, backend, life, python, env, shells,
+                         force_faults=force_faults)  # fmt: skip
 
 
 def _telemetry(plan: Plan, cluster: Cluster, steps: list[Step]) -> TelemetrySampler | None:

@@ -239,6 +239,10 @@ def serving_summary(w: ServingWorkload) -> str:
             f"seed {load.seed}",
             f"  SLOs (goodput): {', '.join(slos) or 'none'}; thresholds: {', '.join(ths) or 'none'}"
             + (f"; price {w.price_per_node_hour:g}/node-hour" if w.price_per_node_hour else ""),
+            f"  restarts: {w.restart.max_restarts} per engine"
+            + (f" after {w.restart.delay_s:g}s" if w.restart.delay_s else "")
+            + f"; steady after a fault: {w.steady.window} requests ok with TTFT median <= pre-fault "
+            f"p95 x {1 + w.steady.tolerance:g}",
         ]
     )
 

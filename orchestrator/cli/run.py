@@ -27,6 +27,7 @@ from orchestrator.cli.plan import (
 )
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.metrics.serving import cost_label
+from orchestrator.metrics.serving_recovery import recovery_spread
 from orchestrator.models.container import ContainerChoice
 from orchestrator.models.events import (
     FingerprintChecked,
@@ -42,6 +43,7 @@ from orchestrator.models.events import (
 from orchestrator.models.plan import format_size
 from orchestrator.models.results import Percentiles
 from orchestrator.models.run import RunResult
+from orchestrator.models.serving_recovery import ServingRecovery, SpreadStat
 from orchestrator.models.serving_results import ServingLevelResult, ServingStepResult
 from orchestrator.pipeline import ScaleTestRequest, scale_test
 from orchestrator.report.common import efficiency_cell, latency_cell, reference_cell
@@ -140,8 +142,77 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
             if lv.cost is not None:
                 source = f"; price from {lv.cost.source}" if lv.cost.source else ""
                 out.print(f"{sid} {lv.level}: {cost_label(lv.cost)}{source}", markup=False)
+        for line in serving_fault_lines(res):
+            out.print(line, markup=False)
         for line in [*res.reasons, *res.warnings]:
             out.print(f"{sid}: {line}", markup=False)
+
+
+def _secs(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f} s"
+
+
+def _p99(p: Percentiles | None) -> str:
+    if p is None:
+        return "- (n=0)"
+    return f"{'-' if p.p99 is None else f'{p.p99:.3g}'} ms (n={p.n})"
+
+
+def _spread(name: str, st: SpreadStat, unit: str = " s") -> str:
+    if st.n == 0 or st.min is None or st.median is None or st.max is None:
+        return f"{name} - (n=0)"
+    return f"{name} {st.min:.3g}/{st.median:.3g}/{st.max:.3g}{unit} (n={st.n})"
+
+
+def serving_fault_lines(res: ServingStepResult) -> list[str]:
+    """A serving step's faults, one line each (kind, target, level, times to first failure /
+    first success / steady, failed and aborted requests, TTFT p99 during and after with n), the
+    spread over the repeats of each plan fault (min/median/max with n), and the engine restarts."""
+    sid, lines = res.step.id, []
+    skipped: dict[tuple[str, str, str, str], list[int]] = {}
+    for f in res.faults:
+        if f.record is None and f.recovery is None and f.outcome.startswith("skipped"):
+            skipped.setdefault((f.kind, f.target, f.level, f.outcome), []).append(f.repeat)
+            continue
+        head = f"{sid} fault {f.kind} {f.target} at {f.level} (repeat {f.repeat}): {f.outcome}"
+        r = f.recovery
+        if r is None:
+            lines.append(head)
+            continue
+        lines.append(
+            f"{head}; {r.status}: to first failure {_secs(r.to_first_failure_s)}, to first success "
+            f"{_secs(r.to_first_success_s)}, to steady {_secs(r.to_steady_s)}; failed {r.failed}, aborted "
+            f"{r.aborted}; TTFT p99 during {_p99(r.ttft_during_ms)}, after {_p99(r.ttft_after_ms)}"
+        )
+    for (kind, target, level, outcome), ks in skipped.items():
+        which = f"repeat {ks[0]}" if len(ks) == 1 else f"repeats {ks[0]}-{ks[-1]}"
+        lines.append(f"{sid} fault {kind} {target} at {level} ({which}): {outcome}")
+    groups: dict[tuple[str, str, str], list[ServingRecovery]] = {}
+    for f in res.faults:
+        if f.recovery is not None:
+            groups.setdefault((f.kind, f.target, f.level), []).append(f.recovery)
+    for (kind, target, level), recs in groups.items():
+        if len(recs) < 2:
+            continue
+        sp = recovery_spread(recs)
+        states = ", ".join(f"{k} {v}" for k, v in sp.statuses.items())
+        lines.append(
+            f"{sid} fault {kind} {target} at {level}, over {sp.repeats} repeats ({states}), min/median/max: "
+            + "; ".join([
+                _spread("to first failure", sp.to_first_failure_s),
+                _spread("to first success", sp.to_first_success_s),
+                _spread("to steady", sp.to_steady_s),
+                _spread("outage", sp.outage_s),
+                _spread("failed", sp.failed, ""),
+            ])
+        )  # fmt: skip
+    for rs in res.restarts:
+        back = None if rs.healthy_at is None else rs.healthy_at - rs.started_at
+        up = "not healthy again" if back is None else f"healthy after {back:.2f} s"
+        job = f" as job {rs.job_id}" if rs.job_id else ""
+        lines.append(f"{sid}: engine on {rs.node} restarted{job} (restart {rs.attempt}), {up}; "
+                     f"it ended: {rs.reason}")  # fmt: skip
+    return lines
 
 
 def render_result(result: RunResult) -> None:

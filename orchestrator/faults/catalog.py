@@ -25,15 +25,15 @@ CATALOG: dict[FaultKind, FaultInfo] = {
     for i in (
         FaultInfo(
             "kill-worker",
-            "NODE[:RANK]",
+            "NODE[:RANK|:engine]",
             _ALL,
             "none (the job must restart it)",
             False,
-            "send SIGKILL (or --signal) to one rank, or every rank on the node",
+            "send SIGKILL (or --signal) to one rank, every rank on the node, or a serving engine's processes",
         ),
         FaultInfo(
             "pause-worker",
-            "NODE[:RANK]",
+            "NODE[:RANK|:engine]",
             _ALL,
             "SIGCONT",
             True,

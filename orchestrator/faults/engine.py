@@ -124,7 +124,8 @@ class FaultEngine:
         t, p = spec.target, spec.params
         iface = t.iface or ""
         if spec.kind in ("kill-worker", "pause-worker", "restart-container") and t.container is None:
-            found = find_processes(shell, node.name, rank=t.rank, match_env=p.match_env)
+            engine = t.process == "engine"
+            found = find_processes(shell, node.name, rank=t.rank, match_env=p.match_env, engine=engine)
             resolved.extend(str(pid) for pid, _ in found)
             pids = [pid for pid, _ in found]
             if spec.kind == "kill-worker":

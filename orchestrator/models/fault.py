@@ -76,12 +76,17 @@ def parse_duration(text: str | float | int) -> float:
 
 
 class FaultTarget(StrictModel):
-    """``NODE``, ``NODE:IFACE``, ``NODE:RANK`` or ``NODE:CONTAINER``, checked word by word."""
+    """``NODE``, ``NODE:IFACE``, ``NODE:RANK``, ``NODE:engine`` or ``NODE:CONTAINER``, checked word
+    by word. ``NODE:engine`` (kill-worker, pause-worker) means the processes of a serving engine
+    orch started there: found by ORCH_ENGINE in their environment, not by a rank."""
 
     node: str
     iface: str | None = None
     rank: int | None = Field(default=None, ge=0)
     container: str | None = None
+    process: Literal["engine"] | None = Field(
+        default=None, description="engine: the serving engine's processes (ORCH_ENGINE in their environment)"
+    )
 
     @field_validator("node")
     @classmethod
@@ -122,12 +127,27 @@ class FaultTarget(StrictModel):
             return cls(node=node, rank=int(rest))
         if kind == "restart-container":
             return cls(node=node, container=rest)
-        raise ValueError(f"target {text!r}: {kind} takes NODE or NODE:RANK")
+        if rest == ENGINE_TARGET and kind in ("kill-worker", "pause-worker"):
+            return cls(node=node, process="engine")
+        raise ValueError(f"target {text!r}: {kind} takes NODE, NODE:RANK or NODE:{ENGINE_TARGET}")
 
     def __str__(self) -> str:
-        extra = self.iface or (str(self.rank) if self.rank is not None else None) or self.container
+        extra = (
+            self.iface
+            or (str(self.rank) if self.rank is not None else None)
+            or self.container
+            or self.process
+        )
         return f"{self.node}:{extra}" if extra else self.node
 
+
+ENGINE_TARGET = "engine"
+"""The word after NODE: that names a serving engine's processes (kill-worker, pause-worker)."""
+ENGINE_ENV = "ORCH_ENGINE"
+"""The variable in a serving engine's environment: <run id>.<step id> (runs/serving.py)."""
+ENGINE_NODE_ENV = "ORCH_ENGINE_NODE"
+"""And the node it serves on: on one machine (the local backend, several hosts) the netns does not
+tell two engines of one step apart."""
 
 IFACE_KINDS: frozenset[str] = frozenset(
     {"link-down", "link-flap", "roce-drop", "packet-loss", "throttle", "delay"}
@@ -177,7 +197,9 @@ class FaultSpec(StrictModel):
         if self.kind in IFACE_KINDS and self.target.iface is None:
             raise ValueError(f"{self.kind} needs a target NODE:IFACE")
         if self.kind in ("kill-worker", "pause-worker") and self.target.iface is not None:
-            raise ValueError(f"{self.kind} takes NODE or NODE:RANK, not an interface")
+            raise ValueError(f"{self.kind} takes NODE, NODE:RANK or NODE:engine, not an interface")
+        if self.target.process is not None and self.kind not in ("kill-worker", "pause-worker"):
+            raise ValueError(f"{self.kind} does not take NODE:{self.target.process}")
         return self
 
 
@@ -193,12 +215,24 @@ class PlanFault(StrictModel):
     """A fault inside a scale-test plan: which step, when after its start, which target, thresholds.
 
     ``step`` is a step id (as `orch plan show` lists them) or a 0-based step index; None means
-    every step. ``target`` uses the CLI syntax; ``rank``-style targets are resolved on the node.
+    every collective step. A serving step is named by its id (docs/serving.md, "Faults during
+    serving"), with an optional ``level``. ``target`` uses the CLI syntax; ``rank``-style targets
+    are resolved on the node.
     """
 
     kind: FaultKind
     step: str | int | None = None
-    at_s: float = Field(default=10.0, ge=0, description="seconds after the step's workload started")
+    level: str | None = Field(
+        default=None,
+        pattern=r"^[cr][0-9][0-9.e+-]*$",
+        description="serving steps only: the load level (c4, r0.5) the fault hits; default the step's first",
+    )
+    at_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="seconds after the step's workload started (a serving step: after the level's "
+        "warm-up, when its counted load starts)",
+    )
     target: str
     duration: Annotated[
         float,

@@ -21,6 +21,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.names import Name
+from orchestrator.models.serving_recovery import SteadyRule
 
 Engine = Literal["vllm", "sglang", "transformers", "external"]
 ServingDtype = Literal["auto", "float32", "float16", "bfloat16"]
@@ -276,6 +277,14 @@ class ServingThresholds(StrictModel):
         return out
 
 
+class RestartPolicy(StrictModel):
+    """What orch does when an engine ends during a load level (as torchrun's --max-restarts): start
+    it again on the same node and port, at most max_restarts times per engine in a step."""
+
+    max_restarts: int = Field(default=0, ge=0, le=100, description="restarts per engine and step; 0: none")
+    delay_s: float = Field(default=0, ge=0, le=3600, description="wait this long before each restart")
+
+
 class ServingWorkload(StrictModel):
     """One engine serving one model, run at each replica count and driven at each load level."""
 
@@ -303,7 +312,17 @@ class ServingWorkload(StrictModel):
         default=None, gt=0, description="for cost per request and per 1M tokens"
     )
     health_timeout_s: int = Field(
-        default=900, ge=1, le=86_400, description="bound on the wait for the engine's health"
+        default=900,
+        ge=1,
+        le=86_400,
+        description="bound on the wait for the engine's health (also after a restart)",
+    )
+    restart: RestartPolicy = Field(
+        default_factory=RestartPolicy, description="restart policy of the engines during a step"
+    )
+    steady: SteadyRule = Field(
+        default_factory=SteadyRule,
+        description="when the service counts as steady again after a fault (docs/serving.md)",
     )
 
     @model_validator(mode="after")
@@ -311,8 +330,8 @@ class ServingWorkload(StrictModel):
         if self.engine == "external":
             if self.url is None:
                 raise ValueError(f"serving {self.name}: engine external needs url")
-            started = [f for f in ("engine_args", "tensor_parallel", "pipeline_parallel", "replicas")
-                       if f in self.model_fields_set]  # fmt: skip
+            orchs = ("engine_args", "tensor_parallel", "pipeline_parallel", "replicas", "restart")
+            started = [f for f in orchs if f in self.model_fields_set]
             if started:
                 raise ValueError(
                     f"serving {self.name}: {', '.join(started)} do not apply to engine external "

@@ -14,7 +14,11 @@ this machine. For each serving step, in plan order:
    infrastructure failure naming the node, the job state and the last lines of its log;
 3. each load level driven by the load generator (workloads/loadgen.py), its records appended to
    steps/<step>/records-<level>.jsonl as the requests end; model load time is recorded to health
-   and to the end of each engine's first successful request;
+   and to the end of each engine's first successful request. The plan's faults on this step and
+   level are injected and reverted meanwhile (runs/serving_faults.py), and with a restart policy
+   an engine whose job ends is started again on the same node and port while the load goes on
+   (a new process; on Slurm a new job of the same script, its output appended to the same log);
+   each fault's recovery is computed from the level's records when it ends;
 4. the engines stopped (their jobs cancelled) and the levels summarised (metrics/serving.py): the
    step's figures and each node's per level, the cost, and the thresholds judged, each failure
    naming step, level and figure.
@@ -42,8 +46,11 @@ from orchestrator.metrics import serving as SM
 from orchestrator.metrics import verdict as V
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import StepDone, StepSubmitted
+from orchestrator.models.fault import ENGINE_ENV as ENGINE_TAG_ENV
+from orchestrator.models.fault import ENGINE_NODE_ENV
 from orchestrator.models.plan import Plan
 from orchestrator.models.serving import DatasetLengths, ServingStep, ServingWorkload
+from orchestrator.models.serving_recovery import EngineRestart
 from orchestrator.models.serving_results import (
     EngineRun,
     LevelSummary,
@@ -55,6 +62,7 @@ from orchestrator.models.serving_results import (
 from orchestrator.remote.base import NodeShell
 from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
 from orchestrator.runs.lifecycle import RunLifecycle
+from orchestrator.runs.serving_faults import LiveRecords, ServingFaults, attach_recovery
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits
 from orchestrator.scheduler.local import LOCAL_ADDR, free_port
@@ -64,6 +72,8 @@ from orchestrator.workloads.engines import engine_argv, health_path
 from orchestrator.workloads.loadgen import LoadGenerator, RecordWriter, Target, level_specs, read_lengths
 
 HEALTH_POLL_S = 0.5
+WATCH_POLL_S = 1.0
+"""How often the engines' jobs are polled during a level when a restart policy is set."""
 HEALTH_REQUEST_S = 2.0
 LOG_TAIL_LINES = 5
 # The engine's job lives a little longer than the step it serves: orch stops it itself, and the
@@ -184,6 +194,7 @@ def engine_job(
     node, listening on its fabric address (else its address), its output (sbatch --output) in the
     step's folder on the node, its script in the step folder here."""
     node = cluster.node(name)
+    env = {**env, ENGINE_NODE_ENV: name}  # with ORCH_ENGINE, the fault selector NODE:engine
     host = LOCAL_ADDR if here else str(node.fabric_address or node.address)
     argv = engine_argv(w, bindir=bindir, host=host, port=port, gpu_vendor=node.gpu_vendor)
     log_name = f"engine-{name}.log"
@@ -250,6 +261,8 @@ class ServingRunner:
         python: str,
         env: dict[str, str] | None = None,
         shells: Mapping[str, NodeShell] | None = None,
+        *,
+        force_faults: bool = False,
     ) -> None:
         self.plan, self.cluster, self.sched, self.backend, self.life = plan, cluster, sched, backend, life
         self.here = backend_traits(backend).on_this_machine
@@ -267,6 +280,11 @@ class ServingRunner:
         self._stopped: set[str] = set()  # steps whose engines were stopped
         self._base_port = 20000 + secrets.randbelow(20000)
         self._t_submit = time.monotonic()  # when the current step's engines were submitted
+        self._specs: dict[tuple[str, str], JobSpec] = {}  # (step, node) -> its engine's job, for restarts
+        self._jobs: dict[str, list[str]] = {}  # step -> every engine job it submitted (restarts too)
+        self._halted = False  # stop_all ran: no engine is started again
+        self._restart_lock = threading.Lock()  # the level's watcher and the check after the level
+        self.faults = ServingFaults(plan, cluster, steps, life, force=force_faults, tag=self.engine_tag)
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -279,6 +297,7 @@ class ServingRunner:
         self.life.on_close(self.stop_all)
         with node_files(self.cluster, self.layout, self.shells) as self.files:
             try:
+                self.faults.start()  # its close (reverting what is active) is on the lifecycle's close
                 todo = [r for r in self.results if r.verdict == "skipped"]
                 self.files.prepare({n: [("steps", r.step.id) for r in todo if n in r.step.nodes]
                                     for n in sorted({n for r in todo for n in r.step.nodes})})  # fmt: skip
@@ -291,10 +310,15 @@ class ServingRunner:
                         if errors := self.files.remove_all():
                             self.life.journal("node_folders_left", errors=errors)
 
+    def engine_tag(self, step: ServingStep) -> str:
+        """ORCH_ENGINE of the step's engines: <run id>.<step id> (the fault selector NODE:engine)."""
+        return f"{self.life.run_id}.{step.id}"
+
     def stop_all(self) -> None:
         """Stop the load generator and cancel every engine job still running; idempotent, never
         raises (a cancel that fails is journaled)."""
         with self._lock:
+            self._halted = True
             gen, self._gen = self._gen, None
             live, self._live = dict(self._live), {}
         if gen is not None:
@@ -371,14 +395,17 @@ class ServingRunner:
             port = free_port() if self.here else self._base_port + step.index * 64 + r
             engine, spec = engine_job(
                 self.plan, self.cluster, step, w, name, port=port, here=self.here, bindir=self.bindir,
-                env=self.env, folder=folder, root=self.life.root, layout=self.layout,
+                env={**self.env, ENGINE_TAG_ENV: self.engine_tag(step)}, folder=folder,
+                root=self.life.root, layout=self.layout,
             )  # fmt: skip
             res.engines.append(engine)
+            self._specs[(step.id, name)] = spec
             try:
                 job_id = self.sched.submit(spec)
             except OrchError as e:
                 raise _StepEnded("infra", f"engine on {name} could not be started: {e}") from e
             engine.job_id = job_id
+            self._jobs.setdefault(step.id, []).append(job_id)
             with self._lock:
                 self._live[job_id] = engine
             self.life.log(StepSubmitted(step=step.id, job_id=job_id))
@@ -434,10 +461,14 @@ class ServingRunner:
             path = folder / f"records-{spec.level}.jsonl"
             res.levels.append(ServingLevelResult(level=spec.level, records=self._rel(path), summary=None))
             writer = _Records(path)
+            live = LiveRecords()
+            done = threading.Event()  # the level ended: its faults are reverted, the watcher stops
+            threads: list[threading.Thread] = []
             try:
 
-                def emit(rec: RequestRecord, writer: _Records = writer) -> None:
+                def emit(rec: RequestRecord, writer: _Records = writer, live: LiveRecords = live) -> None:
                     writer.write(rec)
+                    live.add(rec)
                     if rec.status == "ok" and rec.server not in first_ok:
                         first_ok[rec.server] = time.monotonic()
                         e = engines.get(rec.server)
@@ -447,6 +478,11 @@ class ServingRunner:
                 gen = LoadGenerator(spec, emit)
                 with self._lock:
                     self._gen = gen
+                threads = self.faults.level_started(res, w.steady, spec.level, gen, live, done)
+                if w.restart.max_restarts > 0:
+                    watcher = threading.Thread(target=self._watch, args=(res, w, done), daemon=True)
+                    watcher.start()
+                    threads.append(watcher)
                 try:
                     gen.run()
                 finally:
@@ -454,10 +490,15 @@ class ServingRunner:
                         self._gen = None
                     gen.stop()  # an interrupted level: its requests in flight are aborted
             finally:
+                done.set()
+                self.faults.level_ended(threads)  # reverted, and no restart half-way
                 writer.close()
+            attach_recovery(res, spec.level, live.snapshot(), w.steady, time.time())
             if self._expired:
                 limit = f"{self.plan.step_timeout_s} s, step_timeout_s"
                 raise _StepEnded("infra", f"the step's time limit ({limit}) passed during level {spec.level}")
+            if w.restart.max_restarts > 0:  # one that ended as the level ended is restarted now
+                self._restart_ended(res, w, threading.Event())
             ids = [e.job_id for e in res.engines if e.job_id]
             states = self.sched.poll(ids) if ids else {}
             gone = [(e, states[e.job_id]) for e in res.engines if e.job_id in states
@@ -466,16 +507,95 @@ class ServingRunner:
                 e, st = gone[0]
                 e.job_state = st.raw_state
                 job = f"job {e.job_id} {st.raw_state}"
+                left = " (no restart left)" if w.restart.max_restarts else ""
                 raise _StepEnded(
-                    "infra", f"engine on {e.node} ended during level {spec.level}: {job}", e
+                    "infra", f"engine on {e.node} ended during level {spec.level}: {job}{left}", e
                 )
+
+    # --- the restart policy --------------------------------------------------------------------
+
+    def _watch(self, res: ServingStepResult, w: ServingWorkload, done: threading.Event) -> None:
+        """During a level: restart the engines whose job ended, while restarts are left."""
+        while not done.wait(WATCH_POLL_S):
+            try:
+                self._restart_ended(res, w, done)
+            except OrchError as e:
+                with contextlib.suppress(OrchError):
+                    self.life.journal("engine_watch_failed", step=res.step.id, error=str(e))
+
+    def _restarts_of(self, res: ServingStepResult, node: str) -> int:
+        return sum(1 for r in res.restarts if r.node == node)
+
+    def _restart_ended(self, res: ServingStepResult, w: ServingWorkload, done: threading.Event) -> None:
+        """Start again, on the same node and port, each engine whose job has ended and that has
+        restarts left; wait for its health (bounded by health_timeout_s). Raises OrchError when the
+        scheduler cannot be asked."""
+        with self._restart_lock:
+            ids = [e.job_id for e in res.engines if e.job_id]
+            states = self.sched.poll(ids) if ids else {}
+            for e in res.engines:
+                st = states.get(e.job_id or "")
+                if st is None or not st.status.terminal:
+                    continue
+                if self._restarts_of(res, e.node) >= w.restart.max_restarts or self._halted or self._expired:
+                    continue
+                why = f"job {e.job_id} {st.raw_state}" + (f" ({st.reason})" if st.reason else "")
+                self._restart(res, w, e, why)
+
+    def _restart(self, res: ServingStepResult, w: ServingWorkload, e: EngineRun, why: str) -> None:
+        ended_at = time.time()
+        attempt = self._restarts_of(res, e.node) + 1
+        self.life.journal("engine_ended", step=res.step.id, node=e.node, reason=why, restart=attempt)
+        if w.restart.delay_s:
+            time.sleep(w.restart.delay_s)
+        old = e.job_id
+        spec = self._specs[(res.step.id, e.node)].model_copy(update={"append_output": True})
+        started_at, t0 = time.time(), time.monotonic()
+        restart = EngineRestart(node=e.node, ended_at=ended_at, reason=why, attempt=attempt,
+                                started_at=started_at, healthy_at=None)  # fmt: skip
+        try:
+            job_id = self.sched.submit(spec)
+        except OrchError as err:
+            restart.reason = f"{why}; not started again: {err}"
+            res.restarts.append(restart)
+            self.life.journal("engine_restart_failed", step=res.step.id, node=e.node, error=str(err))
+            return
+        with self._lock:
+            halted = self._halted
+            if old is not None:
+                self._live.pop(old, None)
+            if not halted:
+                self._live[job_id] = e
+        self._jobs.setdefault(res.step.id, []).append(job_id)
+        if halted:  # the run is ending: the new engine goes at once
+            with contextlib.suppress(OrchError):
+                self.sched.cancel([job_id])
+            return
+        e.job_id, e.job_state = job_id, None
+        restart.job_id = job_id
+        res.restarts.append(restart)
+        self.life.log(StepSubmitted(step=res.step.id, job_id=job_id))
+        path = health_path(w)
+        while time.monotonic() - t0 < w.health_timeout_s and not (self._halted or self._expired):
+            st = self.sched.poll([job_id]).get(job_id)
+            if st is not None and st.status.terminal:
+                restart.reason += f"; restarted job {job_id} ended {st.raw_state} before it answered {path}"
+                break
+            if http_ok(e.url + path, HEALTH_REQUEST_S):
+                restart.healthy_at = time.time()
+                break
+            time.sleep(HEALTH_POLL_S)
+        up = None if restart.healthy_at is None else round(restart.healthy_at - started_at, 3)
+        self.life.journal("engine_restarted", step=res.step.id, node=e.node, job=job_id, attempt=attempt,
+                          to_health_s=up)  # fmt: skip
 
     def _stop(self, res: ServingStepResult) -> None:
         """Cancel the step's engines, note their final states, and bring their logs here (once)."""
         if res.step.id in self._stopped:
             return
         self._stopped.add(res.step.id)
-        ids = [e.job_id for e in res.engines if e.job_id]
+        now = [e.job_id for e in res.engines if e.job_id]
+        ids = list(dict.fromkeys([*self._jobs.get(res.step.id, []), *now]))
         with self._lock:
             for j in ids:
                 self._live.pop(j, None)

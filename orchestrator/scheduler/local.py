@@ -3,7 +3,8 @@
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and
 MASTER_PORT (the spec's port when it is free, else a free one), and writes stdout+stderr to
 `<workdir>/rank-<r>.log` (a one-rank job with rank_logs off and an `output` writes there instead,
-as srun's output goes to sbatch's --output on Slurm). A job's ranks share one process group. A job
+as srun's output goes to sbatch's --output on Slurm; appended to with append_output, as sbatch
+--open-mode=append does). A job's ranks share one process group. A job
 submitted with `after=` waits (PENDING) until that job has ended, whatever its outcome (Slurm's
 afterany); it starts on the next poll() after that. The time limit is enforced by a timer: the
 ranks are killed and the job ends FAILED with raw_state TIMEOUT.
@@ -200,7 +201,7 @@ class LocalScheduler:
         job.started = time.monotonic()
         try:
             for rl in launch_plan(spec, port):
-                log = os.fdopen(open_write(rank_log(spec, rl.rank)), "wb")
+                log = os.fdopen(open_write(rank_log(spec, rl.rank), append=spec.append_output), "wb")
                 job.logs.append(log)
                 pgid = job.procs[0].pid if job.procs else 0
                 job.procs.append(

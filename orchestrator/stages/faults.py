@@ -11,15 +11,16 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.fault import FaultSpec, PlanFault, Transport
+from orchestrator.models.fault import FaultSpec, FaultTarget, PlanFault, Transport
 from orchestrator.models.plan import Plan, Step
+from orchestrator.models.serving import ServingStep
 from orchestrator.store.rundir import RunDir
 
 Log = Callable[..., None]
@@ -34,28 +35,61 @@ def plan_transport(cluster: Cluster, steps: list[Step]) -> Transport:
 
 
 def fault_matches(pf: PlanFault, step: Step) -> bool:
-    """Whether plan fault pf belongs to step (by id, by index, or to every step)."""
+    """Whether plan fault pf belongs to collective step (by id, by index, or to every collective
+    step when it names none)."""
     return pf.step is None or pf.step == step.id or pf.step == step.index
 
 
-def check_plan_faults(plan: Plan, cluster: Cluster, steps: list[Step], force: bool) -> list[str]:
-    """Refuse faults that name no step or a bad target (ConfigError); return transport warnings."""
+def serving_fault_matches(pf: PlanFault, step: ServingStep) -> bool:
+    """Whether plan fault pf belongs to serving step (by its id only: an index or no step means
+    collective steps)."""
+    return isinstance(pf.step, str) and pf.step == step.id
+
+
+def fault_level(pf: PlanFault, step: ServingStep) -> str:
+    """The load level of serving step the fault hits: its own, else the step's first."""
+    return pf.level if pf.level is not None else step.levels[0]
+
+
+def check_plan_faults(
+    plan: Plan, cluster: Cluster, steps: list[Step], force: bool, serving: Sequence[ServingStep] = ()
+) -> list[str]:
+    """Refuse faults that name no step or a bad target (ConfigError); return transport warnings.
+    A fault on a serving step is refused when it names a level the step does not have, restarts a
+    container (engines run as processes), or aims NODE:engine at a node without an engine."""
     from orchestrator.faults.catalog import unreachable_warning
 
     transport = plan_transport(cluster, steps) if steps else "socket"
+    workloads = {w.name: w for w in plan.serving}
     warnings: list[str] = []
     for i, pf in enumerate(plan.faults):
         where = f"plan fault {i + 1} ({pf.kind} on {pf.target})"
-        if not any(fault_matches(pf, s) for s in steps):
+        sv = [s for s in serving if serving_fault_matches(pf, s)]
+        coll = [s for s in steps if fault_matches(pf, s)]
+        if not sv and not coll:
+            ids = [s.id for s in steps] + [s.id for s in serving]
             raise ConfigError(
-                f"{where}: step {pf.step!r} is not in the ladder ({', '.join(s.id for s in steps)})"
+                f"{where}: step {pf.step!r} is not a step of the plan ({', '.join(ids) or 'none'})",
+                hint="a serving step is named by its id, e.g. lab-tiny-r1 (orch plan show lists them)",
             )
         try:
             spec = pf.spec(force=force)
         except ValidationError as e:
             raise ConfigError(f"{where}: {e.errors()[0]['msg']}") from e
         cluster.node(spec.target.node)
-        if pf.kind == "restart-container" and spec.target.container is None:
+        if coll and pf.level is not None:
+            raise ConfigError(
+                f"{where}: level {pf.level!r} is for serving steps; step {pf.step!r} is a collective step"
+            )
+        if coll and spec.target.process is not None:
+            raise ConfigError(
+                f"{where}: NODE:{spec.target.process} names a serving engine; step {pf.step!r} is a "
+                "collective step",
+                hint="name a rank (NODE:RANK) or every rank on the node (NODE)",
+            )
+        for s in sv:
+            _check_serving_fault(where, pf, s, workloads[s.workload].engine)
+        if pf.kind == "restart-container" and spec.target.container is None and coll:
             # scale-test's collbench ranks run as plain processes (only recovery-test's probe runs
             # in the stack's image): a rank target would fail mid-run with "does not run in a container".
             raise ConfigError(
@@ -64,11 +98,45 @@ def check_plan_faults(plan: Plan, cluster: Cluster, steps: list[Step], force: bo
                 hint="name a container (NODE:CONTAINER), or run"
                 " `orch recovery-test --fault restart-container` (its probe runs in the stack's image)",
             )
-        if (w := unreachable_warning(pf.kind, transport)) is not None:
+        if coll and (w := unreachable_warning(pf.kind, transport)) is not None:
             warnings.append(f"{where}: {w}")
     # The share of nodes hit is checked by the fault engine over the faults active at one time
     # (plan.max_share): faults at different moments of the run may hit different nodes.
     return warnings
+
+
+def _check_serving_fault(where: str, pf: PlanFault, step: ServingStep, engine: str) -> None:
+    """Refuse (ConfigError) what a fault cannot do to serving step."""
+    if pf.kind == "restart-container":
+        raise ConfigError(
+            f"{where}: serving step {step.id}: its engines run as processes (a Slurm job or a local "
+            "process), not in containers: there is no container to restart",
+            hint="use kill-worker NODE:engine with the workload's restart policy (restart: "
+            "{max_restarts: 1}) to measure the service's recovery",
+        )
+    if pf.level is not None and pf.level not in step.levels:
+        raise ConfigError(
+            f"{where}: serving step {step.id} has no level {pf.level!r} "
+            f"(its levels: {', '.join(step.levels)})"
+        )
+    target = FaultTarget.parse(pf.target, pf.kind)
+    if target.process == "engine" or (pf.kind in ("kill-worker", "pause-worker") and target.rank is None):
+        if engine == "external":
+            raise ConfigError(
+                f"{where}: serving step {step.id}: engine external is not started by orch; it has no "
+                "engine process to signal"
+            )
+        per = step.nodes_per_replica
+        hosts = [step.nodes[r * per] for r in range(step.replicas)]
+        if target.node not in hosts:
+            raise ConfigError(
+                f"{where}: serving step {step.id} runs no engine on {target.node} "
+                f"(its engines run on {', '.join(hosts)})"
+            )
+    if target.process is None and pf.kind in ("kill-worker", "pause-worker"):
+        raise ConfigError(
+            f"{where}: serving step {step.id}: an engine has no ranks; name it as {target.node}:engine"
+        )
 
 
 class StepFaults:

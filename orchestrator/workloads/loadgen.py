@@ -26,6 +26,12 @@ exceed max_in_flight is recorded as an error, not queued, so the client never hi
 Warm-up requests run first, at the same load, and are recorded with warmup=true. Every wait is
 bounded: connect and each read by the request timeout, the whole request by its deadline.
 stop() aborts requests in flight (their sockets are shut down) and ends the level.
+
+A closed-loop worker whose request failed without an HTTP answer (connection refused or reset:
+an engine that died or is restarting) waits CONNECT_ERROR_PAUSE_S before its next request, so
+that a dead engine costs a few records per worker and second, not a spin of thousands.
+`counted` is set (and `counted_at`, orch's monotonic clock, noted) when the counted requests
+start, after the warm-up: a serving step's faults count their `at_s` from there.
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ from orchestrator.models.serving import (
     check_http_url,
 )
 from orchestrator.models.serving_results import RequestRecord, RequestStatus
+
+CONNECT_ERROR_PAUSE_S = 0.05
+"""A closed-loop worker's pause after a request that got no HTTP answer (see the docstring)."""
 
 PROMPT_WORD = " hello"
 """The prompt is this word repeated once per requested input token (one token in common BPE
@@ -153,6 +162,8 @@ class LoadGenerator:
         self._clock = _Clock()
         self._arrivals = arrival_offsets(spec.rate, spec.seed) if spec.rate is not None else iter(())
         self._deadline: float | None = None
+        self.counted = threading.Event()
+        self.counted_at: float | None = None
 
     # -- control ---------------------------------------------------------------------------------
 
@@ -173,6 +184,8 @@ class LoadGenerator:
         if s.warmup:
             self._phase(s.warmup, None, warmup=True)
         if not self._stop.is_set():
+            self.counted_at = time.monotonic()
+            self.counted.set()
             self._phase(s.requests, s.duration_s, warmup=False)
 
     # -- phases ----------------------------------------------------------------------------------
@@ -205,7 +218,8 @@ class LoadGenerator:
 
     def _closed_worker(self, limit: int | None, warmup: bool) -> None:
         while (i := self._take(limit)) is not None:
-            self._one(i, warmup)
+            if not self._one(i, warmup):
+                self._stop.wait(CONNECT_ERROR_PAUSE_S)
 
     def _open_loop(self, limit: int | None, warmup: bool) -> None:
         assert self.spec.rate is not None
@@ -261,18 +275,19 @@ class LoadGenerator:
             body["ignore_eos"] = True
         return json.dumps(body).encode()
 
-    def _one(self, i: int, warmup: bool, counted: bool = False) -> None:
-        """One request, counted in flight from here (or already, by the open loop's dispatcher)."""
+    def _one(self, i: int, warmup: bool, counted: bool = False) -> bool:
+        """One request, counted in flight from here (or already, by the open loop's dispatcher);
+        False when it got no HTTP answer (connection refused, reset)."""
         if not counted:
             with self._lock:
                 self._in_flight += 1
         try:
-            self._request(i, warmup)
+            return self._request(i, warmup)
         finally:
             with self._lock:
                 self._in_flight -= 1
 
-    def _request(self, i: int, warmup: bool) -> None:
+    def _request(self, i: int, warmup: bool) -> bool:
         s, target = self.spec, self._target(i)
         n_in, n_out = self._lengths(i)
         parts = urlsplit(target.url)
@@ -333,6 +348,7 @@ class LoadGenerator:
         end = self._clock.now()
         self._record(i, warmup, target, send, end, status, times=times, usage=usage, http_status=http_status,
                      error=error, n_in=n_in, n_out=n_out)  # fmt: skip
+        return http_status is not None or status != "error"
 
     def _record(
         self,
