@@ -59,12 +59,23 @@ VENV=$WORK/venv
 VPY=$VENV/bin/python
 FAILS=0
 ENGINE_PID=
+CHILD_PID=
 
 pass() { echo "gpu_check: PASS $*"; }
 fail() { echo "gpu_check: FAIL $*"; FAILS=$((FAILS + 1)); }
 skip() { echo "gpu_check: SKIP $*"; }
 
+in_bg() {  # in_bg CMD...: run CMD and wait for it; a trapped signal interrupts the wait at once
+  "$@" &
+  CHILD_PID=$!
+  wait "$CHILD_PID"
+  local rc=$?
+  CHILD_PID=
+  return "$rc"
+}
+
 stop_engine() {
+  [ -z "$CHILD_PID" ] || kill -TERM "$CHILD_PID" 2>/dev/null
   # The engine is the leader of its own process group (setsid): TERM the group, KILL after 10 s.
   [ -n "$ENGINE_PID" ] || return 0
   if kill -0 "$ENGINE_PID" 2>/dev/null; then
@@ -95,7 +106,17 @@ install_orch() {
     fail "install: no wheelhouse at $WHEELHOUSE (build it where an index is reached: make wheelhouse; carry bench/wheelhouse)"
     return 1
   fi
-  "$PY" -m venv --system-site-packages "$VENV" || { fail "install: $PY -m venv failed"; return 1; }
+  # A base Python without ensurepip (Debian/Ubuntu without python3-venv) cannot put pip into a
+  # venv: then the venv is made without pip and $PY's own pip installs into it (pip --python).
+  local pip_cmd=("$VPY" -m pip)
+  if [ -n "${ORCH_GPU_CHECK_VENV_WITHOUT_PIP:-}" ] \
+      || ! "$PY" -m venv --system-site-packages "$VENV" >"$WORK/venv.log" 2>&1; then
+    rm -rf "$VENV"
+    "$PY" -m venv --system-site-packages --without-pip "$VENV" >>"$WORK/venv.log" 2>&1 \
+      || { cat "$WORK/venv.log"; fail "install: $PY -m venv failed"; return 1; }
+    pip_cmd=("$PY" -m pip --python "$VPY")
+    echo "gpu_check: venv made without pip; installing with: ${pip_cmd[*]}"
+  fi
   # $PY may itself be a venv (the GPU image's /opt/torch/.venv): its packages (torch for CUDA,
   # numpy, nvidia-*) are not the base interpreter's, so the new venv sees them through a .pth
   # file, after its own site-packages (what the wheelhouse installs comes first).
@@ -105,7 +126,7 @@ install_orch() {
   if [ -n "$parent_site" ]; then
     printf '%s\n' "$parent_site" >"$own_site/_gpu_check_image.pth"
   fi
-  if ! "$VPY" -m pip install -q --disable-pip-version-check --no-index --find-links "$WHEELHOUSE" \
+  if ! "${pip_cmd[@]}" install -q --disable-pip-version-check --no-index --find-links "$WHEELHOUSE" \
       orch -r "$WHEELHOUSE/requirements.txt" >"$WORK/install.log" 2>&1; then
     tail -20 "$WORK/install.log"
     fail "install: pip install --no-index from $WHEELHOUSE failed (log $WORK/install.log)"
@@ -150,10 +171,18 @@ nccl_parts() {
     for f in "$NCCL_HOME"/lib/libnccl.so*; do [ -e "$f" ] && { lib=$f; break; }; done
   else
     lib=$(cd "$WORK" && "$VPY" - <<'PY'
-import glob, importlib.util, os, site
-spec = importlib.util.find_spec("nvidia.nccl")
+import glob, importlib.util, os, sys
+try:
+    spec = importlib.util.find_spec("nvidia.nccl")
+except ImportError:
+    spec = None
 dirs = list(spec.submodule_search_locations or []) if spec else []
-dirs += [os.path.join(s, "nvidia", "nccl") for s in site.getsitepackages()]
+# nvidia-nccl-cu12 and -cu13 both keep it in nvidia/nccl/lib (the other cu13 libraries moved to
+# nvidia/cu13/lib); any nvidia/*/lib is looked at last.
+# sys.path, not site.getsitepackages(): the image venv's site-packages comes in through the .pth.
+paths = [p for p in sys.path if p and os.path.isdir(p)]
+dirs += [os.path.join(p, "nvidia", "nccl") for p in paths]
+dirs += [d for p in paths for d in sorted(glob.glob(os.path.join(glob.escape(p), "nvidia", "*")))]
 for d in dirs:
     hits = sorted(glob.glob(os.path.join(d, "lib", "libnccl.so*")))
     if hits:
@@ -166,7 +195,7 @@ PY
     fail "nccl: no libnccl.so* in the nvidia-nccl wheel (nvidia.nccl) nor under NCCL_HOME"
     return 1
   fi
-  pass "nccl: $lib (from the wheel, not ldconfig)"
+  pass "nccl: $lib (inside the nvidia-nccl wheel)"
 
   src=${NCCL_TESTS_SRC:-}
   if [ -z "$src" ] || [ ! -f "$src/Makefile" ]; then
@@ -264,10 +293,7 @@ serve() {
   t0=$(date +%s.%N)
   (cd "$WORK" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 exec setsid "${engine_argv[@]}") >"$WORK/engine.log" 2>&1 &
   ENGINE_PID=$!
-  if [ "$(ps -o pgid= -p "$ENGINE_PID" 2>/dev/null | tr -d ' ')" != "$ENGINE_PID" ] && kill -0 "$ENGINE_PID" 2>/dev/null; then
-    echo "gpu_check: note: the engine (PID $ENGINE_PID) does not lead its own process group; only its PID is stopped"
-  fi
-  if ! "$VPY" - "$base/health" "$HEALTH_S" "$ENGINE_PID" <<'PY'
+  if ! in_bg "$VPY" -c '
 import os, sys, time, urllib.request
 url, bound, pid = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 end = time.monotonic() + bound
@@ -284,8 +310,7 @@ while time.monotonic() < end:
         pass
     time.sleep(0.5)
 sys.exit(f"{url} did not answer 200 within {bound:g} s")
-PY
-  then
+' "$base/health" "$HEALTH_S" "$ENGINE_PID"; then
     tail -30 "$WORK/engine.log"
     fail "serving: $ENGINE did not become healthy (log $WORK/engine.log)"
     stop_engine
@@ -293,12 +318,15 @@ PY
   fi
   load_s=$("$VPY" -c "import time; print(f'{time.time() - $t0:.1f}')")
   echo "gpu_check: $ENGINE answered /health after $load_s s (imports and model load)"
+  if [ "$("$VPY" -c 'import os, sys; print(os.getpgid(int(sys.argv[1])))' "$ENGINE_PID")" != "$ENGINE_PID" ]; then
+    echo "gpu_check: note: the engine (PID $ENGINE_PID) does not lead its own process group; only its PID is stopped"
+  fi
   local failed=0
   for c in $LEVELS; do
     out=$WORK/records-c$c.jsonl
-    (cd "$WORK" && "$VPY" -m orchestrator.workloads.loadgen --target "gpu=$base" --model "$model" \
+    in_bg env -C "$WORK" "$VPY" -m orchestrator.workloads.loadgen --target "gpu=$base" --model "$model" \
       --concurrency "$c" --requests "$REQUESTS" --warmup "$WARMUP" --input-tokens 32 --output-tokens 16 \
-      --timeout 120 "${loadgen_extra[@]}" --out "$out") || { fail "serving: loadgen at concurrency $c exited $?"; failed=1; continue; }
+      --timeout 120 "${loadgen_extra[@]}" --out "$out" || { fail "serving: loadgen at concurrency $c exited $?"; failed=1; continue; }
     if ! (cd "$WORK" && "$VPY" - "$out" "c$c" "$ENGINE" "$DEVICE") <<'PY'
 import sys
 from pathlib import Path
