@@ -41,6 +41,8 @@
 #   ORCH_GPU_CHECK_LEVELS="1 8"     concurrency levels; ORCH_GPU_CHECK_REQUESTS=100 counted requests
 #                                   per level (p99 needs 100), ORCH_GPU_CHECK_WARMUP=4 warm-up requests
 #   ORCH_GPU_CHECK_HEALTH_S=600     bound on the engine's start (until /health answers 200)
+#   ORCH_GPU_CHECK_VENV_WITHOUT_PIP=1  make the venv without pip and install with $PY's pip (taken anyway
+#                                   when the base Python lacks ensurepip)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 REPO=$(pwd)
