@@ -10,7 +10,7 @@ BENCH_RUNS ?= /tmp/orch-bench-runs
 APT_PACKAGES := python3-venv slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client \
 	iproute2 iptables podman runc iperf3 procps psmisc chromium postgresql
 
-.PHONY: run test venv deps lint unit integration lab-up lab-down bench clean fuzz
+.PHONY: run test venv deps lint unit integration lab-up lab-down bench clean fuzz wheelhouse
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -73,6 +73,13 @@ bench: deps venv
 	fi; \
 	$(ORCH) provision -i inventories/lab.ini --stack cpu-gloo --limit node1,node2,node3 --out $(BENCH_RUNS); \
 	for b in bench/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b; done
+
+## make wheelhouse: bench/wheelhouse/ (git-ignored), every wheel bench/gpu_check.sh installs on the
+## offline GPU machine: orch's wheel, its dependencies and the cpu-serve stack's serving packages
+## for CPython 3.12 x86-64, less torch/CUDA/numpy, which the GPU image has (bench/build_wheelhouse.py).
+## Carry it to the device: run(carry=["bench/wheelhouse"]).
+wheelhouse: venv
+	$(BIN)/python bench/build_wheelhouse.py --dest bench/wheelhouse --python-version 3.12
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
