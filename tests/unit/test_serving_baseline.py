@@ -12,6 +12,7 @@ lacks.
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,9 @@ from orchestrator.metrics.serving_baseline import (
 from orchestrator.models.serving import ServingBaseline
 from orchestrator.models.serving_results import LevelSummary, RequestRecord
 from orchestrator.pipeline import scale_test
+from orchestrator.report.formats import render_junit
 from orchestrator.store.db import ResultsStore
+from orchestrator.store.load import load_run
 
 
 def _with_baseline(plan: Path, baseline: str) -> None:
@@ -81,6 +84,12 @@ def test_serving_run_set_as_baseline_then_judged_against_it(
             r"[0-9.e+]+ \(< 10x; n=100/100 successful requests\)"
         )
         assert any(re.fullmatch(tput, r) for r in step.reasons), (tput, step.reasons)
+    # JUnit: one baseline case per level, failed with the misses
+    root = ET.fromstring(render_junit(load_run(second.run_dir)))
+    (case,) = [tc for tc in root.iter("testcase") if tc.get("classname") == "orch.serve-test.fake-r1.c4"
+               and tc.get("name") == "threshold baseline golden"]  # fmt: skip
+    failure = case.find("failure")
+    assert failure is not None and "level c4: TTFT p99" in (failure.text or "")
     ttft = next(r for r in step.reasons if "level c4: TTFT" in r)
     assert "n=100/100" in ttft  # 100 counted requests on each side
     assert all(gone(p) for p in engine_pids(pids))
@@ -90,6 +99,9 @@ def test_serving_run_set_as_baseline_then_judged_against_it(
     third = scale_test(req)
     assert third.exit_code == EXIT_OK, [r.reasons for r in third.serving]
     assert not any("baseline" in r for s in third.serving for r in s.reasons)
+    root = ET.fromstring(render_junit(load_run(third.run_dir)))
+    cases = [tc for tc in root.iter("testcase") if tc.get("name") == "threshold baseline golden"]
+    assert len(cases) == 2 and all(tc.find("failure") is None for tc in cases)
 
 
 @pytest.mark.usefixtures("no_store_env")
