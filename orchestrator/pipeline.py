@@ -523,6 +523,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     fault_warnings = check_plan_faults(plan, cluster, steps, req.force_faults, serving)
     out_root = req.overrides.out_dir or req.out_dir
     _check_before_run(stack_name(None, plan, cluster), out_root, backend, steps)
+    check_serving_baselines(plan, out_root)
     # The workload's Python on the nodes: --python, else the stack's; with no stack named here
     # (--stack none), the inventory's stack's (node_python): never this machine's venv on remote
     # nodes, which do not have it. Refused before the run directory is made.
@@ -589,6 +590,27 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
         for sres in runner.serving.results:
             sres.warnings += [line for n in sres.step.nodes for line in stack.drift.get(n, [])]
         return _execute(runner)
+
+
+def check_serving_baselines(plan: Plan, out_root: Path) -> None:
+    """Refuse (ConfigError, exit 2) before anything runs a serving threshold against a baseline
+    the run's results store does not have, or one whose run has no serving level there."""
+    names = sorted({w.thresholds.baseline.name for w in plan.serving if w.thresholds.baseline is not None})
+    if not names:
+        return
+    where = default_store_path(out_root)
+    if isinstance(where, Path) and not where.exists():
+        raise ConfigError(
+            f"plan {plan.name}: thresholds.baseline: no baseline named {names[0]!r}: no results store at "
+            f"{where}",
+            hint="orch baseline list; set one with orch baseline set RUN --name " + names[0],
+        )
+    with ResultsStore.open(where, create=False) as store:
+        for name in names:
+            try:
+                store.serving_baseline(name)
+            except ConfigError as e:
+                raise ConfigError(f"plan {plan.name}: thresholds.baseline: {e.message}", hint=e.hint) from e
 
 
 def _serving_runner(

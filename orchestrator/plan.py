@@ -181,8 +181,9 @@ def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> l
 def check_serving_steps(plan: Plan, cluster: Cluster, steps: list[ServingStep]) -> None:
     """Refuse (ConfigError) the serving steps orch cannot run, naming the step and why: an engine
     that needs GPUs (vllm, sglang) on nodes without (gpu_vendor none: a CPU stack), a replica
-    over several nodes (pipeline_parallel > 1: orch starts one engine per replica on one node),
-    and a baseline threshold (not judged yet: it would pass unjudged)."""
+    over several nodes (pipeline_parallel > 1: orch starts one engine per replica on one node).
+    A baseline threshold is checked against the results store by scale-test (the plan alone
+    cannot say whether the baseline exists)."""
     by_name = {w.name: w for w in plan.serving}
     for s in steps:
         w = by_name[s.workload]
@@ -201,13 +202,6 @@ def check_serving_steps(plan: Plan, cluster: Cluster, steps: list[ServingStep]) 
                 f"plan {plan.name}: serving step {s.id}: pipeline_parallel {w.pipeline_parallel}: orch "
                 "starts one engine per replica on one node; a replica over several nodes is not run yet",
                 hint="use pipeline_parallel: 1 (tensor_parallel uses a node's GPUs)",
-            )
-    for w in plan.serving:
-        if w.thresholds.baseline is not None:
-            raise ConfigError(
-                f"plan {plan.name}: serving {w.name}: thresholds.baseline is not judged yet; a run "
-                "would pass it unjudged",
-                hint="give absolute thresholds (max_ttft_p99_ms ...) meanwhile",
             )
 
 

@@ -1,10 +1,11 @@
 """CLI command: compare (`orch compare RUN_A RUN_B`): B against A, per step, collective and size,
-and per serving step and load level."""
+and per serving step and load level; `orch compare RUN FILE` (or FILE RUN): a run's serving levels
+against a vLLM/SGLang/guidellm result that `orch parse` reads (report/compare_foreign.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -14,8 +15,10 @@ from orchestrator.cli.runs import RunArg, StoreOpt, store_path
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunRecord
-from orchestrator.models.serving_results import FigureChange
+from orchestrator.models.serving_results import FigureChange, LevelSummary
+from orchestrator.parse import parse_file
 from orchestrator.report.compare import FLOOR, Comparison, K, ServingRow, compare_runs
+from orchestrator.report.compare_foreign import ForeignComparison, ForeignFigure, compare_foreign
 from orchestrator.store.db import resolve_run_dir
 from orchestrator.store.load import load_run
 from orchestrator.store.rundir import atomic_write
@@ -114,9 +117,32 @@ def compare_cmd(
         Path | None, typer.Option("--json", help="Also write the comparison as JSON.")
     ] = None,
     store: StoreOpt = None,
+    kind: Annotated[
+        str | None,
+        typer.Option(
+            "--kind", help="With a FILE side: its kind, as orch parse --kind (default: told by the text)."
+        ),
+    ] = None,
+    result: Annotated[
+        int | None,
+        typer.Option(
+            "--result", min=1, help="With a FILE side: compare with its result N only (orch parse's #)."
+        ),
+    ] = None,
 ) -> int:
     """Compare run B against run A (exit 1 when any row or serving level is worse beyond the noise
-    band; a serving level with a worse p99 is 'worse for interactive' even with more throughput)."""
+    band; a serving level with a worse p99 is 'worse for interactive' even with more throughput).
+    One side may be a FILE, a vLLM/SGLang/guidellm result orch parse reads: each of the run's
+    serving levels is compared with the file's result at the same concurrency or request rate."""
+    file_side = _file_side(run_a, run_b)
+    if file_side is not None:
+        return _compare_file(run_a, run_b, file_side, repeat_a, repeat_b, floor, k, only_changed, json_out,
+                             store, kind, result)  # fmt: skip
+    if kind is not None or result is not None:
+        raise ConfigError(
+            "--kind and --result apply to a FILE side only (a vLLM/SGLang/guidellm result); "
+            f"{run_a!r} and {run_b!r} are runs"
+        )
     a, b = _load(run_a, store), _load(run_b, store)
     for rec in (a, b):
         levels = any(lv.summary for s in rec.serving for lv in s.levels)
@@ -166,3 +192,133 @@ def compare_cmd(
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.command("compare")(compare_cmd)
+
+
+# --- a run against a result from elsewhere (docs/serving.md, "Compare against a result from elsewhere")
+
+
+def _file_side(run_a: str, run_b: str) -> Literal["a", "b"] | None:
+    """Which argument is a file (a result from elsewhere) rather than a run; None for two runs.
+    A run is a directory, a run id or a baseline name, never a plain file."""
+    fa, fb = Path(run_a).is_file(), Path(run_b).is_file()
+    if fa and fb:
+        raise ConfigError(
+            f"{run_a} and {run_b} are both files: compare a run with a file (orch compare RUN FILE)",
+            hint="to read both, use orch parse",
+        )
+    return "a" if fa else "b" if fb else None
+
+
+def _orch_levels(runs: list[RunRecord]) -> list[tuple[str, list[LevelSummary]]]:
+    """(step, the level's summaries over the runs) per serving step and level, in the first run's order."""
+    keys: list[tuple[str, str]] = []
+    by: dict[tuple[str, str], list[LevelSummary]] = {}
+    for rec in runs:
+        for sv in rec.serving:
+            for lv in sv.levels:
+                if lv.summary is not None:
+                    key = (sv.step.id, lv.level)
+                    if key not in by:
+                        keys.append(key)
+                    by.setdefault(key, []).append(lv.summary)
+    return [(key[0], by[key]) for key in keys]
+
+
+def _compare_file(
+    run_a: str,
+    run_b: str,
+    file_side: Literal["a", "b"],
+    repeat_a: list[str] | None,
+    repeat_b: list[str] | None,
+    floor: float,
+    k: float,
+    only_changed: bool,
+    json_out: Path | None,
+    store: str | None,
+    kind: str | None,
+    pick: int | None,
+) -> int:
+    path = Path(run_a if file_side == "a" else run_b)
+    run_ref = run_b if file_side == "a" else run_a
+    if repeat_a if file_side == "a" else repeat_b:
+        raise ConfigError(
+            f"--repeat-{file_side}: {path} is a result from elsewhere, one result without repeats",
+            hint="give repeats of the run's side only",
+        )
+    parsed = parse_file(path, kind)
+    if not parsed.serving:
+        raise ConfigError(
+            f"{path} is {parsed.kind}, not a serving benchmark result",
+            hint="compare with a vLLM, SGLang or guidellm output (orch parse reads it)",
+        )
+    rec = _load(run_ref, store)
+    runs = [rec, *(_load(r, store) for r in (repeat_b if file_side == "a" else repeat_a) or [])]
+    levels = _orch_levels(runs)
+    if not levels:
+        raise ConfigError(
+            f"run {rec.run_id} has no serving level with figures to compare with {path}",
+            hint="compare a run with serving steps (orch runs show RUN)",
+        )
+    try:
+        c = compare_foreign(levels, parsed.serving, a=run_a if file_side == "a" else rec.run_id,
+                            b=run_b if file_side == "b" else rec.run_id, file_side=file_side, file=str(path),
+                            floor=floor, k=k, orch_runs=len(runs), pick=pick)  # fmt: skip
+    except ValueError as e:
+        raise ConfigError(str(e), hint="orch parse FILE shows what the file states") from e
+    out.print(render_foreign_table(c, only_changed))
+    for line in foreign_lines(c):
+        out.print(line, markup=False)
+    if json_out:
+        atomic_write(json_out, c.model_dump_json(indent=2) + "\n")
+    return EXIT_THRESHOLDS if c.worse else EXIT_OK
+
+
+def _ffig(f: ForeignFigure) -> str:
+    n = "/".join("?" if x is None else str(x) for x in (f.n_a, f.n_b))
+    if f.ratio is None or f.band is None:
+        return f"n/a (n={n})"
+    return f"{f.ratio - 1:+.1%} ±{f.band:.0%} (n={n})"
+
+
+def render_foreign_table(c: ForeignComparison, only_changed: bool) -> Table:
+    """One row per orch level matched to the file's result: each figure's change B/A with band and n."""
+    side = {"a": "A", "b": "B"}
+    table = Table(
+        title=f"serving: B {c.b} vs A {c.a} ({side[c.file_side]}: a {c.tool} output); "
+        "change B/A ± band (n A/B: runs for orch's throughput, samples for a p99; ? not stated)"
+    )
+    for col in (
+        "step",
+        "level",
+        "file #",
+        "tokens/s",
+        "TTFT p99",
+        "ITL p99",
+        "TPOT p99",
+        "E2E p99",
+        "verdict",
+    ):
+        table.add_column(col, justify="right" if col.startswith(("tok", "file")) or "p99" in col else "left")
+    for r in c.rows:
+        if only_changed and r.verdict == "same":
+            continue
+        table.add_row(r.step, r.level, str(r.result), *(_ffig(f) for f in r.figures),
+                      styled(r.verdict, _COLOUR.get(r.verdict, "magenta")))  # fmt: skip
+    return table
+
+
+def foreign_lines(c: ForeignComparison) -> list[str]:
+    """What the band is made of, the levels without a match, and one line per row not 'same'."""
+    out = [
+        f"the file's side ({c.file}) is one result without repeats and states no noise estimate: band "
+        f"max({c.floor:.0%}, {c.k:g} x se), se from the orch side alone ({c.orch_runs} run(s): the robust "
+        "spread of repeats and each run's own p99 uncertainty and drift), taken for the file's side too"
+    ]
+    if c.unmatched:
+        out.append(f"not compared (no result at that load in {c.file}): {', '.join(c.unmatched)}")
+    for r in c.rows:
+        if r.verdict != "same":
+            out.append(
+                f"serving step {r.step}, level {r.level} vs {c.file} #{r.result}: {r.verdict}: {r.reason}"
+            )
+    return out

@@ -253,8 +253,12 @@ def baseline_set(
         rec = db.ingest(run_dir)
         if rec.status != "accepted":
             err.print(f"warning: run {rec.run_id} is {rec.status}", markup=False)
-        if not rec.steps:
-            raise ConfigError(f"run {rec.run_id} has no finished steps to serve as a baseline")
+        levels = any(lv.summary is not None for sv in rec.serving for lv in sv.levels)
+        if not rec.steps and not levels:
+            raise ConfigError(
+                f"run {rec.run_id} has no finished steps to serve as a baseline "
+                "(no collective step, no serving level with figures)"
+            )
         b = db.set_baseline(name or rec.plan_name, rec.run_id, note)
     out.print(f"baseline {b.name} = run {b.run_id}", markup=False)
     return 0

@@ -241,7 +241,10 @@ class ServingBaseline(StrictModel):
 
     name: Name = Field(description="the baseline's name in the results store")
     max_p99_ratio: float | None = Field(
-        default=None, gt=0, le=100, description="TTFT/ITL/E2E p99 at most this times the baseline's, e.g. 1.2"
+        default=None,
+        gt=0,
+        le=100,
+        description="TTFT/ITL/TPOT/E2E p99 at most this times the baseline's, e.g. 1.2",
     )
     min_throughput_fraction: float | None = Field(
         default=None, gt=0, le=10, description="output tokens/s at least this fraction of the baseline's"

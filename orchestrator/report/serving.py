@@ -355,6 +355,11 @@ def serving_cases(rec: RunRecord) -> list[Case]:
                 missed = threshold_failures(s.step.id, one, sm)
                 cases.append(Case(cls, f"threshold {fmt.format(limit)}", "fail" if missed else "pass",
                                   "; ".join(missed)))  # fmt: skip
+            if (bl := w.thresholds.baseline) is not None:  # judged by the run against the store
+                at = f"step {s.step.id}, level {lv.level}: "
+                missed = [r for r in s.reasons if r.startswith(at) and f"baseline {bl.name}" in r]
+                cases.append(Case(cls, f"threshold baseline {bl.name}", "fail" if missed else "pass",
+                                  "; ".join(missed)))  # fmt: skip
     return cases + fault_cases(rec)
 
 

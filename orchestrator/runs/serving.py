@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import secrets
+import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,7 @@ from urllib.parse import urlsplit
 from orchestrator.errors import OrchError
 from orchestrator.metrics import serving as SM
 from orchestrator.metrics import verdict as V
+from orchestrator.metrics.serving_baseline import ServingBaselineFigures, baseline_failures
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import StepDone, StepSubmitted
 from orchestrator.models.fault import ENGINE_ENV as ENGINE_TAG_ENV
@@ -66,6 +68,7 @@ from orchestrator.runs.serving_faults import LiveRecords, ServingFaults, attach_
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits
 from orchestrator.scheduler.local import LOCAL_ADDR, free_port
+from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import SERVING_RESULT
 from orchestrator.store.rundir import atomic_write
 from orchestrator.workloads.engines import engine_argv, health_path
@@ -285,6 +288,7 @@ class ServingRunner:
         self._halted = False  # stop_all ran: no engine is started again
         self._restart_lock = threading.Lock()  # the level's watcher and the check after the level
         self.faults = ServingFaults(plan, cluster, steps, life, force=force_faults, tag=self.engine_tag)
+        self._baselines: dict[str, ServingBaselineFigures | str] = {}  # name -> figures, or why not read
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -360,6 +364,7 @@ class ServingRunner:
             if level.summary is None:
                 continue
             fails = threshold_failures(step.id, w, level.summary)
+            fails += self._baseline_misses(step, w, level.summary)
             s = level.summary
             if s.ok == 0:
                 none_ok = f"({s.errors} errors, {s.aborted} aborted of n={s.n})"
@@ -668,3 +673,26 @@ class ServingRunner:
             return ""
         lines = [ln.strip()[:200] for ln in text.splitlines() if ln.strip()][-LOG_TAIL_LINES:]
         return f"; its log ({e.log}) ends: " + " | ".join(lines) if lines else ""
+
+    # --- thresholds.baseline (docs/serving.md, "Baselines") ------------------------------------
+
+    def _baseline_misses(self, step: ServingStep, w: ServingWorkload, s: LevelSummary) -> list[str]:
+        """What a level misses against the workload's baseline (metrics/serving_baseline.py); the
+        baseline is read once per run from the run's results store. A baseline that cannot be
+        read fails every level naming why (scale-test refused a missing one before the run; it
+        may have gone since, e.g. for a resumed run)."""
+        th = w.thresholds.baseline
+        if th is None:
+            return []
+        if th.name not in self._baselines:
+            try:
+                with ResultsStore.open(default_store_path(self.life.root.parent), create=False) as db:
+                    self._baselines[th.name] = db.serving_baseline(th.name)
+            except OrchError as e:
+                self._baselines[th.name] = e.message
+            except sqlite3.Error as e:
+                self._baselines[th.name] = f"the results store could not be read: {e}"
+        ref = self._baselines[th.name]
+        if isinstance(ref, str):
+            return [f"step {step.id}, level {s.level}: baseline {th.name} not judged against: {ref}"]
+        return baseline_failures(step.id, step.replicas, th, ref, s)

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import Field
 
 from orchestrator.errors import ConfigError, InfraError, OrchError
+from orchestrator.metrics.serving_baseline import BaselineLevel, ServingBaselineFigures, StoredP99
 from orchestrator.metrics.verdict import BaselineBusbw
 from orchestrator.models.base import StrictModel
 from orchestrator.models.events import RecoveryDone, RunEvent, RunFinished, RunStarted, StepDone
@@ -473,6 +474,45 @@ class ResultsStore:
         if b is None:
             raise ConfigError(f"no baseline named {name!r}", hint="orch baseline set RUN --name " + name)
         return self.busbw(b.run_id)
+
+    def serving_baseline(self, name: str) -> ServingBaselineFigures:
+        """The serving figures of a baseline's run: its serving steps (replicas) and each level's
+        step-wide row of serving_levels (node ''); raises ConfigError when no baseline has that name
+        or its run has no serving level in the store."""
+        b = self.baseline(name)
+        if b is None:
+            known = ", ".join(x.name for x in self.baselines()) or "none"
+            raise ConfigError(
+                f"no baseline named {name!r} in the results store {self.path} (known: {known})",
+                hint="orch baseline list; set one with orch baseline set RUN --name " + name,
+            )
+        steps = {
+            str(r["step_id"]): int(r["replicas"])
+            for r in self.conn.execute(
+                "SELECT step_id, replicas FROM serving_steps WHERE run_id = ?", (b.run_id,)
+            )
+        }
+        figures = ("ttft", "itl", "tpot", "e2e")
+        levels = [
+            BaselineLevel(
+                step=r["step_id"],
+                level=r["level"],
+                replicas=steps.get(r["step_id"]),
+                ok=r["ok"],
+                output_tokens_per_s=r["output_tokens_per_s"],
+                p99={m: StoredP99(n=r[f"{m}_n"], p99=r[f"{m}_p99_ms"]) for m in figures},
+            )
+            for r in self.conn.execute(
+                "SELECT * FROM serving_levels WHERE run_id = ? AND node = '' ORDER BY step_id, level",
+                (b.run_id,),
+            )
+        ]
+        if not levels:
+            raise ConfigError(
+                f"baseline {name!r} (run {b.run_id}) has no serving levels in the results store {self.path}",
+                hint="set a run with serving steps as this baseline: orch baseline set RUN --name " + name,
+            )
+        return ServingBaselineFigures(name=name, run_id=b.run_id, levels=levels, steps=steps)
 
     def busbw(self, run_id: str) -> BaselineBusbw:
         rows = self.conn.execute(

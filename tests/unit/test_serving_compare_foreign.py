@@ -1,0 +1,138 @@
+"""`orch compare RUN FILE`: an orch run's serving levels against a result read from elsewhere.
+
+The files are the verbatim recorded outputs of tests/fixtures/serving/ (each with its source; see
+test_serving_parse). The orch run is made here by scale-test on the local backend with the
+stand-in engine (tests/unit/sse_server.py, as in test_serving_run) at concurrency 1 and 8, fast
+(a few ms to the first token) against the Jetson Thor vLLM run's 2.2 s TTFT p99 at concurrency 8,
+so that the direction of each verdict does not depend on this machine's load. Other cases use
+summaries built from records made in the test.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_cli_usage import one_error_line, run_cli
+from test_serving_baseline import _summary
+from test_serving_run import setup
+
+from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
+from orchestrator.parse import parse_file
+from orchestrator.pipeline import scale_test
+from orchestrator.report.compare_foreign import compare_foreign
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "serving"
+JETSON_C8 = FIX / "vllm-bench-qwen3-8b-jetson-thor-c8.txt"  # vLLM console, max concurrency 8, 100 requests
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    req, _ = setup(tmp_path_factory.mktemp("fast"), engine_flags="--ttft 0.002 --itl 0.002")
+    plan = Path(req.plan)
+    plan.write_text(plan.read_text().replace("concurrency: [1, 4]", "concurrency: [1, 8]"))
+    result = scale_test(req)
+    assert result.exit_code == EXIT_OK, [r.reasons for r in result.serving]
+    return result.run_dir
+
+
+def test_run_against_a_slower_vllm_result_flags_the_file_side(
+    run: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_json = tmp_path / "c.json"
+    code, out, err = run_cli(capsys, "compare", str(run), str(JETSON_C8), "--json", str(out_json))
+    assert code == EXIT_THRESHOLDS, err  # B (the file) is worse
+    c = json.loads(out_json.read_text())
+    assert c["file_side"] == "b" and c["tool"] == "vllm bench serve"
+    (row,) = c["rows"]  # c8 only: the file states concurrency 8
+    assert (row["step"], row["level"], row["result"]) == ("fake-r1", "c8", 1)
+    figs = {f["figure"]: f for f in row["figures"]}
+    ttft = figs["TTFT p99"]
+    assert ttft["b"] == 2200.61 and ttft["change"] == "worse" and ttft["n_a"] == 100 and ttft["n_b"] == 100
+    assert figs["ITL p99"]["b"] == 361.74 and figs["ITL p99"]["n_b"] is None  # ITL's n is not stated
+    assert figs["TPOT p99"]["b"] == 90.57
+    assert figs["E2E p99"]["change"] == "n/a" and "states no E2E p99" in figs["E2E p99"]["note"]
+    assert figs["output tokens/s"]["b"] == 82.47
+    assert row["verdict"] in ("worse", "worse for interactive")
+    assert c["unmatched"] == ["fake-r1 c1"]
+    text = " ".join(out.split())
+    assert "states no noise estimate" in text
+    assert f"not compared (no result at that load in {JETSON_C8}): fake-r1 c1" in text
+    assert "serving step fake-r1, level c8 vs" in text and "TTFT p99 +" in text
+
+
+def test_file_as_a_and_the_run_as_b(run: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out_json = tmp_path / "c.json"
+    code, _, err = run_cli(capsys, "compare", str(JETSON_C8), str(run), "--json", str(out_json))
+    c = json.loads(out_json.read_text())
+    (row,) = c["rows"]
+    ttft = next(f for f in row["figures"] if f["figure"] == "TTFT p99")
+    assert (
+        c["file_side"] == "a" and ttft["a"] == 2200.61 and ttft["change"] == "better" and ttft["ratio"] < 0.5
+    )
+    assert row["verdict"] != "worse" and row["verdict"] != "worse for interactive"
+    assert code == EXIT_OK, err
+
+
+def test_nothing_matches_is_refused_naming_the_levels_and_what_the_file_states(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = FIX / "vllm-bench-llama3b-l40s-10qps.txt"  # Poisson at 10 requests/s, no cap
+    code, _, err = run_cli(capsys, "compare", str(run), str(f))
+    assert code == 2
+    line = one_error_line(err)
+    assert "no orch level matches a result of" in line
+    assert "the run has fake-r1 c1, fake-r1 c8" in line and "the file states #1 rate 10/s" in line
+
+
+def test_guidellm_and_sglang_p99_on_fewer_than_100_requests_are_not_compared(
+    run: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name, n in (("guidellm-benchmarks-stripped.json", 46), ("sglang-bench-deepseek-ocr.txt", 10)):
+        out_json = tmp_path / f"{name}.json"
+        code, _, err = run_cli(capsys, "compare", str(run), str(FIX / name), "--json", str(out_json))
+        assert code == EXIT_OK, err
+        (row,) = json.loads(out_json.read_text())["rows"]
+        assert row["level"] == "c1" and row["verdict"] == "n/a"  # concurrency 1: synchronous / max 1
+        for f in row["figures"][1:]:
+            assert f["change"] == "n/a", f
+        assert f"rests on n={n} < 100: not defined" in row["reason"]
+        assert row["figures"][0]["change"] != "n/a"  # throughput is compared
+
+
+def test_two_results_at_one_load_need_result_n() -> None:
+    results = list(parse_file(FIX / "vllm-save-result-llama3b-l40s.jsonl").serving)  # 3 runs at 10 req/s
+    mine = [("w-r1", [_summary("r10", 100)])]
+    with pytest.raises(
+        ValueError, match=r"states 3 results at the load of w-r1 r10 \(#1, #4, #7\).*--result N"
+    ):
+        compare_foreign(mine, results, a="run", b="f", file_side="b", file="f", floor=0.05, k=3.0)
+    c = compare_foreign(mine, results, a="run", b="f", file_side="b", file="f", floor=0.05, k=3.0, pick=4)
+    (row,) = c.rows
+    assert row.result == 4 and row.figures[1].b == pytest.approx(89.80040712966002)
+    with pytest.raises(ValueError, match="--result 10: f states 9 result"):
+        compare_foreign(mine, results, a="run", b="f", file_side="b", file="f", floor=0.05, k=3.0, pick=10)
+
+
+def test_a_stated_zero_p99_is_not_a_ratio() -> None:
+    # SGLang issue 12389's line: concurrency 16, TTFT and ITL p99 stated as 0.0
+    (theirs,) = parse_file(FIX / "sglang-bench-issue12389-c16.jsonl").serving
+    c = compare_foreign([("w-r1", [_summary("c16", 100)])], [theirs], a="run", b="f", file_side="b", file="f",
+                        floor=0.05, k=3.0)  # fmt: skip
+    figs = {f.figure: f for f in c.rows[0].figures}
+    assert figs["TTFT p99"].change == "n/a" and "states TTFT p99 0 ms: no ratio" in (
+        figs["TTFT p99"].note or ""
+    )
+    assert figs["TPOT p99"].change != "n/a" and figs["E2E p99"].change != "n/a"
+
+
+def test_both_sides_files_or_kind_without_a_file_are_refused(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(capsys, "compare", str(JETSON_C8), str(JETSON_C8))
+    assert code == 2 and "are both files" in one_error_line(err)
+    code, _, err = run_cli(capsys, "compare", str(run), str(run), "--result", "1")
+    assert code == 2 and "apply to a FILE side only" in one_error_line(err)
+    code, _, err = run_cli(capsys, "compare", str(run), str(JETSON_C8), "--repeat-b", str(run))
+    assert code == 2 and "one result without repeats" in one_error_line(err)
