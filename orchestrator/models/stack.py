@@ -236,13 +236,16 @@ _FLOATING_TAGS = frozenset({"latest", "nightly", "main", "master", "dev", "stabl
 
 
 def check_env(
-    env: dict[str, str], name_re: re.Pattern[str] = _ENV_NAME, *, what: str = "workload"
+    env: dict[str, str],
+    name_re: re.Pattern[str] = _ENV_NAME,
+    *,
+    what: str = "a workload variable (NCCL_*, RCCL_*, GLOO_*, ...)",
 ) -> dict[str, str]:
     """env when every name matches name_re and no value holds a newline or NUL (the rule of a
     stack's `env:`); raises ValueError naming the variable otherwise."""
     for key, value in env.items():
         if not name_re.match(key):
-            raise ValueError(f"{key!r} is not a {what} variable ({name_re.pattern})")
+            raise ValueError(f"{key!r} is not {what}")
         if "\n" in value or "\0" in value:
             raise ValueError(f"{key}: the value has a newline or NUL")
     return env
@@ -309,7 +312,9 @@ class EngineVariant(StrictModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        return check_env(v, _ENGINE_ENV_NAME, what="engine")
+        what = "an engine variable (a stack's env prefixes NCCL_*, HIP_* ..., and VLLM_*, SGLANG_*, AITER_*,"
+        what += " ATOM_*)"
+        return check_env(v, _ENGINE_ENV_NAME, what=what)
 
 
 class EnginePin(StrictModel):
