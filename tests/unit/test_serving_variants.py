@@ -245,3 +245,35 @@ def test_plan_show_and_scale_test_refuse_an_unknown_variant_before_a_run(
     assert info.value.code == 0
     shown = capsys.readouterr().out
     assert "variant aiter" in shown and "variant plain" in shown
+
+
+# --- fingerprint: what orch checks of the engines it does not install ----------------------------
+
+
+def test_the_fingerprint_holds_a_node_s_engine_to_the_pin_where_it_finds_one() -> None:
+    from orchestrator.models.fingerprint import Fingerprint
+    from orchestrator.provision import fingerprint as F
+
+    def engine_checks(stack: Stack, **fp: Any) -> dict[str, tuple[str, str | None, str]]:
+        report = F.compare(stack, Fingerprint(node="n1", **fp))
+        checks = [c for c in report.checks if c.field.startswith("engine")]
+        return {c.field: (c.expected, c.found, c.verdict) for c in checks}
+
+    assert engine_checks(ROCM) == {}  # no engine on the node: not held against it (installed by the image)
+    assert engine_checks(ROCM, packages=["vllm==0.10.1", "numpy==2.2.6"]) == {
+        "engine vllm": ("0.10.1", "0.10.1", "unchanged")
+    }
+    assert engine_checks(ROCM, packages=["vllm==0.9.2", "sglang==0.4.5"]) == {
+        "engine vllm": ("0.10.1", "0.9.2", "needs porting"),
+        "engine sglang": ("0.4.5", "0.4.5", "unchanged"),
+    }
+    # an image pinned by digest is held to what the node pulled of that repository; by tag, not at all
+    digest = "sha256:" + "ab" * 32
+    doc = ROCM.model_dump(mode="json")
+    vllm_pin(doc)["image"]["digest"] = digest
+    pinned = Stack.model_validate(doc)
+    pulled = ["docker.io/rocm/vllm@sha256:" + "cd" * 32]
+    assert engine_checks(pinned, images=pulled)["engine vllm image"] == (
+        f"docker.io/rocm/vllm@{digest}", pulled[0], "needs config change"
+    )
+    assert engine_checks(ROCM, images=pulled) == {}
