@@ -277,3 +277,21 @@ def test_the_fingerprint_holds_a_node_s_engine_to_the_pin_where_it_finds_one() -
         f"docker.io/rocm/vllm@{digest}", pulled[0], "needs config change"
     )
     assert engine_checks(ROCM, images=pulled) == {}
+
+
+def test_the_aiter_against_plain_example_in_the_docs_is_a_plan_orch_accepts(tmp_path: Path) -> None:
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
+    found = re.search(r"```yaml\n(name: aiter-vs-plain\n.*?)```", doc, re.S)
+    assert found is not None
+    path = tmp_path / "aiter-vs-plain.yaml"
+    path.write_text(found.group(1))
+    plan = load_plan(path)
+    steps = expand_serving_steps(plan, gpu_cluster())
+    assert [(s.id, s.variant, s.nodes) for s in steps] == [
+        ("llama-aiter-r1", "aiter", ["node1"]),
+        ("llama-plain-r1", "plain", ["node1"]),
+    ]
+    expand_steps(plan, gpu_cluster())  # the variants are the stack's
+    assert plan.serving[0].load == plan.serving[1].load  # the same load, by the YAML anchor
