@@ -181,9 +181,13 @@ def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> l
 def check_serving_steps(plan: Plan, cluster: Cluster, steps: list[ServingStep]) -> None:
     """Refuse (ConfigError) the serving steps orch cannot run, naming the step and why: an engine
     that needs GPUs (vllm, sglang) on nodes without (gpu_vendor none: a CPU stack), a replica
-    over several nodes (pipeline_parallel > 1: orch starts one engine per replica on one node).
-    A baseline threshold is checked against the results store by scale-test (the plan alone
-    cannot say whether the baseline exists)."""
+    over several nodes (pipeline_parallel > 1: orch starts one engine per replica on one node),
+    and a variant that the run's stack (the plan's, else the inventory's orch_stack) does not have
+    (workloads.engines). A baseline threshold is checked against the results store by scale-test
+    (the plan alone cannot say whether the baseline exists)."""
+    from orchestrator.workloads.engines import check_variants
+
+    check_variants(plan, cluster)
     by_name = {w.name: w for w in plan.serving}
     for s in steps:
         w = by_name[s.workload]
@@ -295,7 +299,7 @@ def expand_serving_steps(plan: Plan, cluster: Cluster, *, group: str | None = No
             sid = serving_step_id(w.name, 1)
             one = {"replicas": 1, "nodes_per_replica": 1, "gpus_per_replica_node": 1}
             steps.append(ServingStep(id=sid, index=len(steps), workload=w.name, engine=w.engine, nodes=[],
-                                     levels=levels, **one))  # fmt: skip
+                                     levels=levels, variant=w.variant, **one))  # fmt: skip
             continue
         pp, tp = w.pipeline_parallel, w.tensor_parallel
         try:
@@ -317,7 +321,8 @@ def expand_serving_steps(plan: Plan, cluster: Cluster, *, group: str | None = No
             _check_vendors(plan, sid, chosen)
             steps.append(ServingStep(id=sid, index=len(steps), workload=w.name, engine=w.engine,
                                      replicas=replicas, nodes_per_replica=pp, gpus_per_replica_node=tp,
-                                     nodes=[n.name for n in chosen], levels=levels))  # fmt: skip
+                                     nodes=[n.name for n in chosen], levels=levels,
+                                     variant=w.variant))  # fmt: skip
     return steps
 
 

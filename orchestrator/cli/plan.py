@@ -233,7 +233,8 @@ def serving_summary(w: ServingWorkload) -> str:
         [
             f"serving {w.name}: {w.engine} {model}{rev} as {w.model.served_name}, dtype {w.dtype}, "
             f"tp {w.tensor_parallel} x pp {w.pipeline_parallel}"
-            + (f", args {' '.join(w.engine_args)}" if w.engine_args else ""),
+            + (f", args {' '.join(w.engine_args)}" if w.engine_args else "")
+            + (f", variant {w.variant} (the stack's)" if w.variant else ""),
             f"  load: {load.api}, tokens in {_lengths(load.input_tokens)} / out "
             f"{_lengths(load.output_tokens)}, {counted} per level after {load.warmup_requests} warm-up, "
             f"seed {load.seed}",

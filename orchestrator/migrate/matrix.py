@@ -125,7 +125,18 @@ def _pins(s: Stack) -> dict[Component, list[_Pin]]:
             ]  # fmt: skip
     if s.serving is not None:
         sv = s.serving
-        pins.append(_Pin("serving engine", sv.engine, sv.version, "version", _package_found(sv.engine)))
+        for e in sv.engines:
+            variants = f"variants: {', '.join(e.variants)}" if e.variants else ""
+            pins.append(_Pin("serving engine", e.engine, e.version, "version", _package_found(e.engine),
+                             note=variants))  # fmt: skip
+            if e.image is not None:
+                img = e.image
+                pins.append(
+                    _Pin("serving engine", f"{e.engine} image", img.reference,
+                         "pin" if img.digest else "config",
+                         _image_found(img.repository) if img.digest else None,
+                         note="" if img.digest else "by tag: the digest is taken at provisioning")
+                )  # fmt: skip
         lm = sv.lab_model
         if lm is not None:
             pins.append(

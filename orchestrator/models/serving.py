@@ -308,6 +308,12 @@ class ServingWorkload(StrictModel):
     engine_args: list[EngineArg] = Field(
         default_factory=list, description="further engine arguments, one per item"
     )
+    variant: Name | None = Field(
+        default=None,
+        description="a variant of the engine that the run's stack names (serving.engines[].variants): its "
+        "environment and engine arguments are added after the plan's; checked against the stack with the "
+        "inventory (docs/serving.md, 'Comparing variants')",
+    )
     load: ServingLoad
     slos: ServingSlos = Field(default_factory=ServingSlos)
     thresholds: ServingThresholds = Field(default_factory=ServingThresholds)
@@ -333,7 +339,7 @@ class ServingWorkload(StrictModel):
         if self.engine == "external":
             if self.url is None:
                 raise ValueError(f"serving {self.name}: engine external needs url")
-            orchs = ("engine_args", "tensor_parallel", "pipeline_parallel", "replicas", "restart")
+            orchs = ("engine_args", "tensor_parallel", "pipeline_parallel", "replicas", "restart", "variant")
             started = [f for f in orchs if f in self.model_fields_set]
             if started:
                 raise ValueError(
@@ -380,3 +386,6 @@ class ServingStep(StrictModel):
     gpus_per_replica_node: int = Field(ge=1)
     nodes: list[str] = Field(description="inventory node names (none for engine: external)")
     levels: list[str] = Field(description="load levels in order: c1, c2 (concurrency), r0.5 (requests/s)")
+    variant: Name | None = Field(
+        default=None, description="the stack's engine variant the step runs (the workload's variant)"
+    )

@@ -15,6 +15,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.names import check_name
+from orchestrator.models.serving import EngineArg
 
 StackKind = Literal["rocm", "cuda", "cpu"]
 ContainerRuntimeChoice = Literal["podman", "docker"]
@@ -222,14 +224,150 @@ class LabModel(StrictModel):
         return v
 
 
-class ServingEnv(StrictModel):
-    """The inference engine the stack's venv holds, and the lab model provisioning builds."""
+ServingEngineName = Literal["vllm", "sglang", "transformers"]
+"""The engines a stack can pin (a plan's engine: external is no part of a stack)."""
+_ENGINE_ENV_NAME = re.compile(
+    r"^(NCCL|RCCL|GLOO|TORCH|HSA|HIP|CUDA|UCX|OMP|VLLM|SGLANG|AITER|ATOM)_[A-Z0-9_]+$"
+)
+"""An engine variant's variables: a stack's env prefixes and the engines' own (no HF_*: orch sets
+HF_HUB_OFFLINE for every engine, and a variant must not turn it off)."""
+_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_FLOATING_TAGS = frozenset({"latest", "nightly", "main", "master", "dev", "stable", "edge"})
 
-    engine: Literal["transformers"] = Field(
-        description="transformers: `transformers serve` from the venv (its package pinned in python.packages)"
+
+def check_env(
+    env: dict[str, str],
+    name_re: re.Pattern[str] = _ENV_NAME,
+    *,
+    what: str = "a workload variable (NCCL_*, RCCL_*, GLOO_*, ...)",
+) -> dict[str, str]:
+    """env when every name matches name_re and no value holds a newline or NUL (the rule of a
+    stack's `env:`); raises ValueError naming the variable otherwise."""
+    for key, value in env.items():
+        if not name_re.match(key):
+            raise ValueError(f"{key!r} is not {what}")
+        if "\n" in value or "\0" in value:
+            raise ValueError(f"{key}: the value has a newline or NUL")
+    return env
+
+
+class EngineImage(StrictModel):
+    """A registry image that holds an engine: by digest, or by a release tag until the digest is
+    taken at provisioning (a tag can be re-pushed; `latest` and other moving tags are refused)."""
+
+    repository: str = Field(description="e.g. docker.io/rocm/vllm")
+    tag: str | None = Field(default=None, description="a release tag, e.g. rocm6.4.1_vllm_0.10.1_20250909")
+    digest: str | None = Field(default=None, description="sha256:<64 hex>; when set, runs and checks use it")
+
+    @field_validator("repository")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not _IMAGE_REPO.match(v):
+            raise ValueError(f"{v!r} is not an image repository name")
+        return v
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str | None) -> str | None:
+        if v is not None and (not _IMAGE_TAG.match(v) or v.lower() in _FLOATING_TAGS):
+            raise ValueError(
+                f"{v!r} is not a release tag (letters, digits, _ . -; not a moving tag such as latest)"
+            )
+        return v
+
+    @field_validator("digest")
+    @classmethod
+    def _digest(cls, v: str | None) -> str | None:
+        if v is not None and not _DIGEST.match(v):
+            raise ValueError(f"{v!r} is not a sha256 digest (sha256:<64 hex>)")
+        return v
+
+    @model_validator(mode="after")
+    def _pinned(self) -> EngineImage:
+        if self.tag is None and self.digest is None:
+            raise ValueError(f"image {self.repository}: give its digest, its release tag, or both")
+        return self
+
+    @property
+    def reference(self) -> str:
+        """repository@digest when the digest is pinned, else repository:tag."""
+        return f"{self.repository}@{self.digest}" if self.digest else f"{self.repository}:{self.tag}"
+
+
+class EngineVariant(StrictModel):
+    """A named setting of an engine that a plan can choose (`variant: NAME` in a serving workload),
+    e.g. an optimized backend switched on or off: environment variables and engine arguments that
+    the engine gets after the plan's own."""
+
+    description: str = ""
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="variables set for the engine: a stack's env prefixes (NCCL_*, HIP_* ...) and VLLM_*,"
+        " SGLANG_*, AITER_*, ATOM_*",
     )
-    version: Version = Field(description="the engine's version; python.packages pins the same")
+    engine_args: list[EngineArg] = Field(
+        default_factory=list, description="engine arguments after the plan's engine_args, one per item"
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        what = "an engine variable (a stack's env prefixes NCCL_*, HIP_* ..., and VLLM_*, SGLANG_*, AITER_*,"
+        what += " ATOM_*)"
+        return check_env(v, _ENGINE_ENV_NAME, what=what)
+
+
+class EnginePin(StrictModel):
+    """One inference engine of a stack: its version, where it comes from, and its variants."""
+
+    engine: ServingEngineName
+    version: Version = Field(description="the engine's release, e.g. 0.10.1")
+    image: EngineImage | None = Field(
+        default=None,
+        description="the registry image that holds it (GPU stacks); none: installed on the nodes",
+    )
+    variants: dict[str, EngineVariant] = Field(
+        default_factory=dict, description="named settings a plan can choose with `variant:`"
+    )
+
+    @field_validator("variants")
+    @classmethod
+    def _names(cls, v: dict[str, EngineVariant]) -> dict[str, EngineVariant]:
+        for name in v:
+            check_name(name, what="variant")
+        return v
+
+
+class ServingEnv(StrictModel):
+    """The inference engines a stack pins, and the lab model provisioning builds.
+
+    ``engines`` lists one entry per engine. The short form of one engine without variants,
+    ``{engine: transformers, version: 5.24.0}``, is read as ``{engines: [{...}]}``.
+    """
+
+    engines: list[EnginePin] = Field(min_length=1, description="one entry per engine")
     lab_model: LabModel | None = Field(default=None, description="a model built on each node (no hub)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: object) -> object:
+        if isinstance(data, dict) and "engines" not in data and "engine" in data:
+            pin = {k: data[k] for k in ("engine", "version", "image", "variants") if k in data}
+            rest = {k: v for k, v in data.items() if k not in pin}
+            return {**rest, "engines": [pin]}
+        return data
+
+    @field_validator("engines")
+    @classmethod
+    def _distinct(cls, v: list[EnginePin]) -> list[EnginePin]:
+        names = [e.engine for e in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"an engine is listed twice: {names}")
+        return v
+
+    def engine(self, name: str) -> EnginePin | None:
+        """The pin of engine `name`, or None when the stack has none."""
+        return next((e for e in self.engines if e.engine == name), None)
 
 
 class Stack(StrictModel):
@@ -253,7 +391,8 @@ class Stack(StrictModel):
     )
     env: dict[str, str] = Field(default_factory=dict, description="environment set for the workloads")
     serving: ServingEnv | None = Field(
-        default=None, description="an inference engine in the venv and a lab model to build (cpu-serve)"
+        default=None,
+        description="the inference engines it pins (with their variants) and a lab model to build",
     )
 
     @field_validator("name")
@@ -266,12 +405,7 @@ class Stack(StrictModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if not _ENV_NAME.match(key):
-                raise ValueError(f"{key!r} is not a workload variable (NCCL_*, RCCL_*, GLOO_*, ...)")
-            if "\n" in value or "\0" in value:
-                raise ValueError(f"{key}: the value has a newline or NUL")
-        return v
+        return check_env(v)
 
     @model_validator(mode="after")
     def _sections(self) -> Stack:
@@ -288,16 +422,28 @@ class Stack(StrictModel):
         if self.container is not None and self.python is None:
             raise ValueError("a container build needs a 'python' section (the tree it holds)")
         if self.serving is not None:
-            if self.python is None:
-                raise ValueError("a 'serving' section needs a 'python' section (the venv of the engine)")
-            pins = {r.partition("==")[0].lower(): r.partition("==")[2] for r in self.python.packages}
-            engine = self.serving.engine
-            if pins.get(engine) != self.serving.version:
-                raise ValueError(
-                    f"serving: {engine} {self.serving.version} needs python.packages to pin"
-                    f" {engine}=={self.serving.version} (found {pins.get(engine) or 'none'})"
-                )
+            self._check_engines(self.serving)
         return self
+
+    def _check_engines(self, serving: ServingEnv) -> None:
+        """transformers runs from the venv: python.packages must pin it at the engine's version.
+        vLLM and SGLang come from their image or the operator's install; where python.packages
+        pins one as well, the versions must agree."""
+        pins = (
+            {r.partition("==")[0].lower(): r.partition("==")[2] for r in self.python.packages}
+            if self.python is not None
+            else {}
+        )
+        for e in serving.engines:
+            if e.engine != "transformers" and self.kind == "cpu":
+                raise ValueError(f"serving: {e.engine} needs GPUs: pin it in a rocm or cuda stack")
+            if e.engine == "transformers" and self.python is None:
+                raise ValueError("serving: transformers needs a 'python' section (the venv of the engine)")
+            if (e.engine == "transformers" or e.engine in pins) and pins.get(e.engine) != e.version:
+                raise ValueError(
+                    f"serving: {e.engine} {e.version} needs python.packages to pin"
+                    f" {e.engine}=={e.version} (found {pins.get(e.engine) or 'none'})"
+                )
 
     @property
     def lab_model(self) -> LabModel | None:

@@ -382,6 +382,31 @@ def _lab_model_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
     return checks
 
 
+def _engine_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
+    """The stack's pinned inference engines where the node has them: a vllm or sglang package in
+    the probed venv at another version, a pulled image of the pinned repository at another digest.
+    A node without the engine is not held against the stack here (GPU engines come with their
+    image or the operator's install, docs/stacks.md "Serving engines"; a serving step whose engine
+    is missing ends as an infrastructure failure naming the node). transformers is checked with
+    the venv's packages (python.packages pins it)."""
+    if stack.serving is None:
+        return []
+    have = dict(line.split("==", 1) for line in fp.packages)
+    checks: list[FieldCheck] = []
+    for e in stack.serving.engines:
+        found = have.get(_norm_name(e.engine))
+        if e.engine != "transformers" and found is not None:
+            checks.append(_check(f"engine {e.engine}", e.version, found, version_verdict(e.version, found)))
+        img = e.image
+        if img is not None and img.digest is not None:
+            ref = img.reference
+            pulled = [i for i in fp.images if i.startswith(img.repository + "@")]
+            if pulled:
+                got = ref if ref in pulled else pulled[0]
+                checks.append(_check(f"engine {e.engine} image", ref, got, pin_verdict(ref, got)))
+    return checks
+
+
 def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) -> NodeReport:
     """Every pinned field of `stack` against what node `fp` has."""
     checks: list[FieldCheck] = []
@@ -457,6 +482,7 @@ def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) 
             else next((i for i in fp.images if i.startswith(stack.image.repository + "@")), None)
         )
         checks.append(_check("image", ref, found, pin_verdict(ref, found)))
+    checks += _engine_checks(stack, fp)
     return NodeReport(node=fp.node, checks=checks)
 
 

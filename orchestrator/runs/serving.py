@@ -71,7 +71,7 @@ from orchestrator.scheduler.local import LOCAL_ADDR, free_port
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import SERVING_RESULT
 from orchestrator.store.rundir import atomic_write
-from orchestrator.workloads.engines import engine_argv, health_path
+from orchestrator.workloads.engines import engine_argv, engine_env, health_path, variant_of
 from orchestrator.workloads.loadgen import LoadGenerator, RecordWriter, Target, level_specs, read_lengths
 
 HEALTH_POLL_S = 0.5
@@ -199,7 +199,8 @@ def engine_job(
     node = cluster.node(name)
     env = {**env, ENGINE_NODE_ENV: name}  # with ORCH_ENGINE, the fault selector NODE:engine
     host = LOCAL_ADDR if here else str(node.fabric_address or node.address)
-    argv = engine_argv(w, bindir=bindir, host=host, port=port, gpu_vendor=node.gpu_vendor)
+    variant = variant_of(plan, cluster, w)  # the stack's variant the workload names, if any
+    argv = engine_argv(w, bindir=bindir, host=host, port=port, gpu_vendor=node.gpu_vendor, variant=variant)
     log_name = f"engine-{name}.log"
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     engine = EngineRun(node=name, url=url, argv=argv, log=(folder / log_name).relative_to(root).as_posix())
@@ -217,7 +218,7 @@ def engine_job(
         ranks_per_node=1,
         gpus_per_node=0 if node.gpu_vendor == "none" else step.gpus_per_replica_node,
         argv=argv,
-        env=dict(env),
+        env=engine_env(env, variant),
         time_limit_s=plan.step_timeout_s + JOB_MARGIN_S,
         workdir=workdir,
         output=output,

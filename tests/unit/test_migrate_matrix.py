@@ -127,8 +127,23 @@ def test_what_orch_cannot_judge_is_asked_not_guessed() -> None:
     m = build_matrix(load_stack("rocm-6.2"), load_stack("cuda-12.4"))
     topics = {q.topic for q in m.questions}
     assert {"operators", "quantization", "attention", "tokenizers", "adapters", "monitoring"} <= topics
-    assert "serving engine" in topics  # neither manifest names one
-    assert not any(r.component in ("serving engine",) for r in m.rows)
+    assert "serving engine" not in topics  # both pin their engines now
+    plain = build_matrix(load_stack("cpu-gloo"), load_stack("cpu-gloo-next"))
+    assert "serving engine" in {q.topic for q in plain.questions}  # neither manifest names one
+    assert not any(r.component in ("serving engine",) for r in plain.rows)
+
+
+def test_gpu_engines_and_their_images_are_matrix_rows() -> None:
+    m = build_matrix(load_stack("rocm-6.2"), load_stack("rocm-6.4"))
+    vllm = _row(m, "serving engine", "vllm")
+    assert (vllm.from_value, vllm.to_value, vllm.verdict) == ("0.6.4", "0.10.1", "needs porting")
+    assert "aiter" in vllm.note and "plain" in vllm.note  # B's variants are named
+    image = _row(m, "serving engine", "vllm image")
+    assert image.to_value == "docker.io/rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909"
+    assert image.verdict == "needs config change" and "digest" in image.note
+    # rocm-6.2 pins an SGLang image, cuda-12.4 none (no public source for one): B has nothing there
+    to_cuda = build_matrix(load_stack("rocm-6.2"), load_stack("cuda-12.4"))
+    assert _row(to_cuda, "serving engine", "sglang image").verdict == "unavailable"
 
 
 def _fingerprints(tmp_path: Path, torch: dict[str, str]) -> Path:
@@ -193,7 +208,7 @@ def test_cli_json_table_and_exit_codes(capsys: pytest.CaptureFixture[str], tmp_p
     code, out, _ = run_cli(
         capsys, "migrate", "plan", "--from", "rocm-6.2", "--to", "cuda-12.4", "--format", "md"
     )
-    assert code == 1 and out.startswith("# Migration rocm-6.2 → cuda-12.4: **needs porting**")
+    assert code == 1 and out.startswith("# Migration rocm-6.2 → cuda-12.4: **unavailable**")
     code, _, err = run_cli(capsys, "migrate", "plan", "--from", "cpu-gloo", "--to", "nope")
     assert code == 2 and "no stack named 'nope'" in one_error_line(err)
     code, _, err = run_cli(

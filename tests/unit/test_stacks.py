@@ -80,7 +80,8 @@ def _serve(**over: object) -> dict[str, object]:
 def test_the_serving_stack_pins_its_engine_and_names_its_lab_model() -> None:
     s = load_stack("cpu-serve")
     assert s.python is not None and s.serving is not None and s.lab_model is not None
-    assert f"transformers=={s.serving.version}" in s.python.packages
+    assert [e.engine for e in s.serving.engines] == ["transformers"]
+    assert f"transformers=={s.serving.engines[0].version}" in s.python.packages
     assert s.python.torch == load_stack("cpu-gloo").python.torch  # type: ignore[union-attr]
     assert s.lab_model.path == "/opt/orch/models/lab-tiny" and s.lab_model.sha256 is not None
     # the built-in serving plan serves the model this stack builds
@@ -94,7 +95,10 @@ def test_the_serving_stack_pins_its_engine_and_names_its_lab_model() -> None:
 _TF = {"engine": "transformers", "version": "5.24.0"}
 _BAD_SERVING: list[tuple[dict[str, object], str]] = [
     ({"engine": "transformers", "version": "5.23.0"}, "pin transformers==5.23.0"),
-    ({"engine": "vllm", "version": "0.11.0"}, "engine"),
+    ({"engine": "vllm", "version": "0.11.0"}, "needs GPUs"),
+    ({"engine": "tgi", "version": "3.0.0"}, "engine"),
+    ({"engines": [_TF, _TF]}, "listed twice"),
+    ({"engines": []}, "at least 1"),
     ({**_TF, "lab_model": {"name": "gpt-9", "path": "/m"}}, "name"),
     ({**_TF, "lab_model": {"name": "lab-tiny", "path": "/m", "sha256": "sha256:abc"}}, "sha256"),
 ] + [
