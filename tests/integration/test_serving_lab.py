@@ -58,6 +58,8 @@ faults:
     at_s: 8
     target: "node1:engine"
     repeat: 2
+# The inventory holds node1 alone: a fault on its engine hits 1 of 1 node.
+max_share: 1.0
 step_timeout_s: 600
 """
 
