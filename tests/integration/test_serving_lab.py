@@ -46,7 +46,7 @@ serving:
       input_tokens: {{kind: fixed, tokens: 32}}
       output_tokens: {{kind: fixed, tokens: 16}}
       requests: 100000
-      duration_s: 75
+      duration_s: 50
       warmup_requests: 4
       request_timeout_s: 30
     thresholds: {{max_ttft_p99_ms: 0.001}}
