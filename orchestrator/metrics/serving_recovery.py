@@ -12,7 +12,8 @@ are the records' wall clock; every figure is seconds after ``injected_at``. With
 - first success: the end of the first successful request sent at or after the end of the first
   failure;
 - steady: the send time of the first request, sent at or after the fault (and, when something
-  failed, at or after the first success), that starts a run of W consecutive requests (by send
+  failed, at or after the first success; for a fault held for a duration — a pause, a throttle,
+  a link down — at or after its revert, ``held_until``), that starts a run of W consecutive requests (by send
   time) which all succeeded and whose TTFT median is within the band;
 - outage: first success - first failure;
 - failed / aborted: requests that ended at or after the fault, sent before steady (all of them
@@ -22,7 +23,8 @@ are the records' wall clock; every figure is seconds after ``injected_at``. With
 
 Status: no-data when there is no pre-fault band or no counted request sent at or after the fault
 (nothing could show a recovery; the figures that can still be read are kept); no-impact when
-nothing failed and the very first request after the fault already starts a steady window;
+nothing failed, every window of W requests sent while a held fault was on was steady, and the
+first request that could start the steady window did;
 recovered when steady was reached otherwise; not-recovered when it was not within the records.
 With several faults in one level, each is measured up to the next one's injection (``until``).
 """
@@ -67,6 +69,24 @@ def _steady_window(window: Sequence[RequestRecord], band_ms: float) -> bool:
     return bool(ttfts) and statistics.median(ttfts) <= band_ms
 
 
+def _first_candidate(after: Sequence[RequestRecord], held_until: float | None) -> float | None:
+    """The send time of the first request that could start a steady window."""
+    return next((r.send for r in after if held_until is None or r.send >= held_until), None)
+
+
+def _hit_while_held(
+    after: Sequence[RequestRecord], band_ms: float | None, w: int, held_until: float | None
+) -> bool:
+    """Whether a window of w requests starting while the held fault was on was not steady."""
+    if held_until is None or band_ms is None:
+        return False
+    return any(
+        not _steady_window(after[i : i + w], band_ms)
+        for i, r in enumerate(after)
+        if r.send < held_until and i + w <= len(after)
+    )
+
+
 def serving_recovery(
     records: Sequence[RequestRecord],
     injected_at: float,
@@ -74,11 +94,14 @@ def serving_recovery(
     level: str,
     rule: SteadyRule,
     until: float | None = None,
+    held_until: float | None = None,
 ) -> ServingRecovery:
     """The outage and the way back of one fault injected at ``injected_at`` into ``level``.
 
     ``until``: the next fault's injection into the same level, when there is one; requests sent at
     or after it, and failures that ended at or after it, belong to that fault and are left out.
+    ``held_until``: when a fault held for a duration was reverted: the service cannot be steady
+    again while the fault is still on (a throttle's first requests pass before its queue fills).
     """
     recs = sorted(
         (
@@ -103,6 +126,8 @@ def serving_recovery(
     steady: float | None = None
     if band is not None and (first_failure is None or first_success is not None):
         start_from = injected_at if first_success is None else first_success
+        if held_until is not None:
+            start_from = max(start_from, held_until)
         w = rule.window
         for i, r in enumerate(after):
             if r.send < start_from:
@@ -135,7 +160,9 @@ def serving_recovery(
         status = "no-data"
     elif steady is None:
         status = "not-recovered"
-    elif first_failure is None and after and steady == after[0].send:
+    elif first_failure is None and steady == _first_candidate(after, held_until) and not _hit_while_held(
+        after, band, rule.window, held_until
+    ):
         status = "no-impact"
     else:
         status = "recovered"

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.errors import OrchError
+from orchestrator.faults.catalog import CATALOG
 from orchestrator.metrics.serving_recovery import serving_recovery
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import ENGINE_ENV, FaultSpec, PlanFault
@@ -252,13 +253,22 @@ class ServingFaults:
         far; the revert instant when there is no pre-fault band to be steady against; infinity
         when the level ends first."""
         while not (done.is_set() or self._stop.is_set()):
-            r = serving_recovery(live.snapshot(), fr.injected_at, level=fr.level, rule=rule)
+            r = serving_recovery(live.snapshot(), fr.injected_at, level=fr.level, rule=rule,
+                                 held_until=held_until(fr))  # fmt: skip
             if r.to_steady_s is not None:
                 return mono_of(fr.injected_at + r.to_steady_s)
             if r.pre_fault_ttft_band_ms is None:
                 return revert_mono
             done.wait(STEADY_POLL_S)
         return math.inf
+
+
+def held_until(f: ServingFaultResult) -> float | None:
+    """When a fault held for a duration (the catalog's kinds with a node-side timer: pause, link,
+    throttle, delay, loss, node-loss) was reverted; None for a kill or a restart, whose service
+    comes back by itself (the restart policy)."""
+    info = CATALOG.get(f.kind)  # type: ignore[call-overload]
+    return f.reverted_at if info is not None and info.timer else None
 
 
 def attach_recovery(
@@ -278,4 +288,5 @@ def attach_recovery(
         nxt = faults[i + 1].injected_at if i + 1 < len(faults) else None
         end = nxt if nxt is not None else level_end
         f.restarts = [r for r in res.restarts if f.injected_at <= r.ended_at < end]
-        f.recovery = serving_recovery(records, f.injected_at, level=level, rule=rule, until=nxt)
+        f.recovery = serving_recovery(records, f.injected_at, level=level, rule=rule, until=nxt,
+                                      held_until=held_until(f))  # fmt: skip

@@ -264,3 +264,20 @@ def test_until_the_next_fault_leaves_its_requests_out() -> None:
     assert r.failed == 10 and r.aborted == 0
     # cut before a full window followed the first success: not steady within its own span
     assert serving_recovery(late, FAULT, level="c4", rule=RULE, until=T0 + 5.5).status == "not-recovered"
+
+
+def test_a_held_fault_is_steady_only_after_its_revert() -> None:
+    """A throttle, as on the lab: its queue lets the first 30 requests through at the old speed,
+    then every first token is 4x slower until the revert at FAULT + 6 s (request 100)."""
+    recs = healthy(range(70)) + healthy(range(70, 100), 0.4) + healthy(range(100, 160))
+    held = FAULT + 6.0
+    blind = serving_recovery(recs, FAULT, level="c4", rule=RULE)
+    assert blind.status == "no-impact"  # without the revert time, the first window looked steady
+    r = serving_recovery(recs, FAULT, level="c4", rule=RULE, held_until=held)
+    assert r.status == "recovered" and r.to_first_failure_s is None and r.failed == 0
+    assert r.to_steady_s == pytest.approx(6.0)  # request 100, the first sent after the revert
+    assert r.ttft_during_ms is not None and r.ttft_during_ms.n == 60
+    assert r.ttft_during_ms.p95 == pytest.approx(400.0)
+    # a held fault that changed nothing is no-impact
+    calm = serving_recovery(healthy(range(160)), FAULT, level="c4", rule=RULE, held_until=held)
+    assert calm.status == "no-impact" and calm.to_steady_s == pytest.approx(6.0)
