@@ -93,6 +93,10 @@ _P99 = (
 )
 
 
+STOP_WAIT_S = 60.0
+"""How long the end of a step waits for its cancelled engine jobs to leave the queue."""
+
+
 class _StepEnded(Exception):
     """The step cannot go on: its verdict and why."""
 
@@ -609,6 +613,13 @@ class ServingRunner:
             return
         try:
             self.sched.cancel(ids)
+            # Slurm: a cancelled job stays COMPLETING until slurmd has ended its processes; the
+            # step is over when none of its engines is left.
+            wait_gone = getattr(self.sched, "wait_gone", None)
+            left = wait_gone(ids, STOP_WAIT_S) if wait_gone is not None else []
+            if left:
+                still = ", ".join(left)
+                res.warnings.append(f"engine jobs {still} still listed {STOP_WAIT_S:g} s after scancel")
             states = self.sched.poll(ids)
         except OrchError as e:
             res.warnings.append(f"engines not stopped cleanly: {e}")

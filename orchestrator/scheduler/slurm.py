@@ -337,6 +337,22 @@ class SlurmScheduler:
         if job_ids:
             self._run(["scancel", *job_ids])
 
+    def wait_gone(self, job_ids: list[str], timeout: float) -> list[str]:
+        """Wait until squeue no longer lists the jobs (a cancelled job stays COMPLETING while
+        slurmd ends its processes; sacct already says CANCELLED); the ids still listed when
+        ``timeout`` ran out. A failing squeue counts as gone (poll's fallbacks report it)."""
+        for job_id in job_ids:
+            _check_word("job id", job_id)
+        deadline = time.monotonic() + timeout
+        left = list(job_ids)
+        while left:
+            res = self._run(["squeue", "-h", "-o", "%i", "-j", ",".join(left)])
+            left = [j for j in res.stdout.split() if j in left] if res.ok else []
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        return left
+
     def show_nodes(self) -> str:
         """`scontrol show node -o`: one line per node, as Slurm names them ('' when it fails)."""
         res = self._run(["scontrol", "show", "node", "-o"])

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ParseError
+from orchestrator.errors import ConfigError, ParseError
+from orchestrator.remote.base import CmdResult
 from orchestrator.scheduler.base import JobStatus
+from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.scheduler.slurm_state import (
     SACCT_FIELDS,
     SACCT_FORMAT,
@@ -157,3 +159,33 @@ def test_why_a_job_waits_is_answered_in_orchs_words() -> None:
     assert pending_wait(pending(None)) == "queued"
     running = JobState(job_id="1", status=JobStatus.RUNNING, raw_state="RUNNING")
     assert pending_wait(running) is None
+
+
+class _Queue:
+    """squeue as a cancelled job leaves it: listed (COMPLETING) for two polls, then gone."""
+
+    def __init__(self, listed_for: int) -> None:
+        self.calls: list[list[str]] = []
+        self.listed_for = listed_for
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout: float,
+        env: dict[str, str] | None = None,
+        input_text: str | None = None,
+    ) -> CmdResult:
+        self.calls.append(argv)
+        out = "41\n42\n" if len(self.calls) <= self.listed_for else ""
+        return CmdResult(argv=argv, rc=0, stdout=out, stderr="", elapsed_s=0.0)
+
+
+def test_wait_gone_waits_until_squeue_no_longer_lists_the_jobs() -> None:
+    q = _Queue(listed_for=2)
+    assert SlurmScheduler(runner=q).wait_gone(["41", "42"], timeout=30) == []
+    assert len(q.calls) == 3 and q.calls[0][:4] == ["squeue", "-h", "-o", "%i"] and q.calls[0][-1] == "41,42"
+    stuck = _Queue(listed_for=10**6)
+    assert SlurmScheduler(runner=stuck).wait_gone(["41", "42"], timeout=0.2) == ["41", "42"]
+    with pytest.raises(ConfigError):
+        SlurmScheduler(runner=q).wait_gone(["41;x"], timeout=1)
