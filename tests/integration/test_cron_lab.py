@@ -75,7 +75,9 @@ def test_cron_entry_runs_the_plan_and_lands_in_history(lab: Lab, tmp_path: Path)
         start = datetime.fromisoformat(fields["StartTime"])
         assert start.strftime("%H:%M") >= at  # held to the --at minute, not run at once
         tomorrow = run([*ORCH, "cron", "list", *inv], env=env).stdout
-        assert name in tomorrow and "PENDING" in tomorrow and job not in tomorrow.split("job ", 1)[1]
+        again = next((ln for ln in tomorrow.splitlines() if ln.split()[:1] == [name]), tomorrow)
+        # the job id as a word: job 15 held to 15:25 once made a substring test fail
+        assert "PENDING" in again and again.split("job ", 1)[1].split()[0] != job, again
 
         hist = run([*ORCH, "history", "--plan", "smoke", "--store", str(runs / "orch.db")], env=env).stdout
         assert run_id in hist, hist
