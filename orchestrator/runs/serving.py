@@ -209,11 +209,14 @@ def engine_job(
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     engine = EngineRun(node=name, url=url, argv=argv, log=(folder / log_name).relative_to(root).as_posix())
     if here:
-        workdir, output, script = folder / f"engine-{name}", folder / log_name, None
+        workdir, output, script = folder.absolute() / f"engine-{name}", folder / log_name, None
     else:
         workdir = layout.node_path("steps", step.id)
         output = layout.node_path("steps", step.id, log_name)
         script = folder.absolute() / f"engine-{name}.sbatch"
+    # Hugging Face's caches and its update-check mark go to the step's folder, not the node's home
+    # (transformers serve wrote ~/.cache/huggingface on the lab's nodes).
+    env = {**env, "HF_HOME": str(workdir / f"hf-home-{name}")}
     spec = JobSpec(
         name=f"orch-{plan.name}-{step.id}",
         step_id=step.id,

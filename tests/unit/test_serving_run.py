@@ -330,6 +330,8 @@ def test_on_slurm_an_engine_is_a_one_task_job_on_its_node_with_its_log_in_the_st
     assert "#SBATCH --nodelist=node2\n" in script and "#SBATCH --nodes=1\n" in script
     assert "--output=" not in script.split("exec srun", 1)[1]  # no rank logs: srun writes to the job's output
     assert shlex.join(spec.argv) in script and "export HF_HUB_OFFLINE=1" in script
+    # Hugging Face's caches stay in the step's folder on the node, never in the node's home
+    assert spec.env["HF_HOME"] == f"{layout.node_root}/steps/lab-tiny-r3/hf-home-node2"
     assert f"--output={layout.node_root}/steps/lab-tiny-r3/engine-node2.log" in sched.sbatch_argv(spec)
 
 
