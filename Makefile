@@ -39,7 +39,7 @@ lint: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --nocolor orchestrator/playbooks/
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n 4 tests/unit
 
 ## make fuzz: the parser fuzz tests with the full budget (10,000 inputs each; `make test` runs 300).
 fuzz: venv
@@ -47,7 +47,7 @@ fuzz: venv
 
 ## make test: install what the tests need, bring the lab up, run every test, take the lab down.
 test: deps venv lint
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n 4 tests/unit
 	@set -e; trap '$(ORCH) lab down || true' EXIT; \
 	$(ORCH) lab up --nodes $(LAB_NODES); \
 	$(BIN)/pytest -q --durations=30 tests/integration
