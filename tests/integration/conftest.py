@@ -27,6 +27,23 @@ REPO = Path(__file__).resolve().parents[2]
 LAST = ("test_serving_lab.py",)
 
 
+# The lab's set-up steps and their wall times (bring-up, provisioning, a module's own lab), printed
+# after the 30 slowest tests: fixtures' set-up is where CI's minutes go besides the tests.
+SETUP_TIMES: list[tuple[str, float]] = []
+
+
+def record_setup(what: str, started: float) -> None:
+    """Note that ``what`` took from ``started`` (time.monotonic()) until now."""
+    SETUP_TIMES.append((what, time.monotonic() - started))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if SETUP_TIMES:
+        terminalreporter.section("lab set-up times")
+        for what, secs in SETUP_TIMES:
+            terminalreporter.write_line(f"{secs:7.1f} s  {what}")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.nodeid:
@@ -135,14 +152,17 @@ def lab() -> Iterator[Lab]:
         pytest.skip("the virtual lab needs root (network namespaces, daemons)")
     state_dir = Path(os.environ.get("ORCH_LAB_STATE_DIR", str(DEFAULT_STATE_DIR)))
     started_here = False
+    t0 = time.monotonic()
     if not status(lab_config(state_dir)).healthy:
         up(lab_config(state_dir))
         started_here = True
+        record_setup("3-node lab up (session fixture)", t0)
     state = load_state(state_dir / "state.json")
     assert state is not None
     cfg = state.config
     # The lab's inventory names its stack (orch_stack=cpu-gloo) and scale-test checks every node
     # against it: a fresh lab is provisioned once (about 2 minutes; seconds when already done).
+    t0 = time.monotonic()
     prov = subprocess.run(
         [sys.executable, "-m", "orchestrator", "provision", "-i", str(cfg.inventory_out),
          "--stack", "cpu-gloo"],
@@ -150,6 +170,7 @@ def lab() -> Iterator[Lab]:
     )  # fmt: skip
     if prov.returncode != 0:
         pytest.fail(f"provisioning the lab failed:\n{prov.stdout}\n{prov.stderr}")
+    record_setup("cpu-gloo provisioning of the session's lab (seconds when already done)", t0)
     yield Lab(config=cfg, nodes=cfg.node_specs, env=slurm_env(cfg))
     if started_here:
         down(cfg)

@@ -92,6 +92,7 @@ def _seed_opt(cfg: LabConfig) -> None:
 @pytest.fixture(scope="module")
 def lab8(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     from conftest import Lab as Facts
+    from conftest import record_setup
 
     t0 = time.monotonic()
     cfg = lab.config.model_copy(
@@ -107,7 +108,7 @@ def lab8(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     try:
         up(cfg)
         _seed_opt(cfg)
-        print(f"8-node lab up with the stack in {time.monotonic() - t0:.0f} s")
+        record_setup("8-node lab up with the stack (test_isolate8_lab)", t0)
         yield Facts(config=cfg, nodes=cfg.node_specs, env=slurm_env(cfg))
     finally:
         t1 = time.monotonic()
@@ -115,7 +116,7 @@ def lab8(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         for node in cfg.node_specs[lab.config.nodes :]:
             shutil.rmtree(cfg.node_dir(node), ignore_errors=True)
         up(lab.config)
-        print(f"3-node lab back in {time.monotonic() - t1:.0f} s")
+        record_setup("8-node lab down and the 3-node lab back (test_isolate8_lab)", t1)
 
 
 def _tc(lab: Lab, node: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,8 +96,12 @@ def orch(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def node1_inventory(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """node1 on cpu-serve, and an inventory of node1 alone (its [all:vars] as the lab's)."""
+    from conftest import record_setup
+
+    t0 = time.monotonic()
     prov = orch("provision", "-i", str(lab.inventory), "--stack", "cpu-serve", "--limit", "node1")
     assert prov.returncode == 0, prov.stdout[-3000:] + prov.stderr[-3000:]
+    record_setup("cpu-serve provisioning of node1 (test_serving_lab)", t0)
     lines = lab.inventory.read_text().splitlines()
     vars_at = lines.index("[all:vars]")
     keep = [ln for ln in lines[:vars_at] if ln.startswith(("[", "node1 "))] + lines[vars_at:]
