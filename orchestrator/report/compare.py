@@ -12,17 +12,18 @@ ideally interleaved A, B, A, B so that drift hits both). Per row (step, collecti
            that over all groups;
   band     max(ln(1 + floor), k x se), se = sigma x hypot(c(n_A), c(n_B)) with c(n) the standard
            error of a median of n runs (noise.median_se_factor); floor 5%, k 3.
-A row beyond +band is "better", beyond -band "worse", else "same" -- and, as in AMD's RCCL
-regression detector, a change stands only where it holds at 2 or more adjacent sizes of the same
-step and collective; a lone row beyond the band stays "same", with a note. Recovery times (lower
-is better) compare the medians over the repeats, with the same robust spread in seconds.
+The rules are metrics/decision.py's: a row beyond +band is "better", beyond -band "worse", else
+"same" -- and, as in AMD's RCCL regression detector, a change stands only where it holds at 2 or
+more adjacent sizes of the same step and collective; a lone row beyond the band stays "same", with
+a note. Recovery times (lower is better) compare the medians over the repeats, with the same
+robust spread in seconds.
 
 Serving steps (docs/serving.md, "Compare") compare per step and load level (c4, r0.5) with
 metrics.serving.compare_level: output tokens/s and each p99 latency on the log scale, the band
 max(ln(1 + floor), k x se) with se from the robust spread of the repeats (the same estimator)
 and at least one run's own p99 uncertainty from its order statistics; a p99 worse beyond the band
-is "worse for interactive" even where throughput is better. Cost per 1M output tokens is shown
-side by side (not judged: it follows from throughput and the price each run was given).
+is "worse for interactive" even where throughput is better (decision.serving_verdict). Cost per 1M
+output tokens is shown side by side (not judged: it follows from throughput and the price each run was given).
 """
 
 from __future__ import annotations
@@ -33,17 +34,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.metrics import noise
+from orchestrator.metrics import decision, noise
+from orchestrator.metrics.decision import FLOOR, MIN_ADJACENT, K
 from orchestrator.metrics.serving import compare_level
 from orchestrator.models.base import StrictModel
+from orchestrator.models.decision import Change, InteractiveVerdict
 from orchestrator.models.run import RunRecord
 from orchestrator.models.serving_results import LevelSummary, ServingComparison
 
-RowVerdict = Literal["better", "same", "worse", "missing", "n/a"]
-FLOOR = 0.05
-K = 3.0
-MIN_ADJACENT = 2
-"""A busbw change is flagged only when it holds at this many adjacent sizes."""
+RowVerdict = Literal[Change, "missing"]
+"""A row's word: the change, or missing when only one side has the row."""
 
 
 class CompareRow(StrictModel):
@@ -78,7 +78,7 @@ class ServingRow(StrictModel):
     step: str
     level: str
     comparison: ServingComparison | None = Field(description="None when a side lacks the level")
-    verdict: Literal["better", "same", "worse", "worse for interactive", "missing", "n/a"]
+    verdict: Literal[InteractiveVerdict, "missing"]
     a_cost_per_million: float | None = Field(default=None, description="A's cost per 1M output tokens")
     b_cost_per_million: float | None = None
     n_a: int = Field(default=0, description="runs of A that have this level")
@@ -86,7 +86,7 @@ class ServingRow(StrictModel):
 
     @property
     def worse(self) -> bool:
-        return self.verdict in ("worse", "worse for interactive")
+        return decision.is_worse(self.verdict)
 
 
 class Comparison(StrictModel):
@@ -113,7 +113,7 @@ class Comparison(StrictModel):
 
     @property
     def worse(self) -> bool:
-        return "worse" in self.counts() or any(r.worse for r in self.serving)
+        return any(decision.is_worse(v) for v in self.counts())
 
 
 Key = tuple[str, str, int]
@@ -179,7 +179,7 @@ def compare_runs(
         sigma = max(row_sigma.get(key, 0.0), pooled)
         se = noise.difference_se(sigma, len(la[key]), len(lb[key])) if repeated else sigma
         band = noise.band(se, floor, k)
-        verdict: RowVerdict = noise.direction(d[key], band)
+        verdict: RowVerdict = decision.direction(d[key], band)
         rows.append(CompareRow(
             step=key[0], collective=key[1], size_bytes=key[2], a_gbs=va, b_gbs=vb,
             ratio=math.exp(d[key]), band=math.expm1(band), verdict=verdict,
@@ -221,8 +221,9 @@ def _require_adjacent(rows: list[CompareRow]) -> None:
         groups.setdefault((r.step, r.collective), []).append(r)
     for group in groups.values():
         group.sort(key=lambda r: r.size_bytes)
-        for r, length in zip(group, noise.run_lengths([r.verdict for r in group]), strict=True):
-            if r.verdict in ("better", "worse") and length < MIN_ADJACENT:
+        stands = decision.adjacent([r.verdict for r in group], MIN_ADJACENT)
+        for r, ok in zip(group, stands, strict=True):
+            if r.verdict in ("better", "worse") and not ok:
                 r.note = (
                     f"{r.verdict} beyond the band at this size only "
                     f"(a change must hold at {MIN_ADJACENT} adjacent sizes)"
@@ -251,9 +252,8 @@ def _phases(rec: RunRecord) -> dict[tuple[str, str], list[float]]:
 def _compare_recovery(
     runs_a: list[RunRecord], runs_b: list[RunRecord], floor: float, k: float
 ) -> list[RecoveryRow]:
-    """Per fault and phase: the medians over every repeat of each side, and a robust band:
-    k x 1.4826 x MAD of the repeats around their side's median (both sides pooled) x the
-    standard error factor of a median, at least floor x A's median."""
+    """Per fault and phase: the medians over every repeat of each side, judged by
+    decision.time_change (band k x se from the pooled robust spread, at least floor x A's median)."""
     pa: dict[tuple[str, str], list[float]] = {}
     pb: dict[tuple[str, str], list[float]] = {}
     for runs, into in ((runs_a, pa), (runs_b, pb)):
@@ -274,9 +274,7 @@ def _compare_recovery(
             )  # fmt: skip
             continue
         ma, mb = statistics.median(va), statistics.median(vb)
-        sigma = noise.mad_sigma(noise.residuals([g for g in (va, vb) if len(g) >= 2])) or 0.0
-        band = max(k * noise.difference_se(sigma, len(va), len(vb)), floor * ma)
-        verdict: RowVerdict = "worse" if mb - ma > band else "better" if ma - mb > band else "same"
+        band, verdict = decision.time_change(va, vb, floor=floor, k=k)
         rows.append(
             RecoveryRow(
                 fault=key[0], phase=key[1], a_median_s=ma, b_median_s=mb,
