@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from orchestrator.metrics.recovery import to_mono
+from orchestrator.models.decision import RecoveryOutcome
 from orchestrator.models.fault import FaultKind, FaultRecord, RecoveryResult
-from orchestrator.models.recovery import Heartbeat, RecoveryOutcome, RecoveryRecord, RecoveryTimings
+from orchestrator.models.recovery import Heartbeat, RecoveryRecord, RecoveryTimings
 
 PRE_S = 10.0
 POST_PAD_S = 3.0
@@ -23,8 +24,8 @@ MAX_POINTS_PER_RANK = 300
 
 OUTCOME: dict[str, RecoveryOutcome] = {
     "recovered": "recovered",
-    "no-interruption": "no_interruption",
-    "not-recovered": "not_recovered",
+    "no-interruption": "no-interruption",
+    "not-recovered": "not-recovered",
     "no-data": "aborted",
 }
 
