@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from orchestrator.metrics import noise
 from orchestrator.models.decision import WORSE, Change, Direction, FigureChange, InteractiveVerdict
@@ -105,6 +105,64 @@ def figure_change(
         figure=figure, a=ca, b=cb, ratio=cb / ca, band=math.expm1(half),
         change=direction(d if higher_is_better else -d, half), n_a=n_a, n_b=n_b,
     )  # fmt: skip
+
+
+SeriesKey = tuple[str, str, int]
+"""(step, collective, message size): a series is one step's collective, its points the sizes."""
+
+
+def series_changes(
+    a: Mapping[SeriesKey, Sequence[float]],
+    b: Mapping[SeriesKey, Sequence[float]],
+    *,
+    repeated: bool,
+    floor: float = FLOOR,
+    k: float = K,
+) -> tuple[dict[SeriesKey, FigureChange], float]:
+    """Every point of A's and B's series (busbw, higher is better; each side's figure over its
+    runs), B against A, and the pooled spread (0.0 when no point has one).
+
+    Spread, repeated (a side has more than one run): per point 1.4826 x MAD of the log figures
+    around each side's own median (sides of one run add nothing), at least the median of that over
+    all points (one wild repeat widens its own point only; a point whose few runs agreed by chance
+    does not get a band of nothing); se = sigma x the standard error factor of the two medians.
+    One run a side: per series, the spread of d = ln(B/A) from one size to the next, 1.4826 x
+    median|d_i - d_(i-1)| / sqrt(2), at least the median of that over all series; se = sigma.
+    Band max(ln(1 + floor), k x se). A point without a positive figure on a side is n/a; the
+    adjacent-sizes rule (adjacent) comes after.
+    """
+    keys = sorted(set(a) | set(b), key=lambda t: (t[0], t[1], t[2]))
+    la = {key: noise.log_values(a.get(key, ())) for key in keys}
+    lb = {key: noise.log_values(b.get(key, ())) for key in keys}
+    d = {key: statistics.median(lb[key]) - statistics.median(la[key]) for key in keys if la[key] and lb[key]}
+    sigma: dict[SeriesKey, float] = {}
+    if repeated:
+        for key in d:
+            sig = noise.mad_sigma(noise.residuals([g for g in (la[key], lb[key]) if len(g) >= 2]))
+            if sig is not None:
+                sigma[key] = sig
+        pooled = noise.pooled_sigma(sigma.values())
+    else:
+        per_series: dict[tuple[str, str], float] = {}
+        for series in {key[:2] for key in d}:
+            sig = noise.neighbour_sigma([d[key] for key in keys if key in d and key[:2] == series])
+            if sig is not None:
+                per_series[series] = sig
+        pooled = noise.pooled_sigma(per_series.values())
+        sigma = {key: per_series[key[:2]] for key in d if key[:2] in per_series}
+    out: dict[SeriesKey, FigureChange] = {}
+    for key in keys:
+        ca, cb = _centre(a.get(key, ())), _centre(b.get(key, ()))
+        n_a, n_b = len(la[key]), len(lb[key])
+        if key not in d or ca is None or cb is None:
+            out[key] = FigureChange(a=ca, b=cb, ratio=None, band=None, change="n/a", n_a=n_a, n_b=n_b)
+            continue
+        s = max(sigma.get(key, 0.0), pooled)
+        half = noise.band(noise.difference_se(s, n_a, n_b) if repeated else s, floor, k)
+        out[key] = FigureChange(
+            a=ca, b=cb, ratio=cb / ca, band=math.expm1(half), change=direction(d[key], half), n_a=n_a, n_b=n_b
+        )
+    return out, pooled
 
 
 def control_gap(a: Iterable[float], control: Iterable[float]) -> float | None:

@@ -28,13 +28,12 @@ output tokens is shown side by side (not judged: it follows from throughput and 
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.metrics import decision, noise
+from orchestrator.metrics import decision
 from orchestrator.metrics.decision import FLOOR, MIN_ADJACENT, K
 from orchestrator.metrics.serving import compare_level
 from orchestrator.models.base import StrictModel
@@ -116,7 +115,7 @@ class Comparison(StrictModel):
         return any(decision.is_worse(v) for v in self.counts())
 
 
-Key = tuple[str, str, int]
+Key = decision.SeriesKey
 
 
 def _busbw(rec: RunRecord) -> dict[Key, float]:
@@ -125,8 +124,13 @@ def _busbw(rec: RunRecord) -> dict[Key, float]:
     }
 
 
-def _logs(maps: list[dict[Key, float]], key: Key) -> list[float]:
-    return noise.log_values(m[key] for m in maps if key in m)
+def _sides(maps: list[dict[Key, float]]) -> dict[Key, list[float]]:
+    """Each row's figure over the runs that have it."""
+    out: dict[Key, list[float]] = {}
+    for m in maps:
+        for key, v in m.items():
+            out.setdefault(key, []).append(v)
+    return out
 
 
 def compare_runs(
@@ -144,46 +148,19 @@ def compare_runs(
     ma, mb = maps_a[0], maps_b[0]
     all_keys = set().union(*maps_a, *maps_b)
     keys = sorted(all_keys, key=lambda t: (_step_order(a, b, t[0]), t[1], t[2]))
-    la = {key: _logs(maps_a, key) for key in keys}
-    lb = {key: _logs(maps_b, key) for key in keys}
-    d = {key: statistics.median(lb[key]) - statistics.median(la[key]) for key in keys if la[key] and lb[key]}
-    repeated = len(runs_a) > 1 or len(runs_b) > 1
-    row_sigma: dict[Key, float] = {}
-    if repeated:
-        for key in d:
-            sig = noise.mad_sigma(noise.residuals([g for g in (la[key], lb[key]) if len(g) >= 2]))
-            if sig is not None:
-                row_sigma[key] = sig
-        pooled = noise.pooled_sigma(row_sigma.values())
-    else:
-        groups: dict[tuple[str, str], float] = {}
-        for step, coll in {(s, c) for s, c, _ in d}:
-            sig = noise.neighbour_sigma([d[key] for key in keys if key in d and key[:2] == (step, coll)])
-            if sig is not None:
-                groups[(step, coll)] = sig
-        pooled = noise.pooled_sigma(groups.values())
-        row_sigma = {key: groups[key[:2]] for key in d if key[:2] in groups}
+    changes, pooled = decision.series_changes(
+        _sides(maps_a), _sides(maps_b), repeated=len(runs_a) > 1 or len(runs_b) > 1, floor=floor, k=k
+    )
     rows: list[CompareRow] = []
     for key in keys:
-        va, vb = _centre(la[key]), _centre(lb[key])
-        present_a, present_b = any(key in m for m in maps_a), any(key in m for m in maps_b)
-        if key not in d:
-            # a row only one side has, or one without a usable ratio (e.g. busbw 0 on one rank)
-            gap: RowVerdict = "missing" if not (present_a and present_b) else "n/a"
-            rows.append(CompareRow(
-                step=key[0], collective=key[1], size_bytes=key[2],
-                a_gbs=va if va is not None else ma.get(key), b_gbs=vb if vb is not None else mb.get(key),
-                ratio=None, band=None, verdict=gap, n_a=len(la[key]), n_b=len(lb[key]),
-            ))  # fmt: skip
-            continue
-        sigma = max(row_sigma.get(key, 0.0), pooled)
-        se = noise.difference_se(sigma, len(la[key]), len(lb[key])) if repeated else sigma
-        band = noise.band(se, floor, k)
-        verdict: RowVerdict = decision.direction(d[key], band)
+        c = changes[key]
+        verdict: RowVerdict = c.change
+        if not (any(key in m for m in maps_a) and any(key in m for m in maps_b)):
+            verdict = "missing"  # a row only one side has; n/a: one without a usable ratio (busbw 0)
         rows.append(CompareRow(
-            step=key[0], collective=key[1], size_bytes=key[2], a_gbs=va, b_gbs=vb,
-            ratio=math.exp(d[key]), band=math.expm1(band), verdict=verdict,
-            n_a=len(la[key]), n_b=len(lb[key]),
+            step=key[0], collective=key[1], size_bytes=key[2],
+            a_gbs=c.a if c.a is not None else ma.get(key), b_gbs=c.b if c.b is not None else mb.get(key),
+            ratio=c.ratio, band=c.band, verdict=verdict, n_a=c.n_a or 0, n_b=c.n_b or 0,
         ))  # fmt: skip
     _require_adjacent(rows)
     warnings = []
@@ -207,10 +184,6 @@ def compare_runs(
         sigma=pooled,
         warnings=warnings,
     )
-
-
-def _centre(logs: list[float]) -> float | None:
-    return math.exp(statistics.median(logs)) if logs else None
 
 
 def _require_adjacent(rows: list[CompareRow]) -> None:

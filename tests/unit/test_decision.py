@@ -275,3 +275,26 @@ def test_a_spread_stored_with_old_status_words_counts_them_under_the_one_spellin
              failed=stat, aborted=stat)
     )  # fmt: skip
     assert spread.statuses == {"no-interruption": 2, "recovered": 2}
+
+
+def test_series_changes_judge_each_point_with_the_pooled_spread_of_the_repeats() -> None:
+    a = {("s", "ar", 1): [10.0, 10.1, 9.9], ("s", "ar", 2): [20.0, 20.2, 19.8], ("s", "ar", 4): [0.0]}
+    b = {("s", "ar", 1): [8.0, 8.1, 7.9], ("s", "ar", 2): [20.0, 20.1, 19.9], ("s", "ar", 4): [1.0]}
+    changes, pooled = decision.series_changes(a, b, repeated=True)
+    assert [changes[("s", "ar", s)].change for s in (1, 2, 4)] == ["worse", "same", "n/a"]
+    assert changes[("s", "ar", 1)].a == 10.0 and changes[("s", "ar", 1)].ratio == pytest.approx(0.8)
+    assert changes[("s", "ar", 4)].b == 1.0 and changes[("s", "ar", 4)].n_a == 0  # busbw 0 has no ratio
+    assert pooled > 0
+
+
+def test_series_changes_without_repeats_take_the_spread_from_size_to_size() -> None:
+    smooth = {("s", "ar", 1 << i): [10.0 * (i + 1)] for i in range(6)}
+    slower = {key: [v[0] * 0.9] for key, v in smooth.items()}  # B 10% below A at every size, no scatter
+    scatter = {key: [v[0] * (0.9 if i % 2 else 1.25)] for i, (key, v) in enumerate(smooth.items())}
+    steady, pooled = decision.series_changes(smooth, slower, repeated=False)
+    assert pooled == pytest.approx(0.0, abs=1e-12)
+    assert {c.change for c in steady.values()} == {"worse"} and {
+        round(c.band or 0, 6) for c in steady.values()
+    } == {FLOOR}
+    noisy, _ = decision.series_changes(smooth, scatter, repeated=False)
+    assert {c.change for c in noisy.values()} == {"same"}  # the size-to-size scatter is the noise
