@@ -8,8 +8,8 @@ weighs on every arm alike and cancels out of B - A. Run all A then all B, and th
 all in B - A.
 
 Band and rules: metrics/decision.py, the one decision module (the band, the adjacent-sizes rule,
-the interactive rule), with this module's constants. Each arm's figures are compared on the log
-scale: sigma = 1.4826 x MAD of the residuals of all arms around their own medians, se of
+the interactive rule), with its constants FLOOR, K and MIN_ADJACENT. Each arm's figures are
+compared on the log scale: sigma = 1.4826 x MAD of the residuals of all arms around their own medians, se of
 median(B) - median(A), band = max(ln(1 + floor), k x se). The control arm widens the band to at
 least the gap it shows, |median(A') - median(A)|: a change smaller than what A against A shows is
 not a change.
@@ -88,7 +88,6 @@ def sample_change(
     higher_is_better: bool = True,
     floor: float = FLOOR,
     k: float = K,
-    figure: str | None = None,
 ) -> tuple[FigureChange, float | None]:
     """Repeats of A, B and the control arm: the change of B's median against A's (judged by
     decision.figure_change, the control widening the band), and the control's log gap
@@ -97,7 +96,7 @@ def sample_change(
     Raises ValueError when A or B has no positive figure.
     """
     change = decision.figure_change(
-        figure, a, b, higher_is_better=higher_is_better, control=control, floor=floor, k=k
+        None, a, b, higher_is_better=higher_is_better, control=control, floor=floor, k=k
     )
     if change.change == "n/a":
         raise ValueError("A and B need at least one positive figure each")
