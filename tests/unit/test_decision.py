@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -298,3 +300,23 @@ def test_series_changes_without_repeats_take_the_spread_from_size_to_size() -> N
     } == {FLOOR}
     noisy, _ = decision.series_changes(smooth, scatter, repeated=False)
     assert {c.change for c in noisy.values()} == {"same"}  # the size-to-size scatter is the noise
+
+
+ORCH = Path(__file__).resolve().parents[2] / "orchestrator"
+WORDS = re.compile(r"""Literal\[[^\]]*["'](?:better|worse)["']""")
+OLD_WORDS = re.compile(r"""["'](?:no_interruption|no-impact|not_recovered|not_detected)["']""")
+
+
+def test_one_direction_literal_and_the_old_recovery_spellings_only_in_models_decision() -> None:
+    home = ORCH / "models" / "decision.py"
+    assert len(WORDS.findall(home.read_text())) == 1  # Direction; the other words are built on it
+    spelled = [
+        f"{p.relative_to(ORCH)}:{no}"
+        for p in sorted(ORCH.rglob("*.py"))
+        if p != home
+        for no, line in enumerate(p.read_text().splitlines(), 1)
+        if WORDS.search(line) or OLD_WORDS.search(line)
+    ]
+    assert spelled == [], (
+        "better/same/worse is models/decision.py's Direction; old recovery words are read there"
+    )
