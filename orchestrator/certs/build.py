@@ -21,7 +21,7 @@ from orchestrator.models.plan import Plan
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.models.run import RunRecord, StepResult
 
-_UNRECOVERED = ("not_recovered", "aborted")
+_UNRECOVERED = ("not-recovered", "aborted")
 _NOT_VERSIONS = ("node",)
 
 

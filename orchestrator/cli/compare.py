@@ -13,12 +13,14 @@ from rich.table import Table
 from orchestrator.cli.common import err, out, styled
 from orchestrator.cli.runs import RunArg, StoreOpt, store_path
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
+from orchestrator.metrics.decision import FLOOR, K
+from orchestrator.models.decision import FigureChange
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunRecord
-from orchestrator.models.serving_results import FigureChange, LevelSummary
+from orchestrator.models.serving_results import LevelSummary
 from orchestrator.parse import parse_file
-from orchestrator.report.compare import FLOOR, Comparison, K, ServingRow, compare_runs
-from orchestrator.report.compare_foreign import ForeignComparison, ForeignFigure, compare_foreign
+from orchestrator.report.compare import Comparison, ServingRow, compare_runs
+from orchestrator.report.compare_foreign import ForeignComparison, compare_foreign
 from orchestrator.store.db import resolve_run_dir
 from orchestrator.store.load import load_run
 from orchestrator.store.rundir import atomic_write
@@ -273,7 +275,7 @@ def _compare_file(
     return EXIT_THRESHOLDS if c.worse else EXIT_OK
 
 
-def _ffig(f: ForeignFigure) -> str:
+def _ffig(f: FigureChange) -> str:
     n = "/".join("?" if x is None else str(x) for x in (f.n_a, f.n_b))
     if f.ratio is None or f.band is None:
         return f"n/a (n={n})"

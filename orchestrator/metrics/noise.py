@@ -1,4 +1,5 @@
-"""Robust noise: one estimator for every band orch draws (compare, history, efficiency thresholds).
+"""Robust noise: one estimator for every band orch draws (compare, history, efficiency thresholds);
+metrics/decision.py judges with it.
 
 The spread of a sample is sigma = 1.4826 x MAD (median absolute deviation from the median): for
 normal noise it equals the standard deviation, and one wild value moves it by at most one order
@@ -16,7 +17,6 @@ import itertools
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from typing import Literal
 
 MAD_SCALE = 1.4826
 """1.4826 x MAD estimates the standard deviation of normal noise."""
@@ -79,11 +79,6 @@ def difference_se(sigma: float, n_a: int, n_b: int) -> float:
 def band(se: float, floor: float, k: float) -> float:
     """Half-width of 'same' on the log scale: max(ln(1 + floor), k x se)."""
     return max(math.log1p(floor), k * se)
-
-
-def direction(d: float, half_width: float) -> Literal["better", "worse", "same"]:
-    """better beyond +half_width, worse beyond -half_width, else same (d: a log ratio, higher better)."""
-    return "better" if d > half_width else "worse" if d < -half_width else "same"
 
 
 def run_lengths(labels: Sequence[object]) -> list[int]:

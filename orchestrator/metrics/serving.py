@@ -14,8 +14,8 @@ requests; goodput is the share of all counted requests that succeeded and met ev
 failed request counts against it). Cost: price per node-hour x nodes x span, divided by the
 successful requests and by their output tokens.
 
-The interactive rule: a run with more throughput but a p99 latency worse beyond the noise band is
-"worse for interactive", whatever its throughput gain.
+Compare judges through metrics/decision.py (the interactive rule: a run with more throughput but a
+p99 latency worse beyond the noise band is "worse for interactive", whatever its throughput gain).
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from orchestrator.metrics import noise
+from orchestrator.metrics import decision
+from orchestrator.metrics.decision import FLOOR, K
 from orchestrator.metrics.percentiles import label, percentile, summarize
 from orchestrator.models.results import Percentiles
 from orchestrator.models.serving import ServingSlos
 from orchestrator.models.serving_results import (
-    FigureChange,
-    InteractiveVerdict,
     LevelSummary,
     RequestRecord,
     ServingComparison,
@@ -40,10 +39,6 @@ from orchestrator.models.serving_results import (
     SloCheck,
 )
 
-FLOOR = 0.05
-"""Below a 5% change nothing is called better or worse (as in compare)."""
-K = 3.0
-"""A change must exceed K standard errors of the difference (as in compare)."""
 LATENCY_FIGURES = ("ttft", "itl", "tpot", "e2e")
 
 
@@ -290,44 +285,7 @@ def level_lines(s: LevelSummary) -> list[str]:
     return lines
 
 
-# -- compare: the interactive rule --------------------------------------------------------------
-
-
-def _change(
-    figure: str,
-    a: Sequence[float],
-    b: Sequence[float],
-    se_single: Sequence[float],
-    *,
-    higher_is_better: bool,
-    n_a: int,
-    n_b: int,
-    floor: float,
-    k: float,
-) -> FigureChange:
-    la, lb = noise.log_values(a), noise.log_values(b)
-    if not la or not lb:
-        return FigureChange(
-            figure=figure, a=None, b=None, ratio=None, band=None, change="n/a", n_a=n_a, n_b=n_b
-        )
-    ca, cb = statistics.median(la), statistics.median(lb)
-    sigma = noise.mad_sigma(noise.residuals([la, lb])) if len(la) + len(lb) > 2 else None
-    # one run's own noise: the root mean square of the runs' se (each run may be as noisy as its own)
-    single = math.sqrt(statistics.fmean(x * x for x in se_single)) if se_single else 0.0
-    sigma = max(sigma or 0.0, single)
-    half = noise.band(noise.difference_se(sigma, len(la), len(lb)), floor, k)
-    d = cb - ca if higher_is_better else ca - cb
-    change = "better" if d > half else "worse" if d < -half else "same"
-    return FigureChange(
-        figure=figure,
-        a=math.exp(ca),
-        b=math.exp(cb),
-        ratio=math.exp(cb - ca),
-        band=math.expm1(half),
-        change=change,
-        n_a=n_a,
-        n_b=n_b,
-    )
+# -- compare: the interactive rule (metrics/decision.py) ------------------------------------------
 
 
 def compare_level(
@@ -341,79 +299,57 @@ def compare_level(
     """B against A at one level: each side is one run's LevelSummary or several repeats.
 
     Throughput (output tokens/s, higher is better) and each p99 latency (TTFT, ITL, TPOT, E2E;
-    lower is better) are compared on the log scale, centre the median over the side's runs, band
-    max(ln(1 + floor), k x se) with se from the robust spread of the repeats (noise.residuals,
-    MAD) and at least one run's own p99 uncertainty (its order statistics, p99_log_se). Verdict:
-    a p99 worse beyond the band with throughput better is "worse for interactive"; any p99 or the
-    throughput worse is "worse"; better without anything worse is "better"; else "same"; "n/a"
-    when the throughput or every p99 is missing. Raises ValueError for an empty side or mixed
-    levels.
+    lower is better) are judged by metrics/decision.py (figure_change): the log scale, centre the
+    median over the side's runs, band max(ln(1 + floor), k x se) with se from the robust spread of
+    the repeats and at least one run's own uncertainty (its p99 order statistics, p99_log_se, and
+    its drift, drift_log_se); the verdict is the interactive rule (decision.serving_verdict).
+    Raises ValueError for an empty side or mixed levels.
     """
     if not a or not b:
         raise ValueError("each side needs at least one run")
     levels = {s.level for s in (*a, *b)}
     if len(levels) != 1:
         raise ValueError(f"one level expected, got {sorted(levels)}")
-    tput = _change(
+    tput = decision.figure_change(
         "output tokens/s",
-        [s.output_tokens_per_s for s in a if s.output_tokens_per_s],
-        [s.output_tokens_per_s for s in b if s.output_tokens_per_s],
-        [v for s in (*a, *b) if (v := s.drift_log_se.get("tput")) is not None],
-        higher_is_better=True,
+        [t for s in a if (t := s.output_tokens_per_s)],
+        [t for s in b if (t := s.output_tokens_per_s)],
+        run_se=[v for s in (*a, *b) if (v := s.drift_log_se.get("tput")) is not None],
         n_a=len(a),
         n_b=len(b),
         floor=floor,
         k=k,
     )
-    lat: list[FigureChange] = []
-    for m in LATENCY_FIGURES:
-
-        def pick(s: LevelSummary, m: str = m) -> Percentiles:
-            p: Percentiles = getattr(s, f"{m}_ms")
-            return p
-
-        ses = [
-            max(own)
-            for s in (*a, *b)
-            if (own := [x for x in (s.p99_log_se.get(m), s.drift_log_se.get(m)) if x is not None])
-        ]
-        lat.append(
-            _change(
-                f"{m.upper()} p99",
-                [p for s in a if (p := pick(s).p99) is not None],
-                [p for s in b if (p := pick(s).p99) is not None],
-                ses,
-                higher_is_better=False,
-                n_a=sum(pick(s).n for s in a),
-                n_b=sum(pick(s).n for s in b),
-                floor=floor,
-                k=k,
-            )
+    lat = [
+        decision.figure_change(
+            f"{m.upper()} p99",
+            [p for s in a if (p := latency(s, m).p99) is not None],
+            [p for s in b if (p := latency(s, m).p99) is not None],
+            higher_is_better=False,
+            run_se=run_log_se((*a, *b), m),
+            n_a=sum(latency(s, m).n for s in a),
+            n_b=sum(latency(s, m).n for s in b),
+            floor=floor,
+            k=k,
         )
-    verdict, reason = _interactive(tput, lat)
+        for m in LATENCY_FIGURES
+    ]
+    verdict, reason = decision.serving_verdict(tput, lat)
     return ServingComparison(
         level=a[0].level, verdict=verdict, throughput=tput, latency=lat, reason=reason, step=step
     )
 
 
-def _describe(c: FigureChange) -> str:
-    assert c.ratio is not None and c.band is not None
-    return f"{c.figure} {c.ratio - 1:+.1%} (band +-{c.band:.1%}, n={c.n_a}/{c.n_b})"
+def latency(s: LevelSummary, figure: str) -> Percentiles:
+    """A level's latency summary by name (ttft, itl, tpot, e2e)."""
+    p: Percentiles = getattr(s, f"{figure}_ms")
+    return p
 
 
-def _interactive(tput: FigureChange, lat: list[FigureChange]) -> tuple[InteractiveVerdict, str]:
-    judged = [c for c in lat if c.change != "n/a"]
-    if tput.change == "n/a" or not judged:
-        return "n/a", "throughput or every p99 missing on a side (p99 needs n >= 100)"
-    worse = [c for c in judged if c.change == "worse"]
-    better = [c for c in judged if c.change == "better"]
-    if worse and tput.change == "better":
-        return "worse for interactive", (
-            f"{_describe(tput)} but {'; '.join(map(_describe, worse))}: "
-            "more throughput does not buy back a worse p99"
-        )
-    if worse or tput.change == "worse":
-        return "worse", "; ".join(_describe(c) for c in [tput, *worse] if c.change == "worse")
-    if better or tput.change == "better":
-        return "better", "; ".join(_describe(c) for c in [tput, *better] if c.change == "better")
-    return "same", f"{_describe(tput)}; every p99 within its band"
+def run_log_se(runs: Iterable[LevelSummary], figure: str) -> list[float]:
+    """Each run's own se of ln p99 of a latency: the larger of its order statistics' and its drift's."""
+    return [
+        max(own)
+        for s in runs
+        if (own := [x for x in (s.p99_log_se.get(figure), s.drift_log_se.get(figure)) if x is not None])
+    ]

@@ -22,7 +22,7 @@ are the records' wall clock; every figure is seconds after ``injected_at``. With
   TTFT after: those sent from steady on.
 
 Status: no-data when there is no pre-fault band or no counted request sent at or after the fault
-(nothing could show a recovery; the figures that can still be read are kept); no-impact when
+(nothing could show a recovery; the figures that can still be read are kept); no-interruption when
 nothing failed, every window of W requests sent while a held fault was on was steady, and the
 first request that could start the steady window did;
 recovered when steady was reached otherwise; not-recovered when it was not within the records.
@@ -34,10 +34,10 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from typing import Literal
 
 from orchestrator.metrics.percentiles import percentile, summarize
 from orchestrator.metrics.serving import ttft_ms
+from orchestrator.models.decision import RecoveryStatus
 from orchestrator.models.serving_recovery import RecoverySpread, ServingRecovery, SpreadStat, SteadyRule
 from orchestrator.models.serving_results import RequestRecord
 
@@ -155,15 +155,17 @@ def serving_recovery(
         )
     )
 
-    status: Literal["recovered", "not-recovered", "no-impact", "no-data"]
+    status: RecoveryStatus
     if band is None or not after:
         status = "no-data"
     elif steady is None:
         status = "not-recovered"
-    elif first_failure is None and steady == _first_candidate(after, held_until) and not _hit_while_held(
-        after, band, rule.window, held_until
+    elif (
+        first_failure is None
+        and steady == _first_candidate(after, held_until)
+        and not _hit_while_held(after, band, rule.window, held_until)
     ):
-        status = "no-impact"
+        status = "no-interruption"
     else:
         status = "recovered"
 

@@ -7,38 +7,36 @@ in time, so a drift of the room, the fabric or the neighbours that grows steadil
 weighs on every arm alike and cancels out of B - A. Run all A then all B, and the same drift is
 all in B - A.
 
-Band. Each arm's figures are compared on the log scale through metrics/noise.py (the one noise
-estimator): sigma = 1.4826 x MAD of the residuals of all arms around their own medians, se of
+Band and rules: metrics/decision.py, the one decision module (the band, the adjacent-sizes rule,
+the interactive rule), with its constants FLOOR, K and MIN_ADJACENT. Each arm's figures are
+compared on the log scale: sigma = 1.4826 x MAD of the residuals of all arms around their own medians, se of
 median(B) - median(A), band = max(ln(1 + floor), k x se). The control arm widens the band to at
 least the gap it shows, |median(A') - median(A)|: a change smaller than what A against A shows is
 not a change.
 
-Rules. A figure is better or worse only beyond its band. For collectives a change counts only
-where it holds, in the same direction, at `min_adjacent` (2) or more adjacent message sizes; a lone
-size beyond the band is reported, not flagged. For serving, "better throughput but worse p99 is
-worse for interactive": interactive service is worse when its p99 latency is, whatever the
-throughput; batch service goes by throughput, and by p99 only when throughput is the same.
+A figure is better or worse only beyond its band. For collectives a change counts only where it
+holds, in the same direction, at `min_adjacent` (2) or more adjacent message sizes; a lone size
+beyond the band is reported, not flagged. For serving, the interactive rule: better throughput
+with a worse p99 is "worse for interactive", a worse p99 or throughput otherwise "worse"; batch
+service goes by throughput, and by p99 only when throughput is the same.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Collection, Mapping, Sequence
 
 from orchestrator.errors import ConfigError
-from orchestrator.metrics import noise
+from orchestrator.metrics import decision
+from orchestrator.metrics.decision import FLOOR, MIN_ADJACENT, K
+from orchestrator.models.decision import FigureChange
 from orchestrator.models.migrate import (
     Arm,
     CollectiveDecision,
-    Direction,
-    FigureChange,
     ServingDecision,
     SizeChange,
     SizeSamples,
     Slot,
 )
-from orchestrator.report.compare import FLOOR, MIN_ADJACENT, K
 
 
 def _pick(stack: str, capable: Mapping[str, Collection[str]], both: set[str], n: int) -> list[str]:
@@ -82,18 +80,6 @@ def interleaved_schedule(
     return slots
 
 
-def judge(a: float, b: float, band: float, *, higher_is_better: bool = True) -> FigureChange:
-    """One figure of A against B, given the band (half-width on the log scale, >= 0).
-
-    Raises ValueError when a figure is not positive (a ratio needs both).
-    """
-    if a <= 0 or b <= 0:
-        raise ValueError(f"figures must be positive to compare (A={a}, B={b})")
-    d = noise.log_values([b])[0] - noise.log_values([a])[0]
-    sign = 1.0 if higher_is_better else -1.0
-    return FigureChange(a=a, b=b, log_ratio=d, band=band, direction=noise.direction(sign * d, band))
-
-
 def sample_change(
     a: Sequence[float],
     b: Sequence[float],
@@ -103,21 +89,18 @@ def sample_change(
     floor: float = FLOOR,
     k: float = K,
 ) -> tuple[FigureChange, float | None]:
-    """Repeats of A, B and the control arm: the change of B's median against A's, and the control's
-    log gap ln(median(A') / median(A)) (None without a control).
+    """Repeats of A, B and the control arm: the change of B's median against A's (judged by
+    decision.figure_change, the control widening the band), and the control's log gap
+    ln(median(A') / median(A)) (None without a control).
 
     Raises ValueError when A or B has no positive figure.
     """
-    la, lb, lc = noise.log_values(a), noise.log_values(b), noise.log_values(control)
-    if not la or not lb:
+    change = decision.figure_change(
+        None, a, b, higher_is_better=higher_is_better, control=control, floor=floor, k=k
+    )
+    if change.change == "n/a":
         raise ValueError("A and B need at least one positive figure each")
-    sigma = noise.mad_sigma(noise.residuals([la, lb, lc])) or 0.0
-    half = noise.band(noise.difference_se(sigma, len(la), len(lb)), floor, k)
-    gap = statistics.median(lc) - statistics.median(la) if lc else None
-    half = max(half, abs(gap) if gap is not None else 0.0)
-    ma, mb = math.exp(statistics.median(la)), math.exp(statistics.median(lb))
-    change = judge(ma, mb, half, higher_is_better=higher_is_better)
-    return change, gap
+    return change, decision.control_gap(a, control)
 
 
 def collective_decision(
@@ -131,7 +114,8 @@ def collective_decision(
 ) -> CollectiveDecision:
     """A collective's verdict over its message sizes: a change is flagged only where it holds
     beyond the band at min_adjacent or more adjacent sizes, in the same direction; worse wins over
-    better when both are flagged. Raises ValueError as sample_change does."""
+    better when both are flagged (decision.adjacent, decision.overall). Raises ValueError as
+    sample_change does."""
     ordered = sorted(sizes, key=lambda s: s.size_bytes)
     changes: list[SizeChange] = []
     for s in ordered:
@@ -142,17 +126,12 @@ def collective_decision(
                 control_log_ratio=gap, change=ch,
             )
         )  # fmt: skip
-    dirs = [c.change.direction for c in changes]
-    flagged: list[SizeChange] = []
-    lone: list[SizeChange] = []
-    for c, length in zip(changes, noise.run_lengths(dirs), strict=True):
-        if c.change.direction != "same":
-            (flagged if length >= min_adjacent else lone).append(c)
-    found = {c.change.direction for c in flagged}
-    direction: Direction = "worse" if "worse" in found else "better" if "better" in found else "same"
+    stands = decision.adjacent([c.change.change for c in changes], min_adjacent)
+    flagged = [c for c, ok in zip(changes, stands, strict=True) if ok]
+    lone = [c for c, ok in zip(changes, stands, strict=True) if not ok and c.change.change != "same"]
     return CollectiveDecision(
         collective=collective,
-        direction=direction,
+        direction=decision.overall(c.change.change for c in flagged),
         flagged_sizes=[c.size_bytes for c in flagged],
         lone_sizes=[c.size_bytes for c in lone],
         min_adjacent=min_adjacent,
@@ -162,27 +141,9 @@ def collective_decision(
 
 def serving_decision(throughput: FigureChange, p99: FigureChange, *, interactive: bool) -> ServingDecision:
     """A serving plan's verdict from its throughput change (higher is better) and its p99 latency
-    change (lower is better), each already judged against its band (see judge)."""
-    t, p = throughput.direction, p99.direction
-    if interactive:
-        if p == "worse":
-            out: Direction = "worse"
-            why = "p99 latency is worse: worse for interactive service" + (
-                " (even with better throughput)" if t == "better" else ""
-            )
-        elif t == "worse":
-            out, why = "worse", "throughput is worse"
-        elif "better" in (t, p):
-            out, why = (
-                "better",
-                "better "
-                + " and ".join(n for n, d in (("throughput", t), ("p99 latency", p)) if d == "better"),
-            )
-        else:
-            out, why = "same", "throughput and p99 latency within their bands"
-    elif t != "same":
-        out, why = t, f"throughput is {t} (batch service goes by throughput)"
-    else:
-        out = p
-        why = "throughput within its band; p99 latency " + ("within its band" if p == "same" else f"is {p}")
-    return ServingDecision(interactive=interactive, throughput=throughput, p99=p99, direction=out, reason=why)
+    change (lower is better), each already judged against its band (decision.judge): the
+    interactive rule, or the batch rule (decision.serving_verdict)."""
+    direction, reason = decision.serving_verdict(throughput, [p99], interactive=interactive)
+    return ServingDecision(
+        interactive=interactive, throughput=throughput, p99=p99, direction=direction, reason=reason
+    )

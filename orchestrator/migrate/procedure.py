@@ -20,7 +20,8 @@ from statistics import median
 from typing import Any, Protocol
 
 from orchestrator.errors import Interrupted, OrchError
-from orchestrator.migrate.ab import collective_decision, interleaved_schedule, judge, serving_decision
+from orchestrator.metrics.decision import FLOOR, judge
+from orchestrator.migrate.ab import collective_decision, interleaved_schedule, serving_decision
 from orchestrator.migrate.certify import certify
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
 from orchestrator.models.migrate import (
@@ -36,7 +37,6 @@ from orchestrator.models.migrate import (
     SizeSamples,
 )
 from orchestrator.models.stack import Stack
-from orchestrator.report.compare import FLOOR
 
 
 class Ops(Protocol):
@@ -119,8 +119,16 @@ def compare_runs(
     if ta and tb and pa and pb:
         band = math.log(1 + FLOOR)
         serving = serving_decision(
-            judge(median(ta), median(tb), band),
-            judge(median(pa), median(pb), band, higher_is_better=False),
+            judge(median(ta), median(tb), band, figure="output tokens/s", n_a=len(ta), n_b=len(tb)),
+            judge(
+                median(pa),
+                median(pb),
+                band,
+                higher_is_better=False,
+                figure="p99 latency",
+                n_a=len(pa),
+                n_b=len(pb),
+            ),
             interactive=interactive,
         )
     return Comparison(mode=mode, why_mode=why_mode, order=order, collectives=decisions, serving=serving)

@@ -20,6 +20,7 @@ from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import host_name_problem, interface_name_problem
+from orchestrator.models.decision import RecoveryStatus
 
 FaultKind = Literal[
     "kill-worker",
@@ -296,9 +297,6 @@ class FaultRecord(StrictModel):
     commands: list[CommandTrace] = Field(default_factory=list)
 
 
-RecoveryVerdict = Literal["recovered", "no-interruption", "not-recovered", "no-data"]
-
-
 class RecoveryResult(StrictModel):
     """Recovery of the probe after one injection; times in seconds after the injection instant."""
 
@@ -306,7 +304,7 @@ class RecoveryResult(StrictModel):
     kind: FaultKind
     repeat: int = 0
     injected_at_mono: float | None = Field(default=None, description="the injection instant, orch monotonic")
-    verdict: RecoveryVerdict
+    verdict: RecoveryStatus
     detect_s: float | None = None
     recover_s: float | None = None
     restore_s: float | None = None

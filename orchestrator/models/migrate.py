@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.decision import WORSE, Direction, FigureChange, InteractiveVerdict
 from orchestrator.models.fingerprint import COMPATS, Compat
 
 __all__ = ["Compat"]  # the fingerprint's verdict, by the name migrate code uses
@@ -92,7 +93,6 @@ class MigrationMatrix(StrictModel):
 # --- the A/B decision ------------------------------------------------------------------------------
 
 Arm = Literal["A", "B", "A-control"]
-Direction = Literal["better", "worse", "same"]
 
 
 class Slot(StrictModel):
@@ -103,16 +103,6 @@ class Slot(StrictModel):
     arm: Arm
     stack: str
     nodes: list[str]
-
-
-class FigureChange(StrictModel):
-    """One figure of A against B: medians, the log ratio, the band it must leave, the direction."""
-
-    a: float = Field(description="A's median (or A's figure)")
-    b: float = Field(description="B's median (or B's figure)")
-    log_ratio: float = Field(description="ln(b / a)")
-    band: float = Field(ge=0, description="half-width of 'same' on the log scale")
-    direction: Direction
 
 
 class SizeChange(StrictModel):
@@ -138,12 +128,12 @@ class CollectiveDecision(StrictModel):
 
 
 class ServingDecision(StrictModel):
-    """A serving plan's verdict from throughput and p99 latency."""
+    """A serving plan's verdict from throughput and p99 latency (metrics/decision.serving_verdict)."""
 
     interactive: bool
     throughput: FigureChange
     p99: FigureChange
-    direction: Direction
+    direction: InteractiveVerdict = Field(description="worse for interactive: more throughput, worse p99")
     reason: str
 
 
@@ -247,17 +237,19 @@ class Comparison(StrictModel):
             if d.direction != "worse":
                 continue
             worst = min(
-                (s for s in d.sizes if s.size_bytes in d.flagged_sizes), key=lambda s: s.change.log_ratio
+                (s for s in d.sizes if s.size_bytes in d.flagged_sizes),
+                key=lambda s: s.change.log_ratio or 0.0,
             )
-            pct = (worst.change.b / worst.change.a - 1) * 100
-            lo, hi = (math.exp(-worst.change.band) - 1) * 100, (math.exp(worst.change.band) - 1) * 100
+            pct = ((worst.change.ratio or 1.0) - 1) * 100
+            band = worst.change.log_band or 0.0
+            lo, hi = (math.exp(-band) - 1) * 100, (math.exp(band) - 1) * 100
             out.append(
                 f"{d.collective} worse at sizes {', '.join(map(str, d.flagged_sizes))} "
                 f"(busbw B/A {pct:+.0f}% at {worst.size_bytes} B; {_runs(worst.n_b)} of B against "
                 f"{_runs(worst.n_a)} of A; the noise band from A against A is {lo:+.0f}%..{hi:+.0f}%)"
             )
-        if self.serving is not None and self.serving.direction == "worse":
-            out.append(f"serving worse: {self.serving.reason}")
+        if self.serving is not None and self.serving.direction in WORSE:
+            out.append(f"serving {self.serving.direction}: {self.serving.reason}")
         return out
 
 

@@ -13,13 +13,11 @@ corrected by the measured offset); heartbeats carry the same relative time.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
 
 from pydantic import Field
 
 from orchestrator.models.base import StrictModel
-
-RecoveryOutcome = Literal["recovered", "no_interruption", "not_recovered", "not_detected", "aborted"]
+from orchestrator.models.decision import RecoveryOutcome, RecoveryStatus
 
 
 class Heartbeat(StrictModel):
@@ -65,7 +63,7 @@ class RecoveryRecord(StrictModel):
     heartbeats: list[Heartbeat] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     # What the probe analysis adds (orch recovery-test); absent in records of older runs.
-    verdict: Literal["recovered", "no-interruption", "not-recovered", "no-data"] | None = None
+    verdict: RecoveryStatus | None = None
     restarts: int | None = Field(default=None, ge=0, description="worker generations started")
     step_median_s: float | None = Field(default=None, description="probe step period before the fault")
     busbw_pre_gbs: float | None = Field(default=None, description="median busbw before the fault")

@@ -9,11 +9,12 @@ the same clock as RequestRecord's times). None means the event did not happen wi
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.decision import RecoveryStatus, recovery_word
 from orchestrator.models.results import Percentiles
 
 
@@ -55,9 +56,10 @@ class ServingRecovery(StrictModel):
         description="TTFT of requests sent between the fault and steady state"
     )
     ttft_after_ms: Percentiles | None = Field(description="TTFT of requests sent after steady state")
-    status: Literal["recovered", "not-recovered", "no-impact", "no-data"] = Field(
-        description="recovered: steady again; not-recovered: not within the level; no-impact: nothing failed "
-        "and TTFT stayed in the band; no-data: no counted request around the fault"
+    status: RecoveryStatus = Field(
+        description="recovered: steady again; not-recovered: not within the level; no-interruption: "
+        "nothing failed and TTFT stayed in the band (older versions wrote no-impact); no-data: no counted "
+        "request around the fault"
     )
 
 
@@ -103,6 +105,18 @@ class RecoverySpread(StrictModel):
 
     repeats: int = Field(ge=0, description="repeats with a recovery measurement")
     statuses: dict[str, int] = Field(default_factory=dict, description="repeats per status")
+
+    @field_validator("statuses", mode="before")
+    @classmethod
+    def _one_spelling(cls, v: Any) -> Any:
+        """Counts stored by older versions under an old spelling (no-impact) count under the one spelling."""
+        if not isinstance(v, dict) or not all(isinstance(n, int) for n in v.values()):
+            return v  # validation says what is wrong
+        out: dict[Any, int] = {}
+        for key, n in v.items():
+            out[recovery_word(key)] = out.get(recovery_word(key), 0) + n
+        return dict(sorted(out.items()))
+
     to_first_failure_s: SpreadStat
     to_first_success_s: SpreadStat
     to_steady_s: SpreadStat

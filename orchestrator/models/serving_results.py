@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.decision import FigureChange, InteractiveVerdict
 from orchestrator.models.names import Name
 from orchestrator.models.results import Percentiles, Verdict
 from orchestrator.models.serving import ServingStep
@@ -117,22 +118,6 @@ class ServingCost(StrictModel):
         description="where the price came from: the plan's price_per_node_hour, or the inventory's "
         "orch_gpu_hour_cost x GPUs per node",
     )
-
-
-InteractiveVerdict = Literal["better", "same", "worse", "worse for interactive", "n/a"]
-
-
-class FigureChange(StrictModel):
-    """One figure of B against A at one level: the ratio, the noise band and the call."""
-
-    figure: str = Field(description="e.g. output tokens/s, TTFT p99")
-    a: float | None
-    b: float | None
-    ratio: float | None = Field(description="B / A")
-    band: float | None = Field(description="relative half-width of 'same', e.g. 0.12 = +-12%")
-    change: Literal["better", "same", "worse", "n/a"]
-    n_a: int = Field(description="samples behind A's figure (requests, or runs for throughput)")
-    n_b: int
 
 
 class ServingComparison(StrictModel):
@@ -284,6 +269,8 @@ class ServingSummary(StrictModel):
             other={"goodput_share": level.goodput, "error_rate": level.error_rate,
                    "abort_rate": level.abort_rate},
         )  # fmt: skip
+
+
 EngineHealth = Literal["healthy", "timeout", "exited", "not started", "external"]
 """healthy: the health endpoint answered 200 within the bound; timeout: it did not; exited: the
 engine's job ended before it answered; not started: the job could not be submitted; external:

@@ -12,38 +12,37 @@ ideally interleaved A, B, A, B so that drift hits both). Per row (step, collecti
            that over all groups;
   band     max(ln(1 + floor), k x se), se = sigma x hypot(c(n_A), c(n_B)) with c(n) the standard
            error of a median of n runs (noise.median_se_factor); floor 5%, k 3.
-A row beyond +band is "better", beyond -band "worse", else "same" -- and, as in AMD's RCCL
-regression detector, a change stands only where it holds at 2 or more adjacent sizes of the same
-step and collective; a lone row beyond the band stays "same", with a note. Recovery times (lower
-is better) compare the medians over the repeats, with the same robust spread in seconds.
+The rules are metrics/decision.py's: a row beyond +band is "better", beyond -band "worse", else
+"same" -- and, as in AMD's RCCL regression detector, a change stands only where it holds at 2 or
+more adjacent sizes of the same step and collective; a lone row beyond the band stays "same", with
+a note. Recovery times (lower is better) compare the medians over the repeats, with the same
+robust spread in seconds.
 
 Serving steps (docs/serving.md, "Compare") compare per step and load level (c4, r0.5) with
 metrics.serving.compare_level: output tokens/s and each p99 latency on the log scale, the band
 max(ln(1 + floor), k x se) with se from the robust spread of the repeats (the same estimator)
 and at least one run's own p99 uncertainty from its order statistics; a p99 worse beyond the band
-is "worse for interactive" even where throughput is better. Cost per 1M output tokens is shown
-side by side (not judged: it follows from throughput and the price each run was given).
+is "worse for interactive" even where throughput is better (decision.serving_verdict). Cost per 1M
+output tokens is shown side by side (not judged: it follows from throughput and the price each run was given).
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.metrics import noise
+from orchestrator.metrics import decision
+from orchestrator.metrics.decision import FLOOR, MIN_ADJACENT, K
 from orchestrator.metrics.serving import compare_level
 from orchestrator.models.base import StrictModel
+from orchestrator.models.decision import Change, InteractiveVerdict
 from orchestrator.models.run import RunRecord
 from orchestrator.models.serving_results import LevelSummary, ServingComparison
 
-RowVerdict = Literal["better", "same", "worse", "missing", "n/a"]
-FLOOR = 0.05
-K = 3.0
-MIN_ADJACENT = 2
-"""A busbw change is flagged only when it holds at this many adjacent sizes."""
+RowVerdict = Literal[Change, "missing"]
+"""A row's word: the change, or missing when only one side has the row."""
 
 
 class CompareRow(StrictModel):
@@ -78,7 +77,7 @@ class ServingRow(StrictModel):
     step: str
     level: str
     comparison: ServingComparison | None = Field(description="None when a side lacks the level")
-    verdict: Literal["better", "same", "worse", "worse for interactive", "missing", "n/a"]
+    verdict: Literal[InteractiveVerdict, "missing"]
     a_cost_per_million: float | None = Field(default=None, description="A's cost per 1M output tokens")
     b_cost_per_million: float | None = None
     n_a: int = Field(default=0, description="runs of A that have this level")
@@ -86,7 +85,7 @@ class ServingRow(StrictModel):
 
     @property
     def worse(self) -> bool:
-        return self.verdict in ("worse", "worse for interactive")
+        return decision.is_worse(self.verdict)
 
 
 class Comparison(StrictModel):
@@ -113,10 +112,10 @@ class Comparison(StrictModel):
 
     @property
     def worse(self) -> bool:
-        return "worse" in self.counts() or any(r.worse for r in self.serving)
+        return any(decision.is_worse(v) for v in self.counts())
 
 
-Key = tuple[str, str, int]
+Key = decision.SeriesKey
 
 
 def _busbw(rec: RunRecord) -> dict[Key, float]:
@@ -125,8 +124,13 @@ def _busbw(rec: RunRecord) -> dict[Key, float]:
     }
 
 
-def _logs(maps: list[dict[Key, float]], key: Key) -> list[float]:
-    return noise.log_values(m[key] for m in maps if key in m)
+def _sides(maps: list[dict[Key, float]]) -> dict[Key, list[float]]:
+    """Each row's figure over the runs that have it."""
+    out: dict[Key, list[float]] = {}
+    for m in maps:
+        for key, v in m.items():
+            out.setdefault(key, []).append(v)
+    return out
 
 
 def compare_runs(
@@ -144,46 +148,19 @@ def compare_runs(
     ma, mb = maps_a[0], maps_b[0]
     all_keys = set().union(*maps_a, *maps_b)
     keys = sorted(all_keys, key=lambda t: (_step_order(a, b, t[0]), t[1], t[2]))
-    la = {key: _logs(maps_a, key) for key in keys}
-    lb = {key: _logs(maps_b, key) for key in keys}
-    d = {key: statistics.median(lb[key]) - statistics.median(la[key]) for key in keys if la[key] and lb[key]}
-    repeated = len(runs_a) > 1 or len(runs_b) > 1
-    row_sigma: dict[Key, float] = {}
-    if repeated:
-        for key in d:
-            sig = noise.mad_sigma(noise.residuals([g for g in (la[key], lb[key]) if len(g) >= 2]))
-            if sig is not None:
-                row_sigma[key] = sig
-        pooled = noise.pooled_sigma(row_sigma.values())
-    else:
-        groups: dict[tuple[str, str], float] = {}
-        for step, coll in {(s, c) for s, c, _ in d}:
-            sig = noise.neighbour_sigma([d[key] for key in keys if key in d and key[:2] == (step, coll)])
-            if sig is not None:
-                groups[(step, coll)] = sig
-        pooled = noise.pooled_sigma(groups.values())
-        row_sigma = {key: groups[key[:2]] for key in d if key[:2] in groups}
+    changes, pooled = decision.series_changes(
+        _sides(maps_a), _sides(maps_b), repeated=len(runs_a) > 1 or len(runs_b) > 1, floor=floor, k=k
+    )
     rows: list[CompareRow] = []
     for key in keys:
-        va, vb = _centre(la[key]), _centre(lb[key])
-        present_a, present_b = any(key in m for m in maps_a), any(key in m for m in maps_b)
-        if key not in d:
-            # a row only one side has, or one without a usable ratio (e.g. busbw 0 on one rank)
-            gap: RowVerdict = "missing" if not (present_a and present_b) else "n/a"
-            rows.append(CompareRow(
-                step=key[0], collective=key[1], size_bytes=key[2],
-                a_gbs=va if va is not None else ma.get(key), b_gbs=vb if vb is not None else mb.get(key),
-                ratio=None, band=None, verdict=gap, n_a=len(la[key]), n_b=len(lb[key]),
-            ))  # fmt: skip
-            continue
-        sigma = max(row_sigma.get(key, 0.0), pooled)
-        se = noise.difference_se(sigma, len(la[key]), len(lb[key])) if repeated else sigma
-        band = noise.band(se, floor, k)
-        verdict: RowVerdict = noise.direction(d[key], band)
+        c = changes[key]
+        verdict: RowVerdict = c.change
+        if not (any(key in m for m in maps_a) and any(key in m for m in maps_b)):
+            verdict = "missing"  # a row only one side has; n/a: one without a usable ratio (busbw 0)
         rows.append(CompareRow(
-            step=key[0], collective=key[1], size_bytes=key[2], a_gbs=va, b_gbs=vb,
-            ratio=math.exp(d[key]), band=math.expm1(band), verdict=verdict,
-            n_a=len(la[key]), n_b=len(lb[key]),
+            step=key[0], collective=key[1], size_bytes=key[2],
+            a_gbs=c.a if c.a is not None else ma.get(key), b_gbs=c.b if c.b is not None else mb.get(key),
+            ratio=c.ratio, band=c.band, verdict=verdict, n_a=c.n_a or 0, n_b=c.n_b or 0,
         ))  # fmt: skip
     _require_adjacent(rows)
     warnings = []
@@ -209,10 +186,6 @@ def compare_runs(
     )
 
 
-def _centre(logs: list[float]) -> float | None:
-    return math.exp(statistics.median(logs)) if logs else None
-
-
 def _require_adjacent(rows: list[CompareRow]) -> None:
     """Keep 'better'/'worse' only where the same verdict holds at MIN_ADJACENT adjacent sizes of
     the same step and collective (in size order); a lone one becomes 'same' with a note."""
@@ -221,8 +194,9 @@ def _require_adjacent(rows: list[CompareRow]) -> None:
         groups.setdefault((r.step, r.collective), []).append(r)
     for group in groups.values():
         group.sort(key=lambda r: r.size_bytes)
-        for r, length in zip(group, noise.run_lengths([r.verdict for r in group]), strict=True):
-            if r.verdict in ("better", "worse") and length < MIN_ADJACENT:
+        stands = decision.adjacent([r.verdict for r in group], MIN_ADJACENT)
+        for r, ok in zip(group, stands, strict=True):
+            if r.verdict in ("better", "worse") and not ok:
                 r.note = (
                     f"{r.verdict} beyond the band at this size only "
                     f"(a change must hold at {MIN_ADJACENT} adjacent sizes)"
@@ -251,9 +225,8 @@ def _phases(rec: RunRecord) -> dict[tuple[str, str], list[float]]:
 def _compare_recovery(
     runs_a: list[RunRecord], runs_b: list[RunRecord], floor: float, k: float
 ) -> list[RecoveryRow]:
-    """Per fault and phase: the medians over every repeat of each side, and a robust band:
-    k x 1.4826 x MAD of the repeats around their side's median (both sides pooled) x the
-    standard error factor of a median, at least floor x A's median."""
+    """Per fault and phase: the medians over every repeat of each side, judged by
+    decision.time_change (band k x se from the pooled robust spread, at least floor x A's median)."""
     pa: dict[tuple[str, str], list[float]] = {}
     pb: dict[tuple[str, str], list[float]] = {}
     for runs, into in ((runs_a, pa), (runs_b, pb)):
@@ -274,9 +247,7 @@ def _compare_recovery(
             )  # fmt: skip
             continue
         ma, mb = statistics.median(va), statistics.median(vb)
-        sigma = noise.mad_sigma(noise.residuals([g for g in (va, vb) if len(g) >= 2])) or 0.0
-        band = max(k * noise.difference_se(sigma, len(va), len(vb)), floor * ma)
-        verdict: RowVerdict = "worse" if mb - ma > band else "better" if ma - mb > band else "same"
+        band, verdict = decision.time_change(va, vb, floor=floor, k=k)
         rows.append(
             RecoveryRow(
                 fault=key[0], phase=key[1], a_median_s=ma, b_median_s=mb,

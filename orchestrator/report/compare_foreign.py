@@ -11,45 +11,29 @@ fewer than 100 samples (guidellm states n; vLLM and SGLang state the successful 
 TTFT, TPOT and E2E each), or a stated 0, is n/a for that figure.
 
 The band: the file is one result without repeats and states no noise estimate; the band is
-max(ln(1 + floor), k x se) as in compare (metrics/serving.py), se from the orch side alone (its
+max(ln(1 + floor), k x se) as in compare (metrics/decision.py), se from the orch side alone (its
 repeats' robust spread, and at least each orch run's own p99 uncertainty and drift) and taken for
-the file's side too. Verdicts are the interactive rule's: a p99 worse beyond the band with more
-throughput is "worse for interactive".
+the file's side too. Verdicts are the interactive rule's (decision.serving_verdict): a p99 worse
+beyond the band with more throughput is "worse for interactive".
 """
 
 from __future__ import annotations
 
 import math
 import re
-import statistics
 from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.metrics import noise
-from orchestrator.metrics.serving import LATENCY_FIGURES
+from orchestrator.metrics import decision, noise
+from orchestrator.metrics.serving import LATENCY_FIGURES, latency, run_log_se
 from orchestrator.models.base import StrictModel
+from orchestrator.models.decision import FigureChange, InteractiveVerdict
 from orchestrator.models.serving import P99_MIN_SAMPLES
 from orchestrator.models.serving_results import LevelSummary, ServingSummary, StatedLatency
 
-Change = Literal["better", "same", "worse", "n/a"]
-ForeignVerdict = Literal["better", "same", "worse", "worse for interactive", "n/a"]
 _LEVEL = re.compile(r"^(?:c(?P<c>\d+)|r(?P<r>\d+(?:\.\d+)?))$")
-
-
-class ForeignFigure(StrictModel):
-    """One figure of B against A: the values, B/A, the band and the call; n None where not stated."""
-
-    figure: str
-    a: float | None
-    b: float | None
-    ratio: float | None = Field(description="B / A")
-    band: float | None = Field(description="relative half-width of 'same'")
-    change: Change
-    n_a: int | None = Field(description="samples behind A's figure (runs for orch's throughput)")
-    n_b: int | None
-    note: str | None = Field(default=None, description="why n/a")
 
 
 class ForeignRow(StrictModel):
@@ -58,8 +42,8 @@ class ForeignRow(StrictModel):
     step: str
     level: str
     result: int = Field(description="the file's result, 1-based as orch parse numbers them")
-    figures: list[ForeignFigure] = Field(description="output tokens/s, then TTFT, ITL, TPOT, E2E p99")
-    verdict: ForeignVerdict
+    figures: list[FigureChange] = Field(description="output tokens/s, then TTFT, ITL, TPOT, E2E p99")
+    verdict: InteractiveVerdict
     reason: str
 
 
@@ -79,7 +63,7 @@ class ForeignComparison(StrictModel):
 
     @property
     def worse(self) -> bool:
-        return any(r.verdict in ("worse", "worse for interactive") for r in self.rows)
+        return any(decision.is_worse(r.verdict) for r in self.rows)
 
 
 def load_of(s: ServingSummary) -> str:
@@ -146,51 +130,17 @@ def _figure(
     why: str | None,
     floor: float,
     k: float,
-) -> ForeignFigure:
-    lo = noise.log_values(orch)
-    centre = math.exp(statistics.median(lo)) if lo else None
-    a, b = (centre, theirs) if orch_is_a else (theirs, centre)
+) -> FigureChange:
+    """The orch side's runs against the file's one figure, the spread from the orch side alone."""
+    if why is None and (not noise.log_values(orch) or theirs is None or theirs <= 0):
+        why = "missing on the orch side"
+    file = [theirs] if theirs is not None else []
+    a, b = (orch, file) if orch_is_a else (file, orch)
     n_a, n_b = (n_orch, n_theirs) if orch_is_a else (n_theirs, n_orch)
-    if why is not None or a is None or b is None or a <= 0 or b <= 0:
-        why = why or "missing on the orch side"
-        return ForeignFigure(
-            figure=name, a=a, b=b, ratio=None, band=None, change="n/a", n_a=n_a, n_b=n_b, note=why
-        )
-    sigma = noise.mad_sigma(noise.residuals([lo])) if len(lo) > 1 else None
-    single = math.sqrt(statistics.fmean(x * x for x in se_orch)) if se_orch else 0.0
-    sigma = max(sigma or 0.0, single)
-    half = noise.band(noise.difference_se(sigma, len(lo), 1), floor, k)
-    d = math.log(b) - math.log(a)
-    d = d if higher_is_better else -d
-    change: Change = "better" if d > half else "worse" if d < -half else "same"
-    return ForeignFigure(figure=name, a=a, b=b, ratio=b / a, band=math.expm1(half), change=change,
-                         n_a=n_a, n_b=n_b)  # fmt: skip
-
-
-def _describe(f: ForeignFigure) -> str:
-    assert f.ratio is not None and f.band is not None
-    n = "/".join("?" if x is None else str(x) for x in (f.n_a, f.n_b))
-    return f"{f.figure} {f.ratio - 1:+.1%} (band +-{f.band:.1%}, n={n})"
-
-
-def _verdict(tput: ForeignFigure, lat: list[ForeignFigure]) -> tuple[ForeignVerdict, str]:
-    """The interactive rule of metrics/serving.py, on figures whose n may be unstated."""
-    judged = [f for f in lat if f.change != "n/a"]
-    if tput.change == "n/a" or not judged:
-        whys = "; ".join(f.note for f in [tput, *lat] if f.note)
-        return "n/a", f"throughput or every p99 missing on a side ({whys})"
-    worse = [f for f in judged if f.change == "worse"]
-    better = [f for f in judged if f.change == "better"]
-    if worse and tput.change == "better":
-        return "worse for interactive", (
-            f"{_describe(tput)} but {'; '.join(map(_describe, worse))}: "
-            "more throughput does not buy back a worse p99"
-        )
-    if worse or tput.change == "worse":
-        return "worse", "; ".join(_describe(f) for f in [tput, *worse] if f.change == "worse")
-    if better or tput.change == "better":
-        return "better", "; ".join(_describe(f) for f in [tput, *better] if f.change == "better")
-    return "same", f"{_describe(tput)}; every p99 compared within its band"
+    return decision.figure_change(
+        name, a, b, higher_is_better=higher_is_better, run_se=se_orch, spread_of=(orch_is_a, not orch_is_a),
+        n_a=n_a, n_b=n_b, floor=floor, k=k, note=why,
+    )  # fmt: skip
 
 
 def compare_level_foreign(
@@ -214,22 +164,18 @@ def compare_level_foreign(
         why=None if theirs.output_throughput is not None else f"{where} states no output tokens/s",
         floor=floor, k=k,
     )  # fmt: skip
-    lat: list[ForeignFigure] = []
+    lat: list[FigureChange] = []
     for m in LATENCY_FIGURES:
         value, n, why = _p99_or_why(theirs, m, where)
-        mine = [p.p99 for s in orch if (p := getattr(s, f"{m}_ms")).p99 is not None]
+        mine = [p.p99 for s in orch if (p := latency(s, m)).p99 is not None]
         if not mine and why is None:
             why = f"orch's {m.upper()} p99 not defined (n < {P99_MIN_SAMPLES})"
-        ses = [
-            max(own)
-            for s in orch
-            if (own := [x for x in (s.p99_log_se.get(m), s.drift_log_se.get(m)) if x is not None])
-        ]
         lat.append(
-            _figure(f"{m.upper()} p99", mine, value, ses, higher_is_better=False, orch_is_a=orch_is_a,
-                    n_orch=sum(getattr(s, f"{m}_ms").n for s in orch), n_theirs=n, why=why, floor=floor, k=k)
+            _figure(f"{m.upper()} p99", mine, value, run_log_se(orch, m), higher_is_better=False,
+                    orch_is_a=orch_is_a, n_orch=sum(latency(s, m).n for s in orch), n_theirs=n, why=why,
+                    floor=floor, k=k)
         )  # fmt: skip
-    verdict, reason = _verdict(tput, lat)
+    verdict, reason = decision.serving_verdict(tput, lat)
     return ForeignRow(
         step=step, level=level, result=result, figures=[tput, *lat], verdict=verdict, reason=reason
     )

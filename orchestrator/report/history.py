@@ -17,7 +17,7 @@ from html import escape
 
 from pydantic import Field
 
-from orchestrator.metrics import noise
+from orchestrator.metrics import decision, noise
 from orchestrator.models.base import StrictModel
 from orchestrator.report import svg
 from orchestrator.store.db import ResultsStore
@@ -124,7 +124,7 @@ def history(
             if len(earlier) < MIN_EARLIER or not ref or ref <= 0 or value <= 0:
                 continue
             band = _band(earlier, floor, k)
-            if math.log(value / ref) < -band:
+            if decision.direction(math.log(value / ref), band) == "worse":
                 regressions.append(
                     Regression(
                         run_id=last.run_id, figure=fig, value=value, reference=ref, against=against,

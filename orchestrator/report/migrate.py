@@ -104,13 +104,13 @@ def run_sections(r: MigrateRun) -> list[tuple[str, list[str], list[list[str]], l
                     [
                         d.collective,
                         _size(s.size_bytes),
-                        f"{s.change.a:.4g}",
-                        f"{s.change.b:.4g}",
-                        f"{(s.change.b / s.change.a - 1) * 100:+.1f}%",
-                        f"±{s.change.band:.3f}",
-                        "-" if s.control_log_ratio is None else f"{s.control_log_ratio:+.3f}",
+                        _opt(s.change.a, "{:.4g}"),
+                        _opt(s.change.b, "{:.4g}"),
+                        _opt(None if s.change.ratio is None else (s.change.ratio - 1) * 100, "{:+.1f}%"),
+                        _opt(s.change.log_band, "±{:.3f}"),
+                        _opt(s.control_log_ratio, "{:+.3f}"),
                         f"{s.n_a}/{s.n_b}/{s.n_control}",
-                        s.change.direction,
+                        s.change.change,
                         mark,
                     ]
                 )
@@ -230,3 +230,8 @@ def run_html(r: MigrateRun, matrix: MigrationMatrix | None = None) -> str:
         parts += [f"<li>{h(q.topic)}: {h(q.question)}</li>" for q in matrix.questions]
         parts.append("</ul>")
     return "\n".join(parts) + "\n"
+
+
+def _opt(v: float | None, fmt: str) -> str:
+    """v formatted, or - where there is none."""
+    return "-" if v is None else fmt.format(v)

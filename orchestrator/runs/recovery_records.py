@@ -14,19 +14,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from orchestrator.metrics.recovery import to_mono
+from orchestrator.models.decision import RecoveryOutcome, RecoveryStatus
 from orchestrator.models.fault import FaultKind, FaultRecord, RecoveryResult
-from orchestrator.models.recovery import Heartbeat, RecoveryOutcome, RecoveryRecord, RecoveryTimings
+from orchestrator.models.recovery import Heartbeat, RecoveryRecord, RecoveryTimings
 
 PRE_S = 10.0
 POST_PAD_S = 3.0
 MAX_POINTS_PER_RANK = 300
 
-OUTCOME: dict[str, RecoveryOutcome] = {
-    "recovered": "recovered",
-    "no-interruption": "no_interruption",
-    "not-recovered": "not_recovered",
-    "no-data": "aborted",
-}
+
+def outcome(verdict: RecoveryStatus) -> RecoveryOutcome:
+    """The record's outcome for a probe verdict: the same word, except no-data, which is aborted."""
+    return "aborted" if verdict == "no-data" else verdict
 
 
 def _mono(rec: dict[str, Any], offsets: dict[str, float]) -> float | None:
@@ -122,7 +121,7 @@ def to_record(
         timings=RecoveryTimings(
             detect_s=r.detect_s, recover_s=r.recover_s, restore_s=r.restore_s, steps_lost=r.steps_lost
         ),
-        outcome=OUTCOME[r.verdict],
+        outcome=outcome(r.verdict),
         max_recovery_s=window_s,
         heartbeats=heartbeats,
         notes=list(r.notes),

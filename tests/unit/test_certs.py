@@ -154,10 +154,10 @@ def test_faults_survived_are_listed_and_an_unrecovered_one_refuses_its_target() 
     by = {c.node: c for c in certs}
     assert [(f.fault_id, f.role, f.recover_s) for f in by["node1"].faults] == [("f1", "target", 1.5)]
     assert [(f.fault_id, f.role) for f in by["node2"].faults] == [("f1", "peer")]
-    rec.recovery = [_fault("f2", "node2", "n2a", "not_recovered")]
+    rec.recovery = [_fault("f2", "node2", "n2a", "not-recovered")]
     certs, refused = certify(rec, now=NOW, valid_days=1)
     assert [c.node for c in certs] == ["node1"]
-    assert refused[0].reasons == ["fault f2 (kill_worker) on it: not_recovered"]
+    assert refused[0].reasons == ["fault f2 (kill_worker) on it: not-recovered"]
 
 
 def test_running_runs_and_bad_validity_are_refused() -> None:

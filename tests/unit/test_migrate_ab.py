@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import ConfigError
+from orchestrator.metrics.decision import judge
 from orchestrator.migrate.ab import (
     collective_decision,
     interleaved_schedule,
-    judge,
     sample_change,
     serving_decision,
 )
@@ -105,8 +105,9 @@ def test_the_control_arm_widens_the_band_to_the_gap_a_against_a_shows() -> None:
     with_control, gap = sample_change(a, b, control)
     without, none = sample_change(a, b)
     assert none is None and gap is not None and gap == pytest.approx(math.log(9.2 / 10.0))
-    assert with_control.band >= abs(gap) and with_control.direction == "same"
-    assert without.direction == "worse"
+    assert with_control.log_band is not None and with_control.log_band >= abs(gap) - 1e-12
+    assert with_control.change == "same"
+    assert without.change == "worse"
 
 
 def test_sample_change_refuses_a_side_without_a_positive_figure() -> None:
@@ -138,7 +139,8 @@ def test_the_schedule_prefers_nodes_that_run_both_stacks_and_refuses_too_few() -
 @pytest.mark.parametrize(
     ("tput_b", "p99_b", "interactive", "expected"),
     [
-        (1200.0, 130.0, True, "worse"),  # better throughput, worse p99: worse for interactive
+        (1200.0, 130.0, True, "worse for interactive"),  # better throughput, worse p99
+        (1000.0, 130.0, True, "worse"),  # throughput the same, worse p99
         (1200.0, 130.0, False, "better"),  # batch goes by throughput
         (1000.0, 130.0, False, "worse"),  # throughput the same: p99 decides
         (1200.0, 100.0, True, "better"),

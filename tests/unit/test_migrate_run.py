@@ -419,8 +419,10 @@ def test_a_serving_plan_with_better_throughput_and_worse_p99_fails_the_compare()
 
     a = [run("a1", 100, 1.0), run("a2", 102, 1.02)]
     faster_but_late = compare_runs(a, [run("b1", 130, 1.6)], [], mode="interleaved", why_mode="", order=[])
-    assert faster_but_late.serving is not None and faster_but_late.serving.direction == "worse"
-    assert faster_but_late.worse == [f"serving worse: {faster_but_late.serving.reason}"]
+    assert faster_but_late.serving is not None
+    assert faster_but_late.serving.direction == "worse for interactive"
+    assert faster_but_late.worse == [f"serving worse for interactive: {faster_but_late.serving.reason}"]
+    assert "more throughput does not buy back a worse p99" in faster_but_late.serving.reason
     same = compare_runs(a, [run("b1", 101, 1.01)], [], mode="interleaved", why_mode="", order=[])
     assert same.serving is not None and same.serving.direction == "same" and same.worse == []
 

@@ -43,7 +43,3 @@ def test_band_scales_with_the_runs_of_each_side() -> None:
 def test_run_lengths_are_the_lengths_of_runs_of_equal_neighbours(labels: list[str]) -> None:
     expected = [n for n in (len(list(g)) for _, g in itertools.groupby(labels)) for _ in range(n)]
     assert noise.run_lengths(labels) == expected
-
-
-def test_direction_is_same_inside_the_band_inclusive() -> None:
-    assert [noise.direction(d, 0.1) for d in (0.2, 0.1, -0.1, -0.2)] == ["better", "same", "same", "worse"]

@@ -280,7 +280,7 @@ def test_a_record_says_no_interruption_and_the_measured_hold() -> None:
                        held_s=3.042, notes=["no interruption: nothing to recover from"])  # fmt: skip
     rec = records.to_record(r, None, target="node2:fab0", duration_s=3.0, window_s=60.0, heartbeats=[],
                             mono_to_wall=lambda m: datetime(2026, 12, 1, tzinfo=UTC))  # fmt: skip
-    assert rec.outcome == "no_interruption" and rec.verdict == "no-interruption"
+    assert rec.outcome == "no-interruption" and rec.verdict == "no-interruption"
     assert rec.timings.recover_s is None and rec.duration_s == 3.042
     stalled = r.model_copy(update={"verdict": "recovered", "recover_s": 5.1, "stall_s": 5.0})
     rec = records.to_record(stalled, None, target="node2:3", duration_s=5.0, window_s=60.0, heartbeats=[],

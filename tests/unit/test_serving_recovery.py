@@ -92,7 +92,7 @@ def test_answers_again_but_ttft_stays_out_of_band_is_not_recovered() -> None:
 def test_no_impact_when_a_short_pause_leaves_the_window_median_in_band() -> None:
     recs = [*healthy(range(40)), rec(40, ttft=0.6), rec(41, ttft=0.5), *healthy(range(42, 80))]
     r = serving_recovery(recs, FAULT, level="c4", rule=RULE)
-    assert r.status == "no-impact"
+    assert r.status == "no-interruption"
     assert r.to_steady_s == pytest.approx(0.0)
     assert r.to_first_failure_s is None and r.to_first_success_s is None and r.outage_s is None
     assert (r.failed, r.aborted) == (0, 0)
@@ -238,10 +238,10 @@ def test_spread_over_repeats() -> None:
             aborted=2,
             status="not-recovered",
         ),
-        _rec(to_steady_s=0.0, status="no-impact"),
+        _rec(to_steady_s=0.0, status="no-interruption"),
     ]
     s = recovery_spread(reps)
-    assert s.repeats == 4 and s.statuses == {"no-impact": 1, "not-recovered": 1, "recovered": 2}
+    assert s.repeats == 4 and s.statuses == {"no-interruption": 1, "not-recovered": 1, "recovered": 2}
     assert (s.to_first_failure_s.n, s.to_first_failure_s.min, s.to_first_failure_s.max) == (3, 0.1, 0.3)
     assert s.to_first_failure_s.median == pytest.approx(0.2)
     assert (s.to_steady_s.n, s.to_steady_s.median) == (3, 5.0)
@@ -272,12 +272,12 @@ def test_a_held_fault_is_steady_only_after_its_revert() -> None:
     recs = healthy(range(70)) + healthy(range(70, 100), 0.4) + healthy(range(100, 160))
     held = FAULT + 6.0
     blind = serving_recovery(recs, FAULT, level="c4", rule=RULE)
-    assert blind.status == "no-impact"  # without the revert time, the first window looked steady
+    assert blind.status == "no-interruption"  # without the revert time, the first window looked steady
     r = serving_recovery(recs, FAULT, level="c4", rule=RULE, held_until=held)
     assert r.status == "recovered" and r.to_first_failure_s is None and r.failed == 0
     assert r.to_steady_s == pytest.approx(6.0)  # request 100, the first sent after the revert
     assert r.ttft_during_ms is not None and r.ttft_during_ms.n == 60
     assert r.ttft_during_ms.p95 == pytest.approx(400.0)
-    # a held fault that changed nothing is no-impact
+    # a held fault that changed nothing is no-interruption
     calm = serving_recovery(healthy(range(160)), FAULT, level="c4", rule=RULE, held_until=held)
-    assert calm.status == "no-impact" and calm.to_steady_s == pytest.approx(6.0)
+    assert calm.status == "no-interruption" and calm.to_steady_s == pytest.approx(6.0)

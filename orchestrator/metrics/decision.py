@@ -1,0 +1,267 @@
+"""The one decision module: every "better / same / worse" of B against A (docs/results.md, "Noise").
+
+Collective compare (report/compare.py), serving compare (metrics/serving.py), a result from
+elsewhere (report/compare_foreign.py) and a migration's A/B (migrate/ab.py) judge here and get a
+FigureChange (models/decision.py) back; they gather the figures and render what is decided.
+
+Band. Figures compare on the log scale (a ratio of two runs is a difference of logs). Each side's
+centre is the median of its runs. The spread is the robust one of metrics/noise.py: sigma = 1.4826
+x MAD of every run's distance from its own side's median, all sides pooled; at least each run's
+own uncertainty where one is known (a p99's order statistics, a run's drift). The band is max(ln(1
++ floor), k x se), se the standard error of median(B) - median(A); floor 5%, k 3. An A-against-A
+control arm widens it to at least the gap the control shows: a change smaller than what A against
+A shows is not a change.
+
+Rules.
+- A figure is better or worse only beyond its band (a change exactly at the band is "same").
+- Collectives: a change stands only where it holds, in the same direction, at MIN_ADJACENT (2) or
+  more adjacent message sizes; a lone size beyond the band is reported, not flagged (as in AMD's
+  RCCL regression detector). Over a series, worse wins over better.
+- Recovery times (lower is better) compare medians in seconds, band max(k x se, floor x A's median).
+- Serving, the interactive rule: a p99 latency worse beyond its band with throughput better is
+  "worse for interactive": more throughput does not buy back a worse p99. A worse p99 or a worse
+  throughput is "worse"; better without anything worse is "better"; else "same"; "n/a" when the
+  throughput or every p99 is missing. Batch service (a migration's `interactive: false`) goes by
+  throughput, and by the p99s only when throughput is the same.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+
+from orchestrator.metrics import noise
+from orchestrator.models.decision import WORSE, Change, Direction, FigureChange, InteractiveVerdict
+
+FLOOR = 0.05
+"""Below a 5% change nothing is called better or worse."""
+K = 3.0
+"""A change must exceed K standard errors of the difference."""
+MIN_ADJACENT = 2
+"""A collective's change is flagged only when it holds at this many adjacent sizes."""
+
+
+def direction(d: float, half_width: float) -> Direction:
+    """better beyond +half_width, worse beyond -half_width, else same (d: a log ratio, higher better)."""
+    return "better" if d > half_width else "worse" if d < -half_width else "same"
+
+
+def is_worse(verdict: str) -> bool:
+    """Whether a verdict or a row's word says B is worse ("worse", "worse for interactive")."""
+    return verdict in WORSE
+
+
+def _centre(values: Iterable[float]) -> float | None:
+    """The median of the positive values on the log scale: the middle value itself for an odd count
+    (a stated figure stays as stated), the geometric mean of the two middle ones for an even count."""
+    xs = sorted(v for v in values if v > 0)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else math.sqrt(xs[mid - 1] * xs[mid])
+
+
+def figure_change(
+    figure: str | None,
+    a: Iterable[float],
+    b: Iterable[float],
+    *,
+    higher_is_better: bool = True,
+    control: Iterable[float] = (),
+    run_se: Iterable[float] = (),
+    spread_of: tuple[bool, bool] = (True, True),
+    n_a: int | None = None,
+    n_b: int | None = None,
+    floor: float = FLOOR,
+    k: float = K,
+    note: str | None = None,
+) -> FigureChange:
+    """B's figures against A's (one per run; zero or negative ones have no ratio and are left out).
+
+    control: the A-against-A arm (its runs join the spread; the band is at least |ln(median(A') /
+    median(A))|). run_se: each run's own se of the log figure; the spread is at least their root
+    mean square. spread_of: which sides' repeats give the spread (a stated figure from elsewhere has
+    none of its own: it counts as one run). n_a, n_b: the samples named beside the figure (None: not
+    stated). A side without a positive figure, or a note (why the figure is not judged), gives
+    change "n/a" with the note.
+    """
+    a, b = list(a), list(b)
+    la, lb, lc = noise.log_values(a), noise.log_values(b), noise.log_values(control)
+    ca, cb = _centre(a), _centre(b)
+    if note is not None or ca is None or cb is None:
+        return FigureChange(
+            figure=figure, a=ca, b=cb, ratio=None, band=None, change="n/a", n_a=n_a, n_b=n_b, note=note
+        )
+    groups = [g for g, used in ((la, spread_of[0]), (lb, spread_of[1])) if used] + [lc]
+    sigma = noise.mad_sigma(noise.residuals(groups)) or 0.0
+    se = list(run_se)
+    single = math.sqrt(statistics.fmean(x * x for x in se)) if se else 0.0
+    half = noise.band(noise.difference_se(max(sigma, single), len(la), len(lb)), floor, k)
+    if lc:
+        half = max(half, abs(statistics.median(lc) - statistics.median(la)))
+    d = statistics.median(lb) - statistics.median(la)
+    return FigureChange(
+        figure=figure, a=ca, b=cb, ratio=cb / ca, band=math.expm1(half),
+        change=direction(d if higher_is_better else -d, half), n_a=n_a, n_b=n_b,
+    )  # fmt: skip
+
+
+SeriesKey = tuple[str, str, int]
+"""(step, collective, message size): a series is one step's collective, its points the sizes."""
+
+
+def series_changes(
+    a: Mapping[SeriesKey, Sequence[float]],
+    b: Mapping[SeriesKey, Sequence[float]],
+    *,
+    repeated: bool,
+    floor: float = FLOOR,
+    k: float = K,
+) -> tuple[dict[SeriesKey, FigureChange], float]:
+    """Every point of A's and B's series (busbw, higher is better; each side's figure over its
+    runs), B against A, and the pooled spread (0.0 when no point has one).
+
+    Spread, repeated (a side has more than one run): per point 1.4826 x MAD of the log figures
+    around each side's own median (sides of one run add nothing), at least the median of that over
+    all points (one wild repeat widens its own point only; a point whose few runs agreed by chance
+    does not get a band of nothing); se = sigma x the standard error factor of the two medians.
+    One run a side: per series, the spread of d = ln(B/A) from one size to the next, 1.4826 x
+    median|d_i - d_(i-1)| / sqrt(2), at least the median of that over all series; se = sigma.
+    Band max(ln(1 + floor), k x se). A point without a positive figure on a side is n/a; the
+    adjacent-sizes rule (adjacent) comes after.
+    """
+    keys = sorted(set(a) | set(b), key=lambda t: (t[0], t[1], t[2]))
+    la = {key: noise.log_values(a.get(key, ())) for key in keys}
+    lb = {key: noise.log_values(b.get(key, ())) for key in keys}
+    d = {key: statistics.median(lb[key]) - statistics.median(la[key]) for key in keys if la[key] and lb[key]}
+    sigma: dict[SeriesKey, float] = {}
+    if repeated:
+        for key in d:
+            sig = noise.mad_sigma(noise.residuals([g for g in (la[key], lb[key]) if len(g) >= 2]))
+            if sig is not None:
+                sigma[key] = sig
+        pooled = noise.pooled_sigma(sigma.values())
+    else:
+        per_series: dict[tuple[str, str], float] = {}
+        for series in {key[:2] for key in d}:
+            sig = noise.neighbour_sigma([d[key] for key in keys if key in d and key[:2] == series])
+            if sig is not None:
+                per_series[series] = sig
+        pooled = noise.pooled_sigma(per_series.values())
+        sigma = {key: per_series[key[:2]] for key in d if key[:2] in per_series}
+    out: dict[SeriesKey, FigureChange] = {}
+    for key in keys:
+        ca, cb = _centre(a.get(key, ())), _centre(b.get(key, ()))
+        n_a, n_b = len(la[key]), len(lb[key])
+        if key not in d or ca is None or cb is None:
+            out[key] = FigureChange(a=ca, b=cb, ratio=None, band=None, change="n/a", n_a=n_a, n_b=n_b)
+            continue
+        s = max(sigma.get(key, 0.0), pooled)
+        half = noise.band(noise.difference_se(s, n_a, n_b) if repeated else s, floor, k)
+        out[key] = FigureChange(
+            a=ca, b=cb, ratio=cb / ca, band=math.expm1(half), change=direction(d[key], half), n_a=n_a, n_b=n_b
+        )
+    return out, pooled
+
+
+def control_gap(a: Iterable[float], control: Iterable[float]) -> float | None:
+    """ln(median(A') / median(A)): what A against A shows (None without a control arm)."""
+    la, lc = noise.log_values(a), noise.log_values(control)
+    return statistics.median(lc) - statistics.median(la) if la and lc else None
+
+
+def judge(
+    a: float,
+    b: float,
+    band: float,
+    *,
+    higher_is_better: bool = True,
+    figure: str | None = None,
+    n_a: int | None = None,
+    n_b: int | None = None,
+) -> FigureChange:
+    """One figure of B against A, given the band (half-width on the log scale, >= 0).
+
+    Raises ValueError when a figure is not positive (a ratio needs both) or the band is negative.
+    """
+    if a <= 0 or b <= 0:
+        raise ValueError(f"figures must be positive to compare (A={a}, B={b})")
+    if band < 0:
+        raise ValueError(f"the band must be >= 0, got {band}")
+    d = math.log(b) - math.log(a)
+    return FigureChange(
+        figure=figure, a=a, b=b, ratio=b / a, band=math.expm1(band),
+        change=direction(d if higher_is_better else -d, band), n_a=n_a, n_b=n_b,
+    )  # fmt: skip
+
+
+def adjacent(changes: Sequence[str], min_adjacent: int = MIN_ADJACENT) -> list[bool]:
+    """For each change, in size order: whether it stands, i.e. is better or worse and holds in the
+    same direction at min_adjacent or more adjacent sizes (a word other than better / worse, such
+    as same, n/a or missing, breaks the run)."""
+    return [
+        c in ("better", "worse") and n >= min_adjacent
+        for c, n in zip(changes, noise.run_lengths(changes), strict=True)
+    ]
+
+
+def overall(directions: Iterable[str]) -> Direction:
+    """One direction for a series: worse wins over better; same when neither is there."""
+    found = set(directions)
+    return "worse" if "worse" in found else "better" if "better" in found else "same"
+
+
+def time_change(
+    a: Sequence[float], b: Sequence[float], *, floor: float = FLOOR, k: float = K
+) -> tuple[float, Direction]:
+    """Times in seconds (lower is better), each side's repeats: the band in seconds, max(k x se,
+    floor x median(A)) with se from the pooled robust spread, and the direction of median(B)
+    against median(A). Raises ValueError when a side is empty."""
+    if not a or not b:
+        raise ValueError("each side needs at least one time")
+    ma, mb = statistics.median(a), statistics.median(b)
+    sigma = noise.mad_sigma(noise.residuals([g for g in (a, b) if len(g) >= 2])) or 0.0
+    band = max(k * noise.difference_se(sigma, len(a), len(b)), floor * ma)
+    return band, "worse" if mb - ma > band else "better" if ma - mb > band else "same"
+
+
+def describe(c: FigureChange) -> str:
+    """A judged figure in a reason: e.g. `TTFT p99 +12.0% (band +-5.0%, n=100/100)` (? not stated)."""
+    n = "/".join("?" if x is None else str(x) for x in (c.n_a, c.n_b))
+    if c.ratio is None or c.band is None:
+        return f"{c.figure} n/a (n={n})"
+    return f"{c.figure} {c.ratio - 1:+.1%} (band +-{c.band:.1%}, n={n})"
+
+
+def serving_verdict(
+    throughput: FigureChange, latency: Sequence[FigureChange], *, interactive: bool = True
+) -> tuple[InteractiveVerdict, str]:
+    """A serving level's verdict and its reason from the throughput change (higher is better) and
+    the p99 latency changes (lower is better), each already judged: the interactive rule, or with
+    interactive=False the batch rule (see the module docstring)."""
+    judged = [c for c in latency if c.change != "n/a"]
+    if throughput.change == "n/a" or not judged:
+        whys = "; ".join(c.note for c in [throughput, *latency] if c.note)
+        return "n/a", f"throughput or every p99 missing on a side ({whys or 'p99 needs n >= 100'})"
+    worse = [c for c in judged if c.change == "worse"]
+    better = [c for c in judged if c.change == "better"]
+    t: Change = throughput.change
+    if not interactive:
+        if t != "same":
+            return t, f"{describe(throughput)} (batch service goes by throughput)"
+        p: Direction = "worse" if worse else "better" if better else "same"
+        moved = worse or better
+        return p, f"{describe(throughput)}; " + (
+            "; ".join(map(describe, moved)) if moved else "every p99 compared within its band"
+        )
+    if worse and t == "better":
+        return "worse for interactive", (
+            f"{describe(throughput)} but {'; '.join(map(describe, worse))}: "
+            "more throughput does not buy back a worse p99"
+        )
+    if worse or t == "worse":
+        return "worse", "; ".join(describe(c) for c in [throughput, *worse] if c.change == "worse")
+    if better or t == "better":
+        return "better", "; ".join(describe(c) for c in [throughput, *better] if c.change == "better")
+    return "same", f"{describe(throughput)}; every p99 compared within its band"
