@@ -56,11 +56,11 @@ from orchestrator.models.isolation import (
 from orchestrator.models.plan import Plan, SizeRange, Step
 from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import RunResult, StepResult
-from orchestrator.pipeline import _Runner, choose_backend, make_scheduler
 from orchestrator.report.escape import md
 from orchestrator.report.isolation import isolation_markdown as section_markdown
 from orchestrator.runs.drain import drain_culprits, drain_reason
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
+from orchestrator.runs.scale_test import _Runner, choose_backend, make_scheduler
 from orchestrator.scheduler.base import backend_traits
 from orchestrator.stages.stack import stack_name, stack_python
 from orchestrator.store.load import require_model

@@ -102,8 +102,8 @@ class ClusterOps:
         return bool(self.plan and self.plan.faults)
 
     def run_plan(self, stack: str, nodes: list[str], label: str, *, faults: bool) -> PlanRun:
-        from orchestrator.pipeline import _Runner, choose_backend, make_scheduler
         from orchestrator.plan import expand_steps
+        from orchestrator.runs.scale_test import _Runner, choose_backend, make_scheduler
         from orchestrator.stages.faults import StepFaults
         from orchestrator.stages.stack import stack_python
 

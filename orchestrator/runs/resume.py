@@ -19,8 +19,8 @@ from orchestrator.models.events import Listener
 from orchestrator.models.fault import RecoverySummary
 from orchestrator.models.migrate import MigrateRun
 from orchestrator.models.run import RunResult
-from orchestrator.pipeline import resume_run
 from orchestrator.runs.recovery import resume_recovery_test
+from orchestrator.runs.scale_test import resume_run
 from orchestrator.store.load import run_kind
 
 

@@ -55,9 +55,9 @@ from orchestrator.models.isolation import Mode, Partition
 from orchestrator.models.plan import Plan, SizeRange, Step
 from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import StepResult
-from orchestrator.pipeline import _Runner, _steps_json, choose_backend, make_scheduler
 from orchestrator.runs.isolate import MAX_TIMEOUT_S, partition_nodes, test_step
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
+from orchestrator.runs.scale_test import _Runner, _steps_json, choose_backend, make_scheduler
 from orchestrator.scheduler.base import backend_traits
 from orchestrator.stages.stack import stack_name, stack_python
 from orchestrator.store.load import STEPS_FILE

@@ -288,7 +288,7 @@ def test_an_error_mid_ladder_ends_the_allocation_once_and_finishes_the_run(
 
     from test_scheduler_errors import _runner, execute
 
-    from orchestrator import pipeline
+    from orchestrator.runs import scale_test as pipeline
 
     monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
     slurm = FailingSacct()

@@ -5,7 +5,7 @@
 - nothing below the CLI imports orchestrator.cli;
 - models/ does no I/O: it imports only models/, orchestrator.errors, pydantic and the pure
   standard-library modules of MODELS_STDLIB, and calls no file or process function;
-- store/ and report/ do not import orchestrator.pipeline.
+- store/ and report/ do not import scale-test (orchestrator.runs.scale_test).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def deps() -> dict[str, set[str]]:
 
 def test_the_graph_is_read(tmp_path: Path) -> None:
     g = internal(graph())
-    assert "orchestrator.store.rundir" in g["orchestrator.pipeline"]
+    assert "orchestrator.store.rundir" in g["orchestrator.runs.scale_test"]
     assert "orchestrator.models.base" in g["orchestrator.models.run"]
     # relative imports, a module named in `from pkg import mod`, and imports inside functions
     src = tmp_path / "a.py"
@@ -201,14 +201,14 @@ def test_store_and_report_do_not_import_the_pipeline(deps: dict[str, set[str]], 
         for m, ds in deps.items()
         if under(m, pkg)
         for d in ds
-        if d == "orchestrator.pipeline"
+        if d == "orchestrator.runs.scale_test"
     )
     assert bad == []
 
 
 def test_store_keeps_results_only(deps: dict[str, set[str]]) -> None:
     """store/ reads and writes results; submitting, cancelling and running on nodes live elsewhere."""
-    outside = ("pipeline", "scheduler", "remote", "faults", "stages", "runs", "cli", "lab", "provision")
+    outside = ("scheduler", "remote", "faults", "stages", "runs", "cli", "lab", "provision")
     bad = sorted(
         f"{m} imports {d}"
         for m, ds in deps.items()
@@ -241,7 +241,7 @@ def test_the_run_holds_no_slurm_words() -> None:
     # probe jobs' own change (they move onto scheduler.slurm_state.classify), named here so that
     # it is not forgotten.
     later = {"probe_jobs.py"}
-    files = [PKG / "pipeline.py", *sorted(p for p in (PKG / "runs").glob("*.py") if p.name not in later)]
+    files = sorted(p for p in (PKG / "runs").glob("*.py") if p.name not in later)
     bad = []
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -256,7 +256,7 @@ def test_the_run_holds_no_slurm_words() -> None:
             text = node.value if isinstance(node, ast.Constant) and id(node) not in docstrings else None
             if isinstance(text, str) and (m := word_re.search(text)):
                 bad.append(f"{path.name}:{node.lineno}: Slurm word {m.group(1)!r} in {text[:60]!r}")
-            if isinstance(node, ast.Compare) and path.name == "pipeline.py":
+            if isinstance(node, ast.Compare) and path.name == "scale_test.py":
                 names = [c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
                 if any(n in ("slurm", "local") for n in names):
                     bad.append(f"{path.name}:{node.lineno}: compares a backend name")

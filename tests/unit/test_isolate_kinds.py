@@ -10,8 +10,8 @@ import pytest
 import yaml
 from test_isolate_run import LOG, StandIn
 
-import orchestrator.pipeline as pipeline
 import orchestrator.runs.isolate as iso
+import orchestrator.runs.scale_test as pipeline
 from orchestrator.cli.isolate import render_isolation
 from orchestrator.errors import InventoryError
 from orchestrator.inventory import load_inventory

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import orchestrator.pipeline as pipeline
 import orchestrator.runs.isolate as iso
+import orchestrator.runs.scale_test as pipeline
 from orchestrator.errors import ConfigError
 from orchestrator.faults.safety import SafetyError
 from orchestrator.models.isolation import Culprit, Isolation

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from test_isolate_run import StandIn, _inventory, _res, _run
 
-import orchestrator.pipeline as pipeline
 import orchestrator.runs.isolate as iso
+import orchestrator.runs.scale_test as pipeline
 from orchestrator.models.isolation import IsolationRun
 from orchestrator.report.formats import render
 from orchestrator.store.load import load_run

@@ -18,11 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import pipeline
 from orchestrator.errors import ConfigError, InfraError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.cluster import Cluster, ClusterVars, Node
-from orchestrator.pipeline import _execute, _Runner
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.local import LocalShell
 from orchestrator.remote.nodefiles import (
@@ -32,7 +30,9 @@ from orchestrator.remote.nodefiles import (
     extract_tar,
     run_data_layout,
 )
+from orchestrator.runs import scale_test as pipeline
 from orchestrator.runs.lifecycle import RunLifecycle
+from orchestrator.runs.scale_test import _execute, _Runner
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 from orchestrator.store.rundir import RunDir, new_run_id
 
@@ -389,7 +389,7 @@ def test_the_ssh_probe_starts_in_its_node_folder_and_stops_by_a_stop_file_on_eve
 def test_scale_test_on_remote_nodes_without_a_stack_is_refused_before_a_run_exists(tmp_path: Path) -> None:
     # No stack to name a Python on the nodes: this machine's venv is not there, so no guess.
     from orchestrator.models.plan import PlanOverrides
-    from orchestrator.pipeline import ScaleTestRequest, scale_test
+    from orchestrator.runs.scale_test import ScaleTestRequest, scale_test
 
     inv = tmp_path / "inv.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {"n1": {"ansible_host": "198.18.0.1"}}}}))

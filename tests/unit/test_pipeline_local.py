@@ -10,7 +10,7 @@ import pytest
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.models.events import RunEvent
 from orchestrator.models.plan import PlanOverrides
-from orchestrator.pipeline import ScaleTestRequest, scale_test
+from orchestrator.runs.scale_test import ScaleTestRequest, scale_test
 
 PLAN = """
 name: tiny
@@ -129,7 +129,7 @@ def test_no_poll_interval_is_sat_out_after_the_last_step(
     """The run finishes as soon as its last step is judged (docs/benchmarks.md: where the wall goes)."""
     import time
 
-    from orchestrator import pipeline
+    from orchestrator.runs import scale_test as pipeline
 
     seen: list[str] = []
     interval = 0.0123  # a value only the runner's poll loop sleeps

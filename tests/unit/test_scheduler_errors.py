@@ -13,10 +13,10 @@ import yaml
 from orchestrator.errors import RemoteError, SchedulerError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.run import RunResult
-from orchestrator.pipeline import _execute, _Runner
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.base import CmdResult
 from orchestrator.runs.lifecycle import RunLifecycle
+from orchestrator.runs.scale_test import _execute, _Runner
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.rundir import new_run_id
@@ -264,7 +264,7 @@ class AllocSlurm:
 def test_allocation_mode_sacct_failing_cancels_the_allocation_and_finishes_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import pipeline
+    from orchestrator.runs import scale_test as pipeline
     from orchestrator.scheduler.allocation import AllocationScheduler
 
     monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)

@@ -13,7 +13,7 @@ import pytest
 from test_serving_run import engine_pids, gone, setup
 
 from orchestrator.errors import EXIT_INFRA, ConfigError
-from orchestrator.pipeline import scale_test
+from orchestrator.runs.scale_test import scale_test
 
 PLAN = """
 name: serve-fault

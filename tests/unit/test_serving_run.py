@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, EXIT_THRESHOLDS, ConfigError
-from orchestrator.pipeline import ScaleTestRequest, scale_test
+from orchestrator.runs.scale_test import ScaleTestRequest, scale_test
 from orchestrator.store.load import load_run
 
 SSE = Path(__file__).with_name("sse_server.py")
@@ -186,7 +186,7 @@ def test_sigterm_of_orch_stops_the_engine(tmp_path: Path) -> None:
     req, pids = setup(tmp_path, engine_flags="--ttft 0.02 --itl 0.01", requests=2000)
     code = (
         "import sys\n"
-        "from orchestrator.pipeline import ScaleTestRequest, scale_test\n"
+        "from orchestrator.runs.scale_test import ScaleTestRequest, scale_test\n"
         "from orchestrator.errors import OrchError\n"
         f"req = ScaleTestRequest.model_validate_json({req.model_dump_json()!r})\n"
         "try:\n    sys.exit(scale_test(req).exit_code)\n"
@@ -351,7 +351,7 @@ def test_cron_install_expands_serving_steps_as_scale_test_does(
 
 
 def test_resume_runs_the_serving_steps_without_a_result_and_keeps_the_others(tmp_path: Path) -> None:
-    from orchestrator.pipeline import resume_run
+    from orchestrator.runs.scale_test import resume_run
 
     req, pids = setup(tmp_path, hosts=("alpha", "beta"), replicas='"1,N"')
     run = scale_test(req).run_dir

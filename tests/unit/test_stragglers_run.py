@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import orchestrator.pipeline as pipeline
+import orchestrator.runs.scale_test as pipeline
 import orchestrator.runs.stragglers as st
 from orchestrator.errors import ConfigError
 from orchestrator.report.html import render_html
