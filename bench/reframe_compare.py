@@ -48,7 +48,7 @@ from _lab import elapsed_raw, load_note, slurm_env, wait_idle
 from orchestrator.inventory import load_inventory
 from orchestrator.models.plan import PlanOverrides
 from orchestrator.plan import expand_steps, resolve_plan
-from orchestrator.runs.scale_test import job_spec
+from orchestrator.runs.executor import job_spec
 from orchestrator.stages.stack import node_python, stack_name, stack_python
 
 VENV_BIN = Path(sys.executable).parent

@@ -1,9 +1,9 @@
-"""`orch isolate`: find the bad node or link among nodes, each test a pipeline step.
+"""`orch isolate`: find the bad node or link among nodes, each test a step of the step executor.
 
 A run of its own kind ("isolate") inside RunLifecycle. The search (isolation/search.py) decides
 what to test; each test (one node with 2 ranks, a pair, a set) is a step of a short plan (one
-collective, one size, a step timeout of a minute at most) run by the pipeline's own executor
-(pipeline._Runner: job_spec, the scheduler of make_scheduler, collection and judging), so an
+collective, one size, a step timeout of a minute at most) run by the step executor
+(runs/executor.py: job_spec, the scheduler of make_scheduler, collection and judging), so an
 isolation test is run, collected and kept exactly as a ladder step is. A round's steps run
 concurrently where their nodes are disjoint (plan.concurrent_steps, `--concurrent`) or one after
 another (the default: in the lab they share 2 cores); the mode is journaled and printed.
@@ -59,8 +59,8 @@ from orchestrator.models.run import RunResult, StepResult
 from orchestrator.report.escape import md
 from orchestrator.report.isolation import isolation_markdown as section_markdown
 from orchestrator.runs.drain import drain_culprits, drain_reason
+from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
-from orchestrator.runs.scale_test import _Runner, choose_backend, make_scheduler
 from orchestrator.scheduler.base import backend_traits
 from orchestrator.stages.stack import stack_name, stack_python
 from orchestrator.store.load import require_model
@@ -264,7 +264,7 @@ def _busbw(res: StepResult) -> float | None:
 
 
 class _Rounds:
-    """The round runner isolate() calls: each round's groups become steps run by the pipeline."""
+    """The round runner isolate() calls: each round's groups become steps run by the step executor."""
 
     def __init__(
         self,
@@ -304,7 +304,7 @@ class _Rounds:
             steps=[s.id for s in steps],
             groups=[list(g) for g in groups],
         )
-        runner = _Runner(
+        runner = StepExecutor(
             self.plan, self.cluster, steps, self.sched, self.backend, self.life, self.python, self.env
         )
         runner.run()

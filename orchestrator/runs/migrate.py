@@ -6,8 +6,8 @@ phase), reference.json (the frozen fingerprints of A), playbooks.json (the ansib
 processes its provisionings started) and report.md / report.html. The journal has
 `migrate_phase` lines (started, then passed / failed / skipped with the gate, the reason and the
 time). The phases themselves are migrate/procedure.py; this module gives them the real work
-(ClusterOps: provisioning through Ansible, fingerprints over SSH, the plan through the pipeline's
-executor, as isolate runs its tests) and the lifecycle.
+(ClusterOps: provisioning through Ansible, fingerprints over SSH, the plan through the step
+executor of runs/executor.py, as isolate runs its tests) and the lifecycle.
 
 `orch runs resume` of a migrate run: stop the ansible-playbook processes the run started that are
 still running (runs/playbook_pids.py), read which stack every node holds, continue from the first
@@ -67,7 +67,7 @@ def cluster_ops(life: RunLifecycle, cluster: Cluster, plan: Plan | None) -> Ops:
 
 class ClusterOps:
     """Provisioning through `orch provision`'s service (the playbooks' PIDs recorded in the run
-    folder), fingerprints over the kept-open SSH shells, the plan through the pipeline's executor."""
+    folder), fingerprints over the kept-open SSH shells, the plan through the step executor."""
 
     def __init__(self, life: RunLifecycle, cluster: Cluster, plan: Plan | None) -> None:
         self.life, self.cluster, self.plan = life, cluster, plan
@@ -103,7 +103,7 @@ class ClusterOps:
 
     def run_plan(self, stack: str, nodes: list[str], label: str, *, faults: bool) -> PlanRun:
         from orchestrator.plan import expand_steps
-        from orchestrator.runs.scale_test import _Runner, choose_backend, make_scheduler
+        from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler
         from orchestrator.stages.faults import StepFaults
         from orchestrator.stages.stack import stack_python
 
@@ -129,7 +129,7 @@ class ClusterOps:
         _journal_and_tell(self.life)(
             "migrate_plan_run", label=label, stack=stack, nodes=nodes, steps=[s.id for s in steps]
         )
-        runner = _Runner(
+        runner = StepExecutor(
             plan, sub, steps, make_scheduler(backend, sub, plan), backend, self.life, python, env, step_faults
         )
         runner.run()

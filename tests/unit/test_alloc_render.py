@@ -15,7 +15,7 @@ from orchestrator.inventory import load_inventory
 from orchestrator.models.plan import PlanOverrides
 from orchestrator.plan import resolve_plan
 from orchestrator.remote.base import CmdResult
-from orchestrator.runs.scale_test import make_scheduler
+from orchestrator.runs.executor import make_scheduler
 from orchestrator.scheduler.allocation import AllocationScheduler, srun_argv
 from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.salloc import SallocScheduler

@@ -36,7 +36,7 @@ from orchestrator.plan import (
     resolve_plan,
 )
 from orchestrator.provision.runner import PlaybookRequest, runner_kwargs
-from orchestrator.runs.scale_test import job_spec
+from orchestrator.runs.executor import job_spec
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
 

@@ -28,9 +28,10 @@ from orchestrator.models.names import check_name
 from orchestrator.models.plan import Plan, Step
 from orchestrator.paths import under
 from orchestrator.plan import expand_steps, load_plan
+from orchestrator.runs.executor import job_spec
 from orchestrator.runs.nightly import CronEntry, cron_job_spec
 from orchestrator.runs.probe_jobs import probe_job_spec
-from orchestrator.runs.scale_test import job_spec, resume_run
+from orchestrator.runs.scale_test import resume_run
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import JOB_ENV_ALLOW, SlurmScheduler

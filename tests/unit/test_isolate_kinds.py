@@ -10,8 +10,8 @@ import pytest
 import yaml
 from test_isolate_run import LOG, StandIn
 
+import orchestrator.runs.executor as executor
 import orchestrator.runs.isolate as iso
-import orchestrator.runs.scale_test as pipeline
 from orchestrator.cli.isolate import render_isolation
 from orchestrator.errors import InventoryError
 from orchestrator.inventory import load_inventory
@@ -151,7 +151,7 @@ def test_orch_isolate_on_a_mixed_cluster_tests_and_reports_each_kind_apart(
     nodes = {k: v for k, v in MIXED.items() if k in {"h1", "h2", "h3", "m1", "m2", "m3"}}
     fake = StandIn({"m2"})
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     inv = _inventory(tmp_path, nodes)
     req = iso.IsolateRequest(inventory=inv, size=16 * 2**20, out_dir=tmp_path / "runs", python="python3")
     result = iso.run_isolation(req)
@@ -179,7 +179,7 @@ def test_scale_test_isolate_takes_gpu_models_from_the_scale_tests_fingerprint(
 
     fake = StandIn({"n3"})
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     inv = _inventory(tmp_path, {f"n{i}": ("amd", None) for i in range(1, 5)})  # no gpu_model set
     parent = tmp_path / "runs" / "smoke-1"
     parent.mkdir(parents=True)

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+import orchestrator.runs.executor as executor
 import orchestrator.runs.isolate as iso
-import orchestrator.runs.scale_test as pipeline
 from orchestrator.errors import ConfigError
 from orchestrator.faults.safety import SafetyError
+from orchestrator.inventory import load_inventory
 from orchestrator.models.isolation import Culprit, Isolation
 from orchestrator.models.plan import Step
 from orchestrator.models.results import CollSummary
@@ -90,7 +91,7 @@ def _run(
 ) -> tuple[iso.IsolationRun, StandIn]:
     fake = StandIn(bad)
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     req = iso.IsolateRequest(inventory=_inventory(tmp_path), size=SIZE, out_dir=tmp_path / "runs", **kw)  # type: ignore[arg-type]
     rounds: list[int] = []
     result = iso.run_isolation(req, on_round=lambda r: rounds.append(r.index))
@@ -192,7 +193,7 @@ def test_drain_goes_through_scontrol_as_argv_with_a_checked_reason(tmp_path: Pat
     sched = SlurmScheduler(runner=rec)  # type: ignore[arg-type]
     bad = Culprit(kind="node", nodes=["node3"], why="fails with partners; $(x)", evidence=[])
     found = Isolation(rounds=[], culprits=[bad], good=["node1", "node2"])
-    cluster = pipeline.load_inventory(_inventory(tmp_path))
+    cluster = load_inventory(_inventory(tmp_path))
     assert drain_culprits(found, cluster, "isolate-1", 0.5, force=False, sched=sched) == ["node3"]
     argv = rec.calls[0]
     assert argv[:4] == ["scontrol", "update", "nodename=node3", "state=drain"]
@@ -208,7 +209,7 @@ def test_drain_refuses_more_than_the_share_without_force(tmp_path: Path) -> None
     sched = SlurmScheduler(runner=rec)  # type: ignore[arg-type]
     culprits = [Culprit(kind="node", nodes=[n], why="bad", evidence=[]) for n in ("node1", "node2")]
     two = Isolation(rounds=[], culprits=culprits, good=["node3"])
-    cluster = pipeline.load_inventory(_inventory(tmp_path))
+    cluster = load_inventory(_inventory(tmp_path))
     with pytest.raises(SafetyError, match="max_share"):
         drain_culprits(two, cluster, "r1", 0.5, force=False, sched=sched)
     assert rec.calls == []
@@ -227,7 +228,7 @@ def test_scale_test_isolate_runs_on_the_failed_multinode_steps_nodes(
 
     fake = StandIn({"node3"})
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     parent = tmp_path / "runs" / "smoke-1"
     parent.mkdir(parents=True)
     plan = load_plan("smoke").model_copy(update={"step_timeout_s": 600})
@@ -266,7 +267,7 @@ def test_cert_resume_retests_a_drained_node_and_drains_it_again_when_it_fails(
         rec = Slurm()
         fake = StandIn(bad)
         monkeypatch.setattr(iso, "make_scheduler", lambda *_a, _f=fake, **_k: _f)
-        monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+        monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
         monkeypatch.setattr(
             "orchestrator.runs.drain.SlurmScheduler", lambda _r=rec, **_k: SlurmScheduler(runner=_r)
         )  # type: ignore[arg-type]
@@ -356,7 +357,7 @@ def test_eight_nodes_a_bad_node_in_five_rounds_a_bad_link_as_the_pair(
     # by a stand-in: node6 fails only with others (a throttled fabric link, not its own loopback)
     fake = LinkStandIn(bad, link)
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     req = iso.IsolateRequest(inventory=_inventory(tmp_path, 8), size=SIZE, out_dir=tmp_path / "runs")
     result = iso.run_isolation(req)
     assert [(c.kind, c.nodes) for c in result.isolation.culprits] == [named]

@@ -30,9 +30,10 @@ from orchestrator.remote.nodefiles import (
     extract_tar,
     run_data_layout,
 )
-from orchestrator.runs import scale_test as pipeline
+from orchestrator.runs import executor
+from orchestrator.runs.executor import StepExecutor
 from orchestrator.runs.lifecycle import RunLifecycle
-from orchestrator.runs.scale_test import _execute, _Runner
+from orchestrator.runs.scale_test import _execute
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 from orchestrator.store.rundir import RunDir, new_run_id
 
@@ -279,10 +280,10 @@ def test_the_runner_collects_each_step_into_the_run_directory(
         assert shells is None  # a runner made without the run's shells opens its own
         yield NodeFiles(layout, {n.name: LocalShell() for n in cluster.nodes})
 
-    monkeypatch.setattr(pipeline, "node_files", local_shells)
+    monkeypatch.setattr(executor, "node_files", local_shells)
     fake = FakeSlurm()
     life = RunLifecycle(rundir)
-    runner = _Runner(plan, cluster, steps, fake, "slurm", life, "/opt/x/bin/python")
+    runner = StepExecutor(plan, cluster, steps, fake, "slurm", life, "/opt/x/bin/python")
     with life:
         _execute(runner)
     for spec in fake.specs:

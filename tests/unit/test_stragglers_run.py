@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import orchestrator.runs.scale_test as pipeline
+import orchestrator.runs.executor as executor
 import orchestrator.runs.stragglers as st
 from orchestrator.errors import ConfigError
 from orchestrator.report.html import render_html
@@ -130,7 +130,7 @@ def _run(
 ) -> tuple[st.MatrixRun, PairStandIn, list[tuple[int, int, int]]]:
     fake = PairStandIn(log_of, set(slow))
     monkeypatch.setattr(st, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     req = st.StragglersRequest(
         inventory=_inventory(tmp_path, n), size=size, collective=collective, out_dir=tmp_path / "runs", **kw
     )  # type: ignore[arg-type]
@@ -234,7 +234,7 @@ def test_the_command_and_its_html_report(
     nodes = [f"node{i}" for i in range(1, 5)]
     log_of = {frozenset(p): EVEN[i % 5] for i, p in enumerate(itertools.combinations(nodes, 2))}
     monkeypatch.setattr(st, "make_scheduler", lambda *_a, **_k: PairStandIn(log_of, set()))
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     inv, runs = _inventory(tmp_path, 4), tmp_path / "runs"
     code, out, err = _cli(
         capsys, "stragglers", "-i", str(inv), "--size", "64M", "--iters", "3", "--out", str(runs)
