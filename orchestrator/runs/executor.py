@@ -84,12 +84,14 @@ def choose_backend(plan: Plan, cluster: Cluster) -> Literal["slurm", "local"]:
         return plan.backend
     return inventory_backend(cluster)
 
+
 def container_cleanup_line(c: StackContainer, node: str, run_id: str) -> str:
     """The shell line that removes every container of the run left on node (a task killed with
     SIGKILL leaves its container running: ``--rm`` acts only when it ends)."""
     rt = shlex.join(c.runtime(node))
     label = shlex.quote(f"label={RUN_LABEL}={run_id}")
     return f"{rt} ps -aq --filter {label} | xargs -r {rt} rm -f -t 5 >/dev/null"
+
 
 def job_spec(
     step: Step,
@@ -155,6 +157,7 @@ def job_spec(
         partition=plan.partition or cluster.vars.orch_partition,
     )
 
+
 class StepExecutor:
     """The execution stage of one run: submit, poll, collect, judge (the module's docstring)."""
 
@@ -187,8 +190,16 @@ class StepExecutor:
         self.files = NodeFiles(self.layout, {})
         self.specs = [
             job_spec(
-                s, plan, cluster, backend, self.layout.node_path("steps", s.id),
-                container.python if container else python, base_port + i, env, container, life.run_id,
+                s,
+                plan,
+                cluster,
+                backend,
+                self.layout.node_path("steps", s.id),
+                container.python if container else python,
+                base_port + i,
+                env,
+                container,
+                life.run_id,
             ).model_copy(update={"script": self.rundir.step_dir(s.id).absolute() / "job.sbatch"})
             for i, s in enumerate(steps)
         ]
