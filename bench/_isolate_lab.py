@@ -31,7 +31,7 @@ from orchestrator.lab.config import DEFAULT_STATE_DIR
 from orchestrator.models.events import RunStarted
 from orchestrator.runs.isolate import IsolateRequest, _Rounds, isolation_plan, partition_nodes, run_isolation
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
-from orchestrator.stages.stack import stack_name, stack_python
+from orchestrator.stacks import stack_name, stack_python
 from orchestrator.store.rundir import new_run_id
 
 ORCH = [sys.executable, "-m", "orchestrator"]

@@ -49,7 +49,7 @@ from orchestrator.inventory import load_inventory
 from orchestrator.models.plan import PlanOverrides
 from orchestrator.plan import expand_steps, resolve_plan
 from orchestrator.runs.executor import job_spec
-from orchestrator.stages.stack import node_python, stack_name, stack_python
+from orchestrator.stacks import node_python, stack_name, stack_python
 
 VENV_BIN = Path(sys.executable).parent
 TARGET = 0.85

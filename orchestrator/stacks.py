@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +11,15 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
+from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan
 from orchestrator.models.stack import Stack
 
 # The playbooks, roles and stacks ship inside the package (package data): a wheel install has them.
 PLAYBOOKS_DIR = Path(__file__).resolve().parent / "playbooks"
 STACKS_DIR = PLAYBOOKS_DIR / "stacks"
+NO_STACK = "none"
+"""The stack name that means no stack (--stack none, stack: none, orch_stack=none)."""
 
 
 def list_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
@@ -75,3 +79,37 @@ def json_schema(kind: str) -> dict[str, Any]:
 def schema_text(kind: str) -> str:
     """json_schema(kind) as indented JSON text."""
     return json.dumps(json_schema(kind), indent=2) + "\n"
+
+
+def stack_name(flag: str | None, plan: Plan, cluster: Cluster) -> str | None:
+    """--stack, else the plan's stack, else the inventory's orch_stack; 'none' means no stack."""
+    name = flag or plan.stack or cluster.vars.orch_stack
+    return None if name in (None, NO_STACK) else name
+
+
+def stack_python(name: str | None) -> tuple[str, dict[str, str]]:
+    """The workload's Python on the nodes and its environment, from stack `name` (this Python when
+    there is no stack, or the stack has no Python environment); raises ConfigError."""
+    if name is None:
+        return sys.executable, {}
+    stack = load_stack(name)
+    python = f"{stack.python.prefix}/bin/python" if stack.python else sys.executable
+    return python, dict(stack.env)
+
+
+def node_python(cluster: Cluster) -> str:
+    """The Python that orch's own programs run with on the nodes (the recovery probe, the nightly
+    job's orch beside it): the inventory stack's (orch_stack) under its prefix, as collbench's;
+    this one when every node is this machine (the local inventory). Raises ConfigError when
+    remote nodes have no stack to name one."""
+    if all(n.is_local for n in cluster.nodes):
+        return sys.executable
+    name = cluster.vars.orch_stack
+    stack = load_stack(name) if name not in (None, NO_STACK) else None
+    if stack is None or stack.python is None:
+        raise ConfigError(
+            f"{cluster.source}: orch's programs need a Python on the nodes, and "
+            + (f"stack {name} has no Python environment" if stack else "the inventory names no stack"),
+            hint="set orch_stack to a stack with a python prefix (e.g. cpu-gloo) and `orch provision` it",
+        )
+    return f"{stack.python.prefix}/bin/python"

@@ -28,7 +28,7 @@ PODMAN_FLAGS = ("--runtime", "runc")
 PODMAN_RUN_FLAGS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
 
 
-# Where a run's workloads run: off = from the stack's tree; on = in its image; auto = stages/stack.py.
+# Where a run's workloads run: off = from the stack's tree; on = in its image; auto = runs/stack_stage.py.
 ContainerChoice = Literal["auto", "on", "off"]
 
 # The label on every workload container of a run: ``orch.run=<run id>``.

@@ -39,6 +39,7 @@ from orchestrator.models.serving import ServingStep
 from orchestrator.remote.base import NodeShell
 from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
 from orchestrator.runs.lifecycle import RunLifecycle
+from orchestrator.runs.step_faults import StepFaults
 from orchestrator.safefs import NotInside, read_inside
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.backends import make_scheduler as make_scheduler  # re-exported
@@ -51,7 +52,6 @@ from orchestrator.scheduler.base import (
     inventory_backend,
     pending_wait,
 )
-from orchestrator.stages.faults import StepFaults
 from orchestrator.store.rundir import atomic_write
 from orchestrator.telemetry.sampler import TelemetrySampler
 from orchestrator.workloads.nccltests import parse_nccl_tests

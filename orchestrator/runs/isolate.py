@@ -62,7 +62,7 @@ from orchestrator.runs.drain import drain_culprits, drain_reason
 from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
-from orchestrator.stages.stack import stack_name, stack_python
+from orchestrator.stacks import stack_name, stack_python
 from orchestrator.store.load import require_model
 from orchestrator.store.rundir import atomic_write, new_run_id
 

@@ -104,8 +104,8 @@ class ClusterOps:
     def run_plan(self, stack: str, nodes: list[str], label: str, *, faults: bool) -> PlanRun:
         from orchestrator.plan import expand_steps
         from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler
-        from orchestrator.stages.faults import StepFaults
-        from orchestrator.stages.stack import stack_python
+        from orchestrator.runs.step_faults import StepFaults
+        from orchestrator.stacks import stack_python
 
         assert self.plan is not None
         t0 = time.monotonic()

@@ -35,19 +35,12 @@ from orchestrator.remote.shells import node_shells
 from orchestrator.runs.executor import StepExecutor, choose_backend, job_spec, make_scheduler, steps_json
 from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.runs.serving import ServingRunner
+from orchestrator.runs.stack_stage import StackOutcome, run_stack_stage, workload_container
+from orchestrator.runs.step_faults import StepFaults, check_plan_faults, fault_matches
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits
 from orchestrator.scheduler.slurm import SlurmScheduler
-from orchestrator.stacks import load_stack
-from orchestrator.stages.faults import StepFaults, check_plan_faults, fault_matches
-from orchestrator.stages.stack import (
-    StackOutcome,
-    node_python,
-    run_stack_stage,
-    stack_name,
-    stack_python,
-    workload_container,
-)
+from orchestrator.stacks import load_stack, node_python, stack_name, stack_python
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import (
     SERVING_STEPS_FILE,
@@ -83,7 +76,7 @@ class ScaleTestRequest(StrictModel):
         default=False, description="let plan faults hit more than the safe share of nodes"
     )
     container: ContainerChoice = Field(
-        default="auto", description="run collbench in the stack's image (stages/stack.workload_container)"
+        default="auto", description="run collbench in the stack's image (runs/stack_stage.workload_container)"
     )
 
 

@@ -59,7 +59,7 @@ from orchestrator.runs.executor import StepExecutor, choose_backend, make_schedu
 from orchestrator.runs.isolate import MAX_TIMEOUT_S, partition_nodes, test_step
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
-from orchestrator.stages.stack import stack_name, stack_python
+from orchestrator.stacks import stack_name, stack_python
 from orchestrator.store.load import STEPS_FILE
 from orchestrator.store.rundir import atomic_write, new_run_id
 

@@ -84,8 +84,8 @@ def engine_env(env: Mapping[str, str], variant: EngineVariant | None) -> dict[st
 
 def run_stack_name(plan: Plan, cluster: Cluster) -> str | None:
     """The stack a run of plan on cluster uses: the plan's, else the inventory's orch_stack; None
-    for none (as stages.stack.stack_name without a --stack flag)."""
-    from orchestrator.stages.stack import NO_STACK
+    for none (as stacks.stack_name without a --stack flag)."""
+    from orchestrator.stacks import NO_STACK
 
     name = plan.stack or cluster.vars.orch_stack
     return None if name in (None, NO_STACK) else name

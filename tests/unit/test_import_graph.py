@@ -208,7 +208,7 @@ def test_store_and_report_do_not_import_the_pipeline(deps: dict[str, set[str]], 
 
 def test_store_keeps_results_only(deps: dict[str, set[str]]) -> None:
     """store/ reads and writes results; submitting, cancelling and running on nodes live elsewhere."""
-    outside = ("scheduler", "remote", "faults", "stages", "runs", "cli", "lab", "provision")
+    outside = ("scheduler", "remote", "faults", "runs", "cli", "lab", "provision")
     bad = sorted(
         f"{m} imports {d}"
         for m, ds in deps.items()

@@ -346,14 +346,14 @@ def test_cluster_ops_runs_the_plan_through_the_pipeline_with_labelled_steps(
     carry the label, and busbw comes back per series and size."""
     import sys
 
-    import orchestrator.stages.stack as stage
+    import orchestrator.stacks as stacks
     from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
     from orchestrator.models.plan import SizeRange
     from orchestrator.plan import resolve_plan
     from orchestrator.runs.lifecycle import Ending
     from orchestrator.runs.migrate import ClusterOps
 
-    monkeypatch.setattr(stage, "stack_python", lambda name: (sys.executable, {"OMP_NUM_THREADS": "1"}))
+    monkeypatch.setattr(stacks, "stack_python", lambda name: (sys.executable, {"OMP_NUM_THREADS": "1"}))
     smoke = resolve_plan("smoke", None)
     plan = smoke.model_copy(
         update={
