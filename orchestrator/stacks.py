@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan
-from orchestrator.models.stack import Stack
+from orchestrator.models.serving import ServingWorkload
+from orchestrator.models.stack import EngineVariant, Stack
 
 # The playbooks, roles and stacks ship inside the package (package data): a wheel install has them.
 PLAYBOOKS_DIR = Path(__file__).resolve().parent / "playbooks"
@@ -113,3 +114,43 @@ def node_python(cluster: Cluster) -> str:
             hint="set orch_stack to a stack with a python prefix (e.g. cpu-gloo) and `orch provision` it",
         )
     return f"{stack.python.prefix}/bin/python"
+
+
+def stack_variant(w: ServingWorkload, stack: Stack | None, *, where: str = "") -> EngineVariant | None:
+    """The variant w names, from stack; None when w names none. Raises ConfigError naming the
+    variant and what the stack offers when there is no stack, the stack pins no such engine, or
+    the engine has no such variant."""
+    if w.variant is None:
+        return None
+    at = f"{where}serving {w.name}: variant {w.variant!r}"
+    if stack is None:
+        raise ConfigError(
+            f"{at}: no stack is named to take it from (the plan has no stack, the inventory no orch_stack)",
+            hint="name a stack in the plan (stack: NAME) or the inventory (orch_stack), or drop variant",
+        )
+    pin = stack.serving.engine(w.engine) if stack.serving is not None else None
+    if pin is None:
+        engines = ", ".join(e.engine for e in stack.serving.engines) if stack.serving is not None else "none"
+        raise ConfigError(
+            f"{at}: stack {stack.name} pins no {w.engine} engine (its engines: {engines})",
+            hint="see the stack's serving section: orch stack show " + stack.name,
+        )
+    if w.variant not in pin.variants:
+        names = ", ".join(pin.variants) or "none"
+        raise ConfigError(
+            f"{at}: stack {stack.name} has no such {w.engine} variant (its {w.engine} variants: {names})",
+            hint="choose one of the stack's variants, or leave variant out",
+        )
+    return pin.variants[w.variant]
+
+
+def check_variants(plan: Plan, cluster: Cluster) -> None:
+    """Refuse (ConfigError, exit 2) a serving workload's variant that the run's stack does not have
+    (or any variant when no stack is named), before a run exists. Loads the stack only when a
+    workload names a variant."""
+    if not any(w.variant is not None for w in plan.serving):
+        return
+    name = stack_name(None, plan, cluster)
+    stack = load_stack(name) if name is not None else None
+    for w in plan.serving:
+        stack_variant(w, stack, where=f"plan {plan.name}: ")
