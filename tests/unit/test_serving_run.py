@@ -140,10 +140,10 @@ def test_unmeetable_ttft_p99_threshold_exits_1_naming_step_level_and_figure(tmp_
 
 
 def test_p99_threshold_on_too_few_ok_requests_is_missed_not_passed(tmp_path: Path) -> None:
+    from orchestrator.metrics.verdict import serving_threshold_failures
     from orchestrator.models.results import Percentiles
     from orchestrator.models.serving import ServingWorkload
     from orchestrator.models.serving_results import LevelSummary
-    from orchestrator.runs.serving import threshold_failures
 
     w = ServingWorkload.model_validate({
         "name": "w", "engine": "transformers", "model": {"path": "/m"},
@@ -154,7 +154,7 @@ def test_p99_threshold_on_too_few_ok_requests_is_missed_not_passed(tmp_path: Pat
     few = Percentiles(n=40, p50=1.0, p95=2.0, p99=None)
     s = LevelSummary(level="c1", n=100, ok=40, errors=60, aborted=0, duration_s=1.0, ttft_ms=few,
                      itl_ms=few, tpot_ms=few, e2e_ms=few)  # fmt: skip
-    (why,) = threshold_failures("w-r1", w, s)
+    (why,) = serving_threshold_failures("w-r1", w, s)
     assert why.startswith("step w-r1, level c1: TTFT p99 not defined (n=40 < 100)")
 
 
