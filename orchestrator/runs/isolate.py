@@ -35,12 +35,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from pydantic import Field
-
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE, ConfigError
 from orchestrator.inventory import load_inventory
 from orchestrator.isolation.search import isolate_partitioned, round_bound
-from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster, gpu_model_problem, same_gpu_model
 from orchestrator.models.events import Listener, RunStarted
 from orchestrator.models.fingerprint import FingerprintSet, Gpu
@@ -54,7 +51,7 @@ from orchestrator.models.isolation import (
     Round,
 )
 from orchestrator.models.plan import Plan, SizeRange, Step
-from orchestrator.models.results import PlanCollective
+from orchestrator.models.requests import MAX_TIMEOUT_S, IsolateRequest
 from orchestrator.models.run import RunResult, StepResult
 from orchestrator.report.escape import md
 from orchestrator.report.isolation import isolation_markdown as section_markdown
@@ -68,35 +65,6 @@ from orchestrator.store.rundir import atomic_write, new_run_id
 
 # Kept here for the callers that import them from this module (cli/isolate, runs/node_resume, bench).
 __all__ = ["IsolationRun", "Partition"]
-
-MAX_TIMEOUT_S = 60
-
-
-class IsolateRequest(StrictModel):
-    """Everything `orch isolate` needs, as the CLI parsed it."""
-
-    inventory: Path
-    nodes: list[str] | None = Field(default=None, description="the suspects; None = every node")
-    known_good: list[str] = Field(default_factory=list, description="partners known to pass")
-    collective: PlanCollective = "all_reduce"
-    size: int = Field(default=64 * 2**20, ge=1)
-    timeout_s: int = Field(default=MAX_TIMEOUT_S, ge=5, le=MAX_TIMEOUT_S)
-    iters: int = Field(default=5, ge=1)
-    warmup_iters: int = Field(default=1, ge=0)
-    tolerance: float = Field(default=0.2, ge=0, lt=1, description="singles: within this of the median")
-    min_efficiency: float = Field(default=0.5, gt=0, le=1, description="groups: of the median single")
-    min_gbs: float | None = Field(default=None, gt=0, description="absolute busbw floor, GB/s")
-    concurrent: bool = Field(default=False, description="a round's disjoint tests run together")
-    max_share: float = Field(default=Plan.model_fields["max_share"].default, gt=0, le=1)
-    drain_bad: bool = False
-    force: bool = Field(default=False, description="drain more than max_share of the nodes")
-    out_dir: Path = Path("runs")
-    python: str | None = None
-    gpu_models: dict[str, str] = Field(
-        default_factory=dict,
-        description="node -> GPU model from a fingerprint, for nodes whose inventory sets no gpu_model",
-    )
-
 
 def partition_nodes(
     cluster: Cluster, nodes: Sequence[str], known_good: Sequence[str], models: Mapping[str, str] | None = None

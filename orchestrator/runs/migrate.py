@@ -21,17 +21,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import Field
-
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import load_inventory
 from orchestrator.migrate.procedure import Ops, Procedure, node_states
-from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener, RunKind, RunProgress, RunStarted
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
 from orchestrator.models.migrate import PHASES, MigrateRun, PhaseName, PlanRun
 from orchestrator.models.plan import Plan
+from orchestrator.models.requests import MigrateRequest
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.runs.playbook_pids import recording, stop_left_behind
 from orchestrator.stacks import load_stack
@@ -41,20 +39,6 @@ from orchestrator.store.rundir import atomic_write, new_run_id
 PLAYBOOKS_FILE = "playbooks.json"
 STATE_FILE = "migrate.json"
 REFERENCE_FILE = "reference.json"
-
-
-class MigrateRequest(StrictModel):
-    """Everything `orch migrate run` (or `orch rollback`) needs, as the CLI parsed it."""
-
-    inventory: Path
-    from_stack: str = Field(description="A: the stack the nodes run now (rollback: the one to go back to)")
-    to_stack: str | None = Field(default=None, description="B; None for a rollback")
-    plan: str | None = Field(default=None, description="built-in plan name or file; None for a rollback")
-    canary: int = Field(default=1, ge=1)
-    rounds: int = Field(default=2, ge=1, description="interleaved rounds of A, B and A'")
-    no_rollback: bool = False
-    reference_run: Path | None = Field(default=None, description="rollback: the migrate run whose reference")
-    out_dir: Path = Path("runs")
 
 
 OpsFactory = Callable[[RunLifecycle, Cluster, Plan | None], Ops]
@@ -73,7 +57,8 @@ class ClusterOps:
         self.life, self.cluster, self.plan = life, cluster, plan
 
     def provision(self, stack: str, nodes: list[str], *, clean: bool) -> dict[str, str]:
-        from orchestrator.provision.service import ProvisionRequest, provision
+        from orchestrator.models.requests import ProvisionRequest
+        from orchestrator.provision.service import provision
 
         req = ProvisionRequest(
             inventory=self.cluster.source,

@@ -13,17 +13,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
-
 from orchestrator.errors import ConfigError, OrchError, SchedulerError
 from orchestrator.inventory import load_inventory
 from orchestrator.metrics import verdict as V
-from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.container import ContainerChoice, StackContainer
+from orchestrator.models.container import StackContainer
 from orchestrator.models.events import FingerprintChecked, RunStarted, RunWarning
 from orchestrator.models.events import Listener as Listener  # re-exported: callers of scale_test
-from orchestrator.models.plan import Plan, PlanOverrides, Step
+from orchestrator.models.plan import Plan, Step
+from orchestrator.models.requests import ScaleTestRequest
 from orchestrator.models.run import RunResult as RunResult  # re-exported: callers of scale_test
 from orchestrator.models.run import StepResult as StepResult
 from orchestrator.models.serving import ServingStep
@@ -57,27 +55,6 @@ from orchestrator.telemetry.sampler import TelemetrySampler
 
 CONTAINER_FILE = "container.json"
 """The stack's image the ladder ran in (run folder), read back by resume_run."""
-
-
-class ScaleTestRequest(StrictModel):
-    """Everything `orch scale-test` needs, as the CLI parsed it."""
-
-    inventory: Path
-    plan: str | None = Field(default=None, description="built-in plan name or YAML file; None = smoke")
-    overrides: PlanOverrides = Field(default_factory=PlanOverrides)
-    out_dir: Path = Path("runs")
-    python: str | None = Field(
-        default=None,
-        description="the Python that runs collbench on the nodes (default: the stack's, or this one)",
-    )
-    group: str | None = Field(default=None, description="inventory group or hosts to run on")
-    allow_drift: bool = Field(default=False, description="run steps on nodes that differ from the stack")
-    force_faults: bool = Field(
-        default=False, description="let plan faults hit more than the safe share of nodes"
-    )
-    container: ContainerChoice = Field(
-        default="auto", description="run collbench in the stack's image (runs/stack_stage.workload_container)"
-    )
 
 
 def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -> RunResult:

@@ -42,7 +42,6 @@ from orchestrator.inventory import load_inventory
 from orchestrator.metrics.stragglers import (
     DEFAULT_FLOOR,
     DEFAULT_K,
-    MIN_PARTNERS,
     StragglerReport,
     pair_matrix,
     split_by_kind,
@@ -53,10 +52,11 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener, RunStarted
 from orchestrator.models.isolation import Mode, Partition
 from orchestrator.models.plan import Plan, SizeRange, Step
+from orchestrator.models.requests import MIN_PARTNERS, StragglersRequest
 from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import StepResult
 from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler, steps_json
-from orchestrator.runs.isolate import MAX_TIMEOUT_S, partition_nodes, test_step
+from orchestrator.runs.isolate import partition_nodes, test_step
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
 from orchestrator.stacks import stack_name, stack_python
@@ -110,27 +110,6 @@ def sample_rounds(nodes: Sequence[str], k: int, seed: int) -> list[list[Pair]]:
             count[a] += 1
             count[b] += 1
     return taken
-
-
-class StragglersRequest(StrictModel):
-    """Everything `orch stragglers` needs, as the CLI parsed it."""
-
-    inventory: Path
-    nodes: list[str] | None = Field(default=None, description="None = every node")
-    collective: PlanCollective = Field(
-        default="sendrecv", description="the CLI offers sendrecv and alltoall; any collective reads"
-    )
-    size: int = Field(default=2**20, ge=1)
-    iters: int = Field(default=20, ge=1)
-    warmup_iters: int = Field(default=3, ge=0)
-    timeout_s: int = Field(default=MAX_TIMEOUT_S, ge=5, le=MAX_TIMEOUT_S)
-    sample: int | None = Field(
-        default=None, ge=MIN_PARTNERS, description="pairs per node at least (None: every pair)"
-    )
-    seed: int = 0
-    concurrent: bool = Field(default=False, description="a round's disjoint pairs run together")
-    out_dir: Path = Path("runs")
-    python: str | None = None
 
 
 class KindVerdict(StrictModel):

@@ -17,6 +17,7 @@ from orchestrator.faults.safety import SafetyError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.isolation import Culprit, Isolation
 from orchestrator.models.plan import Step
+from orchestrator.models.requests import IsolateRequest
 from orchestrator.models.results import CollSummary
 from orchestrator.models.run import StepResult
 from orchestrator.remote.base import CmdResult
@@ -92,7 +93,7 @@ def _run(
     fake = StandIn(bad)
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
     monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
-    req = iso.IsolateRequest(inventory=_inventory(tmp_path), size=SIZE, out_dir=tmp_path / "runs", **kw)  # type: ignore[arg-type]
+    req = IsolateRequest(inventory=_inventory(tmp_path), size=SIZE, out_dir=tmp_path / "runs", **kw)  # type: ignore[arg-type]
     rounds: list[int] = []
     result = iso.run_isolation(req, on_round=lambda r: rounds.append(r.index))
     assert rounds == [r.index for r in result.isolation.rounds]
@@ -139,9 +140,9 @@ def test_a_clean_cluster_has_no_culprit(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_isolation_refuses_an_unknown_node_and_a_timeout_past_a_minute(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="nodeX"):
-        iso.run_isolation(iso.IsolateRequest(inventory=_inventory(tmp_path), nodes=["node1", "nodeX"]))
+        iso.run_isolation(IsolateRequest(inventory=_inventory(tmp_path), nodes=["node1", "nodeX"]))
     with pytest.raises(ValueError, match="60"):
-        iso.IsolateRequest(inventory=_inventory(tmp_path), timeout_s=600)
+        IsolateRequest(inventory=_inventory(tmp_path), timeout_s=600)
 
 
 def _res(nodes: list[str], busbw: float | None, verdict: str = "pass") -> StepResult:
@@ -160,7 +161,7 @@ def _res(nodes: list[str], busbw: float | None, verdict: str = "pass") -> StepRe
 
 
 def test_the_pass_rule_singles_against_the_median_single_groups_against_efficiency() -> None:
-    req = iso.IsolateRequest(inventory=Path("x"), tolerance=0.2, min_efficiency=0.5)
+    req = IsolateRequest(inventory=Path("x"), tolerance=0.2, min_efficiency=0.5)
     singles = iso.judge([_res(["a"], 1.0), _res(["b"], 0.9), _res(["c"], 0.85), _res(["d"], 0.6)], req)
     assert [o.passed for o in singles] == [True, True, True, False]  # median 0.875: 0.6 < 80 % of it
     assert "80% of the median single (0.875)" in singles[3].detail
@@ -174,7 +175,7 @@ def test_the_pass_rule_singles_against_the_median_single_groups_against_efficien
     assert [o.passed for o in groups] == [True, False, False]  # the reference: median 1.0
     assert "efficiency 40.0% < 50% of the median single (1)" in groups[1].detail
     assert "infra" in groups[2].detail
-    floor = iso.IsolateRequest(inventory=Path("x"), min_gbs=0.5)
+    floor = IsolateRequest(inventory=Path("x"), min_gbs=0.5)
     assert not iso.judge([_res(["a", "b"], 0.45)], floor)[0].passed
 
 
@@ -298,9 +299,9 @@ def test_scale_test_isolate_takes_its_tests_and_pass_rule_from_the_plan(
     from orchestrator.models.run import RunResult
     from orchestrator.plan import load_plan
 
-    seen: list[iso.IsolateRequest] = []
+    seen: list[IsolateRequest] = []
 
-    def fake_run(req: iso.IsolateRequest, **_kw: object) -> iso.IsolationRun:
+    def fake_run(req: IsolateRequest, **_kw: object) -> iso.IsolationRun:
         seen.append(req)
         raise RuntimeError("stop here")
 
@@ -358,7 +359,7 @@ def test_eight_nodes_a_bad_node_in_five_rounds_a_bad_link_as_the_pair(
     fake = LinkStandIn(bad, link)
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
     monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
-    req = iso.IsolateRequest(inventory=_inventory(tmp_path, 8), size=SIZE, out_dir=tmp_path / "runs")
+    req = IsolateRequest(inventory=_inventory(tmp_path, 8), size=SIZE, out_dir=tmp_path / "runs")
     result = iso.run_isolation(req)
     assert [(c.kind, c.nodes) for c in result.isolation.culprits] == [named]
     assert result.isolation.undecided == [] and result.exit_code == 1

@@ -390,7 +390,8 @@ def test_the_ssh_probe_starts_in_its_node_folder_and_stops_by_a_stop_file_on_eve
 def test_scale_test_on_remote_nodes_without_a_stack_is_refused_before_a_run_exists(tmp_path: Path) -> None:
     # No stack to name a Python on the nodes: this machine's venv is not there, so no guess.
     from orchestrator.models.plan import PlanOverrides
-    from orchestrator.runs.scale_test import ScaleTestRequest, scale_test
+    from orchestrator.models.requests import ScaleTestRequest
+    from orchestrator.runs.scale_test import scale_test
 
     inv = tmp_path / "inv.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {"n1": {"ansible_host": "198.18.0.1"}}}}))

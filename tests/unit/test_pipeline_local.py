@@ -10,7 +10,8 @@ import pytest
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.models.events import RunEvent
 from orchestrator.models.plan import PlanOverrides
-from orchestrator.runs.scale_test import ScaleTestRequest, scale_test
+from orchestrator.models.requests import ScaleTestRequest
+from orchestrator.runs.scale_test import scale_test
 
 PLAN = """
 name: tiny

@@ -22,7 +22,8 @@ import psutil
 import pytest
 
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, EXIT_THRESHOLDS, ConfigError
-from orchestrator.runs.scale_test import ScaleTestRequest, scale_test
+from orchestrator.models.requests import ScaleTestRequest
+from orchestrator.runs.scale_test import scale_test
 from orchestrator.store.load import load_run
 
 SSE = Path(__file__).with_name("sse_server.py")
@@ -186,7 +187,8 @@ def test_sigterm_of_orch_stops_the_engine(tmp_path: Path) -> None:
     req, pids = setup(tmp_path, engine_flags="--ttft 0.02 --itl 0.01", requests=2000)
     code = (
         "import sys\n"
-        "from orchestrator.runs.scale_test import ScaleTestRequest, scale_test\n"
+        "from orchestrator.models.requests import ScaleTestRequest\n"
+        "from orchestrator.runs.scale_test import scale_test\n"
         "from orchestrator.errors import OrchError\n"
         f"req = ScaleTestRequest.model_validate_json({req.model_dump_json()!r})\n"
         "try:\n    sys.exit(scale_test(req).exit_code)\n"
