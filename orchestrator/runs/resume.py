@@ -1,7 +1,7 @@
 """`orch runs resume`: finish an interrupted run of any kind, in its own run directory.
 
 The kind is what the run folder says (store/load.py run_kind): a scale-test ladder runs the steps
-without a finished result (pipeline.resume_run); a recovery-test runs the repeats without a
+without a finished result (scale_test.resume_run); a recovery-test runs the repeats without a
 record (runs/recovery.py resume_recovery_test). Either way the journal gets run_resumed, the
 records are appended, and the result or summary covers the whole run.
 """

@@ -2,7 +2,9 @@
 
 The stages report progress to listeners (the CLI's rich renderer is one); nothing here prints or
 exits. Every wait is bounded. The run's lifecycle (run directory, journal, store, signals, jobs
-cancelled and faults reverted on any error, run_finished, exit code) is runs/lifecycle.py's.
+cancelled and faults reverted on any error, run_finished, exit code) is runs/lifecycle.py's; the
+ladder's steps are run by the step executor (runs/executor.py), its serving steps by
+runs/serving.py, the stack stage is runs/stack_stage.py and the plan's faults runs/step_faults.py.
 """
 
 from __future__ import annotations
