@@ -29,9 +29,10 @@ from typing import Any
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.config import DEFAULT_STATE_DIR
 from orchestrator.models.events import RunStarted
-from orchestrator.runs.isolate import IsolateRequest, _Rounds, isolation_plan, partition_nodes, run_isolation
+from orchestrator.models.requests import IsolateRequest
+from orchestrator.runs.isolate import _Rounds, isolation_plan, partition_nodes, run_isolation
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
-from orchestrator.stages.stack import stack_name, stack_python
+from orchestrator.stacks import stack_name, stack_python
 from orchestrator.store.rundir import new_run_id
 
 ORCH = [sys.executable, "-m", "orchestrator"]

@@ -57,10 +57,10 @@ import numpy as np
 from orchestrator.isolation.search import isolate_partitioned
 from orchestrator.models.cluster import Cluster, Node
 from orchestrator.models.isolation import Group, Isolation, Outcome
+from orchestrator.models.requests import IsolateRequest
 from orchestrator.models.results import CollSummary
 from orchestrator.models.run import StepResult
 from orchestrator.runs.isolate import (
-    IsolateRequest,
     Partition,
     isolation_plan,
     judge_by_kind,

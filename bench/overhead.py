@@ -52,7 +52,8 @@ from reframe_compare import VENV_BIN, RoundFailed, Timing, ladder_jobs, run_refr
 
 from orchestrator.inventory import load_inventory
 from orchestrator.models.plan import PlanOverrides, SlurmMode
-from orchestrator.pipeline import ScaleTestRequest, scale_test
+from orchestrator.models.requests import ScaleTestRequest
+from orchestrator.runs.scale_test import scale_test
 
 TARGET = 1.10
 

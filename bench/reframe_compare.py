@@ -14,7 +14,7 @@ node (all six collectives, 1 KiB..1 MiB x4, 2 warm-up + 5 timed iterations, --ch
     environment whose executable is this venv's Python; ReFrame's own defaults for everything
     else (poll rates included). The test is a RunOnlyRegressionTest parameterised over node
     counts; each instance runs exactly the argv that orch renders for that step
-    (orchestrator.pipeline.job_spec: `python -m orchestrator.workloads.collbench ...`), one task
+    (orchestrator.runs.scale_test.job_spec: `python -m orchestrator.workloads.collbench ...`), one task
     per node, --exclusive, --nodelist of the same nodes, with MASTER_ADDR (first node's fabric
     address), MASTER_PORT and GLOO_SOCKET_IFNAME exported as orch's sbatch template does. Its
     sanity check asks for every #orch-json row and #wrong 0. Timed the same way, spawn to exit.
@@ -47,9 +47,9 @@ from _lab import elapsed_raw, load_note, slurm_env, wait_idle
 
 from orchestrator.inventory import load_inventory
 from orchestrator.models.plan import PlanOverrides
-from orchestrator.pipeline import job_spec
 from orchestrator.plan import expand_steps, resolve_plan
-from orchestrator.stages.stack import node_python, stack_name, stack_python
+from orchestrator.runs.executor import job_spec
+from orchestrator.stacks import node_python, stack_name, stack_python
 
 VENV_BIN = Path(sys.executable).parent
 TARGET = 0.85

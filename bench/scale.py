@@ -143,7 +143,7 @@ def run_templates(work: Path) -> list[tuple[str, dict[str, str]]]:
     """Per fixture: its raw text and the files of a one-step run directory, keyed by path, with
     the run id written as RUNID (replaced per copy)."""
     from orchestrator.metrics import verdict as V
-    from orchestrator.pipeline import RunResult, StepResult
+    from orchestrator.runs.scale_test import RunResult, StepResult
     from orchestrator.scheduler.base import JobState, JobStatus
     from orchestrator.workloads.nccltests import parse_nccl_tests
 

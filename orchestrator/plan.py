@@ -24,6 +24,7 @@ from orchestrator.models.plan import (
 )
 from orchestrator.models.results import COLLECTIVES, PlanCollective, run_size
 from orchestrator.models.serving import ServingStep, ServingWorkload
+from orchestrator.stacks import check_variants
 
 DEFAULT_PLAN = "smoke"
 _SIZES_RE = re.compile(r"^([^:]+):([^:]+)(?::x(\d+))?$", re.IGNORECASE)
@@ -183,10 +184,8 @@ def check_serving_steps(plan: Plan, cluster: Cluster, steps: list[ServingStep]) 
     that needs GPUs (vllm, sglang) on nodes without (gpu_vendor none: a CPU stack), a replica
     over several nodes (pipeline_parallel > 1: orch starts one engine per replica on one node),
     and a variant that the run's stack (the plan's, else the inventory's orch_stack) does not have
-    (workloads.engines). A baseline threshold is checked against the results store by scale-test
+    (stacks.check_variants). A baseline threshold is checked against the results store by scale-test
     (the plan alone cannot say whether the baseline exists)."""
-    from orchestrator.workloads.engines import check_variants
-
     check_variants(plan, cluster)
     by_name = {w.name: w for w in plan.serving}
     for s in steps:

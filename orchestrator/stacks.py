@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +11,16 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
+from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan
-from orchestrator.models.stack import Stack
+from orchestrator.models.serving import ServingWorkload
+from orchestrator.models.stack import EngineVariant, Stack
 
 # The playbooks, roles and stacks ship inside the package (package data): a wheel install has them.
 PLAYBOOKS_DIR = Path(__file__).resolve().parent / "playbooks"
 STACKS_DIR = PLAYBOOKS_DIR / "stacks"
+NO_STACK = "none"
+"""The stack name that means no stack (--stack none, stack: none, orch_stack=none)."""
 
 
 def list_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
@@ -75,3 +80,77 @@ def json_schema(kind: str) -> dict[str, Any]:
 def schema_text(kind: str) -> str:
     """json_schema(kind) as indented JSON text."""
     return json.dumps(json_schema(kind), indent=2) + "\n"
+
+
+def stack_name(flag: str | None, plan: Plan, cluster: Cluster) -> str | None:
+    """--stack, else the plan's stack, else the inventory's orch_stack; 'none' means no stack."""
+    name = flag or plan.stack or cluster.vars.orch_stack
+    return None if name in (None, NO_STACK) else name
+
+
+def stack_python(name: str | None) -> tuple[str, dict[str, str]]:
+    """The workload's Python on the nodes and its environment, from stack `name` (this Python when
+    there is no stack, or the stack has no Python environment); raises ConfigError."""
+    if name is None:
+        return sys.executable, {}
+    stack = load_stack(name)
+    python = f"{stack.python.prefix}/bin/python" if stack.python else sys.executable
+    return python, dict(stack.env)
+
+
+def node_python(cluster: Cluster) -> str:
+    """The Python that orch's own programs run with on the nodes (the recovery probe, the nightly
+    job's orch beside it): the inventory stack's (orch_stack) under its prefix, as collbench's;
+    this one when every node is this machine (the local inventory). Raises ConfigError when
+    remote nodes have no stack to name one."""
+    if all(n.is_local for n in cluster.nodes):
+        return sys.executable
+    name = cluster.vars.orch_stack
+    stack = load_stack(name) if name not in (None, NO_STACK) else None
+    if stack is None or stack.python is None:
+        raise ConfigError(
+            f"{cluster.source}: orch's programs need a Python on the nodes, and "
+            + (f"stack {name} has no Python environment" if stack else "the inventory names no stack"),
+            hint="set orch_stack to a stack with a python prefix (e.g. cpu-gloo) and `orch provision` it",
+        )
+    return f"{stack.python.prefix}/bin/python"
+
+
+def stack_variant(w: ServingWorkload, stack: Stack | None, *, where: str = "") -> EngineVariant | None:
+    """The variant w names, from stack; None when w names none. Raises ConfigError naming the
+    variant and what the stack offers when there is no stack, the stack pins no such engine, or
+    the engine has no such variant."""
+    if w.variant is None:
+        return None
+    at = f"{where}serving {w.name}: variant {w.variant!r}"
+    if stack is None:
+        raise ConfigError(
+            f"{at}: no stack is named to take it from (the plan has no stack, the inventory no orch_stack)",
+            hint="name a stack in the plan (stack: NAME) or the inventory (orch_stack), or drop variant",
+        )
+    pin = stack.serving.engine(w.engine) if stack.serving is not None else None
+    if pin is None:
+        engines = ", ".join(e.engine for e in stack.serving.engines) if stack.serving is not None else "none"
+        raise ConfigError(
+            f"{at}: stack {stack.name} pins no {w.engine} engine (its engines: {engines})",
+            hint="see the stack's serving section: orch stack show " + stack.name,
+        )
+    if w.variant not in pin.variants:
+        names = ", ".join(pin.variants) or "none"
+        raise ConfigError(
+            f"{at}: stack {stack.name} has no such {w.engine} variant (its {w.engine} variants: {names})",
+            hint="choose one of the stack's variants, or leave variant out",
+        )
+    return pin.variants[w.variant]
+
+
+def check_variants(plan: Plan, cluster: Cluster) -> None:
+    """Refuse (ConfigError, exit 2) a serving workload's variant that the run's stack does not have
+    (or any variant when no stack is named), before a run exists. Loads the stack only when a
+    workload names a variant."""
+    if not any(w.variant is not None for w in plan.serving):
+        return
+    name = stack_name(None, plan, cluster)
+    stack = load_stack(name) if name is not None else None
+    for w in plan.serving:
+        stack_variant(w, stack, where=f"plan {plan.name}: ")

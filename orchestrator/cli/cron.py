@@ -16,7 +16,7 @@ from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.plan import expand_serving_steps, expand_steps, load_plan
 from orchestrator.remote.local import LocalRunner
 from orchestrator.runs.nightly import CronEntry, CronManager, CronMode, time_limit_min
-from orchestrator.stages.stack import node_python
+from orchestrator.stacks import node_python
 from orchestrator.store.db import default_store_path
 from orchestrator.store.location import store_ref
 

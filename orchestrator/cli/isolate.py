@@ -12,19 +12,13 @@ from orchestrator.cli.common import err, out, styled
 from orchestrator.cli.plan import InventoryOpt, OutOpt
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE
 from orchestrator.inventory import DEFAULT_INVENTORY
-from orchestrator.metrics.stragglers import MIN_PARTNERS
 from orchestrator.models.isolation import Round, partitions_line
 from orchestrator.models.plan import parse_size
+from orchestrator.models.requests import MAX_TIMEOUT_S, MIN_PARTNERS, IsolateRequest, StragglersRequest
 from orchestrator.models.run import StepResult
-from orchestrator.runs.isolate import (
-    MAX_TIMEOUT_S,
-    IsolateRequest,
-    IsolationRun,
-    run_isolation,
-)
+from orchestrator.runs.isolate import IsolationRun, run_isolation
 from orchestrator.runs.stragglers import (
     MatrixCollective,
-    StragglersRequest,
     latency,
     run_stragglers,
     straggler_lines,

@@ -117,7 +117,8 @@ def rollback_cmd(
     """Provision A again on every node (B removed with its venv, not kept beside A), then certify:
     every node's fingerprint, package and env hashes included, equals the frozen reference of
     --to-run, or A's manifest. Exit 0 proved, 1 not proved, 2 usage, 3 infra, 130 interrupted."""
-    from orchestrator.runs.migrate import MigrateRequest, run_migration
+    from orchestrator.models.requests import MigrateRequest
+    from orchestrator.runs.migrate import run_migration
 
     root = out_dir or Path("runs")
     ref = _reference_dir(to_run, root) if to_run else None
@@ -192,7 +193,8 @@ def register(app: typer.Typer) -> None:
         certify, each with a gate; a failed gate stops it and rolls back (unless --no-rollback).
         Exit 0 every gate passed, 1 a gate failed, 2 usage, 3 infra, 130 interrupted (orch runs
         resume continues it)."""
-        from orchestrator.runs.migrate import MigrateRequest, run_migration
+        from orchestrator.models.requests import MigrateRequest
+        from orchestrator.runs.migrate import run_migration
 
         req = MigrateRequest(
             inventory=inventory,

@@ -11,9 +11,10 @@ from rich.table import Table
 
 from orchestrator.cli.common import VERDICT_STYLE, err, out, styled, write_out
 from orchestrator.errors import EXIT_INFRA, EXIT_OK
+from orchestrator.models.requests import ProvisionRequest
 from orchestrator.provision import fingerprint as fpmod
 from orchestrator.provision.runner import HostEvent, PlaybookResult
-from orchestrator.provision.service import ProvisionRequest, fingerprint, provision
+from orchestrator.provision.service import fingerprint, provision
 
 _STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "red", "skipped": "dim"}
 

@@ -41,12 +41,13 @@ from orchestrator.models.events import (
     StepSubmitted,
 )
 from orchestrator.models.plan import format_size
+from orchestrator.models.requests import ScaleTestRequest
 from orchestrator.models.results import Percentiles
 from orchestrator.models.run import RunResult
 from orchestrator.models.serving_recovery import ServingRecovery, SpreadStat
 from orchestrator.models.serving_results import ServingLevelResult, ServingStepResult
-from orchestrator.pipeline import ScaleTestRequest, scale_test
 from orchestrator.report.common import efficiency_cell, latency_cell, reference_cell
+from orchestrator.runs.scale_test import scale_test
 from orchestrator.text import plural
 
 

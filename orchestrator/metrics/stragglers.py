@@ -24,11 +24,11 @@ from pydantic import Field
 
 from orchestrator.metrics.noise import mad_sigma
 from orchestrator.models.base import StrictModel
+from orchestrator.models.requests import MIN_PARTNERS
 from orchestrator.models.run import StepResult
 
 DEFAULT_K = 3.0
 DEFAULT_FLOOR = 0.05
-MIN_PARTNERS = 3
 
 
 class Straggler(StrictModel):

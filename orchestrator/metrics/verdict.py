@@ -1,4 +1,5 @@
-"""Verdicts: each step against the plan's thresholds, each node from the steps it took part in.
+"""Verdicts: each step against the plan's thresholds (each serving level against its workload's),
+each node from the steps it took part in.
 
 Only the run decides what is fatal: a step's failure is data (verdict + reasons), never an exception.
 """
@@ -15,6 +16,8 @@ from orchestrator.metrics.busbw import scaling_efficiency
 from orchestrator.models.base import StrictModel
 from orchestrator.models.plan import BaselineThreshold, BusbwThreshold, Plan, Step
 from orchestrator.models.results import Collective, CollRow, CollSummary, Scaling, Verdict, run_size
+from orchestrator.models.serving import ServingWorkload
+from orchestrator.models.serving_results import LevelSummary
 
 __all__ = ["CollSummary", "Scaling", "Verdict"]
 
@@ -229,3 +232,46 @@ def baseline_failures(
                 f"baseline {th.name!r} ({ref:.3f} GB/s)"
             )
     return reasons
+
+
+_SERVING_P99 = (
+    ("max_ttft_p99_ms", "ttft_ms", "TTFT"),
+    ("max_itl_p99_ms", "itl_ms", "ITL"),
+    ("max_tpot_p99_ms", "tpot_ms", "TPOT"),
+    ("max_e2e_p99_ms", "e2e_ms", "E2E"),
+)
+
+
+def serving_threshold_failures(step_id: str, w: ServingWorkload, s: LevelSummary) -> list[str]:
+    """What a serving level misses of the workload's thresholds, each naming step, level and figure, e.g.
+    `step chat-r1, level c8: TTFT p99 812 ms > 500 ms (n=100)`. A p99 threshold on a level whose
+    p99 is not defined (fewer than 100 successful requests) is missed: it cannot be shown met."""
+    th, at = w.thresholds, f"step {step_id}, level {s.level}"
+    out: list[str] = []
+    for field, attr, name in _SERVING_P99:
+        limit = getattr(th, field)
+        if limit is None:
+            continue
+        p = getattr(s, attr)
+        if p.p99 is None:
+            out.append(
+                f"{at}: {name} p99 not defined (n={p.n} < 100): the limit {limit:g} ms is not shown met"
+            )
+        elif p.p99 > limit:
+            out.append(f"{at}: {name} p99 {p.p99:.4g} ms > {limit:g} ms (n={p.n})")
+    if th.min_goodput is not None and (s.goodput is None or s.goodput < th.min_goodput):
+        got = "-" if s.goodput is None else f"{s.goodput:.1%}"
+        out.append(f"{at}: goodput {got} < {th.min_goodput:.1%} (n={s.n})")
+    if th.max_error_rate is not None:
+        rate = (s.errors + s.aborted) / s.n if s.n else 1.0
+        if rate > th.max_error_rate:
+            out.append(
+                f"{at}: error rate {rate:.1%} > {th.max_error_rate:.1%} "
+                f"({s.errors} errors + {s.aborted} aborted of n={s.n})"
+            )
+    if th.min_output_tokens_per_s is not None:
+        tps = s.output_tokens_per_s
+        if tps is None or tps < th.min_output_tokens_per_s:
+            got = "-" if tps is None else f"{tps:.4g}"
+            out.append(f"{at}: output tokens/s {got} < {th.min_output_tokens_per_s:g} (n={s.ok})")
+    return out

@@ -28,7 +28,7 @@ PODMAN_FLAGS = ("--runtime", "runc")
 PODMAN_RUN_FLAGS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
 
 
-# Where a run's workloads run: off = from the stack's tree; on = in its image; auto = stages/stack.py.
+# Where a run's workloads run: off = from the stack's tree; on = in its image; auto = runs/stack_stage.py.
 ContainerChoice = Literal["auto", "on", "off"]
 
 # The label on every workload container of a run: ``orch.run=<run id>``.
@@ -127,7 +127,7 @@ class StackContainer(StrictModel):
         The container shares the node's network (the fabric NIC, the rendezvous address) and sees
         the step's folder at its own path. Variables pass by name only (``-e NAME``: the value is
         the task's, set by srun or the job script, and never written on the command line). It is
-        labelled with the run, so that ``pipeline.container_cleanup_line`` removes any left
+        labelled with the run, so that ``runs.executor.container_cleanup_line`` removes any left
         behind. GPUs: AMD's documented devices (/dev/kfd, /dev/dri, group video); NVIDIA's through
         CDI (podman) or ``--gpus all`` (docker). Raises ConfigError when the step's nodes differ
         in runtime (one argv serves every rank).

@@ -1,4 +1,4 @@
-"""What a scheduler says about a job, in orch's words (shared by every backend, the pipeline and
+"""What a scheduler says about a job, in orch's words (shared by every backend, the runs and
 the store)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The result of a run and of each of its steps (what the pipeline returns), and the record of a
+"""The result of a run and of each of its steps (what scale-test returns), and the record of a
 run rebuilt from its directory (what the store keeps and the reports read)."""
 
 from __future__ import annotations

@@ -14,12 +14,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import Field
-
 from orchestrator import __version__
 from orchestrator.errors import ProvisionError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.base import StrictModel
+from orchestrator.models.requests import ProvisionRequest
 from orchestrator.models.stack import Stack
 from orchestrator.provision import fingerprint as fpmod
 from orchestrator.provision import orchwheel
@@ -31,22 +30,6 @@ from orchestrator.safefs import atomic_write, make_dir
 from orchestrator.stacks import PLAYBOOKS_DIR, load_stack
 
 WHEELHOUSE_TIMEOUT_S = 1800
-
-
-class ProvisionRequest(StrictModel):
-    inventory: Path
-    stack: str
-    check: bool = False
-    limit: str | None = None
-    out_dir: Path = Path("runs")
-    vault_password_file: Path | None = None
-    become: bool = False
-    become_password: str | None = Field(default=None, repr=False)
-    wheelhouse: Path | None = Field(default=None, description="default: ~/.cache/orch/wheelhouse/<stack>")
-    orch_wheel: Path | None = Field(
-        default=None, description="orch's wheel for the nodes (default: see provision/orchwheel.py)"
-    )
-    clean: bool = Field(default=False, description="remove the stack's venv first (roles/workload_env)")
 
 
 class ProvisionReport(StrictModel):

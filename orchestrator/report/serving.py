@@ -329,8 +329,6 @@ def serving_cases(rec: RunRecord) -> list[Case]:
     """One JUnit case per SLO and per threshold of each serving step and level (classname
     orch.<plan>.<step>.<level>); a p99 not defined (n < 100) skips an SLO and fails a threshold,
     as the run judged it."""
-    from orchestrator.runs.serving import threshold_failures  # the run's own judgement
-
     cases: list[Case] = []
     for s in rec.serving:
         w = workload(rec, s)
@@ -352,7 +350,7 @@ def serving_cases(rec: RunRecord) -> list[Case]:
                 if limit is None:
                     continue
                 one = w.model_copy(update={"thresholds": ServingThresholds(**{field: limit})})
-                missed = threshold_failures(s.step.id, one, sm)
+                missed = V.serving_threshold_failures(s.step.id, one, sm)  # the run's own judgement
                 cases.append(Case(cls, f"threshold {fmt.format(limit)}", "fail" if missed else "pass",
                                   "; ".join(missed)))  # fmt: skip
             if (bl := w.thresholds.baseline) is not None:  # judged by the run against the store

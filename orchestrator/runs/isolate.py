@@ -1,9 +1,9 @@
-"""`orch isolate`: find the bad node or link among nodes, each test a pipeline step.
+"""`orch isolate`: find the bad node or link among nodes, each test a step of the step executor.
 
 A run of its own kind ("isolate") inside RunLifecycle. The search (isolation/search.py) decides
 what to test; each test (one node with 2 ranks, a pair, a set) is a step of a short plan (one
-collective, one size, a step timeout of a minute at most) run by the pipeline's own executor
-(pipeline._Runner: job_spec, the scheduler of make_scheduler, collection and judging), so an
+collective, one size, a step timeout of a minute at most) run by the step executor
+(runs/executor.py: job_spec, the scheduler of make_scheduler, collection and judging), so an
 isolation test is run, collected and kept exactly as a ladder step is. A round's steps run
 concurrently where their nodes are disjoint (plan.concurrent_steps, `--concurrent`) or one after
 another (the default: in the lab they share 2 cores); the mode is journaled and printed.
@@ -35,12 +35,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from pydantic import Field
-
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE, ConfigError
 from orchestrator.inventory import load_inventory
 from orchestrator.isolation.search import isolate_partitioned, round_bound
-from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster, gpu_model_problem, same_gpu_model
 from orchestrator.models.events import Listener, RunStarted
 from orchestrator.models.fingerprint import FingerprintSet, Gpu
@@ -54,49 +51,20 @@ from orchestrator.models.isolation import (
     Round,
 )
 from orchestrator.models.plan import Plan, SizeRange, Step
-from orchestrator.models.results import PlanCollective
+from orchestrator.models.requests import MAX_TIMEOUT_S, IsolateRequest
 from orchestrator.models.run import RunResult, StepResult
-from orchestrator.pipeline import _Runner, choose_backend, make_scheduler
 from orchestrator.report.escape import md
 from orchestrator.report.isolation import isolation_markdown as section_markdown
 from orchestrator.runs.drain import drain_culprits, drain_reason
+from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
-from orchestrator.stages.stack import stack_name, stack_python
+from orchestrator.stacks import stack_name, stack_python
 from orchestrator.store.load import require_model
 from orchestrator.store.rundir import atomic_write, new_run_id
 
 # Kept here for the callers that import them from this module (cli/isolate, runs/node_resume, bench).
 __all__ = ["IsolationRun", "Partition"]
-
-MAX_TIMEOUT_S = 60
-
-
-class IsolateRequest(StrictModel):
-    """Everything `orch isolate` needs, as the CLI parsed it."""
-
-    inventory: Path
-    nodes: list[str] | None = Field(default=None, description="the suspects; None = every node")
-    known_good: list[str] = Field(default_factory=list, description="partners known to pass")
-    collective: PlanCollective = "all_reduce"
-    size: int = Field(default=64 * 2**20, ge=1)
-    timeout_s: int = Field(default=MAX_TIMEOUT_S, ge=5, le=MAX_TIMEOUT_S)
-    iters: int = Field(default=5, ge=1)
-    warmup_iters: int = Field(default=1, ge=0)
-    tolerance: float = Field(default=0.2, ge=0, lt=1, description="singles: within this of the median")
-    min_efficiency: float = Field(default=0.5, gt=0, le=1, description="groups: of the median single")
-    min_gbs: float | None = Field(default=None, gt=0, description="absolute busbw floor, GB/s")
-    concurrent: bool = Field(default=False, description="a round's disjoint tests run together")
-    max_share: float = Field(default=Plan.model_fields["max_share"].default, gt=0, le=1)
-    drain_bad: bool = False
-    force: bool = Field(default=False, description="drain more than max_share of the nodes")
-    out_dir: Path = Path("runs")
-    python: str | None = None
-    gpu_models: dict[str, str] = Field(
-        default_factory=dict,
-        description="node -> GPU model from a fingerprint, for nodes whose inventory sets no gpu_model",
-    )
-
 
 def partition_nodes(
     cluster: Cluster, nodes: Sequence[str], known_good: Sequence[str], models: Mapping[str, str] | None = None
@@ -264,7 +232,7 @@ def _busbw(res: StepResult) -> float | None:
 
 
 class _Rounds:
-    """The round runner isolate() calls: each round's groups become steps run by the pipeline."""
+    """The round runner isolate() calls: each round's groups become steps run by the step executor."""
 
     def __init__(
         self,
@@ -304,7 +272,7 @@ class _Rounds:
             steps=[s.id for s in steps],
             groups=[list(g) for g in groups],
         )
-        runner = _Runner(
+        runner = StepExecutor(
             self.plan, self.cluster, steps, self.sched, self.backend, self.life, self.python, self.env
         )
         runner.run()

@@ -6,8 +6,8 @@ phase), reference.json (the frozen fingerprints of A), playbooks.json (the ansib
 processes its provisionings started) and report.md / report.html. The journal has
 `migrate_phase` lines (started, then passed / failed / skipped with the gate, the reason and the
 time). The phases themselves are migrate/procedure.py; this module gives them the real work
-(ClusterOps: provisioning through Ansible, fingerprints over SSH, the plan through the pipeline's
-executor, as isolate runs its tests) and the lifecycle.
+(ClusterOps: provisioning through Ansible, fingerprints over SSH, the plan through the step
+executor of runs/executor.py, as isolate runs its tests) and the lifecycle.
 
 `orch runs resume` of a migrate run: stop the ansible-playbook processes the run started that are
 still running (runs/playbook_pids.py), read which stack every node holds, continue from the first
@@ -21,17 +21,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import Field
-
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import load_inventory
 from orchestrator.migrate.procedure import Ops, Procedure, node_states
-from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener, RunKind, RunProgress, RunStarted
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
 from orchestrator.models.migrate import PHASES, MigrateRun, PhaseName, PlanRun
 from orchestrator.models.plan import Plan
+from orchestrator.models.requests import MigrateRequest
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.runs.playbook_pids import recording, stop_left_behind
 from orchestrator.stacks import load_stack
@@ -41,20 +39,6 @@ from orchestrator.store.rundir import atomic_write, new_run_id
 PLAYBOOKS_FILE = "playbooks.json"
 STATE_FILE = "migrate.json"
 REFERENCE_FILE = "reference.json"
-
-
-class MigrateRequest(StrictModel):
-    """Everything `orch migrate run` (or `orch rollback`) needs, as the CLI parsed it."""
-
-    inventory: Path
-    from_stack: str = Field(description="A: the stack the nodes run now (rollback: the one to go back to)")
-    to_stack: str | None = Field(default=None, description="B; None for a rollback")
-    plan: str | None = Field(default=None, description="built-in plan name or file; None for a rollback")
-    canary: int = Field(default=1, ge=1)
-    rounds: int = Field(default=2, ge=1, description="interleaved rounds of A, B and A'")
-    no_rollback: bool = False
-    reference_run: Path | None = Field(default=None, description="rollback: the migrate run whose reference")
-    out_dir: Path = Path("runs")
 
 
 OpsFactory = Callable[[RunLifecycle, Cluster, Plan | None], Ops]
@@ -67,13 +51,14 @@ def cluster_ops(life: RunLifecycle, cluster: Cluster, plan: Plan | None) -> Ops:
 
 class ClusterOps:
     """Provisioning through `orch provision`'s service (the playbooks' PIDs recorded in the run
-    folder), fingerprints over the kept-open SSH shells, the plan through the pipeline's executor."""
+    folder), fingerprints over the kept-open SSH shells, the plan through the step executor."""
 
     def __init__(self, life: RunLifecycle, cluster: Cluster, plan: Plan | None) -> None:
         self.life, self.cluster, self.plan = life, cluster, plan
 
     def provision(self, stack: str, nodes: list[str], *, clean: bool) -> dict[str, str]:
-        from orchestrator.provision.service import ProvisionRequest, provision
+        from orchestrator.models.requests import ProvisionRequest
+        from orchestrator.provision.service import provision
 
         req = ProvisionRequest(
             inventory=self.cluster.source,
@@ -102,10 +87,10 @@ class ClusterOps:
         return bool(self.plan and self.plan.faults)
 
     def run_plan(self, stack: str, nodes: list[str], label: str, *, faults: bool) -> PlanRun:
-        from orchestrator.pipeline import _Runner, choose_backend, make_scheduler
         from orchestrator.plan import expand_steps
-        from orchestrator.stages.faults import StepFaults
-        from orchestrator.stages.stack import stack_python
+        from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler
+        from orchestrator.runs.step_faults import StepFaults
+        from orchestrator.stacks import stack_python
 
         assert self.plan is not None
         t0 = time.monotonic()
@@ -129,7 +114,7 @@ class ClusterOps:
         _journal_and_tell(self.life)(
             "migrate_plan_run", label=label, stack=stack, nodes=nodes, steps=[s.id for s in steps]
         )
-        runner = _Runner(
+        runner = StepExecutor(
             plan, sub, steps, make_scheduler(backend, sub, plan), backend, self.life, python, env, step_faults
         )
         runner.run()

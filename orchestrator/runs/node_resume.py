@@ -12,8 +12,9 @@ from orchestrator.errors import ConfigError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.base import StrictModel
 from orchestrator.models.isolation import Round
+from orchestrator.models.requests import IsolateRequest
 from orchestrator.runs.drain import drain_reason
-from orchestrator.runs.isolate import IsolateRequest, IsolationRun, run_isolation
+from orchestrator.runs.isolate import IsolationRun, run_isolation
 from orchestrator.scheduler.slurm import SlurmScheduler
 
 RESPOND_WAIT_S = 60.0

@@ -11,7 +11,7 @@ from orchestrator.models.container import stack_container
 from orchestrator.models.recovery_request import RecoveryTestRequest
 from orchestrator.scheduler.base import backend_traits, inventory_backend
 from orchestrator.stacks import load_stack
-from orchestrator.stages.stack import node_python as node_python  # re-exported: the probe's Python
+from orchestrator.stacks import node_python as node_python  # re-exported: the probe's Python
 
 __all__ = ["RecoveryTestRequest", "node_python", "resolve_container", "resolve_launcher"]
 

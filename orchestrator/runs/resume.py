@@ -1,7 +1,7 @@
 """`orch runs resume`: finish an interrupted run of any kind, in its own run directory.
 
 The kind is what the run folder says (store/load.py run_kind): a scale-test ladder runs the steps
-without a finished result (pipeline.resume_run); a recovery-test runs the repeats without a
+without a finished result (scale_test.resume_run); a recovery-test runs the repeats without a
 record (runs/recovery.py resume_recovery_test). Either way the journal gets run_resumed, the
 records are appended, and the result or summary covers the whole run.
 """
@@ -19,8 +19,8 @@ from orchestrator.models.events import Listener
 from orchestrator.models.fault import RecoverySummary
 from orchestrator.models.migrate import MigrateRun
 from orchestrator.models.run import RunResult
-from orchestrator.pipeline import resume_run
 from orchestrator.runs.recovery import resume_recovery_test
+from orchestrator.runs.scale_test import resume_run
 from orchestrator.store.load import run_kind
 
 

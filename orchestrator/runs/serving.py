@@ -85,14 +85,6 @@ JOB_MARGIN_S = 300
 ENGINE_ENV = {"HF_HUB_OFFLINE": "1"}
 """Added to the engine's environment: the model is a path on the node; no hub is asked."""
 
-_P99 = (
-    ("max_ttft_p99_ms", "ttft_ms", "TTFT"),
-    ("max_itl_p99_ms", "itl_ms", "ITL"),
-    ("max_tpot_p99_ms", "tpot_ms", "TPOT"),
-    ("max_e2e_p99_ms", "e2e_ms", "E2E"),
-)
-
-
 STOP_WAIT_S = 60.0
 """How long the end of a step waits for its cancelled engine jobs to leave the queue."""
 
@@ -128,41 +120,6 @@ def price_of(w: ServingWorkload, step: ServingStep, cluster: Cluster) -> tuple[f
         nodes,
         (f"inventory orch_gpu_hour_cost {gpu:g} x {step.gpus_per_replica_node} GPU(s) per node"),
     )
-
-
-def threshold_failures(step_id: str, w: ServingWorkload, s: LevelSummary) -> list[str]:
-    """What a level misses of the workload's thresholds, each naming step, level and figure, e.g.
-    `step chat-r1, level c8: TTFT p99 812 ms > 500 ms (n=100)`. A p99 threshold on a level whose
-    p99 is not defined (fewer than 100 successful requests) is missed: it cannot be shown met."""
-    th, at = w.thresholds, f"step {step_id}, level {s.level}"
-    out: list[str] = []
-    for field, attr, name in _P99:
-        limit = getattr(th, field)
-        if limit is None:
-            continue
-        p = getattr(s, attr)
-        if p.p99 is None:
-            out.append(
-                f"{at}: {name} p99 not defined (n={p.n} < 100): the limit {limit:g} ms is not shown met"
-            )
-        elif p.p99 > limit:
-            out.append(f"{at}: {name} p99 {p.p99:.4g} ms > {limit:g} ms (n={p.n})")
-    if th.min_goodput is not None and (s.goodput is None or s.goodput < th.min_goodput):
-        got = "-" if s.goodput is None else f"{s.goodput:.1%}"
-        out.append(f"{at}: goodput {got} < {th.min_goodput:.1%} (n={s.n})")
-    if th.max_error_rate is not None:
-        rate = (s.errors + s.aborted) / s.n if s.n else 1.0
-        if rate > th.max_error_rate:
-            out.append(
-                f"{at}: error rate {rate:.1%} > {th.max_error_rate:.1%} "
-                f"({s.errors} errors + {s.aborted} aborted of n={s.n})"
-            )
-    if th.min_output_tokens_per_s is not None:
-        tps = s.output_tokens_per_s
-        if tps is None or tps < th.min_output_tokens_per_s:
-            got = "-" if tps is None else f"{tps:.4g}"
-            out.append(f"{at}: output tokens/s {got} < {th.min_output_tokens_per_s:g} (n={s.ok})")
-    return out
 
 
 def http_ok(url: str, timeout: float) -> bool:
@@ -371,7 +328,7 @@ class ServingRunner:
         for level in res.levels:
             if level.summary is None:
                 continue
-            fails = threshold_failures(step.id, w, level.summary)
+            fails = V.serving_threshold_failures(step.id, w, level.summary)
             fails += self._baseline_misses(step, w, level.summary)
             s = level.summary
             if s.ok == 0:

@@ -33,7 +33,7 @@ from orchestrator.models.serving import ServingStep
 from orchestrator.models.serving_recovery import ServingFaultResult, SteadyRule
 from orchestrator.models.serving_results import RequestRecord, ServingStepResult
 from orchestrator.runs.lifecycle import RunLifecycle
-from orchestrator.stages.faults import fault_level, serving_fault_matches
+from orchestrator.runs.step_faults import fault_level, serving_fault_matches
 from orchestrator.workloads.loadgen import LoadGenerator
 
 JOIN_TIMEOUT_S = 60.0

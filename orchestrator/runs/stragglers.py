@@ -3,7 +3,7 @@
 A run of its own kind ("stragglers") inside RunLifecycle. Every pair of nodes of one kind
 (gpu_vendor and GPU model, runs/isolate.py::partition_nodes) is a 2-node step of one collective
 (sendrecv by default, or alltoall) at one size, run by the same executor isolation uses
-(pipeline._Runner: job_spec, the scheduler of make_scheduler, collection and judging) in rounds
+(runs/executor.py: job_spec, the scheduler of make_scheduler, collection and judging) in rounds
 of disjoint pairs: a round-robin tournament (the circle method), N-1 rounds of N/2 pairs for an
 even N, N rounds of (N-1)/2 for an odd N (one node sits each round out). A round's pairs run
 concurrently with `--concurrent` (plan concurrent_steps), else one after another (the lab).
@@ -42,7 +42,6 @@ from orchestrator.inventory import load_inventory
 from orchestrator.metrics.stragglers import (
     DEFAULT_FLOOR,
     DEFAULT_K,
-    MIN_PARTNERS,
     StragglerReport,
     pair_matrix,
     split_by_kind,
@@ -53,13 +52,14 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener, RunStarted
 from orchestrator.models.isolation import Mode, Partition
 from orchestrator.models.plan import Plan, SizeRange, Step
+from orchestrator.models.requests import MIN_PARTNERS, StragglersRequest
 from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import StepResult
-from orchestrator.pipeline import _Runner, _steps_json, choose_backend, make_scheduler
-from orchestrator.runs.isolate import MAX_TIMEOUT_S, partition_nodes, test_step
+from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler, steps_json
+from orchestrator.runs.isolate import partition_nodes, test_step
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
-from orchestrator.stages.stack import stack_name, stack_python
+from orchestrator.stacks import stack_name, stack_python
 from orchestrator.store.load import STEPS_FILE
 from orchestrator.store.rundir import atomic_write, new_run_id
 
@@ -110,27 +110,6 @@ def sample_rounds(nodes: Sequence[str], k: int, seed: int) -> list[list[Pair]]:
             count[a] += 1
             count[b] += 1
     return taken
-
-
-class StragglersRequest(StrictModel):
-    """Everything `orch stragglers` needs, as the CLI parsed it."""
-
-    inventory: Path
-    nodes: list[str] | None = Field(default=None, description="None = every node")
-    collective: PlanCollective = Field(
-        default="sendrecv", description="the CLI offers sendrecv and alltoall; any collective reads"
-    )
-    size: int = Field(default=2**20, ge=1)
-    iters: int = Field(default=20, ge=1)
-    warmup_iters: int = Field(default=3, ge=0)
-    timeout_s: int = Field(default=MAX_TIMEOUT_S, ge=5, le=MAX_TIMEOUT_S)
-    sample: int | None = Field(
-        default=None, ge=MIN_PARTNERS, description="pairs per node at least (None: every pair)"
-    )
-    seed: int = 0
-    concurrent: bool = Field(default=False, description="a round's disjoint pairs run together")
-    out_dir: Path = Path("runs")
-    python: str | None = None
 
 
 class KindVerdict(StrictModel):
@@ -254,7 +233,7 @@ def run_stragglers(
     mode: Mode = "concurrent" if plan.concurrent_steps else "sequential"
     with RunLifecycle.create(req.out_dir, new_run_id("stragglers"), listeners or [], t0=t0) as life:
         life.write_inputs(plan=plan, inventory=cluster, request=req)
-        atomic_write(life.root / STEPS_FILE, _steps_json(every))
+        atomic_write(life.root / STEPS_FILE, steps_json(every))
         life.started(
             RunStarted(
                 run_id=life.run_id, run_dir=life.root, plan=plan.name, backend=backend,
@@ -267,7 +246,7 @@ def run_stragglers(
         sched = make_scheduler(backend, cluster, plan)
         results: list[StepResult] = []
         for i, rnd in enumerate(steps):
-            runner = _Runner(plan, cluster, rnd, sched, backend, life, python or sys.executable, env)
+            runner = StepExecutor(plan, cluster, rnd, sched, backend, life, python or sys.executable, env)
             runner.run()
             results += runner.results
             life.journal(

@@ -126,7 +126,7 @@ def ladder_time_limit(specs: list[JobSpec]) -> int | None:
 
 
 def ladder_job_name(specs: list[JobSpec]) -> str:
-    """The allocation's job name: orch-<plan>-<step> (pipeline.job_spec) gives orch-<plan>-ladder.
+    """The allocation's job name: orch-<plan>-<step> (runs/executor.job_spec) gives orch-<plan>-ladder.
     Raises ConfigError when it is not a valid name."""
     job_name = f"{specs[0].name.removesuffix(specs[0].step_id).rstrip('-') or 'orch'}-ladder"
     if not is_name(job_name, ID_MAX):
@@ -138,7 +138,7 @@ class AllocationScheduler(SlurmScheduler):
     """JobScheduler on Slurm that runs a ladder as job steps of one allocation (module docstring)."""
 
     # The driver runs on the allocation's first node and writes its output into the run's alloc/
-    # folder there (pipeline: prepared before, collected after the run).
+    # folder there (the step executor: prepared before, collected after the run).
     driver_on_nodes = True
 
     def __init__(

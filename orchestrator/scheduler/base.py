@@ -1,6 +1,6 @@
 """The scheduler protocol: render, submit, poll, cancel, collect.
 
-Backends (slurm.py, local.py) implement JobScheduler; the pipeline only talks to this protocol.
+Backends (slurm.py, local.py) implement JobScheduler; the runs only talk to this protocol.
 """
 
 from __future__ import annotations

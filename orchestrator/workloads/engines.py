@@ -21,8 +21,9 @@ the stack's for the engine (engine_env). The health endpoint is GET /health for 
 answers 200 once the model is loaded); for an external engine GET /v1/models.
 
 A variant is looked up in the stack the run uses: the plan's `stack`, else the inventory's
-orch_stack (as the stack stage does). check_variant refuses, before a run exists, a variant the
-stack does not have, and a variant when no stack is named (there is nothing to take it from).
+orch_stack (stacks.stack_name, as the stack stage does). stacks.check_variants refuses, before a
+run exists, a variant the stack does not have, and a variant when no stack is named (there is
+nothing to take it from).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan
 from orchestrator.models.serving import ServingWorkload
-from orchestrator.models.stack import EngineVariant, Stack
+from orchestrator.models.stack import EngineVariant
+from orchestrator.stacks import load_stack, stack_name, stack_variant
 
 HEALTH_PATH = "/health"
 EXTERNAL_HEALTH_PATH = "/v1/models"
@@ -82,69 +83,14 @@ def engine_env(env: Mapping[str, str], variant: EngineVariant | None) -> dict[st
     return {**env, **(variant.env if variant is not None else {})}
 
 
-def run_stack_name(plan: Plan, cluster: Cluster) -> str | None:
-    """The stack a run of plan on cluster uses: the plan's, else the inventory's orch_stack; None
-    for none (as stages.stack.stack_name without a --stack flag)."""
-    from orchestrator.stages.stack import NO_STACK
-
-    name = plan.stack or cluster.vars.orch_stack
-    return None if name in (None, NO_STACK) else name
-
-
-def stack_variant(w: ServingWorkload, stack: Stack | None, *, where: str = "") -> EngineVariant | None:
-    """The variant w names, from stack; None when w names none. Raises ConfigError naming the
-    variant and what the stack offers when there is no stack, the stack pins no such engine, or
-    the engine has no such variant."""
-    if w.variant is None:
-        return None
-    at = f"{where}serving {w.name}: variant {w.variant!r}"
-    if stack is None:
-        raise ConfigError(
-            f"{at}: no stack is named to take it from (the plan has no stack, the inventory no orch_stack)",
-            hint="name a stack in the plan (stack: NAME) or the inventory (orch_stack), or drop variant",
-        )
-    pin = stack.serving.engine(w.engine) if stack.serving is not None else None
-    if pin is None:
-        engines = ", ".join(e.engine for e in stack.serving.engines) if stack.serving is not None else "none"
-        raise ConfigError(
-            f"{at}: stack {stack.name} pins no {w.engine} engine (its engines: {engines})",
-            hint="see the stack's serving section: orch stack show " + stack.name,
-        )
-    if w.variant not in pin.variants:
-        names = ", ".join(pin.variants) or "none"
-        raise ConfigError(
-            f"{at}: stack {stack.name} has no such {w.engine} variant (its {w.engine} variants: {names})",
-            hint="choose one of the stack's variants, or leave variant out",
-        )
-    return pin.variants[w.variant]
-
-
-def check_variants(plan: Plan, cluster: Cluster) -> None:
-    """Refuse (ConfigError, exit 2) a serving workload's variant that the run's stack does not have
-    (or any variant when no stack is named), before a run exists. Loads the stack only when a
-    workload names a variant."""
-    if not any(w.variant is not None for w in plan.serving):
-        return
-    name = run_stack_name(plan, cluster)
-    stack = None
-    if name is not None:
-        from orchestrator.stacks import load_stack
-
-        stack = load_stack(name)
-    for w in plan.serving:
-        stack_variant(w, stack, where=f"plan {plan.name}: ")
-
-
 def variant_of(plan: Plan, cluster: Cluster, w: ServingWorkload) -> EngineVariant | None:
     """The variant the engine of w runs with in a run of plan on cluster (None without one); raises
-    ConfigError as check_variants, which refused a bad one before the run began."""
+    ConfigError as stacks.check_variants, which refused a bad one before the run began."""
     if w.variant is None:
         return None
-    name = run_stack_name(plan, cluster)
+    name = stack_name(None, plan, cluster)
     if name is None:
         return stack_variant(w, None)
-    from orchestrator.stacks import load_stack
-
     return stack_variant(w, load_stack(name))
 
 

@@ -13,9 +13,9 @@ from test_slurm_render import sbatch_lines
 from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.plan import PlanOverrides
-from orchestrator.pipeline import make_scheduler
 from orchestrator.plan import resolve_plan
 from orchestrator.remote.base import CmdResult
+from orchestrator.runs.executor import make_scheduler
 from orchestrator.scheduler.allocation import AllocationScheduler, srun_argv
 from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.salloc import SallocScheduler

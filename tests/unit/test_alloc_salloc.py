@@ -288,9 +288,9 @@ def test_an_error_mid_ladder_ends_the_allocation_once_and_finishes_the_run(
 
     from test_scheduler_errors import _runner, execute
 
-    from orchestrator import pipeline
+    from orchestrator.runs import executor
 
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     slurm = FailingSacct()
     t = [0.0]
 

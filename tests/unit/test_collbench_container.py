@@ -13,10 +13,10 @@ from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster, ClusterVars, ContainerRuntime, GpuVendor, Node
 from orchestrator.models.container import StackContainer, stack_container
 from orchestrator.models.plan import Plan, PlanOverrides, Step
-from orchestrator.pipeline import CONTAINER_ENV, container_cleanup_line, job_spec
 from orchestrator.plan import expand_steps, resolve_plan
+from orchestrator.runs.executor import CONTAINER_ENV, container_cleanup_line, job_spec
+from orchestrator.runs.stack_stage import workload_container
 from orchestrator.stacks import load_stack
-from orchestrator.stages.stack import workload_container
 from orchestrator.workloads.collbench import container_engine, container_line
 
 RUN = "20261202T060000Z-smoke-ab12"

@@ -167,7 +167,7 @@ def test_plan_max_share_reaches_the_engine_and_is_checked_per_fault(tmp_path: Pa
 
     from orchestrator.inventory import load_inventory
     from orchestrator.plan import expand_steps, load_plan
-    from orchestrator.stages.faults import check_plan_faults
+    from orchestrator.runs.step_faults import check_plan_faults
 
     inv = tmp_path / "inv.yml"
     hosts = {f"node{i}": {"ansible_host": f"198.18.0.{10 + i}", "rdma_ifaces": ["fab0"]} for i in (1, 2, 3)}

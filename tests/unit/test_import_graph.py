@@ -1,22 +1,49 @@
 """The layering of orchestrator/, read from the source with `ast` (nothing is imported).
 
-- no import cycle between orchestrator's modules (imports inside functions count too: a lazy
-  import that dodges a cycle is still the cycle);
+- the package order (LAYERS, top to bottom, the list docs/architecture.md states): no package
+  imports one of a layer above its own, and there is no cycle between packages;
+- no import cycle between orchestrator's modules (imports inside functions, and under
+  TYPE_CHECKING, count too: a lazy import that dodges a cycle is still the cycle);
 - nothing below the CLI imports orchestrator.cli;
 - models/ does no I/O: it imports only models/, orchestrator.errors, pydantic and the pure
   standard-library modules of MODELS_STDLIB, and calls no file or process function;
-- store/ and report/ do not import orchestrator.pipeline.
+- store/ and report/ do not import runs/.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "orchestrator"
+DOC = PKG.parent / "docs" / "architecture.md"
+
+# The package order, top to bottom: a package (a folder of orchestrator/, or a module at its top)
+# imports only packages of the layers below its own; the packages of one layer may import each
+# other, without a cycle. docs/architecture.md ("Layers") states the same list, one layer a line.
+LAYERS: list[tuple[str, ...]] = [
+    ("__main__",),
+    ("cli",),
+    ("runs",),
+    ("telemetry", "isolation", "certs", "migrate", "parse"),
+    ("report",),
+    ("provision",),
+    ("faults",),
+    ("store",),
+    ("scheduler",),
+    ("workloads",),
+    ("metrics",),
+    ("inventory", "plan", "stacks"),
+    ("lab",),
+    ("remote",),
+    ("models",),
+    ("safefs", "paths", "envpolicy", "text"),
+    ("errors", "__init__", "playbooks"),
+]
 
 # What models/ may import besides models/ itself: typed values, no I/O. pathlib is here for the
 # Path type of fields; calling its I/O methods is refused by MODELS_IO_CALLS below.
@@ -136,6 +163,45 @@ def under(mod: str, pkg: str) -> bool:
     return mod == pkg or mod.startswith(pkg + ".")
 
 
+def package(mod: str) -> str:
+    """The package of a module of orchestrator: its folder, or its own name for a module at the
+    top; `__init__` for orchestrator itself."""
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def package_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Package -> the other packages its modules import (g: internal module imports)."""
+    out: dict[str, set[str]] = {}
+    for m, ds in g.items():
+        out.setdefault(package(m), set()).update(package(d) for d in ds if package(d) != package(m))
+    return out
+
+
+def upward(g: dict[str, set[str]], layers: list[tuple[str, ...]]) -> list[str]:
+    """Each import of g (internal module imports) from a package into one of a layer above its own."""
+    rank = {p: i for i, layer in enumerate(layers) for p in layer}
+    return sorted(
+        f"{m} imports {d} ({package(m)} is below {package(d)})"
+        for m, ds in g.items()
+        for d in ds
+        if rank[package(d)] < rank[package(m)]
+    )
+
+
+def doc_layers(text: str) -> list[tuple[str, ...]]:
+    """The layers the "Layers" section of docs/architecture.md names, top to bottom: its indented
+    block, a layer a line (`name/` for a folder, `name.py` for a module; a line further indented
+    goes on with the description)."""
+    section = text.split("\n## Layers", 1)[1].split("\n## ", 1)[0]
+    layers = []
+    for line in section.splitlines():
+        if line.startswith("    ") and not line.startswith("     "):
+            head = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+            layers.append(tuple(re.findall(r"([\w]+)(?:/|\.py)", head)))
+    return layers
+
+
 @pytest.fixture(scope="module")
 def deps() -> dict[str, set[str]]:
     return graph()
@@ -143,7 +209,7 @@ def deps() -> dict[str, set[str]]:
 
 def test_the_graph_is_read(tmp_path: Path) -> None:
     g = internal(graph())
-    assert "orchestrator.store.rundir" in g["orchestrator.pipeline"]
+    assert "orchestrator.store.rundir" in g["orchestrator.runs.scale_test"]
     assert "orchestrator.models.base" in g["orchestrator.models.run"]
     # relative imports, a module named in `from pkg import mod`, and imports inside functions
     src = tmp_path / "a.py"
@@ -154,9 +220,55 @@ def test_the_graph_is_read(tmp_path: Path) -> None:
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+def test_the_package_checks_find_what_they_look_for() -> None:
+    g = {
+        "o.runs.x": {"o.metrics.y", "o.runs.z"},
+        "o.runs.z": set(),
+        "o.metrics.y": {"o.runs.x", "o.plan"},
+        "o.plan": set(),
+        "o": set(),
+    }
+    assert package_graph(g) == {
+        "runs": {"metrics"},
+        "metrics": {"runs", "plan"},
+        "plan": set(),
+        "__init__": set(),
+    }
+    assert find_cycle(package_graph(g)) == ["metrics", "runs", "metrics"]
+    layers = [("runs",), ("metrics", "__init__"), ("plan",)]
+    assert upward(g, layers) == ["o.metrics.y imports o.runs.x (metrics is below runs)"]
+    assert upward(g, [("runs", "metrics"), ("plan", "__init__")]) == []  # one layer: either way
+    doc = (
+        "# Title\n\n    y/  not a layer\n\n## Layers\n\n"
+        "    cli/    the CLI\n    runs/       runs, and\n                  more runs/\n"
+        "    a.py, b.py   loaders\n\n## Next\n    x/   not a layer\n"
+    )
+    assert doc_layers(doc) == [("cli",), ("runs",), ("a", "b")]
+
+
 def test_no_import_cycle(deps: dict[str, set[str]]) -> None:
     cycle = find_cycle(internal(deps))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_every_package_has_its_place_in_the_order(deps: dict[str, set[str]]) -> None:
+    listed = [p for layer in LAYERS for p in layer]
+    assert len(listed) == len(set(listed))
+    assert sorted({package(m) for m in deps}) == sorted(listed)
+
+
+def test_no_package_imports_one_above_it(deps: dict[str, set[str]]) -> None:
+    """Module-level, function-level and TYPE_CHECKING imports all count."""
+    assert upward(internal(deps), LAYERS) == []
+
+
+def test_no_package_cycle(deps: dict[str, set[str]]) -> None:
+    cycle = find_cycle(package_graph(internal(deps)))
+    assert cycle is None, "package cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_doc_states_the_same_order() -> None:
+    assert doc_layers(DOC.read_text(encoding="utf-8")) == LAYERS
 
 
 def test_nothing_below_the_cli_imports_it(deps: dict[str, set[str]]) -> None:
@@ -195,20 +307,21 @@ def test_models_do_no_io(deps: dict[str, set[str]]) -> None:
 
 
 @pytest.mark.parametrize("pkg", ["orchestrator.store", "orchestrator.report"])
-def test_store_and_report_do_not_import_the_pipeline(deps: dict[str, set[str]], pkg: str) -> None:
+def test_store_and_report_do_not_import_runs(deps: dict[str, set[str]], pkg: str) -> None:
+    """Reports are rebuilt from the run directory alone: never from the code that ran it."""
     bad = sorted(
         f"{m} imports {d}"
         for m, ds in deps.items()
         if under(m, pkg)
         for d in ds
-        if d == "orchestrator.pipeline"
+        if under(d, "orchestrator.runs")
     )
     assert bad == []
 
 
 def test_store_keeps_results_only(deps: dict[str, set[str]]) -> None:
     """store/ reads and writes results; submitting, cancelling and running on nodes live elsewhere."""
-    outside = ("pipeline", "scheduler", "remote", "faults", "stages", "runs", "cli", "lab", "provision")
+    outside = ("scheduler", "remote", "faults", "runs", "cli", "lab", "provision")
     bad = sorted(
         f"{m} imports {d}"
         for m, ds in deps.items()
@@ -241,7 +354,7 @@ def test_the_run_holds_no_slurm_words() -> None:
     # probe jobs' own change (they move onto scheduler.slurm_state.classify), named here so that
     # it is not forgotten.
     later = {"probe_jobs.py"}
-    files = [PKG / "pipeline.py", *sorted(p for p in (PKG / "runs").glob("*.py") if p.name not in later)]
+    files = sorted(p for p in (PKG / "runs").glob("*.py") if p.name not in later)
     bad = []
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -256,7 +369,7 @@ def test_the_run_holds_no_slurm_words() -> None:
             text = node.value if isinstance(node, ast.Constant) and id(node) not in docstrings else None
             if isinstance(text, str) and (m := word_re.search(text)):
                 bad.append(f"{path.name}:{node.lineno}: Slurm word {m.group(1)!r} in {text[:60]!r}")
-            if isinstance(node, ast.Compare) and path.name == "pipeline.py":
+            if isinstance(node, ast.Compare) and path.name in ("scale_test.py", "executor.py"):
                 names = [c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
                 if any(n in ("slurm", "local") for n in names):
                     bad.append(f"{path.name}:{node.lineno}: compares a backend name")

@@ -27,7 +27,6 @@ from orchestrator.errors import ConfigError, InventoryError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.fault import FaultSpec, FaultTarget
 from orchestrator.models.plan import PlanOverrides
-from orchestrator.pipeline import job_spec
 from orchestrator.plan import (
     expand_steps,
     load_plan,
@@ -37,6 +36,7 @@ from orchestrator.plan import (
     resolve_plan,
 )
 from orchestrator.provision.runner import PlaybookRequest, runner_kwargs
+from orchestrator.runs.executor import job_spec
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.slurm import SlurmScheduler
 

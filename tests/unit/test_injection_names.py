@@ -27,10 +27,11 @@ from orchestrator.inventory import load_inventory
 from orchestrator.models.names import check_name
 from orchestrator.models.plan import Plan, Step
 from orchestrator.paths import under
-from orchestrator.pipeline import job_spec, resume_run
 from orchestrator.plan import expand_steps, load_plan
+from orchestrator.runs.executor import job_spec
 from orchestrator.runs.nightly import CronEntry, cron_job_spec
 from orchestrator.runs.probe_jobs import probe_job_spec
+from orchestrator.runs.scale_test import resume_run
 from orchestrator.scheduler.allocation import AllocationScheduler
 from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import JOB_ENV_ALLOW, SlurmScheduler

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from test_isolate_run import LOG, StandIn
 
-import orchestrator.pipeline as pipeline
+import orchestrator.runs.executor as executor
 import orchestrator.runs.isolate as iso
 from orchestrator.cli.isolate import render_isolation
 from orchestrator.errors import InventoryError
@@ -19,6 +19,7 @@ from orchestrator.isolation.search import isolate_partitioned
 from orchestrator.models.fingerprint import Gpu
 from orchestrator.models.isolation import Group, Outcome, partitions_line
 from orchestrator.models.plan import Step
+from orchestrator.models.requests import IsolateRequest
 from orchestrator.models.results import CollSummary
 from orchestrator.models.run import StepResult
 
@@ -128,7 +129,7 @@ def _result(nodes: list[str], busbw: float) -> StepResult:
 
 
 def test_each_kind_is_judged_against_its_own_singles() -> None:
-    req = iso.IsolateRequest(inventory=Path("x"))  # singles within 20 % of the median, groups at 50 %
+    req = IsolateRequest(inventory=Path("x"))  # singles within 20 % of the median, groups at 50 %
     kind = {"h1": "H100", "h2": "H100", "h3": "H100", "a1": "A100", "a2": "A100", "a3": "A100"}
     singles = [_result(["h1"], 100.0), _result(["h2"], 98.0), _result(["h3"], 99.0),
                _result(["a1"], 40.0), _result(["a2"], 39.0), _result(["a3"], 41.0)]  # fmt: skip
@@ -151,9 +152,9 @@ def test_orch_isolate_on_a_mixed_cluster_tests_and_reports_each_kind_apart(
     nodes = {k: v for k, v in MIXED.items() if k in {"h1", "h2", "h3", "m1", "m2", "m3"}}
     fake = StandIn({"m2"})
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     inv = _inventory(tmp_path, nodes)
-    req = iso.IsolateRequest(inventory=inv, size=16 * 2**20, out_dir=tmp_path / "runs", python="python3")
+    req = IsolateRequest(inventory=inv, size=16 * 2**20, out_dir=tmp_path / "runs", python="python3")
     result = iso.run_isolation(req)
     assert LOG.exists()
     assert [(c.kind, c.nodes) for c in result.isolation.culprits] == [("node", ["m2"])]
@@ -179,7 +180,7 @@ def test_scale_test_isolate_takes_gpu_models_from_the_scale_tests_fingerprint(
 
     fake = StandIn({"n3"})
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     inv = _inventory(tmp_path, {f"n{i}": ("amd", None) for i in range(1, 5)})  # no gpu_model set
     parent = tmp_path / "runs" / "smoke-1"
     parent.mkdir(parents=True)

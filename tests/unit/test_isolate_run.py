@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-import orchestrator.pipeline as pipeline
+import orchestrator.runs.executor as executor
 import orchestrator.runs.isolate as iso
 from orchestrator.errors import ConfigError
 from orchestrator.faults.safety import SafetyError
+from orchestrator.inventory import load_inventory
 from orchestrator.models.isolation import Culprit, Isolation
 from orchestrator.models.plan import Step
+from orchestrator.models.requests import IsolateRequest
 from orchestrator.models.results import CollSummary
 from orchestrator.models.run import StepResult
 from orchestrator.remote.base import CmdResult
@@ -90,8 +92,8 @@ def _run(
 ) -> tuple[iso.IsolationRun, StandIn]:
     fake = StandIn(bad)
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
-    req = iso.IsolateRequest(inventory=_inventory(tmp_path), size=SIZE, out_dir=tmp_path / "runs", **kw)  # type: ignore[arg-type]
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
+    req = IsolateRequest(inventory=_inventory(tmp_path), size=SIZE, out_dir=tmp_path / "runs", **kw)  # type: ignore[arg-type]
     rounds: list[int] = []
     result = iso.run_isolation(req, on_round=lambda r: rounds.append(r.index))
     assert rounds == [r.index for r in result.isolation.rounds]
@@ -138,9 +140,9 @@ def test_a_clean_cluster_has_no_culprit(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_isolation_refuses_an_unknown_node_and_a_timeout_past_a_minute(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="nodeX"):
-        iso.run_isolation(iso.IsolateRequest(inventory=_inventory(tmp_path), nodes=["node1", "nodeX"]))
+        iso.run_isolation(IsolateRequest(inventory=_inventory(tmp_path), nodes=["node1", "nodeX"]))
     with pytest.raises(ValueError, match="60"):
-        iso.IsolateRequest(inventory=_inventory(tmp_path), timeout_s=600)
+        IsolateRequest(inventory=_inventory(tmp_path), timeout_s=600)
 
 
 def _res(nodes: list[str], busbw: float | None, verdict: str = "pass") -> StepResult:
@@ -159,7 +161,7 @@ def _res(nodes: list[str], busbw: float | None, verdict: str = "pass") -> StepRe
 
 
 def test_the_pass_rule_singles_against_the_median_single_groups_against_efficiency() -> None:
-    req = iso.IsolateRequest(inventory=Path("x"), tolerance=0.2, min_efficiency=0.5)
+    req = IsolateRequest(inventory=Path("x"), tolerance=0.2, min_efficiency=0.5)
     singles = iso.judge([_res(["a"], 1.0), _res(["b"], 0.9), _res(["c"], 0.85), _res(["d"], 0.6)], req)
     assert [o.passed for o in singles] == [True, True, True, False]  # median 0.875: 0.6 < 80 % of it
     assert "80% of the median single (0.875)" in singles[3].detail
@@ -173,7 +175,7 @@ def test_the_pass_rule_singles_against_the_median_single_groups_against_efficien
     assert [o.passed for o in groups] == [True, False, False]  # the reference: median 1.0
     assert "efficiency 40.0% < 50% of the median single (1)" in groups[1].detail
     assert "infra" in groups[2].detail
-    floor = iso.IsolateRequest(inventory=Path("x"), min_gbs=0.5)
+    floor = IsolateRequest(inventory=Path("x"), min_gbs=0.5)
     assert not iso.judge([_res(["a", "b"], 0.45)], floor)[0].passed
 
 
@@ -192,7 +194,7 @@ def test_drain_goes_through_scontrol_as_argv_with_a_checked_reason(tmp_path: Pat
     sched = SlurmScheduler(runner=rec)  # type: ignore[arg-type]
     bad = Culprit(kind="node", nodes=["node3"], why="fails with partners; $(x)", evidence=[])
     found = Isolation(rounds=[], culprits=[bad], good=["node1", "node2"])
-    cluster = pipeline.load_inventory(_inventory(tmp_path))
+    cluster = load_inventory(_inventory(tmp_path))
     assert drain_culprits(found, cluster, "isolate-1", 0.5, force=False, sched=sched) == ["node3"]
     argv = rec.calls[0]
     assert argv[:4] == ["scontrol", "update", "nodename=node3", "state=drain"]
@@ -208,7 +210,7 @@ def test_drain_refuses_more_than_the_share_without_force(tmp_path: Path) -> None
     sched = SlurmScheduler(runner=rec)  # type: ignore[arg-type]
     culprits = [Culprit(kind="node", nodes=[n], why="bad", evidence=[]) for n in ("node1", "node2")]
     two = Isolation(rounds=[], culprits=culprits, good=["node3"])
-    cluster = pipeline.load_inventory(_inventory(tmp_path))
+    cluster = load_inventory(_inventory(tmp_path))
     with pytest.raises(SafetyError, match="max_share"):
         drain_culprits(two, cluster, "r1", 0.5, force=False, sched=sched)
     assert rec.calls == []
@@ -227,7 +229,7 @@ def test_scale_test_isolate_runs_on_the_failed_multinode_steps_nodes(
 
     fake = StandIn({"node3"})
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     parent = tmp_path / "runs" / "smoke-1"
     parent.mkdir(parents=True)
     plan = load_plan("smoke").model_copy(update={"step_timeout_s": 600})
@@ -266,7 +268,7 @@ def test_cert_resume_retests_a_drained_node_and_drains_it_again_when_it_fails(
         rec = Slurm()
         fake = StandIn(bad)
         monkeypatch.setattr(iso, "make_scheduler", lambda *_a, _f=fake, **_k: _f)
-        monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+        monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
         monkeypatch.setattr(
             "orchestrator.runs.drain.SlurmScheduler", lambda _r=rec, **_k: SlurmScheduler(runner=_r)
         )  # type: ignore[arg-type]
@@ -297,9 +299,9 @@ def test_scale_test_isolate_takes_its_tests_and_pass_rule_from_the_plan(
     from orchestrator.models.run import RunResult
     from orchestrator.plan import load_plan
 
-    seen: list[iso.IsolateRequest] = []
+    seen: list[IsolateRequest] = []
 
-    def fake_run(req: iso.IsolateRequest, **_kw: object) -> iso.IsolationRun:
+    def fake_run(req: IsolateRequest, **_kw: object) -> iso.IsolationRun:
         seen.append(req)
         raise RuntimeError("stop here")
 
@@ -356,8 +358,8 @@ def test_eight_nodes_a_bad_node_in_five_rounds_a_bad_link_as_the_pair(
     # by a stand-in: node6 fails only with others (a throttled fabric link, not its own loopback)
     fake = LinkStandIn(bad, link)
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
-    req = iso.IsolateRequest(inventory=_inventory(tmp_path, 8), size=SIZE, out_dir=tmp_path / "runs")
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
+    req = IsolateRequest(inventory=_inventory(tmp_path, 8), size=SIZE, out_dir=tmp_path / "runs")
     result = iso.run_isolation(req)
     assert [(c.kind, c.nodes) for c in result.isolation.culprits] == [named]
     assert result.isolation.undecided == [] and result.exit_code == 1

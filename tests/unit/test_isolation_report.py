@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_isolate_run import StandIn, _inventory, _res, _run
 
-import orchestrator.pipeline as pipeline
+import orchestrator.runs.executor as executor
 import orchestrator.runs.isolate as iso
 from orchestrator.models.isolation import IsolationRun
 from orchestrator.report.formats import render
@@ -121,7 +121,7 @@ def test_a_scale_test_that_ran_isolate_has_the_section_with_the_linked_runs_time
 
     fake = StandIn({"node3"})
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     parent = tmp_path / "runs" / "smoke-1"
     parent.mkdir(parents=True)
     (parent / "plan.json").write_text(load_plan("smoke").model_dump_json())

@@ -21,9 +21,10 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.fingerprint import Fingerprint
 from orchestrator.models.migrate import MigrateRun, PlanRun
 from orchestrator.models.plan import Plan
+from orchestrator.models.requests import MigrateRequest, ProvisionRequest
 from orchestrator.provision import fingerprint as F
 from orchestrator.runs.lifecycle import RunLifecycle
-from orchestrator.runs.migrate import MigrateRequest, resume_migration, run_migration
+from orchestrator.runs.migrate import resume_migration, run_migration
 from orchestrator.stacks import load_stack
 from orchestrator.store.rundir import RunDir
 
@@ -346,14 +347,14 @@ def test_cluster_ops_runs_the_plan_through_the_pipeline_with_labelled_steps(
     carry the label, and busbw comes back per series and size."""
     import sys
 
-    import orchestrator.stages.stack as stage
+    import orchestrator.stacks as stacks
     from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
     from orchestrator.models.plan import SizeRange
     from orchestrator.plan import resolve_plan
     from orchestrator.runs.lifecycle import Ending
     from orchestrator.runs.migrate import ClusterOps
 
-    monkeypatch.setattr(stage, "stack_python", lambda name: (sys.executable, {"OMP_NUM_THREADS": "1"}))
+    monkeypatch.setattr(stacks, "stack_python", lambda name: (sys.executable, {"OMP_NUM_THREADS": "1"}))
     smoke = resolve_plan("smoke", None)
     plan = smoke.model_copy(
         update={
@@ -385,9 +386,9 @@ def test_cluster_ops_provisions_with_the_venv_removed_and_names_failed_hosts(
     from orchestrator.runs.lifecycle import Ending
     from orchestrator.runs.migrate import ClusterOps
 
-    seen: list[service.ProvisionRequest] = []
+    seen: list[ProvisionRequest] = []
 
-    def fake(req: service.ProvisionRequest) -> service.ProvisionReport:
+    def fake(req: ProvisionRequest) -> service.ProvisionReport:
         seen.append(req)
         hosts = {
             nodes[0]: HostOutcome(host=nodes[0], ok=3, changed=2),

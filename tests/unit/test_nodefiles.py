@@ -18,11 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import pipeline
 from orchestrator.errors import ConfigError, InfraError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.cluster import Cluster, ClusterVars, Node
-from orchestrator.pipeline import _execute, _Runner
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.local import LocalShell
 from orchestrator.remote.nodefiles import (
@@ -32,7 +30,10 @@ from orchestrator.remote.nodefiles import (
     extract_tar,
     run_data_layout,
 )
+from orchestrator.runs import executor
+from orchestrator.runs.executor import StepExecutor
 from orchestrator.runs.lifecycle import RunLifecycle
+from orchestrator.runs.scale_test import _execute
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 from orchestrator.store.rundir import RunDir, new_run_id
 
@@ -279,10 +280,10 @@ def test_the_runner_collects_each_step_into_the_run_directory(
         assert shells is None  # a runner made without the run's shells opens its own
         yield NodeFiles(layout, {n.name: LocalShell() for n in cluster.nodes})
 
-    monkeypatch.setattr(pipeline, "node_files", local_shells)
+    monkeypatch.setattr(executor, "node_files", local_shells)
     fake = FakeSlurm()
     life = RunLifecycle(rundir)
-    runner = _Runner(plan, cluster, steps, fake, "slurm", life, "/opt/x/bin/python")
+    runner = StepExecutor(plan, cluster, steps, fake, "slurm", life, "/opt/x/bin/python")
     with life:
         _execute(runner)
     for spec in fake.specs:
@@ -389,7 +390,8 @@ def test_the_ssh_probe_starts_in_its_node_folder_and_stops_by_a_stop_file_on_eve
 def test_scale_test_on_remote_nodes_without_a_stack_is_refused_before_a_run_exists(tmp_path: Path) -> None:
     # No stack to name a Python on the nodes: this machine's venv is not there, so no guess.
     from orchestrator.models.plan import PlanOverrides
-    from orchestrator.pipeline import ScaleTestRequest, scale_test
+    from orchestrator.models.requests import ScaleTestRequest
+    from orchestrator.runs.scale_test import scale_test
 
     inv = tmp_path / "inv.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {"n1": {"ansible_host": "198.18.0.1"}}}}))

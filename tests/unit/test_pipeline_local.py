@@ -10,7 +10,8 @@ import pytest
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.models.events import RunEvent
 from orchestrator.models.plan import PlanOverrides
-from orchestrator.pipeline import ScaleTestRequest, scale_test
+from orchestrator.models.requests import ScaleTestRequest
+from orchestrator.runs.scale_test import scale_test
 
 PLAN = """
 name: tiny
@@ -129,7 +130,7 @@ def test_no_poll_interval_is_sat_out_after_the_last_step(
     """The run finishes as soon as its last step is judged (docs/benchmarks.md: where the wall goes)."""
     import time
 
-    from orchestrator import pipeline
+    from orchestrator.runs import executor
 
     seen: list[str] = []
     interval = 0.0123  # a value only the runner's poll loop sleeps
@@ -140,7 +141,7 @@ def test_no_poll_interval_is_sat_out_after_the_last_step(
             seen.append("poll_sleep")
         real_sleep(s)
 
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", interval)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", interval)
     monkeypatch.setattr(time, "sleep", sleep)
     rec = _Recorder()
     rec.kinds = seen

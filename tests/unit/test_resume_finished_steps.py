@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.pipeline import resume_run
+from orchestrator.runs.scale_test import resume_run
 from orchestrator.store.load import load_run
 
 PLAN = """

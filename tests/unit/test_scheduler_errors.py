@@ -13,10 +13,11 @@ import yaml
 from orchestrator.errors import RemoteError, SchedulerError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.run import RunResult
-from orchestrator.pipeline import _execute, _Runner
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.base import CmdResult
+from orchestrator.runs.executor import StepExecutor
 from orchestrator.runs.lifecycle import RunLifecycle
+from orchestrator.runs.scale_test import _execute
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.rundir import new_run_id
@@ -196,7 +197,7 @@ class FakeSlurm:
         return {}
 
 
-def _runner(tmp_path: Path, fake: FakeSlurm) -> _Runner:
+def _runner(tmp_path: Path, fake: FakeSlurm) -> StepExecutor:
     inv = tmp_path / "inv.yml"
     host = {"ansible_host": "198.18.0.1", "gpu_vendor": "none", "gpus_per_node": 1}
     hosts = {f"node{i}": {**host, "ansible_host": f"198.18.0.{i}"} for i in (1, 2, 3)}
@@ -207,10 +208,10 @@ def _runner(tmp_path: Path, fake: FakeSlurm) -> _Runner:
     plan = plan.model_copy(update={"ladder": plan.ladder.model_copy(update={"ranks_per_node": [1]})})
     steps = expand_steps(plan, cluster)
     life = RunLifecycle.create(tmp_path / "runs", new_run_id(plan.name))
-    return _Runner(plan, cluster, steps, fake, "slurm", life, "/x/python")
+    return StepExecutor(plan, cluster, steps, fake, "slurm", life, "/x/python")
 
 
-def execute(runner: _Runner) -> RunResult:
+def execute(runner: StepExecutor) -> RunResult:
     """The ladder inside its run's lifecycle, as scale_test runs it."""
     with runner.life:
         return _execute(runner)
@@ -264,10 +265,10 @@ class AllocSlurm:
 def test_allocation_mode_sacct_failing_cancels_the_allocation_and_finishes_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import pipeline
+    from orchestrator.runs import executor
     from orchestrator.scheduler.allocation import AllocationScheduler
 
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     slurm = AllocSlurm()
     clock = Clock()
 

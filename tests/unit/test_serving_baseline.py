@@ -29,8 +29,8 @@ from orchestrator.metrics.serving_baseline import (
 )
 from orchestrator.models.serving import ServingBaseline
 from orchestrator.models.serving_results import LevelSummary, RequestRecord
-from orchestrator.pipeline import scale_test
 from orchestrator.report.formats import render_junit
+from orchestrator.runs.scale_test import scale_test
 from orchestrator.store.db import ResultsStore
 from orchestrator.store.load import load_run
 

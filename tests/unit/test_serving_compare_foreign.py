@@ -20,8 +20,8 @@ from test_serving_run import setup
 
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
 from orchestrator.parse import parse_file
-from orchestrator.pipeline import scale_test
 from orchestrator.report.compare_foreign import compare_foreign
+from orchestrator.runs.scale_test import scale_test
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "serving"
 JETSON_C8 = FIX / "vllm-bench-qwen3-8b-jetson-thor-c8.txt"  # vLLM console, max concurrency 8, 100 requests

@@ -13,7 +13,7 @@ import pytest
 from test_serving_run import engine_pids, gone, setup
 
 from orchestrator.errors import EXIT_INFRA, ConfigError
-from orchestrator.pipeline import scale_test
+from orchestrator.runs.scale_test import scale_test
 
 PLAN = """
 name: serve-fault
@@ -206,7 +206,7 @@ def test_the_lab_recovery_example_plan_passes_its_checks_on_a_lab_inventory(tmp_
     from orchestrator.inventory import load_inventory
     from orchestrator.models.fault import PlanFault
     from orchestrator.plan import expand_serving_steps, expand_steps, resolve_plan
-    from orchestrator.stages.faults import check_plan_faults, fault_level
+    from orchestrator.runs.step_faults import check_plan_faults, fault_level
 
     inv = tmp_path / "lab.ini"
     inv.write_text("[all]\n" + "".join(

@@ -23,10 +23,10 @@ from test_serving_run import setup
 
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
 from orchestrator.models.run import RunRecord
-from orchestrator.pipeline import scale_test
 from orchestrator.report.compare import compare_runs
 from orchestrator.report.formats import render_junit, render_markdown, render_openmetrics
 from orchestrator.report.html import render_html
+from orchestrator.runs.scale_test import scale_test
 from orchestrator.store.load import load_run
 
 ORDINARY = "--ttft 0.05 --itl 0.03"

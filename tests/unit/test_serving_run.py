@@ -22,7 +22,8 @@ import psutil
 import pytest
 
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, EXIT_THRESHOLDS, ConfigError
-from orchestrator.pipeline import ScaleTestRequest, scale_test
+from orchestrator.models.requests import ScaleTestRequest
+from orchestrator.runs.scale_test import scale_test
 from orchestrator.store.load import load_run
 
 SSE = Path(__file__).with_name("sse_server.py")
@@ -140,10 +141,10 @@ def test_unmeetable_ttft_p99_threshold_exits_1_naming_step_level_and_figure(tmp_
 
 
 def test_p99_threshold_on_too_few_ok_requests_is_missed_not_passed(tmp_path: Path) -> None:
+    from orchestrator.metrics.verdict import serving_threshold_failures
     from orchestrator.models.results import Percentiles
     from orchestrator.models.serving import ServingWorkload
     from orchestrator.models.serving_results import LevelSummary
-    from orchestrator.runs.serving import threshold_failures
 
     w = ServingWorkload.model_validate({
         "name": "w", "engine": "transformers", "model": {"path": "/m"},
@@ -154,7 +155,7 @@ def test_p99_threshold_on_too_few_ok_requests_is_missed_not_passed(tmp_path: Pat
     few = Percentiles(n=40, p50=1.0, p95=2.0, p99=None)
     s = LevelSummary(level="c1", n=100, ok=40, errors=60, aborted=0, duration_s=1.0, ttft_ms=few,
                      itl_ms=few, tpot_ms=few, e2e_ms=few)  # fmt: skip
-    (why,) = threshold_failures("w-r1", w, s)
+    (why,) = serving_threshold_failures("w-r1", w, s)
     assert why.startswith("step w-r1, level c1: TTFT p99 not defined (n=40 < 100)")
 
 
@@ -186,7 +187,8 @@ def test_sigterm_of_orch_stops_the_engine(tmp_path: Path) -> None:
     req, pids = setup(tmp_path, engine_flags="--ttft 0.02 --itl 0.01", requests=2000)
     code = (
         "import sys\n"
-        "from orchestrator.pipeline import ScaleTestRequest, scale_test\n"
+        "from orchestrator.models.requests import ScaleTestRequest\n"
+        "from orchestrator.runs.scale_test import scale_test\n"
         "from orchestrator.errors import OrchError\n"
         f"req = ScaleTestRequest.model_validate_json({req.model_dump_json()!r})\n"
         "try:\n    sys.exit(scale_test(req).exit_code)\n"
@@ -351,7 +353,7 @@ def test_cron_install_expands_serving_steps_as_scale_test_does(
 
 
 def test_resume_runs_the_serving_steps_without_a_result_and_keeps_the_others(tmp_path: Path) -> None:
-    from orchestrator.pipeline import resume_run
+    from orchestrator.runs.scale_test import resume_run
 
     req, pids = setup(tmp_path, hosts=("alpha", "beta"), replicas='"1,N"')
     run = scale_test(req).run_dir

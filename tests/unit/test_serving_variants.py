@@ -17,8 +17,8 @@ from orchestrator.models.stack import Stack
 from orchestrator.plan import expand_serving_steps, expand_steps, load_plan
 from orchestrator.remote.nodefiles import run_data_layout
 from orchestrator.runs.serving import engine_job
-from orchestrator.stacks import load_stack
-from orchestrator.workloads.engines import engine_argv, engine_env, stack_variant
+from orchestrator.stacks import load_stack, stack_variant
+from orchestrator.workloads.engines import engine_argv, engine_env
 
 ROCM = load_stack("rocm-6.4")
 

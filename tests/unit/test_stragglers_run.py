@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-import orchestrator.pipeline as pipeline
+import orchestrator.runs.executor as executor
 import orchestrator.runs.stragglers as st
 from orchestrator.errors import ConfigError
+from orchestrator.models.requests import StragglersRequest
 from orchestrator.report.html import render_html
 from orchestrator.runs.resume import resume
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
@@ -130,8 +131,8 @@ def _run(
 ) -> tuple[st.MatrixRun, PairStandIn, list[tuple[int, int, int]]]:
     fake = PairStandIn(log_of, set(slow))
     monkeypatch.setattr(st, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
-    req = st.StragglersRequest(
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
+    req = StragglersRequest(
         inventory=_inventory(tmp_path, n), size=size, collective=collective, out_dir=tmp_path / "runs", **kw
     )  # type: ignore[arg-type]
     seen: list[tuple[int, int, int]] = []
@@ -212,11 +213,11 @@ def test_three_nodes_run_but_are_not_judged(tmp_path: Path, monkeypatch: pytest.
 
 def test_refusals(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="nodeX"):
-        st.run_stragglers(st.StragglersRequest(inventory=_inventory(tmp_path, 3), nodes=["node1", "nodeX"]))
+        st.run_stragglers(StragglersRequest(inventory=_inventory(tmp_path, 3), nodes=["node1", "nodeX"]))
     with pytest.raises(ConfigError, match="at least 2 nodes"):
-        st.run_stragglers(st.StragglersRequest(inventory=_inventory(tmp_path, 3), nodes=["node1"]))
+        st.run_stragglers(StragglersRequest(inventory=_inventory(tmp_path, 3), nodes=["node1"]))
     with pytest.raises(ValueError, match="greater than or equal to 3"):
-        st.StragglersRequest(inventory=tmp_path / "inv.yml", sample=2)
+        StragglersRequest(inventory=tmp_path / "inv.yml", sample=2)
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -234,7 +235,7 @@ def test_the_command_and_its_html_report(
     nodes = [f"node{i}" for i in range(1, 5)]
     log_of = {frozenset(p): EVEN[i % 5] for i, p in enumerate(itertools.combinations(nodes, 2))}
     monkeypatch.setattr(st, "make_scheduler", lambda *_a, **_k: PairStandIn(log_of, set()))
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
     inv, runs = _inventory(tmp_path, 4), tmp_path / "runs"
     code, out, err = _cli(
         capsys, "stragglers", "-i", str(inv), "--size", "64M", "--iters", "3", "--out", str(runs)

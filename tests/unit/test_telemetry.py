@@ -20,10 +20,10 @@ from orchestrator.models.plan import PlanOverrides, Step
 from orchestrator.models.results import Collective, CollSummary
 from orchestrator.models.run import RunResult, StepResult
 from orchestrator.models.telemetry import GpuSample, NodeSample, NodeTelemetry
-from orchestrator.pipeline import _telemetry
 from orchestrator.plan import resolve_plan
 from orchestrator.remote.base import CmdResult, NodeShell
 from orchestrator.report.common import step_notes
+from orchestrator.runs.scale_test import _telemetry
 from orchestrator.store.db import ResultsStore
 from orchestrator.store.rundir import atomic_write
 from orchestrator.telemetry import smi

@@ -202,7 +202,7 @@ def test_the_probe_job_starts_one_container_per_node_and_removes_it(
 
 def test_a_plan_cannot_restart_a_rank_container_that_scale_test_does_not_make() -> None:
     from orchestrator.models.plan import Plan, Step
-    from orchestrator.stages.faults import check_plan_faults
+    from orchestrator.runs.step_faults import check_plan_faults
 
     step = Step(id="n2xg1", index=0, nnodes=2, ranks_per_node=1, nodes=["node1", "node2"], world_size=2,
                 collectives=["all_reduce"], sizes=[1024])  # type: ignore[list-item]  # fmt: skip

@@ -1,4 +1,5 @@
-"""The stack stage of scale-test: fingerprint the nodes, refuse steps on drifted nodes.
+"""The stack stage of scale-test: fingerprint the nodes, refuse steps on drifted nodes; the image
+the steps' workloads run in. Which stack a run uses and its Python are stacks.py's.
 
 Every run whose inventory (orch_stack), plan (stack) or flag (--stack) names a stack records the
 fingerprint of its nodes (fingerprint.json, drift.json in the run directory). A step that includes
@@ -8,7 +9,6 @@ then the drift is carried into the step's warnings and the report.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 
 from pydantic import Field
@@ -17,12 +17,11 @@ from orchestrator.errors import ConfigError, InfraError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.container import ContainerChoice, StackContainer, stack_container
-from orchestrator.models.plan import Plan, Step
+from orchestrator.models.plan import Step
 from orchestrator.models.serving import ServingStep
 from orchestrator.remote.base import NodeShell
+from orchestrator.stacks import stack_python
 from orchestrator.store.rundir import RunDir, atomic_write
-
-NO_STACK = "none"
 
 
 class StackOutcome(StrictModel):
@@ -32,44 +31,6 @@ class StackOutcome(StrictModel):
     python: str | None = Field(default=None, description="the stack's Python on the nodes, if it has one")
     env: dict[str, str] = Field(default_factory=dict)
     drift: dict[str, list[str]] = Field(default_factory=dict, description="node -> drift lines")
-
-
-def stack_name(flag: str | None, plan: Plan, cluster: Cluster) -> str | None:
-    """--stack, else the plan's stack, else the inventory's orch_stack; 'none' means no stack."""
-    name = flag or plan.stack or cluster.vars.orch_stack
-    return None if name in (None, NO_STACK) else name
-
-
-def stack_python(name: str | None) -> tuple[str, dict[str, str]]:
-    """The workload's Python on the nodes and its environment, from stack `name` (this Python when
-    there is no stack, or the stack has no Python environment); raises ConfigError."""
-    if name is None:
-        return sys.executable, {}
-    from orchestrator.stacks import load_stack
-
-    stack = load_stack(name)
-    python = f"{stack.python.prefix}/bin/python" if stack.python else sys.executable
-    return python, dict(stack.env)
-
-
-def node_python(cluster: Cluster) -> str:
-    """The Python that orch's own programs run with on the nodes (the recovery probe, the nightly
-    job's orch beside it): the inventory stack's (orch_stack) under its prefix, as collbench's;
-    this one when every node is this machine (the local inventory). Raises ConfigError when
-    remote nodes have no stack to name one."""
-    if all(n.is_local for n in cluster.nodes):
-        return sys.executable
-    from orchestrator.stacks import load_stack
-
-    name = cluster.vars.orch_stack
-    stack = load_stack(name) if name not in (None, NO_STACK) else None
-    if stack is None or stack.python is None:
-        raise ConfigError(
-            f"{cluster.source}: orch's programs need a Python on the nodes, and "
-            + (f"stack {name} has no Python environment" if stack else "the inventory names no stack"),
-            hint="set orch_stack to a stack with a python prefix (e.g. cpu-gloo) and `orch provision` it",
-        )
-    return f"{stack.python.prefix}/bin/python"
 
 
 def refused_steps(steps: Sequence[Step | ServingStep], drifted: set[str]) -> list[str]:

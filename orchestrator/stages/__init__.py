@@ -1,1 +1,0 @@
-"""Stages of `orch scale-test` that sit around the ladder: the stack check and the plan's faults."""
