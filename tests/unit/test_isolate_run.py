@@ -4,11 +4,11 @@ named with its evidence in the journal, isolation.json and report.md; the pass r
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
+from fakes import InstantScheduler
 
 import orchestrator.pipeline as pipeline
 import orchestrator.runs.isolate as iso
@@ -20,7 +20,7 @@ from orchestrator.models.results import CollSummary
 from orchestrator.models.run import StepResult
 from orchestrator.remote.base import CmdResult
 from orchestrator.runs.drain import drain_culprits, drain_reason
-from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
+from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import SlurmScheduler, check_drain_reason
 
 # rank 0 of a real 2-rank collbench run (SOURCE.md beside it): all_reduce at 1M..16M
@@ -28,49 +28,19 @@ LOG = Path(__file__).parents[1] / "fixtures" / "collbench" / "a-vs-a-2ranks" / "
 SIZE = 16 * 2**20
 
 
-class StandIn:
+class StandIn(InstantScheduler):
     """Jobs end at once: COMPLETED with a real collbench log, or FAILED (no log) when the job
     spans more than one node and one of them is in `bad`."""
 
-    name = "slurm"
-
     def __init__(self, bad: set[str]) -> None:
+        super().__init__()
         self.bad = bad
-        self.specs: dict[str, JobSpec] = {}
-        self.order: list[list[str]] = []
 
-    def render(self, spec: JobSpec) -> str:
-        return ""
-
-    def submit(self, spec: JobSpec, *, after: str | None = None) -> str:
-        job = str(100 + len(self.specs))
-        self.specs[job] = spec
-        self.order.append(list(spec.nodes))
-        spec.workdir.mkdir(parents=True, exist_ok=True)
-        if not self._fails(spec):
-            shutil.copy(LOG, spec.workdir / "rank-0.log")
-        return job
-
-    def _fails(self, spec: JobSpec) -> bool:
+    def fails(self, spec: JobSpec) -> bool:
         return len(spec.nodes) > 1 and bool(self.bad & set(spec.nodes))
 
-    def poll(self, job_ids: list[str]) -> dict[str, JobState]:
-        out: dict[str, JobState] = {}
-        for j in job_ids:
-            failed = self._fails(self.specs[j])
-            status = JobStatus.FAILED if failed else JobStatus.COMPLETED
-            out[j] = JobState(job_id=j, status=status, raw_state=status.value.upper())
-        return out
-
-    def cancel(self, job_ids: list[str]) -> None:
-        pass
-
-    def collect(self, job_id: str, spec: JobSpec) -> JobOutput:
-        log = spec.workdir / "rank-0.log"
-        return JobOutput(job_id=job_id, ranks=[RankOutput(rank=0, log=log)] if log.exists() else [])
-
-    def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
-        return {}
+    def log_for(self, spec: JobSpec) -> Path | None:
+        return None if self.fails(spec) else LOG
 
 
 def _inventory(tmp_path: Path, n: int = 3) -> Path:
@@ -337,8 +307,8 @@ class LinkStandIn(StandIn):
         super().__init__(bad)
         self.link = link
 
-    def _fails(self, spec: JobSpec) -> bool:
-        return super()._fails(spec) or (self.link is not None and set(self.link) <= set(spec.nodes))
+    def fails(self, spec: JobSpec) -> bool:
+        return super().fails(spec) or (self.link is not None and set(self.link) <= set(spec.nodes))
 
 
 @pytest.mark.parametrize(
