@@ -15,9 +15,10 @@ import orchestrator.runs.isolate as iso
 from orchestrator.errors import ConfigError
 from orchestrator.faults.safety import SafetyError
 from orchestrator.models.isolation import Culprit, Isolation
-from orchestrator.models.plan import Step
+from orchestrator.models.plan import Plan, Step
 from orchestrator.models.results import CollSummary
-from orchestrator.models.run import StepResult
+from orchestrator.models.run import RunResult, StepResult
+from orchestrator.plan import load_plan
 from orchestrator.remote.base import CmdResult
 from orchestrator.runs.drain import drain_culprits, drain_reason
 from orchestrator.scheduler.base import JobSpec
@@ -128,6 +129,23 @@ def _res(nodes: list[str], busbw: float | None, verdict: str = "pass") -> StepRe
     return StepResult(step=step, verdict=verdict, summary=summary)  # type: ignore[arg-type]
 
 
+def stand_in(monkeypatch: pytest.MonkeyPatch, bad: set[str]) -> StandIn:
+    """A StandIn (`bad` failing) that answers isolate's jobs, polled without a pause."""
+    fake = StandIn(bad)
+    monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
+    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
+    return fake
+
+
+def failed_smoke_run(tmp_path: Path, steps: list[StepResult], plan: Plan | None = None) -> RunResult:
+    """A failed scale-test of the smoke plan (or `plan`) in tmp_path/runs/smoke-1, with these steps."""
+    parent = tmp_path / "runs" / "smoke-1"
+    parent.mkdir(parents=True, exist_ok=True)
+    (parent / "plan.json").write_text((plan or load_plan("smoke")).model_dump_json())
+    return RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
+                     exit_code=1, steps=steps, nodes={}, wall_s=1.0)  # fmt: skip
+
+
 def test_the_pass_rule_singles_against_the_median_single_groups_against_efficiency() -> None:
     req = iso.IsolateRequest(inventory=Path("x"), tolerance=0.2, min_efficiency=0.5)
     singles = iso.judge([_res(["a"], 1.0), _res(["b"], 0.9), _res(["c"], 0.85), _res(["d"], 0.6)], req)
@@ -192,23 +210,15 @@ def test_drain_refuses_more_than_the_share_without_force(tmp_path: Path) -> None
 def test_scale_test_isolate_runs_on_the_failed_multinode_steps_nodes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.models.run import RunResult
-    from orchestrator.plan import load_plan
-
-    fake = StandIn({"node3"})
-    monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(pipeline, "POLL_INTERVAL_S", 0.0)
-    parent = tmp_path / "runs" / "smoke-1"
-    parent.mkdir(parents=True)
+    fake = stand_in(monkeypatch, {"node3"})
     plan = load_plan("smoke").model_copy(update={"step_timeout_s": 600})
-    (parent / "plan.json").write_text(plan.model_dump_json())
     steps = [
         _res(["node1"], 1.0),
         _res(["node1", "node2"], 0.5),
         _res(["node1", "node2", "node3"], 0.01, "fail"),
     ]
-    result = RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
-                       exit_code=1, steps=steps, nodes={}, wall_s=1.0)  # fmt: skip
+    result = failed_smoke_run(tmp_path, steps, plan)
+    parent = result.run_dir
     assert iso.failed_multinode_nodes(result) == (["node1", "node2", "node3"], [])
     found = iso.isolate_after_scale_test(result, _inventory(tmp_path))
     assert found is not None and found.parent_run == "smoke-1"
@@ -263,9 +273,7 @@ def test_runs_resume_refuses_an_isolate_run(tmp_path: Path, monkeypatch: pytest.
 def test_scale_test_isolate_takes_its_tests_and_pass_rule_from_the_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.models.plan import IsolationRule, Plan
-    from orchestrator.models.run import RunResult
-    from orchestrator.plan import load_plan
+    from orchestrator.models.plan import IsolationRule
 
     seen: list[iso.IsolateRequest] = []
 
@@ -274,15 +282,11 @@ def test_scale_test_isolate_takes_its_tests_and_pass_rule_from_the_plan(
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(iso, "run_isolation", fake_run)
-    parent = tmp_path / "runs" / "smoke-1"
-    parent.mkdir(parents=True)
     rule = {"size": "4M", "iters": 3, "timeout_s": 20, "tolerance": 0.7, "min_efficiency": 0.05}
     rule["min_gbs"] = 0.01
     plan = Plan.model_validate({**load_plan("smoke").model_dump(), "isolation": rule})
-    (parent / "plan.json").write_text(plan.model_dump_json())
-    steps = [_res(["node1", "node2"], 0.01, "fail")]
-    result = RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
-                       exit_code=1, steps=steps, nodes={}, wall_s=1.0)  # fmt: skip
+    result = failed_smoke_run(tmp_path, [_res(["node1", "node2"], 0.01, "fail")], plan)
+    parent = result.run_dir
     with pytest.raises(RuntimeError, match="stop here"):
         iso.isolate_after_scale_test(result, _inventory(tmp_path))
     (req,) = seen
