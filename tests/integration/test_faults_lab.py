@@ -1,6 +1,7 @@
 """Faults against the running 3-node lab: real processes, iptables, tc, ip, podman, torchrun.
 
-Never brings the lab up or down (others share it): skipped when it is not healthy. Every fault is
+Uses the session's lab (tests/integration/conftest.py: brought up when none is healthy, skipped only
+without root). Every fault is
 reverted in finally by the engine; each test compares the nodes' iptables/tc/link listings before
 and after.
 """
@@ -16,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pydantic import ValidationError
@@ -32,17 +34,17 @@ from orchestrator.remote.shells import node_shells
 from orchestrator.runs.recovery import run_recovery_test
 from orchestrator.runs.recovery_request import RecoveryTestRequest
 
+if TYPE_CHECKING:
+    from conftest import Lab
+
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = REPO / "inventories" / "lab.ini"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Cluster:
-    if os.geteuid() != 0 or not INVENTORY.exists():
-        pytest.skip("needs root and the running lab (inventories/lab.ini)")
-    proc = subprocess.run([str(REPO / ".venv/bin/orch"), "lab", "status"], capture_output=True, text=True)
-    if "healthy" not in proc.stdout or "not healthy" in proc.stdout:
-        pytest.skip("the lab is not up and healthy (not brought up here: it is shared)")
+def cluster(lab: Lab) -> Cluster:
+    """The session's lab (brought up when none is healthy; skipped only without root)."""
+    assert lab.inventory.resolve() == INVENTORY.resolve(), f"the lab's inventory is {lab.inventory}"
     return load_inventory(INVENTORY)
 
 
