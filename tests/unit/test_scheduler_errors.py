@@ -57,12 +57,18 @@ def sched(runner: ScriptedRunner, clock: Clock, *, use_sacct: bool = True) -> Sl
     )
 
 
+def slurm_sched(
+    answers: dict[str, Answer | Exception], *, use_sacct: bool = True
+) -> tuple[ScriptedRunner, Clock, SlurmScheduler]:
+    """A scheduler over slurm_answers(answers) with a clock the test moves."""
+    runner, clock = slurm_answers(answers), Clock()
+    return runner, clock, sched(runner, clock, use_sacct=use_sacct)
+
+
 def test_sacct_failures_are_retried_with_squeue_meanwhile_then_refused() -> None:
-    runner = slurm_answers(
+    _, clock, s = slurm_sched(
         {"sacct": (1, "", "sacct: error: slurmdbd: connection refused"), "squeue": (0, SQUEUE_RUNNING, "")}
     )
-    clock = Clock()
-    s = sched(runner, clock)
     for _ in range(4):  # 3 failures in 3 s is not yet the window; squeue answers meanwhile
         assert s.poll(["32"])["32"].status is JobStatus.RUNNING
         clock.t += 1.0
@@ -72,11 +78,9 @@ def test_sacct_failures_are_retried_with_squeue_meanwhile_then_refused() -> None
 
 
 def test_a_sacct_that_answers_again_resets_the_count() -> None:
-    runner = slurm_answers(
+    runner, clock, s = slurm_sched(
         {"sacct": (1, "", "sacct: error: slurmdbd down"), "squeue": (0, SQUEUE_RUNNING, "")}
     )
-    clock = Clock()
-    s = sched(runner, clock)
     for _ in range(2):
         s.poll(["32"])
         clock.t += 10.0
@@ -89,11 +93,10 @@ def test_a_sacct_that_answers_again_resets_the_count() -> None:
 
 
 def test_squeue_and_scontrol_both_failing_end_in_bounded_polls() -> None:
-    runner = slurm_answers(
-        {"sacct": (1, "", "sacct: error: down"), "squeue": (1, "", DOWN), "scontrol": (1, "", DOWN)}
-    )
-    clock = Clock()
-    s = sched(runner, clock, use_sacct=False)  # a cluster without accounting: squeue, then scontrol
+    _, clock, s = slurm_sched(
+        {"sacct": (1, "", "sacct: error: down"), "squeue": (1, "", DOWN), "scontrol": (1, "", DOWN)},
+        use_sacct=False,
+    )  # a cluster without accounting: squeue, then scontrol
     states = s.poll(["32"])
     assert states["32"].status is JobStatus.UNKNOWN  # not known yet, not terminal
     for _ in range(5):
@@ -108,20 +111,16 @@ def test_squeue_and_scontrol_both_failing_end_in_bounded_polls() -> None:
 
 def test_a_job_the_controller_forgot_is_not_a_failure() -> None:
     gone = "slurm_load_jobs error: Invalid job id specified"
-    runner = slurm_answers({"sacct": (0, "", ""), "squeue": (1, "", gone), "scontrol": (1, "", gone)})
-    clock = Clock()
-    s = sched(runner, clock)
+    _, clock, s = slurm_sched({"sacct": (0, "", ""), "squeue": (1, "", gone), "scontrol": (1, "", gone)})
     for _ in range(10):
         assert s.poll(["32"])["32"].status is JobStatus.UNKNOWN
         clock.t += 5.0
 
 
 def test_a_timeout_counts_as_a_failure() -> None:
-    runner = slurm_answers(
+    _, clock, s = slurm_sched(
         {"sacct": RemoteError("`sacct` did not finish within 30 s"), "squeue": (0, SQUEUE_RUNNING, "")}
     )
-    clock = Clock()
-    s = sched(runner, clock)
     for _ in range(2):
         s.poll(["32"])
         clock.t += 5.0
@@ -130,11 +129,9 @@ def test_a_timeout_counts_as_a_failure() -> None:
 
 
 def test_accounting_switched_off_is_not_a_failure() -> None:
-    runner = slurm_answers(
+    runner, clock, s = slurm_sched(
         {"sacct": (1, "", "Slurm accounting storage is disabled"), "squeue": (0, SQUEUE_RUNNING, "")}
     )
-    clock = Clock()
-    s = sched(runner, clock)
     for _ in range(5):
         s.poll(["32"])
         clock.t += 5.0
