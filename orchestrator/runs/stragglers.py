@@ -52,11 +52,11 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener, RunStarted
 from orchestrator.models.isolation import Mode, Partition
-from orchestrator.models.plan import Plan, SizeRange, Step
+from orchestrator.models.plan import Plan, Step
 from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import StepResult
 from orchestrator.pipeline import _Runner, _steps_json, choose_backend, make_scheduler
-from orchestrator.runs.isolate import MAX_TIMEOUT_S, partition_nodes, test_step
+from orchestrator.runs.isolate import MAX_TIMEOUT_S, one_size_plan, partition_nodes, test_step
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
 from orchestrator.stages.stack import stack_name, stack_python
@@ -185,18 +185,7 @@ class MatrixRun(StrictModel):
 
 def matrix_plan(req: StragglersRequest) -> Plan:
     """The short plan of the matrix: one collective at one size, a minute at most per pair."""
-    return Plan(
-        name="stragglers",
-        description="node-pair matrix (orch stragglers)",
-        collectives=[req.collective],
-        sizes=SizeRange(min=req.size, max=req.size),
-        warmup_iters=req.warmup_iters,
-        iters=req.iters,
-        step_timeout_s=req.timeout_s,
-        concurrent_steps=req.concurrent,
-        backend="auto",
-        slurm_mode="per-step",
-    )
+    return one_size_plan("stragglers", "node-pair matrix (orch stragglers)", req)
 
 
 def schedule(parts: Sequence[Partition], req: StragglersRequest) -> list[list[Pair]]:
