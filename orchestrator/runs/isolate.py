@@ -126,18 +126,12 @@ def partition_nodes(
 class OneSizeTest(Protocol):
     """What a run of short tests (isolate's, the stragglers matrix's) asks of each test."""
 
-    @property
-    def collective(self) -> PlanCollective: ...
-    @property
-    def size(self) -> int: ...
-    @property
-    def warmup_iters(self) -> int: ...
-    @property
-    def iters(self) -> int: ...
-    @property
-    def timeout_s(self) -> int: ...
-    @property
-    def concurrent(self) -> bool: ...
+    collective: PlanCollective
+    size: int
+    warmup_iters: int
+    iters: int
+    timeout_s: int
+    concurrent: bool
 
 
 def one_size_plan(
