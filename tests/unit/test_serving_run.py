@@ -75,9 +75,7 @@ def setup(tmp_path: Path, *, engine_flags: str = "", ttft_limit: str = "60000", 
     python.chmod(0o755)
     pids = tmp_path / "engine.pids"
     engine = bindir / "transformers"
-    engine.write_text(
-        f'#!/bin/sh\nexec "{sys.executable}" "{SSE}" --pid-file "{pids}" {engine_flags} "$@"\n'
-    )
+    engine.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{SSE}" --pid-file "{pids}" {engine_flags} "$@"\n')
     engine.chmod(0o755)
     req = ScaleTestRequest(
         inventory=inv, plan=str(plan), out_dir=tmp_path / "runs", python=str(bindir / "python")
