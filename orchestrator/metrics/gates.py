@@ -44,48 +44,29 @@ class BusbwGate(StrictModel):
         )
 
 
+def _aznhc(
+    gpu: str, vendor: str, size_bytes: int, min_busbw_gbs: float, library: str, line: str
+) -> BusbwGate:
+    """A gate of 8 GPUs per node that AzNHC's conf/ holds; `line` names the file and the line."""
+    return BusbwGate(
+        gpu=gpu, vendor=vendor, gpus_per_node=8, size_bytes=size_bytes, min_busbw_gbs=min_busbw_gbs,
+        library=library, source=AZNHC + line,
+    )  # fmt: skip
+
+
 GATES: tuple[BusbwGate, ...] = (
-    BusbwGate(
-        gpu="A100",
-        vendor="nvidia",
-        gpus_per_node=8,
-        size_bytes=8 << 30,
-        min_busbw_gbs=228.0,
-        library="NCCL",
-        source=AZNHC + "nd96asr_v4.conf: `check_nccl_allreduce 228.0 10 /opt/microsoft/ndv4-topo.xml 8G`"
-        " (ND96asr v4, 8x A100 40GB)",
-    ),
-    BusbwGate(
-        gpu="H100",
-        vendor="nvidia",
-        gpus_per_node=8,
-        size_bytes=16 << 30,
-        min_busbw_gbs=460.0,
-        library="NCCL",
-        source=AZNHC + "nd96isr_h100_v5.conf: `check_nccl_allreduce 460.0 1 /opt/microsoft/ndv5-topo.xml 16G`"
-        " (ND96isr H100 v5, 8x H100)",
-    ),
-    BusbwGate(
-        gpu="H200",
-        vendor="nvidia",
-        gpus_per_node=8,
-        size_bytes=16 << 30,
-        min_busbw_gbs=431.0,
-        library="NCCL",
-        source=AZNHC + "nd96isr_h200_v5.conf: `check_nccl_allreduce 431.0 1 16G "
-        "$AZ_NHC_ROOT/topofiles/ndv5-topo.xml` (ND96isr H200 v5, 8x H200)",
-    ),
-    BusbwGate(
-        gpu="MI300X",
-        vendor="amd",
-        gpus_per_node=8,
-        size_bytes=16 << 30,
-        min_busbw_gbs=314.0,
-        library="RCCL",
-        source=AZNHC
-        + "nd96isr_mi300x_v5.conf: `check_rccl_allreduce 314 1 16G` (ND96isr MI300X v5, 8x MI300X)",
-    ),
-)
+    _aznhc("A100", "nvidia", 8 << 30, 228.0, "NCCL",
+           "nd96asr_v4.conf: `check_nccl_allreduce 228.0 10 /opt/microsoft/ndv4-topo.xml 8G`"
+           " (ND96asr v4, 8x A100 40GB)"),
+    _aznhc("H100", "nvidia", 16 << 30, 460.0, "NCCL",
+           "nd96isr_h100_v5.conf: `check_nccl_allreduce 460.0 1 /opt/microsoft/ndv5-topo.xml 16G`"
+           " (ND96isr H100 v5, 8x H100)"),
+    _aznhc("H200", "nvidia", 16 << 30, 431.0, "NCCL",
+           "nd96isr_h200_v5.conf: `check_nccl_allreduce 431.0 1 16G "
+           "$AZ_NHC_ROOT/topofiles/ndv5-topo.xml` (ND96isr H200 v5, 8x H200)"),
+    _aznhc("MI300X", "amd", 16 << 30, 314.0, "RCCL",
+           "nd96isr_mi300x_v5.conf: `check_rccl_allreduce 314 1 16G` (ND96isr MI300X v5, 8x MI300X)"),
+)  # fmt: skip
 
 
 def gate_for(gpu: str) -> BusbwGate | None:

@@ -64,6 +64,13 @@ SizeBytes = Annotated[int, _size_schema(1, _SIZE_TEXT_NONZERO)]
 ThresholdSize = Annotated[int, _size_schema(0, _SIZE_TEXT)]
 
 
+def _size_text(v: object) -> object:
+    """A size written as text (8, 1K, 128M) in bytes; any other value as it is, for the type to check."""
+    if isinstance(v, str):
+        return parse_size(v)
+    return v
+
+
 def format_size(n: int) -> str:
     """Bytes in the same binary units parse_size takes: 1048576 -> '1M', 1536 -> '1536'."""
     for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
@@ -202,12 +209,7 @@ class BusbwThreshold(StrictModel):
         default=None, ge=0, description="message size in bytes (8, 1K, 1M); None = the largest size"
     )
 
-    @field_validator("size", mode="before")
-    @classmethod
-    def _parse(cls, v: object) -> object:
-        if isinstance(v, str):
-            return parse_size(v)
-        return v
+    _parse = field_validator("size", mode="before")(_size_text)
 
 
 class BaselineThreshold(StrictModel):
@@ -249,12 +251,7 @@ class IsolationRule(StrictModel):
     )
     min_gbs: float | None = Field(default=None, gt=0, description="absolute busbw floor, GB/s")
 
-    @field_validator("size", mode="before")
-    @classmethod
-    def _parse(cls, v: object) -> object:
-        if isinstance(v, str):
-            return parse_size(v)
-        return v
+    _parse = field_validator("size", mode="before")(_size_text)
 
 
 # What the loader refuses across fields, said in the published JSON Schema too (`orch schema plan`):

@@ -31,20 +31,28 @@ _PIP_REQ = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][0-9A-Za-z.+!_-]*$")
 _ABS_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
 
 
-def _version(v: str) -> str:
-    if not _VERSION.match(v):
-        raise ValueError(f"{v!r} is not a pinned version (digits, letters and . + ~ _ - only)")
+def _matching(pattern: re.Pattern[str], says: str) -> AfterValidator:
+    """A validator of a string that must match pattern; else ValueError: the value, then `says`."""
+
+    def check(v: str) -> str:
+        if not pattern.match(v):
+            raise ValueError(f"{v!r} {says}")
+        return v
+
+    return AfterValidator(check)
+
+
+def _plain_abs(v: str) -> str:
+    if not _ABS_PATH.match(v) or ".." in v.split("/"):
+        raise ValueError(f"{v!r} is not a plain absolute path")
     return v
 
 
-def _commit(v: str) -> str:
-    if not _COMMIT.match(v):
-        raise ValueError(f"{v!r} is not a full 40-hex git commit (a tag or branch can move)")
-    return v
-
-
-Version = Annotated[str, AfterValidator(_version)]
-Commit = Annotated[str, AfterValidator(_commit)]
+Version = Annotated[str, _matching(_VERSION, "is not a pinned version (digits, letters and . + ~ _ - only)")]
+Commit = Annotated[str, _matching(_COMMIT, "is not a full 40-hex git commit (a tag or branch can move)")]
+ImageRepository = Annotated[str, _matching(_IMAGE_REPO, "is not an image repository name")]
+Digest = Annotated[str, _matching(_DIGEST, "is not a sha256 digest (sha256:<64 hex>)")]
+PlainAbsPath = Annotated[str, AfterValidator(_plain_abs)]
 
 
 class GitPin(StrictModel):
@@ -65,23 +73,9 @@ class GitPin(StrictModel):
 class Image(StrictModel):
     """A container image pinned by digest (a tag alone can be re-pushed)."""
 
-    repository: str = Field(description="e.g. docker.io/rocm/pytorch")
-    digest: str = Field(description="sha256:<64 hex>")
+    repository: ImageRepository = Field(description="e.g. docker.io/rocm/pytorch")
+    digest: Digest = Field(description="sha256:<64 hex>")
     tag: str | None = Field(default=None, description="the tag the digest was taken from, for people")
-
-    @field_validator("repository")
-    @classmethod
-    def _repo(cls, v: str) -> str:
-        if not _IMAGE_REPO.match(v):
-            raise ValueError(f"{v!r} is not an image repository name")
-        return v
-
-    @field_validator("digest")
-    @classmethod
-    def _digest(cls, v: str) -> str:
-        if not _DIGEST.match(v):
-            raise ValueError(f"{v!r} is not a sha256 digest (sha256:<64 hex>)")
-        return v
 
     @property
     def reference(self) -> str:
@@ -105,7 +99,7 @@ class StackImage(StrictModel):
 
     build: Literal["import"] = Field(description="import: RUNTIME import of the tree, Python and libraries")
     repository: str = Field(description="a local name under localhost/, e.g. localhost/orch-stack/cpu-gloo")
-    storage: str | None = Field(
+    storage: PlainAbsPath | None = Field(
         default=None,
         description="orch's own image store on the node (podman --root STORAGE/root --runroot STORAGE/run);"
         " unset: the runtime's default store",
@@ -119,13 +113,6 @@ class StackImage(StrictModel):
     def _local(cls, v: str) -> str:
         if not _IMAGE_REPO.match(v) or not v.startswith("localhost/"):
             raise ValueError(f"{v!r} is not a local image name (localhost/NAME)")
-        return v
-
-    @field_validator("storage")
-    @classmethod
-    def _abs(cls, v: str | None) -> str | None:
-        if v is not None and (not _ABS_PATH.match(v) or ".." in v.split("/")):
-            raise ValueError(f"{v!r} is not a plain absolute path")
         return v
 
     @field_validator("exclude")
@@ -164,19 +151,12 @@ class Cuda(StrictModel):
 class PythonEnv(StrictModel):
     """A Python virtual environment on each node, with pinned packages and orch's workload."""
 
-    prefix: str = Field(default="/opt/orch/venv", description="where the venv lives on the node")
-    python: str = Field(default="/usr/bin/python3", description="the interpreter that creates it")
+    prefix: PlainAbsPath = Field(default="/opt/orch/venv", description="where the venv lives on the node")
+    python: PlainAbsPath = Field(default="/usr/bin/python3", description="the interpreter that creates it")
     python_version: Version = Field(description="major.minor the venv must run, e.g. 3.11")
     torch: Version = Field(description="torch version, e.g. 2.13.0")
     packages: list[str] = Field(default_factory=list, description="more pinned requirements: name==version")
     workload: Literal["collbench"] = "collbench"
-
-    @field_validator("prefix", "python")
-    @classmethod
-    def _abs(cls, v: str) -> str:
-        if not _ABS_PATH.match(v) or ".." in v.split("/"):
-            raise ValueError(f"{v!r} is not a plain absolute path")
-        return v
 
     @field_validator("packages")
     @classmethod
@@ -255,16 +235,11 @@ class EngineImage(StrictModel):
     """A registry image that holds an engine: by digest, or by a release tag until the digest is
     taken at provisioning (a tag can be re-pushed; `latest` and other moving tags are refused)."""
 
-    repository: str = Field(description="e.g. docker.io/rocm/vllm")
+    repository: ImageRepository = Field(description="e.g. docker.io/rocm/vllm")
     tag: str | None = Field(default=None, description="a release tag, e.g. rocm6.4.1_vllm_0.10.1_20250909")
-    digest: str | None = Field(default=None, description="sha256:<64 hex>; when set, runs and checks use it")
-
-    @field_validator("repository")
-    @classmethod
-    def _repo(cls, v: str) -> str:
-        if not _IMAGE_REPO.match(v):
-            raise ValueError(f"{v!r} is not an image repository name")
-        return v
+    digest: Digest | None = Field(
+        default=None, description="sha256:<64 hex>; when set, runs and checks use it"
+    )
 
     @field_validator("tag")
     @classmethod
@@ -273,13 +248,6 @@ class EngineImage(StrictModel):
             raise ValueError(
                 f"{v!r} is not a release tag (letters, digits, _ . -; not a moving tag such as latest)"
             )
-        return v
-
-    @field_validator("digest")
-    @classmethod
-    def _digest(cls, v: str | None) -> str | None:
-        if v is not None and not _DIGEST.match(v):
-            raise ValueError(f"{v!r} is not a sha256 digest (sha256:<64 hex>)")
         return v
 
     @model_validator(mode="after")

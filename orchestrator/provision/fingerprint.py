@@ -342,6 +342,16 @@ def _check(field: str, expected: str, found: str | None, verdict: Compat) -> Fie
     return FieldCheck(field=field, expected=expected, found=found, verdict=verdict)
 
 
+def _version_check(field: str, expected: str, found: str | None) -> FieldCheck:
+    """A pinned version against the node's, judged by version_verdict."""
+    return _check(field, expected, found, version_verdict(expected, found))
+
+
+def _pin_check(field: str, expected: str, found: str | None) -> FieldCheck:
+    """A pin (commit, digest, hash) against the node's, judged by pin_verdict."""
+    return _check(field, expected, found, pin_verdict(expected, found))
+
+
 def _venv_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
     """The stack's extra pinned packages, its recorded name and its environment, where the node's
     probe read them (a node provisioned before orch recorded them has none: not held against it
@@ -352,8 +362,7 @@ def _venv_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
         for req in stack.python.packages:
             name, _, version = req.partition("==")
             found = have.get(_norm_name(name))
-            verdict = version_verdict(version, found)
-            checks.append(_check(f"package {_norm_name(name)}", version, found, verdict))
+            checks.append(_version_check(f"package {_norm_name(name)}", version, found))
     if fp.stack_env is not None:
         rec: Compat = "unchanged" if fp.stack_record == stack.name else "needs config change"
         checks.append(_check("stack record", stack.name, fp.stack_record, rec))
@@ -375,10 +384,7 @@ def _lab_model_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
     checks = [_check("lab model", want, have, rec)]
     if have is not None:
         expected = lm.sha256 or fp.lab_model_hash or ""
-        checks.append(
-            _check("lab model files", expected, fp.lab_model_found_hash,
-                   pin_verdict(expected, fp.lab_model_found_hash))
-        )  # fmt: skip
+        checks.append(_pin_check("lab model files", expected, fp.lab_model_found_hash))
     return checks
 
 
@@ -396,14 +402,14 @@ def _engine_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
     for e in stack.serving.engines:
         found = have.get(_norm_name(e.engine))
         if e.engine != "transformers" and found is not None:
-            checks.append(_check(f"engine {e.engine}", e.version, found, version_verdict(e.version, found)))
+            checks.append(_version_check(f"engine {e.engine}", e.version, found))
         img = e.image
         if img is not None and img.digest is not None:
             ref = img.reference
             pulled = [i for i in fp.images if i.startswith(img.repository + "@")]
             if pulled:
                 got = ref if ref in pulled else pulled[0]
-                checks.append(_check(f"engine {e.engine} image", ref, got, pin_verdict(ref, got)))
+                checks.append(_pin_check(f"engine {e.engine} image", ref, got))
     return checks
 
 
@@ -418,32 +424,20 @@ def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) 
         checks.append(
             _check("python", py.python_version, fp.venv_python, version_verdict(py.python_version, minor))
         )
-        checks.append(_check("torch", py.torch, fp.torch, version_verdict(py.torch, fp.torch)))
+        checks.append(_version_check("torch", py.torch, fp.torch))
         from orchestrator import __version__
 
-        checks.append(_check(py.workload, __version__, fp.orch, version_verdict(__version__, fp.orch)))
+        checks.append(_version_check(py.workload, __version__, fp.orch))
         checks += _venv_checks(stack, fp)
         checks += _lab_model_checks(stack, fp)
     if stack.rocm is not None:
         r = stack.rocm
-        checks.append(
-            _check(
-                "amdgpu driver",
-                r.amdgpu_driver,
-                fp.amdgpu_driver,
-                version_verdict(r.amdgpu_driver, fp.amdgpu_driver),
-            )
-        )
-        checks.append(_check("rocm", r.version, fp.rocm, version_verdict(r.version, fp.rocm)))
-        checks.append(_check("rccl", r.rccl, fp.rccl, version_verdict(r.rccl, fp.rccl)))
-        checks.append(
-            _check(
-                "rccl-tests",
-                r.rccl_tests.commit,
-                fp.rccl_tests,
-                pin_verdict(r.rccl_tests.commit, fp.rccl_tests),
-            )
-        )
+        checks += [
+            _version_check("amdgpu driver", r.amdgpu_driver, fp.amdgpu_driver),
+            _version_check("rocm", r.version, fp.rocm),
+            _version_check("rccl", r.rccl, fp.rccl),
+            _pin_check("rccl-tests", r.rccl_tests.commit, fp.rccl_tests),
+        ]
     if stack.cuda is not None:
         c = stack.cuda
         drv = fp.nvidia_driver
@@ -460,16 +454,11 @@ def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) 
         else:
             dv = "unchanged" if drv.split(".")[0] == c.driver_branch else "needs porting"
         checks.append(_check("nvidia driver", c.driver or f"R{c.driver_branch}", drv, dv))
-        checks.append(_check("cuda", c.toolkit, fp.cuda, version_verdict(c.toolkit, fp.cuda)))
-        checks.append(_check("nccl", c.nccl, fp.nccl, version_verdict(c.nccl, fp.nccl)))
-        checks.append(
-            _check(
-                "nccl-tests",
-                c.nccl_tests.commit,
-                fp.nccl_tests,
-                pin_verdict(c.nccl_tests.commit, fp.nccl_tests),
-            )
-        )
+        checks += [
+            _version_check("cuda", c.toolkit, fp.cuda),
+            _version_check("nccl", c.nccl, fp.nccl),
+            _pin_check("nccl-tests", c.nccl_tests.commit, fp.nccl_tests),
+        ]
     if stack.kind in ("rocm", "cuda") and gpus_expected is not None:
         n = len(fp.gpus)
         gv: Compat = "unavailable" if n == 0 else "unchanged" if n == gpus_expected else "needs config change"
@@ -481,7 +470,7 @@ def compare(stack: Stack, fp: Fingerprint, *, gpus_expected: int | None = None) 
             if ref in fp.images
             else next((i for i in fp.images if i.startswith(stack.image.repository + "@")), None)
         )
-        checks.append(_check("image", ref, found, pin_verdict(ref, found)))
+        checks.append(_pin_check("image", ref, found))
     checks += _engine_checks(stack, fp)
     return NodeReport(node=fp.node, checks=checks)
 

@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE, ConfigError
 from orchestrator.inventory import load_inventory
@@ -90,24 +91,46 @@ def partition_nodes(
     return list(kinds.values())
 
 
-def isolation_plan(req: IsolateRequest, base: Plan | None = None) -> Plan:
-    """The short plan of isolation tests: one collective at one size, a minute at most per step
-    (base: the scale-test plan it follows, for its backend, partition, stack and max_share)."""
+class OneSizeTest(Protocol):
+    """What a run of short tests (isolate's, the stragglers matrix's) asks of each test."""
+
+    collective: PlanCollective
+    size: int
+    warmup_iters: int
+    iters: int
+    timeout_s: int
+    concurrent: bool
+
+
+def one_size_plan(
+    name: str, description: str, req: OneSizeTest, base: Plan | None = None, max_share: float | None = None
+) -> Plan:
+    """A short plan: one collective at one size, per-step jobs of at most req.timeout_s (base: the
+    scale-test plan it follows, for its backend, partition, stack and max_share; without one,
+    max_share or the plans' default)."""
+    if max_share is None:
+        max_share = Plan.model_fields["max_share"].default
     return Plan(
-        name="isolate",
-        description="isolation tests (orch isolate)",
+        name=name,
+        description=description,
         collectives=[req.collective],
         sizes=SizeRange(min=req.size, max=req.size),
         warmup_iters=req.warmup_iters,
         iters=req.iters,
         step_timeout_s=req.timeout_s,
         concurrent_steps=req.concurrent,
-        max_share=base.max_share if base else req.max_share,
+        max_share=base.max_share if base else max_share,
         backend=base.backend if base else "auto",
         partition=base.partition if base else None,
         stack=base.stack if base else None,
         slurm_mode="per-step",
     )
+
+
+def isolation_plan(req: IsolateRequest, base: Plan | None = None) -> Plan:
+    """The short plan of isolation tests: one collective at one size, a minute at most per step
+    (base: the scale-test plan it follows, for its backend, partition, stack and max_share)."""
+    return one_size_plan("isolate", "isolation tests (orch isolate)", req, base, req.max_share)
 
 
 def rule_text(req: IsolateRequest) -> str:

@@ -15,6 +15,7 @@ import shlex
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import ConfigError, FaultError
@@ -130,7 +131,7 @@ def run_recovery_test(
             started, kind="recovery-test", fault_kind=req.kind, target=req.target, repeat=req.repeat,
             duration_s=req.duration_s,
         )  # fmt: skip
-        return _repeats(engine, spec, cluster, shells, req, life, progress, [])
+        return _repeats(_Test(engine, spec, cluster, shells, req, life, progress), [])
 
 
 def resume_recovery_test(
@@ -171,7 +172,7 @@ def resume_recovery_test(
                            backend=req.launcher),
                 repeats=list(range(len(done), req.repeat)),
             )  # fmt: skip
-            return _repeats(engine, spec, cluster, shells, req, life, progress, done)
+            return _repeats(_Test(engine, spec, cluster, shells, req, life, progress), done)
 
 
 def _resolve(req: RecoveryTestRequest, cluster: Cluster, *, fresh_port: bool) -> RecoveryTestRequest:
@@ -218,24 +219,28 @@ def _fault(
     return engine, spec
 
 
-def _repeats(
-    engine: FaultEngine,
-    spec: FaultSpec,
-    cluster: Cluster,
-    shells: Mapping[str, NodeShell],
-    req: RecoveryTestRequest,
-    life: RunLifecycle,
-    progress: Callable[[str], None],
-    done: list[RecoveryResult],
-) -> RecoverySummary:
+@dataclass(frozen=True)
+class _Test:
+    """A recovery-test under way: its fault, the nodes, the request and the run."""
+
+    engine: FaultEngine
+    spec: FaultSpec
+    cluster: Cluster
+    shells: Mapping[str, NodeShell]
+    req: RecoveryTestRequest
+    life: RunLifecycle
+    progress: Callable[[str], None]
+
+
+def _repeats(t: _Test, done: list[RecoveryResult]) -> RecoverySummary:
     """The repeats after ``done`` (the probe's part, _run), the summary over all of them, and the
     run's end: accepted when every repeat recovered or saw no interruption, failed otherwise."""
-    warnings = [w for w in [unreachable_warning(req.kind, req.transport)] if w]
+    warnings = [w for w in [unreachable_warning(t.req.kind, t.req.transport)] if w]
     for w in warnings:
-        life.journal("warning", message=w)
-    results = [*done, *_run(engine, spec, cluster, shells, req, life, progress, len(done))]
-    summary = _summary(req, results, warnings, life.root)
-    life.finish(summary_ending(summary))
+        t.life.journal("warning", message=w)
+    results = [*done, *_run(t, len(done))]
+    summary = _summary(t.req, results, warnings, t.life.root)
+    t.life.finish(summary_ending(summary))
     return summary
 
 
@@ -271,17 +276,11 @@ def _summary(
     return summary
 
 
-def _run(
-    engine: FaultEngine,
-    spec: FaultSpec,
-    cluster: Cluster,
-    shells: Mapping[str, NodeShell],
-    req: RecoveryTestRequest,
-    life: RunLifecycle,
-    progress: Callable[[str], None],
-    first: int,
-) -> list[RecoveryResult]:
+def _run(t: _Test, first: int) -> list[RecoveryResult]:
     """The probe's part: start it, then repeats ``first`` .. ``req.repeat - 1``; their results."""
+    engine, spec, cluster, shells, req, life, progress = (
+        t.engine, t.spec, t.cluster, t.shells, t.req, t.life, t.progress
+    )  # fmt: skip
     rundir = life.rundir
     run_root = rundir.root
     swept = engine.sweep()

@@ -27,6 +27,17 @@ def outcome(verdict: RecoveryStatus) -> RecoveryOutcome:
     """The record's outcome for a probe verdict: the same word, except no-data, which is aborted."""
     return "aborted" if verdict == "no-data" else verdict
 
+# The figures a repeat (RecoveryResult) and its record (RecoveryRecord) hold under the same name.
+_SAME_FIELDS = (
+    "verdict",
+    "step_median_s",
+    "busbw_pre_gbs",
+    "busbw_min_ratio",
+    "stall_s",
+    "stall_at_s",
+    "steady",
+)
+
 
 def _mono(rec: dict[str, Any], offsets: dict[str, float]) -> float | None:
     """The line's time on orch's clock; None for a line without a readable time. Raises
@@ -125,15 +136,9 @@ def to_record(
         max_recovery_s=window_s,
         heartbeats=heartbeats,
         notes=list(r.notes),
-        verdict=r.verdict,
         restarts=r.restarts,
-        step_median_s=r.step_median_s,
-        busbw_pre_gbs=r.busbw_pre_gbs,
-        busbw_min_ratio=r.busbw_min_ratio,
         clock_offsets_s=dict(r.clock_offsets_s),
-        stall_s=r.stall_s,
-        stall_at_s=r.stall_at_s,
-        steady=r.steady,
+        **{k: getattr(r, k) for k in _SAME_FIELDS},
         inject_latency_s=fault.inject_latency_s if fault is not None else None,
         heartbeats_total=heartbeats_total,
     )
@@ -158,19 +163,13 @@ def from_record(rec: RecoveryRecord, kind: FaultKind) -> RecoveryResult | None:
         fault_id=rec.fault_id,
         kind=kind,
         repeat=rec.repeat,
-        verdict=rec.verdict,
         detect_s=t.detect_s,
         recover_s=t.recover_s,
         restore_s=t.restore_s,
         steps_lost=t.steps_lost or 0,
         restarts=rec.restarts or 0,
-        step_median_s=rec.step_median_s,
-        busbw_pre_gbs=rec.busbw_pre_gbs,
-        busbw_min_ratio=rec.busbw_min_ratio,
         clock_offsets_s=dict(rec.clock_offsets_s),
         held_s=rec.duration_s,
-        stall_s=rec.stall_s,
-        stall_at_s=rec.stall_at_s,
-        steady=rec.steady,
         notes=list(rec.notes),
+        **{k: getattr(rec, k) for k in _SAME_FIELDS},
     )

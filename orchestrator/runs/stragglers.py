@@ -51,12 +51,12 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener, RunStarted
 from orchestrator.models.isolation import Mode, Partition
-from orchestrator.models.plan import Plan, SizeRange, Step
+from orchestrator.models.plan import Plan, Step
 from orchestrator.models.requests import MIN_PARTNERS, StragglersRequest
 from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import StepResult
 from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler, steps_json
-from orchestrator.runs.isolate import partition_nodes, test_step
+from orchestrator.runs.isolate import one_size_plan, partition_nodes, test_step
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.scheduler.base import backend_traits
 from orchestrator.stacks import stack_name, stack_python
@@ -164,18 +164,7 @@ class MatrixRun(StrictModel):
 
 def matrix_plan(req: StragglersRequest) -> Plan:
     """The short plan of the matrix: one collective at one size, a minute at most per pair."""
-    return Plan(
-        name="stragglers",
-        description="node-pair matrix (orch stragglers)",
-        collectives=[req.collective],
-        sizes=SizeRange(min=req.size, max=req.size),
-        warmup_iters=req.warmup_iters,
-        iters=req.iters,
-        step_timeout_s=req.timeout_s,
-        concurrent_steps=req.concurrent,
-        backend="auto",
-        slurm_mode="per-step",
-    )
+    return one_size_plan("stragglers", "node-pair matrix (orch stragglers)", req)
 
 
 def schedule(parts: Sequence[Partition], req: StragglersRequest) -> list[list[Pair]]:

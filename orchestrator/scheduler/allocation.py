@@ -29,20 +29,20 @@ itself after its last step, and never outlives orch by more than its time limit.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Unpack
 
 from orchestrator import __version__
 from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.names import ID_MAX, is_name
-from orchestrator.remote.base import CommandRunner
 from orchestrator.safefs import atomic_write
 from orchestrator.scheduler import slurm_state
 from orchestrator.scheduler.base import JobSpec, JobState, JobStatus
 from orchestrator.scheduler.slurm import (
     _NO_ACCOUNTING,
     _UNKNOWN_JOB,
+    SlurmOptions,
     SlurmScheduler,
     _check_word,
     check_output_path,
@@ -141,19 +141,8 @@ class AllocationScheduler(SlurmScheduler):
     # folder there (the step executor: prepared before, collected after the run).
     driver_on_nodes = True
 
-    def __init__(
-        self,
-        *,
-        slurm_conf: Path | None = None,
-        runner: CommandRunner | None = None,
-        max_failures: int = 5,
-        failure_window_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(
-            slurm_conf=slurm_conf, runner=runner, use_sacct=True,
-            max_failures=max_failures, failure_window_s=failure_window_s, clock=clock,
-        )  # fmt: skip
+    def __init__(self, **options: Unpack[SlurmOptions]) -> None:
+        super().__init__(use_sacct=True, **options)  # step states come from sacct's job-step lines
         self._driver = self._jinja.get_template("alloc-driver.sh.j2")
         self._names: dict[str, str] = {}  # ladder step id (ALLOC.K) -> its srun's name
 

@@ -39,10 +39,9 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Unpack
 
 from orchestrator.errors import SchedulerError
-from orchestrator.remote.base import CommandRunner
 from orchestrator.scheduler.allocation import (
     AllocationScheduler,
     ladder_job_name,
@@ -51,7 +50,13 @@ from orchestrator.scheduler.allocation import (
     srun_argv,
 )
 from orchestrator.scheduler.base import JobSpec, JobState, JobStatus
-from orchestrator.scheduler.slurm import CMD_TIMEOUT_S, JOB_ENV_ALLOW, check_output_path, slurm_time
+from orchestrator.scheduler.slurm import (
+    CMD_TIMEOUT_S,
+    JOB_ENV_ALLOW,
+    SlurmOptions,
+    check_output_path,
+    slurm_time,
+)
 
 # salloc says the allocation's id on stderr whether it is granted at once or queued.
 _ALLOC_ID = re.compile(r"(?:Granted|Pending) job allocation (\d+)")
@@ -100,18 +105,11 @@ class SallocScheduler(AllocationScheduler):
     def __init__(
         self,
         *,
-        slurm_conf: Path | None = None,
-        runner: CommandRunner | None = None,
-        max_failures: int = 5,
-        failure_window_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
         launch: Launch = popen_launch,
         srun_grace_s: float = SRUN_GRACE_S,
+        **slurm: Unpack[SlurmOptions],
     ) -> None:
-        super().__init__(
-            slurm_conf=slurm_conf, runner=runner, max_failures=max_failures,
-            failure_window_s=failure_window_s, clock=clock,
-        )  # fmt: skip
+        super().__init__(**slurm)
         self._launch, self._grace = launch, srun_grace_s
         self._news = threading.Event()
         self._stop = threading.Event()  # release: no srun starts any more

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import TypedDict
 
 import jinja2
 
@@ -141,6 +142,16 @@ def sbatch_base(output: Path) -> list[str]:
         f"--export={','.join(JOB_ENV_ALLOW)}",
         f"--output={slurm_pattern(output.parent)}/{output.name}",
     ]
+
+
+class SlurmOptions(TypedDict, total=False):
+    """SlurmScheduler's settings that the allocation-mode schedulers take as they are."""
+
+    slurm_conf: Path | None
+    runner: CommandRunner | None
+    max_failures: int
+    failure_window_s: float
+    clock: Callable[[], float]
 
 
 class SlurmScheduler:

@@ -114,6 +114,18 @@ def _model(cls: type[M], root: Path, path: Path, warnings: list[str]) -> M | Non
         return None
 
 
+def _step_model(
+    cls: type[R], root: Path, path: Path, warnings: list[str], unreadable: dict[str, str], step_id: str
+) -> R | None:
+    """A step's result file read as _model does; a file that is there and unreadable is noted in
+    unreadable[step_id]."""
+    before = len(warnings)
+    got = _model(cls, root, path, warnings)
+    if got is None and len(warnings) > before:
+        unreadable[step_id] = _shown(path, root)
+    return got
+
+
 def pid_alive(pid: int | None, host: str | None) -> bool:
     """Whether the process that wrote a journal still runs (only knowable on the same host)."""
     if pid is None or host is None or host != os.uname().nodename:
@@ -178,12 +190,9 @@ def load_run(run_dir: Path) -> RunRecord:
             except ConfigError as e:
                 warnings.append(e.message)
                 continue
-            before = len(warnings)
-            res = _model(StepResult, run_dir, path, warnings)
+            res = _step_model(StepResult, run_dir, path, warnings, unreadable, sid)
             if res is not None:
                 steps.append(res)
-            elif len(warnings) > before:
-                unreadable[sid] = _shown(path, run_dir)
     # Re-derived from the summaries, so runs written before the like-with-like rule read right too.
     pairs = [(s.step, s.summary) for s in steps]
     V.apply_efficiency(pairs)
@@ -202,12 +211,9 @@ def load_run(run_dir: Path) -> RunRecord:
     if result is None:
         for sid in serving_ids:
             path = under(run_dir, "steps", sid, what="step folder") / SERVING_RESULT
-            before = len(warnings)
-            sres = _model(ServingStepResult, run_dir, path, warnings)
+            sres = _step_model(ServingStepResult, run_dir, path, warnings, unreadable, sid)
             if sres is not None:
                 serving.append(sres)
-            elif len(warnings) > before:
-                unreadable[sid] = _shown(path, run_dir)
 
     status: RunStatus
     pid = started.get("pid")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 import pytest
+from conftest import run
 
 from orchestrator.lab import status, up
 from orchestrator.lab.config import LINK_PREFIX, NETNS_PREFIX
@@ -29,15 +30,6 @@ if TYPE_CHECKING:
     from conftest import Lab
 
 pytestmark = pytest.mark.lab
-
-
-def run(
-    argv: list[str], *, env: dict[str, str] | None = None, check: bool = True, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
-    if check and proc.returncode != 0:
-        pytest.fail(f"{argv} exited {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
-    return proc
 
 
 def orch(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -98,7 +90,8 @@ def test_ssh_reaches_each_node_with_its_own_nic(lab: Lab) -> None:
 
 _LISTEN = (
     "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
-    "s.bind((sys.argv[1], 5999)); s.listen(); s.settimeout(8); c, _ = s.accept(); c.sendall(b'ok')"
+    "s.bind((sys.argv[1], 5999)); s.listen(); print('listening', flush=True); s.settimeout(8); "
+    "c, _ = s.accept(); c.sendall(b'ok')"
 )
 _CONNECT = (
     "import socket,sys; c=socket.create_connection((sys.argv[1], 5999), timeout=3); "
@@ -111,11 +104,16 @@ def _fabric_reachable(lab: Lab, src: str, dst: str) -> bool:
     target = lab.node(dst)
     listener = subprocess.Popen(
         ["ip", "netns", "exec", target.netns, "python3", "-c", _LISTEN, target.fabric_address],
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
-        time.sleep(0.3)
+        # Connect once it listens: it says so, or ends (bind failed: then nothing is reachable).
+        # Bounded: the listener exits within 8 s of listening.
+        assert listener.stdout is not None
+        if listener.stdout.readline().strip() != "listening":
+            return False
         argv = ["ip", "netns", "exec", lab.node(src).netns, "python3", "-c", _CONNECT, target.fabric_address]
         return run(argv, check=False, timeout=15).returncode == 0
     finally:

@@ -1,20 +1,22 @@
-"""orch provision / fingerprint against the running 3-node lab (never brought up or down here)."""
+"""orch provision / fingerprint against the session's 3-node lab (tests/integration/conftest.py brings
+it up when none is healthy; skipped only without root)."""
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from orchestrator.lab import status
-from orchestrator.lab.config import DEFAULT_STATE_DIR, LabConfig
-from orchestrator.lab.state import load_state
+from orchestrator.lab.config import LabConfig
+
+if TYPE_CHECKING:
+    from conftest import Lab
 
 REPO = Path(__file__).resolve().parents[2]
 ORCH = str(Path(sys.executable).parent / "orch")
@@ -23,14 +25,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def lab_cfg() -> LabConfig:
-    if os.geteuid() != 0:
-        pytest.skip("the virtual lab needs root")
-    state_dir = Path(os.environ.get("ORCH_LAB_STATE_DIR", str(DEFAULT_STATE_DIR)))
-    state = load_state(state_dir / "state.json") if (state_dir / "state.json").exists() else None
-    if state is None or not status(state.config).healthy:
-        pytest.skip("the lab is not up (`orch lab up`); this test never starts it")
-    return state.config
+def lab_cfg(lab: Lab) -> LabConfig:
+    return lab.config
 
 
 def ssh(cfg: LabConfig, addr: str, *cmd: str) -> subprocess.CompletedProcess[str]:

@@ -29,8 +29,12 @@ pytestmark = pytest.mark.slow
 
 ENGINE_ARGS = '["--continuous-batching", "--cb-num-blocks", "256", "--cb-block-size", "32"]'
 
-FAULT_PLAN = f"""\
-name: serve-lab-faults
+
+def tiny_plan(name: str, engine_args: str, rest: str) -> str:
+    """A plan with one serving workload, the lab model on transformers at 1 replica; `rest` follows
+    its engine_args line (the workload's other keys, then the plan's)."""
+    return f"""\
+name: {name}
 stack: cpu-serve
 collectives: []
 serving:
@@ -39,14 +43,21 @@ serving:
     model: {{path: /opt/orch/models/lab-tiny}}
     dtype: float32
     replicas: [1]
-    engine_args: {ENGINE_ARGS}
+    engine_args: {engine_args}
+{rest}"""
+
+
+LOAD = """\
+      input_tokens: {kind: fixed, tokens: 32}
+      output_tokens: {kind: fixed, tokens: 16}
+"""
+
+FAULT_PLAN = tiny_plan("serve-lab-faults", ENGINE_ARGS, f"""\
     restart: {{max_restarts: 3}}
     steady: {{window: 10, tolerance: 1.0}}
     load:
       concurrency: [4]
-      input_tokens: {{kind: fixed, tokens: 32}}
-      output_tokens: {{kind: fixed, tokens: 16}}
-      requests: 100000
+{LOAD}      requests: 100000
       duration_s: 50
       warmup_requests: 4
       request_timeout_s: 30
@@ -62,30 +73,18 @@ faults:
 # The inventory holds node1 alone: a fault on its engine hits 1 of 1 node.
 max_share: 1.0
 step_timeout_s: 600
-"""
+""")  # fmt: skip
 
 
 def cmp_plan(name: str, engine_args: str) -> str:
-    return f"""\
-name: {name}
-stack: cpu-serve
-collectives: []
-serving:
-  - name: tiny
-    engine: transformers
-    model: {{path: /opt/orch/models/lab-tiny}}
-    dtype: float32
-    replicas: [1]
-    engine_args: {engine_args}
+    return tiny_plan(name, engine_args, f"""\
     load:
       concurrency: [8]
-      input_tokens: {{kind: fixed, tokens: 32}}
-      output_tokens: {{kind: fixed, tokens: 16}}
-      requests: 200
+{LOAD}      requests: 200
       warmup_requests: 16
     health_timeout_s: 240
 step_timeout_s: 600
-"""
+""")  # fmt: skip
 
 
 def orch(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from fakes import Answer, ScriptedRunner
 from pydantic import ValidationError
 from test_slurm_render import sbatch_lines
 
@@ -14,7 +15,6 @@ from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.plan import PlanOverrides
 from orchestrator.plan import resolve_plan
-from orchestrator.remote.base import CmdResult
 from orchestrator.runs.executor import make_scheduler
 from orchestrator.scheduler.allocation import AllocationScheduler, srun_argv
 from orchestrator.scheduler.base import JobSpec
@@ -149,14 +149,15 @@ def test_steps_asking_for_different_partitions_are_refused() -> None:
         AllocationScheduler().render_ladder([spec(1, partition="a"), spec(2, partition="b")])
 
 
-class Recorder:
+class Recorder(ScriptedRunner):
+    """Every command prints `stdout` and exits 0."""
+
     def __init__(self, stdout: str) -> None:
-        self.calls: list[list[str]] = []
+        super().__init__()
         self.stdout = stdout
 
-    def run(self, argv: list[str], *, timeout: float | None = None, **_: object) -> CmdResult:
-        self.calls.append(argv)
-        return CmdResult(argv=argv, rc=0, stdout=self.stdout, stderr="", elapsed_s=0.0)
+    def answer(self, argv: list[str]) -> Answer:
+        return 0, self.stdout, ""
 
 
 def test_submit_ladder_sbatches_one_driver_and_names_steps_by_place(tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from fakes import Answer, ScriptedRunner, wait_for
 from test_alloc_render import Recorder, spec, srun_lines
 
 from orchestrator.errors import SchedulerError
-from orchestrator.remote.base import CmdResult
 from orchestrator.scheduler.allocation import AllocationScheduler, srun_argv
 from orchestrator.scheduler.base import JobStatus
 from orchestrator.scheduler.salloc import SallocScheduler
@@ -25,6 +25,7 @@ class FakeProc:
     def __init__(self, status: int | None = None) -> None:
         self.status = status
         self.done = threading.Event()
+        self.waited = threading.Event()  # someone waits for the exit
         self.terminated = False
         if status is not None:
             self.done.set()
@@ -34,6 +35,7 @@ class FakeProc:
         self.done.set()
 
     def wait(self) -> int:
+        self.waited.set()
         assert self.done.wait(10), "a fake process never exited"
         assert self.status is not None
         return self.status
@@ -73,24 +75,23 @@ class FakeLaunch:
         return self.sruns[-1]
 
 
-class Sacct:
+class Sacct(ScriptedRunner):
     """A CommandRunner: sacct answers with the allocation RUNNING and the given step lines."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.steps: dict[int, str] = {}
-        self.calls: list[list[str]] = []
 
-    def run(self, argv: list[str], *, timeout: float | None = None, **_: object) -> CmdResult:
-        self.calls.append(argv)
+    def answer(self, argv: list[str]) -> Answer:
         if argv[0] != "sacct":
-            return CmdResult(argv=argv, rc=0, stdout="", stderr="", elapsed_s=0.0)
+            return 0, "", ""
         t = "2026-12-02T05:00:00"
         lines = [f"77|RUNNING|0:0|00:00:02|node[1-2]|None|{t}|{t}|Unknown|orch-smoke-ladder"]
         lines += [
             f"77.{k}|{state}|0:0|00:00:01|node1||{t}|{t}|{t}|orch-smoke-n{k + 1}xg1"
             for k, state in sorted(self.steps.items())
         ]
-        return CmdResult(argv=argv, rc=0, stdout="\n".join(lines) + "\n", stderr="", elapsed_s=0.0)
+        return 0, "\n".join(lines) + "\n", ""
 
 
 def ladder(tmp_path: Path) -> list:  # type: ignore[type-arg]
@@ -134,7 +135,7 @@ def test_sruns_run_one_after_another_in_ladder_order(tmp_path: Path) -> None:
     ids = sched.submit_ladder(steps, tmp_path / "alloc")
     assert ids == ["77.0", "77.1"]
     first = launch.next_srun()
-    time.sleep(0.05)
+    wait_for(first.waited.is_set, 5, "the driver waits for the first srun's exit")
     assert len(launch.sruns) == 1  # the second waits for the first srun's exit
     first.exit(0)
     launch.next_srun().exit(0)
@@ -164,7 +165,7 @@ def test_a_queued_allocation_is_named_at_once_and_no_srun_starts_before_it_is_gr
 
     sched = SallocScheduler(runner=Sacct(), launch=held)
     assert sched.submit_ladder(ladder(tmp_path), tmp_path / "alloc") == ["77.0", "77.1"]
-    time.sleep(0.05)
+    wait_for(salloc.waited.is_set, 5, "the driver waits for the allocation to be granted")
     assert launch.sruns == []
     salloc.exit(0)  # granted
     launch.next_srun().exit(0)
@@ -201,7 +202,7 @@ def test_an_srun_that_started_no_step_ends_it_as_infra_after_a_grace(tmp_path: P
     launch.next_srun()
     launch.next_srun()
     (tmp_path / "alloc" / "srun-77.out").write_text("srun: error: Unable to create step for job 77\n")
-    time.sleep(0.05)
+    # no wait needed: the driver notes the first srun's exit before it starts the second
     assert sched.poll(ids)["77.0"].status == JobStatus.PENDING  # slurmdbd may be behind
     now[0] += 11
     state = sched.poll(ids)["77.0"]
@@ -219,7 +220,11 @@ def test_cancel_starts_no_further_srun_and_scancels_the_allocation(tmp_path: Pat
     sched.cancel(ids)
     assert ["scancel", "77"] in runner.calls
     first.exit(143)  # scancel ended the running step
-    time.sleep(0.1)
+    wait_for(
+        lambda: not any(t.name == "orch-alloc-77" for t in threading.enumerate()),
+        5,
+        "the allocation's driver thread ended",
+    )
     assert len(launch.sruns) == 1
 
 
@@ -267,18 +272,10 @@ def test_a_booking_never_used_is_released(tmp_path: Path) -> None:
     assert [c for c in runner.calls if c[0] == "scancel"] == [["scancel", "77"]]
 
 
-class FailingSacct:
+def failing_sacct() -> ScriptedRunner:
     """A CommandRunner: the nodes idle, sacct always fails, squeue and scancel answer nothing."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def run(self, argv: list[str], *, timeout: float | None = None, **_: object) -> CmdResult:
-        self.calls.append(argv)
-        idle = "".join(f"node{i}|idle\n" for i in (1, 2, 3))
-        answers = {"sacct": ("", 1, "sacct: error: slurmdbd down"), "sinfo": (idle, 0, "")}
-        out, rc, err = answers.get(argv[0], ("", 0, ""))
-        return CmdResult(argv=argv, rc=rc, stdout=out, stderr=err, elapsed_s=0.0)
+    idle = "".join(f"node{i}|idle\n" for i in (1, 2, 3))
+    return ScriptedRunner({"sacct": (1, "", "sacct: error: slurmdbd down"), "sinfo": (0, idle, "")})
 
 
 def test_an_error_mid_ladder_ends_the_allocation_once_and_finishes_the_run(
@@ -291,7 +288,7 @@ def test_an_error_mid_ladder_ends_the_allocation_once_and_finishes_the_run(
     from orchestrator.runs import executor
 
     monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
-    slurm = FailingSacct()
+    slurm = failing_sacct()
     t = [0.0]
 
     def tick() -> float:

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import ScriptedRunner
 from test_store_build import make_run
 
 from orchestrator.cli import main
 from orchestrator.cli.runs import user_at_host
 from orchestrator.errors import SchedulerError
-from orchestrator.remote.base import CmdResult
 from orchestrator.runs.nightly import CronManager
 from orchestrator.store.db import ResultsStore
 
@@ -186,24 +186,14 @@ def test_runs_cleanup_of_a_missing_folder(here: Path, capsys: pytest.CaptureFixt
     assert "no such folder" in one_error_line(err)
 
 
-class FailingSqueue:
+def failing_squeue() -> ScriptedRunner:
     """A runner where squeue fails as it does when slurmctld cannot be reached."""
-
-    def run(
-        self,
-        argv: list[str],
-        *,
-        timeout: float,
-        env: dict[str, str] | None = None,
-        input_text: str | None = None,
-    ) -> CmdResult:
-        rc = 1 if argv[0] == "squeue" else 0
-        err = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" if rc else ""
-        return CmdResult(argv=argv, rc=rc, stdout="", stderr=err, elapsed_s=0.0)
+    err = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+    return ScriptedRunner({"squeue": (1, "", err)})
 
 
 def test_cron_list_fails_when_squeue_fails(tmp_path: Path) -> None:
-    mgr = CronManager(FailingSqueue(), None, "sbatch-begin")
+    mgr = CronManager(failing_squeue(), None, "sbatch-begin")
     with pytest.raises(SchedulerError, match="Unable to contact slurm controller") as e:
         mgr.list(tmp_path)
     assert e.value.exit_code == 3

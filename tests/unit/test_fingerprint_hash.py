@@ -9,24 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import probe_module
 
 from orchestrator import __version__
 from orchestrator.migrate.certify import certify
 from orchestrator.models.fingerprint import FingerprintSet
 from orchestrator.provision import fingerprint as F
-from orchestrator.stacks import PLAYBOOKS_DIR, load_stack
+from orchestrator.stacks import load_stack
 
 BASE = ["Torch==2.13.0+cpu", "orch==" + __version__, "typing_extensions==4.12.2"]
-
-
-def _probe_module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "fp_probe", PLAYBOOKS_DIR / "files" / "fingerprint_probe.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _raw(
@@ -42,7 +33,7 @@ def _raw(
 
 
 def test_the_probe_lists_every_package_of_the_venv_and_reads_the_stack_record(tmp_path: Path) -> None:
-    probe = _probe_module()
+    probe = probe_module()
     facts = probe.venv_python(sys.prefix)
     want = f"pydantic=={importlib.metadata.version('pydantic')}"
     assert want in facts["packages"] and facts["packages"] == sorted(facts["packages"])

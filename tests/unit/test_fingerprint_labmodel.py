@@ -3,15 +3,16 @@ it names; compare, diff and certify see a missing, changed or rebuilt model."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from fakes import probe_module
 
 from orchestrator import __version__
 from orchestrator.migrate.certify import certify
 from orchestrator.models.fingerprint import FingerprintSet
 from orchestrator.provision import fingerprint as F
-from orchestrator.stacks import PLAYBOOKS_DIR, load_stack
+from orchestrator.stacks import load_stack
 from orchestrator.workloads.labmodel import tree_hash
 
 STACK = load_stack("cpu-serve")
@@ -19,16 +20,6 @@ assert STACK.lab_model is not None and STACK.lab_model.sha256 is not None and ST
 PINNED = STACK.lab_model.sha256
 OTHER = "sha256:" + "e" * 64
 PACKAGES = ["torch==2.13.0+cpu", f"orch=={__version__}", *STACK.python.packages]
-
-
-def _probe_module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "fp_probe", PLAYBOOKS_DIR / "files" / "fingerprint_probe.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _raw(model: object = "default", found: str | None = PINNED) -> dict[str, object]:
@@ -51,7 +42,7 @@ def _checks(raw: dict[str, object]) -> dict[str, F.FieldCheck]:
 
 
 def test_the_probe_reads_the_record_and_hashes_the_files_it_names(tmp_path: Path) -> None:
-    probe = _probe_module()
+    probe = probe_module()
     venv, model = tmp_path / "venv", tmp_path / "models" / "lab-tiny"
     venv.mkdir()
     model.mkdir(parents=True)

@@ -172,28 +172,20 @@ def test_orch_isolate_on_a_mixed_cluster_tests_and_reports_each_kind_apart(
 def test_scale_test_isolate_takes_gpu_models_from_the_scale_tests_fingerprint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_isolate_run import _res
+    from test_isolate_run import _res, failed_smoke_run, stand_in
 
     from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
-    from orchestrator.models.run import RunResult
-    from orchestrator.plan import load_plan
 
-    fake = StandIn({"n3"})
-    monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
+    fake = stand_in(monkeypatch, {"n3"})
     inv = _inventory(tmp_path, {f"n{i}": ("amd", None) for i in range(1, 5)})  # no gpu_model set
-    parent = tmp_path / "runs" / "smoke-1"
-    parent.mkdir(parents=True)
-    (parent / "plan.json").write_text(load_plan("smoke").model_dump_json())
+    result = failed_smoke_run(tmp_path, [_res(["n1", "n2", "n3", "n4"], 0.01, "fail")])
+    parent = result.run_dir
     gpus = {"n1": "AMD Instinct MI300X", "n2": "AMD Instinct  MI300X", "n3": "AMD Instinct MI250X",
             "n4": "AMD Instinct MI250X"}  # fmt: skip
     fps = FingerprintSet(stack="rocm", nodes={
         n: Fingerprint(node=n, gpus=[Gpu(index=0, name=m), Gpu(index=1, name=m)]) for n, m in gpus.items()
     })  # fmt: skip
     (parent / "fingerprint.json").write_text(fps.model_dump_json())
-    result = RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
-                       exit_code=1, steps=[_res(["n1", "n2", "n3", "n4"], 0.01, "fail")], nodes={},
-                       wall_s=1.0)  # fmt: skip
     monkeypatch.setattr(iso, "stack_python", lambda _name: ("python3", {}))
     found = iso.isolate_after_scale_test(result, inv)
     assert found is not None

@@ -4,11 +4,11 @@ named with its evidence in the journal, isolation.json and report.md; the pass r
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
+from fakes import InstantScheduler
 
 import orchestrator.runs.executor as executor
 import orchestrator.runs.isolate as iso
@@ -16,13 +16,14 @@ from orchestrator.errors import ConfigError
 from orchestrator.faults.safety import SafetyError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.isolation import Culprit, Isolation
-from orchestrator.models.plan import Step
+from orchestrator.models.plan import Plan, Step
 from orchestrator.models.requests import IsolateRequest
 from orchestrator.models.results import CollSummary
-from orchestrator.models.run import StepResult
+from orchestrator.models.run import RunResult, StepResult
+from orchestrator.plan import load_plan
 from orchestrator.remote.base import CmdResult
 from orchestrator.runs.drain import drain_culprits, drain_reason
-from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
+from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import SlurmScheduler, check_drain_reason
 
 # rank 0 of a real 2-rank collbench run (SOURCE.md beside it): all_reduce at 1M..16M
@@ -30,49 +31,19 @@ LOG = Path(__file__).parents[1] / "fixtures" / "collbench" / "a-vs-a-2ranks" / "
 SIZE = 16 * 2**20
 
 
-class StandIn:
+class StandIn(InstantScheduler):
     """Jobs end at once: COMPLETED with a real collbench log, or FAILED (no log) when the job
     spans more than one node and one of them is in `bad`."""
 
-    name = "slurm"
-
     def __init__(self, bad: set[str]) -> None:
+        super().__init__()
         self.bad = bad
-        self.specs: dict[str, JobSpec] = {}
-        self.order: list[list[str]] = []
 
-    def render(self, spec: JobSpec) -> str:
-        return ""
-
-    def submit(self, spec: JobSpec, *, after: str | None = None) -> str:
-        job = str(100 + len(self.specs))
-        self.specs[job] = spec
-        self.order.append(list(spec.nodes))
-        spec.workdir.mkdir(parents=True, exist_ok=True)
-        if not self._fails(spec):
-            shutil.copy(LOG, spec.workdir / "rank-0.log")
-        return job
-
-    def _fails(self, spec: JobSpec) -> bool:
+    def fails(self, spec: JobSpec) -> bool:
         return len(spec.nodes) > 1 and bool(self.bad & set(spec.nodes))
 
-    def poll(self, job_ids: list[str]) -> dict[str, JobState]:
-        out: dict[str, JobState] = {}
-        for j in job_ids:
-            failed = self._fails(self.specs[j])
-            status = JobStatus.FAILED if failed else JobStatus.COMPLETED
-            out[j] = JobState(job_id=j, status=status, raw_state=status.value.upper())
-        return out
-
-    def cancel(self, job_ids: list[str]) -> None:
-        pass
-
-    def collect(self, job_id: str, spec: JobSpec) -> JobOutput:
-        log = spec.workdir / "rank-0.log"
-        return JobOutput(job_id=job_id, ranks=[RankOutput(rank=0, log=log)] if log.exists() else [])
-
-    def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
-        return {}
+    def log_for(self, spec: JobSpec) -> Path | None:
+        return None if self.fails(spec) else LOG
 
 
 def _inventory(tmp_path: Path, n: int = 3) -> Path:
@@ -160,6 +131,23 @@ def _res(nodes: list[str], busbw: float | None, verdict: str = "pass") -> StepRe
     return StepResult(step=step, verdict=verdict, summary=summary)  # type: ignore[arg-type]
 
 
+def stand_in(monkeypatch: pytest.MonkeyPatch, bad: set[str]) -> StandIn:
+    """A StandIn (`bad` failing) that answers isolate's jobs, polled without a pause."""
+    fake = StandIn(bad)
+    monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
+    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
+    return fake
+
+
+def failed_smoke_run(tmp_path: Path, steps: list[StepResult], plan: Plan | None = None) -> RunResult:
+    """A failed scale-test of the smoke plan (or `plan`) in tmp_path/runs/smoke-1, with these steps."""
+    parent = tmp_path / "runs" / "smoke-1"
+    parent.mkdir(parents=True, exist_ok=True)
+    (parent / "plan.json").write_text((plan or load_plan("smoke")).model_dump_json())
+    return RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
+                     exit_code=1, steps=steps, nodes={}, wall_s=1.0)  # fmt: skip
+
+
 def test_the_pass_rule_singles_against_the_median_single_groups_against_efficiency() -> None:
     req = IsolateRequest(inventory=Path("x"), tolerance=0.2, min_efficiency=0.5)
     singles = iso.judge([_res(["a"], 1.0), _res(["b"], 0.9), _res(["c"], 0.85), _res(["d"], 0.6)], req)
@@ -224,23 +212,15 @@ def test_drain_refuses_more_than_the_share_without_force(tmp_path: Path) -> None
 def test_scale_test_isolate_runs_on_the_failed_multinode_steps_nodes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.models.run import RunResult
-    from orchestrator.plan import load_plan
-
-    fake = StandIn({"node3"})
-    monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
-    parent = tmp_path / "runs" / "smoke-1"
-    parent.mkdir(parents=True)
+    fake = stand_in(monkeypatch, {"node3"})
     plan = load_plan("smoke").model_copy(update={"step_timeout_s": 600})
-    (parent / "plan.json").write_text(plan.model_dump_json())
     steps = [
         _res(["node1"], 1.0),
         _res(["node1", "node2"], 0.5),
         _res(["node1", "node2", "node3"], 0.01, "fail"),
     ]
-    result = RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
-                       exit_code=1, steps=steps, nodes={}, wall_s=1.0)  # fmt: skip
+    result = failed_smoke_run(tmp_path, steps, plan)
+    parent = result.run_dir
     assert iso.failed_multinode_nodes(result) == (["node1", "node2", "node3"], [])
     found = iso.isolate_after_scale_test(result, _inventory(tmp_path))
     assert found is not None and found.parent_run == "smoke-1"
@@ -295,9 +275,7 @@ def test_runs_resume_refuses_an_isolate_run(tmp_path: Path, monkeypatch: pytest.
 def test_scale_test_isolate_takes_its_tests_and_pass_rule_from_the_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.models.plan import IsolationRule, Plan
-    from orchestrator.models.run import RunResult
-    from orchestrator.plan import load_plan
+    from orchestrator.models.plan import IsolationRule
 
     seen: list[IsolateRequest] = []
 
@@ -306,15 +284,11 @@ def test_scale_test_isolate_takes_its_tests_and_pass_rule_from_the_plan(
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(iso, "run_isolation", fake_run)
-    parent = tmp_path / "runs" / "smoke-1"
-    parent.mkdir(parents=True)
     rule = {"size": "4M", "iters": 3, "timeout_s": 20, "tolerance": 0.7, "min_efficiency": 0.05}
     rule["min_gbs"] = 0.01
     plan = Plan.model_validate({**load_plan("smoke").model_dump(), "isolation": rule})
-    (parent / "plan.json").write_text(plan.model_dump_json())
-    steps = [_res(["node1", "node2"], 0.01, "fail")]
-    result = RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
-                       exit_code=1, steps=steps, nodes={}, wall_s=1.0)  # fmt: skip
+    result = failed_smoke_run(tmp_path, [_res(["node1", "node2"], 0.01, "fail")], plan)
+    parent = result.run_dir
     with pytest.raises(RuntimeError, match="stop here"):
         iso.isolate_after_scale_test(result, _inventory(tmp_path))
     (req,) = seen
@@ -339,8 +313,8 @@ class LinkStandIn(StandIn):
         super().__init__(bad)
         self.link = link
 
-    def _fails(self, spec: JobSpec) -> bool:
-        return super()._fails(spec) or (self.link is not None and set(self.link) <= set(spec.nodes))
+    def fails(self, spec: JobSpec) -> bool:
+        return super().fails(spec) or (self.link is not None and set(self.link) <= set(spec.nodes))
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,8 @@ import re
 from pathlib import Path
 
 import pytest
-from test_isolate_run import StandIn, _inventory, _res, _run
+from test_isolate_run import _inventory, _res, _run, failed_smoke_run, stand_in
 
-import orchestrator.runs.executor as executor
 import orchestrator.runs.isolate as iso
 from orchestrator.models.isolation import IsolationRun
 from orchestrator.report.formats import render
@@ -116,18 +115,11 @@ def test_every_value_of_an_edited_isolation_json_is_escaped(
 def test_a_scale_test_that_ran_isolate_has_the_section_with_the_linked_runs_times(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.models.run import RunResult
-    from orchestrator.plan import load_plan
-
-    fake = StandIn({"node3"})
-    monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
-    monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
-    parent = tmp_path / "runs" / "smoke-1"
-    parent.mkdir(parents=True)
-    (parent / "plan.json").write_text(load_plan("smoke").model_dump_json())
-    steps = [_res(["node1"], 1.0), _res(["node1", "node2", "node3"], 0.01, "fail")]
-    result = RunResult(run_id="smoke-1", run_dir=parent, plan="smoke", backend="slurm", status="failed",
-                       exit_code=1, steps=steps, nodes={}, wall_s=1.0)  # fmt: skip
+    stand_in(monkeypatch, {"node3"})
+    result = failed_smoke_run(
+        tmp_path, [_res(["node1"], 1.0), _res(["node1", "node2", "node3"], 0.01, "fail")]
+    )
+    parent = result.run_dir
     found = iso.isolate_after_scale_test(result, _inventory(tmp_path))
     assert found is not None
     rec = load_run(parent)

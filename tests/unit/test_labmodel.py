@@ -12,20 +12,11 @@ import typing
 from pathlib import Path
 
 import pytest
+from fakes import probe_module
 
 from orchestrator.models.stack import LabModelName
-from orchestrator.stacks import PLAYBOOKS_DIR, load_stack
+from orchestrator.stacks import load_stack
 from orchestrator.workloads import labmodel as L
-
-
-def _probe_module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "fp_probe", PLAYBOOKS_DIR / "files" / "fingerprint_probe.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _tree(root: Path, files: dict[str, bytes]) -> Path:
@@ -40,7 +31,7 @@ def test_the_hash_covers_names_sizes_and_contents_and_the_probe_computes_the_sam
     sha, files = L.tree_hash(a)
     assert files == ["b.txt", "config.json", "sub/w.bin"]
     assert sha.startswith("sha256:") and len(sha) == 7 + 64
-    assert _probe_module().tree_hash(str(a)) == sha
+    assert probe_module().tree_hash(str(a)) == sha
     # bytes moved from one file to the next, a renamed file, a changed byte: each changes the hash
     moved = _tree(tmp_path / "m", {"config.json": b"{}", "sub/w.bin": b"\x00", "b.txt": b"xy\x01"})
     renamed = _tree(tmp_path / "r", {"config.json": b"{}", "sub/v.bin": b"\x00\x01", "b.txt": b"xy"})
@@ -57,7 +48,7 @@ def test_a_link_in_the_model_is_refused_by_both_hashes(tmp_path: Path) -> None:
     with pytest.raises(L.LabModelError, match="not a regular file"):
         L.tree_hash(a)
     with pytest.raises(ValueError, match="not a regular file"):
-        _probe_module().tree_hash(str(a))
+        probe_module().tree_hash(str(a))
 
 
 def test_the_recipes_are_the_names_a_stack_may_give() -> None:

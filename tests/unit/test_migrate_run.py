@@ -253,14 +253,19 @@ def test_rollback_alone_to_a_migrate_runs_reference(tmp_path: Path, nodes: list[
         )
 
 
-def test_resume_after_a_kill_in_canary_provisioning_continues_from_the_canary(
-    tmp_path: Path, nodes: list[str]
-) -> None:
+def _killed_in_canary_provisioning(tmp_path: Path, nodes: list[str]) -> tuple[FakeCluster, Path]:
+    """A migration to the slow stack killed while it provisions the canary; its run folder."""
     fake = FakeCluster(nodes)
     fake.kill_during = "cpu-gloo-slow"
     with pytest.raises(Interrupted):
         run_migration(_req(tmp_path), ops_factory=_factory(fake))
-    run_dir = _run_dir(tmp_path)
+    return fake, _run_dir(tmp_path)
+
+
+def test_resume_after_a_kill_in_canary_provisioning_continues_from_the_canary(
+    tmp_path: Path, nodes: list[str]
+) -> None:
+    fake, run_dir = _killed_in_canary_provisioning(tmp_path, nodes)
     assert [
         p.phase for p in MigrateRun.model_validate_json((run_dir / "migrate.json").read_text()).phases
     ] == ["freeze"]
@@ -285,11 +290,7 @@ def test_resume_after_a_kill_in_canary_provisioning_continues_from_the_canary(
 def test_resume_that_finds_a_mixed_node_the_next_phase_does_not_touch_rolls_back(
     tmp_path: Path, nodes: list[str]
 ) -> None:
-    fake = FakeCluster(nodes)
-    fake.kill_during = "cpu-gloo-slow"
-    with pytest.raises(Interrupted):
-        run_migration(_req(tmp_path), ops_factory=_factory(fake))
-    run_dir = _run_dir(tmp_path)
+    fake, run_dir = _killed_in_canary_provisioning(tmp_path, nodes)
     state = json.loads((run_dir / "migrate.json").read_text())
     state["canary"] = [nodes[1]]  # say the canary was another node: the half-made one is outside it
     (run_dir / "migrate.json").write_text(json.dumps(state))

@@ -9,13 +9,13 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from fakes import Answer, ScriptedRunner
 
 import orchestrator
 from orchestrator import __version__
 from orchestrator.errors import ConfigError
 from orchestrator.provision import orchwheel
 from orchestrator.provision.service import prepare_wheelhouse, wheelhouse_argv
-from orchestrator.remote.base import CmdResult
 from orchestrator.stacks import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,24 +127,13 @@ def test_without_a_tree_the_installed_wheel_is_used_else_refused(
     assert "--orch-wheel" in (e.value.hint or "")
 
 
-class PipWheel:
+class PipWheel(ScriptedRunner):
     """Stands in for `pip wheel`: records argv and leaves one wheel in --wheel-dir."""
 
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def run(
-        self,
-        argv: list[str],
-        *,
-        timeout: float,
-        env: dict[str, str] | None = None,
-        input_text: str | None = None,
-    ) -> CmdResult:
-        self.calls.append(argv)
+    def answer(self, argv: list[str]) -> Answer:
         dest = Path(argv[argv.index("--wheel-dir") + 1])
         (dest / f"torch-2.13.0-{len(self.calls)}-cp311-cp311-linux_x86_64.whl").write_bytes(b"t")
-        return CmdResult(argv=argv, rc=0, stdout="", stderr="", elapsed_s=0.0)
+        return 0, "", ""
 
 
 def test_the_wheelhouse_holds_the_named_wheel_and_is_rebuilt_when_it_changes(tmp_path: Path) -> None:

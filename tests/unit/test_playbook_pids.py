@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
+from fakes import wait_for
 
 from orchestrator.runs.playbook_pids import is_playbook, read_records, recording, stop_left_behind
 
@@ -24,13 +24,6 @@ def _fake_playbook(tmp_path: Path, name: str) -> Path:
     return script
 
 
-def _wait_for(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.05)
-
-
 def test_is_playbook_matches_the_program_not_an_argument() -> None:
     assert is_playbook(["/usr/bin/python3", "/venv/bin/ansible-playbook", "-i", "x"])
     assert is_playbook(["ansible-playbook", "provision.yml"])
@@ -42,14 +35,16 @@ def test_a_recorded_playbook_left_running_is_stopped_with_its_worker(tmp_path: P
     other = subprocess.Popen([str(_fake_playbook(tmp_path, "not-a-playbook"))])
     with recording(record, poll_s=0.05):
         pb = subprocess.Popen([str(_fake_playbook(tmp_path, "ansible-playbook"))])
-        _wait_for(lambda: len(read_records(record)) == 1 and psutil.Process(pb.pid).children())
+        wait_for(lambda: len(read_records(record)) == 1 and psutil.Process(pb.pid).children(), 10,
+                 "the playbook recorded, its worker started")  # fmt: skip
     try:
         (rec,) = read_records(record)
         assert rec.pid == pb.pid and is_playbook(rec.cmdline)
         worker = psutil.Process(pb.pid).children()[0]
         assert stop_left_behind(record, grace=2) == [pb.pid]
         assert pb.wait(timeout=5) is not None
-        _wait_for(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE)
+        wait_for(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE, 10,
+                 "the playbook's worker ended")  # fmt: skip
         assert other.poll() is None  # not recorded: left alone
         assert stop_left_behind(record) == []  # gone: nothing more to stop
     finally:

@@ -84,8 +84,9 @@ def _fake_run(recover: tuple[float, ...], stop_after: int | None = None) -> Any:
     """A stand-in for the probe part of run_recovery_test: writes one record per repeat, from
     repeat ``first`` on; with ``stop_after``, Ctrl-C comes once that many repeats are recorded."""
 
-    def fake(engine: Any, spec: Any, cluster: Any, shells: Any, req: rt.RecoveryTestRequest,
-             life: RunLifecycle, progress: Any, first: int) -> list[RecoveryResult]:  # fmt: skip
+    def fake(t: Any, first: int) -> list[RecoveryResult]:
+        req: rt.RecoveryTestRequest = t.req
+        life: RunLifecycle = t.life
         results = []
         for k in range(first, len(recover)):
             if stop_after is not None and k >= stop_after:

@@ -7,9 +7,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from fakes import Answer, ScriptedRunner
 
 from orchestrator.errors import ConfigError
-from orchestrator.remote.base import CmdResult
 from orchestrator.runs.nightly import (
     CronEntry,
     CronManager,
@@ -37,21 +37,15 @@ def _entry(tmp_path: Path, **kw: object) -> CronEntry:
     return CronEntry.model_validate(data)
 
 
-class FakeRunner:
-    def __init__(self, crontab: str = "") -> None:
-        self.crontab = crontab
-        self.calls: list[list[str]] = []
+class FakeRunner(ScriptedRunner):
+    """scrontab keeping one crontab, and sbatch --parsable; every command under the lab's SLURM_CONF."""
 
-    def run(
-        self,
-        argv: list[str],
-        *,
-        timeout: float,
-        env: dict[str, str] | None = None,
-        input_text: str | None = None,
-    ) -> CmdResult:
-        self.calls.append(argv)
-        assert env == {"SLURM_CONF": "/var/lib/orch-lab/slurm.conf"}
+    def __init__(self, crontab: str = "") -> None:
+        super().__init__()
+        self.crontab = crontab
+
+    def answer(self, argv: list[str]) -> Answer:
+        assert self.envs[-1] == {"SLURM_CONF": "/var/lib/orch-lab/slurm.conf"}
         out, rc = "", 0
         if argv[:2] == ["scrontab", "-l"]:
             out, rc = (self.crontab, 0) if self.crontab else ("", 1)
@@ -61,7 +55,7 @@ class FakeRunner:
             self.crontab = ""
         elif argv[0] == "sbatch":
             out = "4242\n"  # what sbatch --parsable prints
-        return CmdResult(argv=argv, rc=rc, stdout=out, stderr="", elapsed_s=0.0)
+        return rc, out, ""
 
 
 def test_block_is_a_cron_line_with_scron_options(tmp_path: Path) -> None:

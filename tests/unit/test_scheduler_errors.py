@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes import Answer, ScriptedRunner
 
 from orchestrator.errors import RemoteError, SchedulerError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.run import RunResult
 from orchestrator.plan import expand_steps, load_plan
-from orchestrator.remote.base import CmdResult
 from orchestrator.runs.executor import StepExecutor
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.scale_test import _execute
@@ -39,27 +39,9 @@ SACCT_COMPLETED = recorded("sacct-COMPLETED-srun.txt")  # job 29, COMPLETED
 DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
 
 
-class Runner:
-    """Answers each Slurm command from `answers` (command -> (rc, stdout, stderr) or an exception)."""
-
-    def __init__(self, answers: dict[str, tuple[int, str, str] | Exception]) -> None:
-        self.answers = answers
-        self.calls: list[str] = []
-
-    def run(
-        self,
-        argv: list[str],
-        *,
-        timeout: float,
-        env: dict[str, str] | None = None,
-        input_text: str | None = None,
-    ) -> CmdResult:
-        self.calls.append(argv[0])
-        answer = self.answers[argv[0]]
-        if isinstance(answer, Exception):
-            raise answer
-        rc, out, err = answer
-        return CmdResult(argv=argv, rc=rc, stdout=out, stderr=err, elapsed_s=0.0)
+def slurm_answers(answers: dict[str, Answer | Exception]) -> ScriptedRunner:
+    """Answers each Slurm command from `answers`; any other command fails the test."""
+    return ScriptedRunner(answers, strict=True)
 
 
 class Clock:
@@ -70,18 +52,24 @@ class Clock:
         return self.t
 
 
-def sched(runner: Runner, clock: Clock, *, use_sacct: bool = True) -> SlurmScheduler:
+def sched(runner: ScriptedRunner, clock: Clock, *, use_sacct: bool = True) -> SlurmScheduler:
     return SlurmScheduler(
         runner=runner, use_sacct=use_sacct, max_failures=3, failure_window_s=5.0, clock=clock
     )
 
 
+def slurm_sched(
+    answers: dict[str, Answer | Exception], *, use_sacct: bool = True
+) -> tuple[ScriptedRunner, Clock, SlurmScheduler]:
+    """A scheduler over slurm_answers(answers) with a clock the test moves."""
+    runner, clock = slurm_answers(answers), Clock()
+    return runner, clock, sched(runner, clock, use_sacct=use_sacct)
+
+
 def test_sacct_failures_are_retried_with_squeue_meanwhile_then_refused() -> None:
-    runner = Runner(
+    _, clock, s = slurm_sched(
         {"sacct": (1, "", "sacct: error: slurmdbd: connection refused"), "squeue": (0, SQUEUE_RUNNING, "")}
     )
-    clock = Clock()
-    s = sched(runner, clock)
     for _ in range(4):  # 3 failures in 3 s is not yet the window; squeue answers meanwhile
         assert s.poll(["32"])["32"].status is JobStatus.RUNNING
         clock.t += 1.0
@@ -91,9 +79,9 @@ def test_sacct_failures_are_retried_with_squeue_meanwhile_then_refused() -> None
 
 
 def test_a_sacct_that_answers_again_resets_the_count() -> None:
-    runner = Runner({"sacct": (1, "", "sacct: error: slurmdbd down"), "squeue": (0, SQUEUE_RUNNING, "")})
-    clock = Clock()
-    s = sched(runner, clock)
+    runner, clock, s = slurm_sched(
+        {"sacct": (1, "", "sacct: error: slurmdbd down"), "squeue": (0, SQUEUE_RUNNING, "")}
+    )
     for _ in range(2):
         s.poll(["32"])
         clock.t += 10.0
@@ -106,11 +94,10 @@ def test_a_sacct_that_answers_again_resets_the_count() -> None:
 
 
 def test_squeue_and_scontrol_both_failing_end_in_bounded_polls() -> None:
-    runner = Runner(
-        {"sacct": (1, "", "sacct: error: down"), "squeue": (1, "", DOWN), "scontrol": (1, "", DOWN)}
-    )
-    clock = Clock()
-    s = sched(runner, clock, use_sacct=False)  # a cluster without accounting: squeue, then scontrol
+    _, clock, s = slurm_sched(
+        {"sacct": (1, "", "sacct: error: down"), "squeue": (1, "", DOWN), "scontrol": (1, "", DOWN)},
+        use_sacct=False,
+    )  # a cluster without accounting: squeue, then scontrol
     states = s.poll(["32"])
     assert states["32"].status is JobStatus.UNKNOWN  # not known yet, not terminal
     for _ in range(5):
@@ -125,20 +112,16 @@ def test_squeue_and_scontrol_both_failing_end_in_bounded_polls() -> None:
 
 def test_a_job_the_controller_forgot_is_not_a_failure() -> None:
     gone = "slurm_load_jobs error: Invalid job id specified"
-    runner = Runner({"sacct": (0, "", ""), "squeue": (1, "", gone), "scontrol": (1, "", gone)})
-    clock = Clock()
-    s = sched(runner, clock)
+    _, clock, s = slurm_sched({"sacct": (0, "", ""), "squeue": (1, "", gone), "scontrol": (1, "", gone)})
     for _ in range(10):
         assert s.poll(["32"])["32"].status is JobStatus.UNKNOWN
         clock.t += 5.0
 
 
 def test_a_timeout_counts_as_a_failure() -> None:
-    runner = Runner(
+    _, clock, s = slurm_sched(
         {"sacct": RemoteError("`sacct` did not finish within 30 s"), "squeue": (0, SQUEUE_RUNNING, "")}
     )
-    clock = Clock()
-    s = sched(runner, clock)
     for _ in range(2):
         s.poll(["32"])
         clock.t += 5.0
@@ -147,15 +130,13 @@ def test_a_timeout_counts_as_a_failure() -> None:
 
 
 def test_accounting_switched_off_is_not_a_failure() -> None:
-    runner = Runner(
+    runner, clock, s = slurm_sched(
         {"sacct": (1, "", "Slurm accounting storage is disabled"), "squeue": (0, SQUEUE_RUNNING, "")}
     )
-    clock = Clock()
-    s = sched(runner, clock)
     for _ in range(5):
         s.poll(["32"])
         clock.t += 5.0
-    assert runner.calls.count("sacct") == 1  # then squeue only
+    assert runner.commands.count("sacct") == 1  # then squeue only
 
 
 # -- the run: any error mid-ladder cancels its jobs and journals run_finished ------------------
@@ -247,19 +228,11 @@ def test_a_cancel_that_fails_too_does_not_hide_the_cause(tmp_path: Path) -> None
     assert [e["event"] for e in events][-3:] == ["cancel_failed", "run_error", "run_finished"]
 
 
-class AllocSlurm:
+def alloc_slurm() -> ScriptedRunner:
     """A CommandRunner for allocation mode: the nodes idle, sbatch prints 500, sacct always fails,
     squeue and scancel answer nothing."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def run(self, argv: list[str], *, timeout: float | None = None, **_: object) -> CmdResult:
-        self.calls.append(argv)
-        idle = "".join(f"node{i}|idle\n" for i in (1, 2, 3))
-        answers = {"sbatch": ("500\n", 0, ""), "sacct": ("", 1, DOWN), "sinfo": (idle, 0, "")}
-        out, rc, err = answers.get(argv[0], ("", 0, ""))
-        return CmdResult(argv=argv, rc=rc, stdout=out, stderr=err, elapsed_s=0.0)
+    idle = "".join(f"node{i}|idle\n" for i in (1, 2, 3))
+    return ScriptedRunner({"sbatch": (0, "500\n", ""), "sacct": (1, "", DOWN), "sinfo": (0, idle, "")})
 
 
 def test_allocation_mode_sacct_failing_cancels_the_allocation_and_finishes_the_run(
@@ -269,7 +242,7 @@ def test_allocation_mode_sacct_failing_cancels_the_allocation_and_finishes_the_r
     from orchestrator.scheduler.allocation import AllocationScheduler
 
     monkeypatch.setattr(executor, "POLL_INTERVAL_S", 0.0)
-    slurm = AllocSlurm()
+    slurm = alloc_slurm()
     clock = Clock()
 
     def tick() -> float:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_serving_run import engine_pids, gone, setup
+from test_serving_run import engine_pids, gone, lab_cluster, setup, slurm_engine
 
 from orchestrator.errors import EXIT_INFRA, ConfigError
 from orchestrator.runs.scale_test import scale_test
@@ -172,27 +172,9 @@ def test_pause_repeats_within_the_level_and_the_ones_it_ends_before_are_skipped(
 def test_on_slurm_the_engine_job_carries_the_selector_and_a_restart_appends_to_its_log(
     tmp_path: Path,
 ) -> None:
-    from orchestrator.inventory import load_inventory
-    from orchestrator.plan import expand_serving_steps, load_plan
-    from orchestrator.remote.nodefiles import run_data_layout
-    from orchestrator.runs.serving import engine_job
     from orchestrator.scheduler.slurm import SlurmScheduler
 
-    inv = tmp_path / "lab.ini"
-    inv.write_text("[all]\n" + "".join(
-        f"node{i} ansible_host=10.0.0.{i} fabric_address=198.18.0.1{i} gpu_vendor=none\n" for i in (1, 2, 3)
-    ))  # fmt: skip
-    cluster = load_inventory(inv)
-    plan = load_plan("serving-smoke")
-    r1 = expand_serving_steps(plan, cluster)[0]
-    root = tmp_path / "runs" / "run-1"
-    folder = root / "steps" / r1.id
-    folder.mkdir(parents=True)
-    _, spec = engine_job(
-        plan, cluster, r1, plan.serving[0], "node1", port=23456, here=False, bindir="/opt/orch/cpu/bin",
-        env={"ORCH_ENGINE": "run-1.lab-tiny-r1"}, folder=folder, root=root,
-        layout=run_data_layout(cluster, root),
-    )  # fmt: skip
+    _, spec, _ = slurm_engine(tmp_path, 0, "node1", {"ORCH_ENGINE": "run-1.lab-tiny-r1"})
     sched = SlurmScheduler()
     script = sched.render(spec)
     assert "export ORCH_ENGINE=run-1.lab-tiny-r1\n" in script and "export ORCH_ENGINE_NODE=node1\n" in script
@@ -203,16 +185,11 @@ def test_on_slurm_the_engine_job_carries_the_selector_and_a_restart_appends_to_i
 
 
 def test_the_lab_recovery_example_plan_passes_its_checks_on_a_lab_inventory(tmp_path: Path) -> None:
-    from orchestrator.inventory import load_inventory
     from orchestrator.models.fault import PlanFault
     from orchestrator.plan import expand_serving_steps, expand_steps, resolve_plan
     from orchestrator.runs.step_faults import check_plan_faults, fault_level
 
-    inv = tmp_path / "lab.ini"
-    inv.write_text("[all]\n" + "".join(
-        f"node{i} ansible_host=10.0.0.{i} fabric_address=198.18.0.1{i} gpu_vendor=none\n" for i in (1, 2, 3)
-    ))  # fmt: skip
-    cluster = load_inventory(inv)
+    cluster = lab_cluster(tmp_path)
     plan = resolve_plan(str(Path(__file__).parents[2] / "docs/examples/serving-recovery-lab.yaml"), None)
     (step,) = expand_serving_steps(plan, cluster)
     assert check_plan_faults(plan, cluster, expand_steps(plan, cluster), False, [step]) == []

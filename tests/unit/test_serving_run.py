@@ -22,8 +22,15 @@ import psutil
 import pytest
 
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, EXIT_THRESHOLDS, ConfigError
+from orchestrator.inventory import load_inventory
+from orchestrator.models.cluster import Cluster
 from orchestrator.models.requests import ScaleTestRequest
+from orchestrator.models.serving_results import EngineRun
+from orchestrator.plan import expand_serving_steps, load_plan
+from orchestrator.remote.nodefiles import RunDataLayout, run_data_layout
 from orchestrator.runs.scale_test import scale_test
+from orchestrator.runs.serving import engine_job
+from orchestrator.scheduler.base import JobSpec
 from orchestrator.store.load import load_run
 
 SSE = Path(__file__).with_name("sse_server.py")
@@ -69,9 +76,7 @@ def setup(tmp_path: Path, *, engine_flags: str = "", ttft_limit: str = "60000", 
     python.chmod(0o755)
     pids = tmp_path / "engine.pids"
     engine = bindir / "transformers"
-    engine.write_text(
-        f'#!/bin/sh\nexec "{sys.executable}" "{SSE}" --pid-file "{pids}" {engine_flags} "$@"\n'
-    )
+    engine.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{SSE}" --pid-file "{pids}" {engine_flags} "$@"\n')
     engine.chmod(0o755)
     req = ScaleTestRequest(
         inventory=inv, plan=str(plan), out_dir=tmp_path / "runs", python=str(bindir / "python")
@@ -295,32 +300,41 @@ def test_replicas_each_get_an_engine_and_their_own_figures(tmp_path: Path) -> No
     assert (result.run_dir / "steps/fake-r2/engine-beta.log").exists()
 
 
+def lab_cluster(tmp_path: Path) -> Cluster:
+    """A 3-node lab inventory (node1..3, fabric 198.18.0.11..13, no GPU)."""
+    inv = tmp_path / "lab.ini"
+    inv.write_text("[all]\n" + "".join(
+        f"node{i} ansible_host=10.0.0.{i} fabric_address=198.18.0.1{i} gpu_vendor=none\n" for i in (1, 2, 3)
+    ))  # fmt: skip
+    return load_inventory(inv)
+
+
+def slurm_engine(
+    tmp_path: Path, step: int, node: str, env: dict[str, str]
+) -> tuple[EngineRun, JobSpec, RunDataLayout]:
+    """serving-smoke's step number `step` on lab_cluster, its engine on `node` as a Slurm job of run-1."""
+    cluster = lab_cluster(tmp_path)
+    plan = load_plan("serving-smoke")
+    r = expand_serving_steps(plan, cluster)[step]
+    root = tmp_path / "runs" / "run-1"
+    folder = root / "steps" / r.id
+    folder.mkdir(parents=True)
+    layout = run_data_layout(cluster, root)
+    engine, spec = engine_job(
+        plan, cluster, r, plan.serving[0], node, port=23456, here=False, bindir="/opt/orch/cpu/bin",
+        env=env, folder=folder, root=root, layout=layout,
+    )  # fmt: skip
+    return engine, spec, layout
+
+
 def test_on_slurm_an_engine_is_a_one_task_job_on_its_node_with_its_log_in_the_step_folder(
     tmp_path: Path,
 ) -> None:
     import shlex
 
-    from orchestrator.inventory import load_inventory
-    from orchestrator.plan import expand_serving_steps, load_plan
-    from orchestrator.remote.nodefiles import run_data_layout
-    from orchestrator.runs.serving import engine_job
     from orchestrator.scheduler.slurm import SlurmScheduler
 
-    inv = tmp_path / "lab.ini"
-    inv.write_text("[all]\n" + "".join(
-        f"node{i} ansible_host=10.0.0.{i} fabric_address=198.18.0.1{i} gpu_vendor=none\n" for i in (1, 2, 3)
-    ))  # fmt: skip
-    cluster = load_inventory(inv)
-    plan = load_plan("serving-smoke")
-    _, r3 = expand_serving_steps(plan, cluster)
-    root = tmp_path / "runs" / "run-1"
-    folder = root / "steps" / r3.id
-    folder.mkdir(parents=True)
-    layout = run_data_layout(cluster, root)
-    engine, spec = engine_job(
-        plan, cluster, r3, plan.serving[0], "node2", port=23456, here=False, bindir="/opt/orch/cpu/bin",
-        env={"HF_HUB_OFFLINE": "1"}, folder=folder, root=root, layout=layout,
-    )  # fmt: skip
+    engine, spec, layout = slurm_engine(tmp_path, 1, "node2", {"HF_HUB_OFFLINE": "1"})
     assert engine.url == "http://198.18.0.12:23456" and engine.log == "steps/lab-tiny-r3/engine-node2.log"
     assert spec.argv == [
         "/opt/orch/cpu/bin/transformers", "serve", "/opt/orch/models/lab-tiny", "--device", "cpu",

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fakes import Answer, ScriptedRunner
 
 from orchestrator.errors import ConfigError, ParseError
-from orchestrator.remote.base import CmdResult
 from orchestrator.scheduler.base import JobStatus
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.scheduler.slurm_state import (
@@ -161,24 +161,15 @@ def test_why_a_job_waits_is_answered_in_orchs_words() -> None:
     assert pending_wait(running) is None
 
 
-class _Queue:
+class _Queue(ScriptedRunner):
     """squeue as a cancelled job leaves it: listed (COMPLETING) for two polls, then gone."""
 
     def __init__(self, listed_for: int) -> None:
-        self.calls: list[list[str]] = []
+        super().__init__()
         self.listed_for = listed_for
 
-    def run(
-        self,
-        argv: list[str],
-        *,
-        timeout: float,
-        env: dict[str, str] | None = None,
-        input_text: str | None = None,
-    ) -> CmdResult:
-        self.calls.append(argv)
-        out = "41\n42\n" if len(self.calls) <= self.listed_for else ""
-        return CmdResult(argv=argv, rc=0, stdout=out, stderr="", elapsed_s=0.0)
+    def answer(self, argv: list[str]) -> Answer:
+        return 0, "41\n42\n" if len(self.calls) <= self.listed_for else "", ""
 
 
 def test_wait_gone_waits_until_squeue_no_longer_lists_the_jobs() -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
+from fakes import InstantScheduler
 
 import orchestrator.runs.executor as executor
 import orchestrator.runs.stragglers as st
@@ -18,7 +18,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.models.requests import StragglersRequest
 from orchestrator.report.html import render_html
 from orchestrator.runs.resume import resume
-from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
+from orchestrator.scheduler.base import JobSpec
 from orchestrator.store.load import load_run
 
 # rank 0 of real collbench runs (SOURCE.md beside them). a-vs-a: broadcast and sendrecv 1M..64M,
@@ -70,42 +70,17 @@ def test_sample_is_bounded_and_covers_every_node(n: int, k: int) -> None:
         assert st.sample_rounds(nodes, k, seed=8) != rounds
 
 
-class PairStandIn:
+class PairStandIn(InstantScheduler):
     """Jobs end at once, COMPLETED, with a real collbench log chosen by the pair's nodes."""
 
-    name = "slurm"
-
     def __init__(self, log_of: dict[frozenset[str], Path] | None, slow: set[str]) -> None:
+        super().__init__()
         self.log_of, self.slow = log_of, slow
-        self.specs: dict[str, JobSpec] = {}
 
-    def render(self, spec: JobSpec) -> str:
-        return ""
-
-    def submit(self, spec: JobSpec, *, after: str | None = None) -> str:
-        job = str(100 + len(self.specs))
-        self.specs[job] = spec
-        spec.workdir.mkdir(parents=True, exist_ok=True)
+    def log_for(self, spec: JobSpec) -> Path | None:
         if self.log_of is not None:
-            log = self.log_of[frozenset(spec.nodes)]
-        else:
-            log = SLOW if self.slow & set(spec.nodes) else FAST
-        shutil.copy(log, spec.workdir / "rank-0.log")
-        return job
-
-    def poll(self, job_ids: list[str]) -> dict[str, JobState]:
-        s = JobStatus.COMPLETED
-        return {j: JobState(job_id=j, status=s, raw_state="COMPLETED") for j in job_ids}
-
-    def cancel(self, job_ids: list[str]) -> None:
-        pass
-
-    def collect(self, job_id: str, spec: JobSpec) -> JobOutput:
-        log = spec.workdir / "rank-0.log"
-        return JobOutput(job_id=job_id, ranks=[RankOutput(rank=0, log=log)] if log.exists() else [])
-
-    def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
-        return {}
+            return self.log_of[frozenset(spec.nodes)]
+        return SLOW if self.slow & set(spec.nodes) else FAST
 
 
 def _inventory(tmp_path: Path, n: int) -> Path:

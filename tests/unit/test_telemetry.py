@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from fakes import wait_for
 from test_store_build import make_run
 
 from orchestrator.errors import ParseError, RemoteError
@@ -400,7 +401,7 @@ def test_nodes_without_a_tool_are_named_in_one_line_and_the_run_goes_on() -> Non
     assert opened == [["node1", "node2", "node3"]]  # one set of shells for the run
     for s in steps:
         sampler.step_started(s)
-        time.sleep(0.1)
+        time.sleep(0.1)  # the behaviour: a step two sampling intervals long, in which nothing is sampled
         assert sampler.step_ended(s, {}, None) is None
     sampler.close()
     assert all(sh.scripts == [PROBE_SCRIPT] for sh in shells.values())  # asked once, never sampled
@@ -418,13 +419,13 @@ def test_sampler_samples_during_the_step_only_and_writes_its_samples(tmp_path: P
     lines = sampler.start()
     assert lines[0].startswith(f"telemetry: {NO_TOOL} node2;") and "node2 has dcgmi" in lines[0]
     assert lines[1].startswith("telemetry: could not ask node3 (cannot connect")
-    time.sleep(0.1)
+    time.sleep(0.1)  # the behaviour: five sampling intervals with no step on node1, not sampled
     assert nv.scripts == [PROBE_SCRIPT]  # no step runs there yet: not sampled
     sampler.step_started(step)
-    time.sleep(0.3)
+    wait_for(lambda: len(nv.scripts) >= 1 + 4, 10, "a fourth sample of node1 asked (three done)")
     t = sampler.step_ended(step, _summary(400.0), tmp_path)
     n_after = len(nv.scripts)
-    time.sleep(0.1)
+    time.sleep(0.1)  # the behaviour: five sampling intervals after the step's end, not sampled
     sampler.close()
     assert len(nv.scripts) <= n_after + 1  # stops with the step (one may have been under way)
     assert t is not None
@@ -446,7 +447,7 @@ def test_sampler_samples_an_amd_node_with_amd_smi() -> None:
     sampler = TelemetrySampler(_cluster(["node5"]), [step], 0.02, open_shells)
     assert sampler.start() == []
     sampler.step_started(step)
-    time.sleep(0.2)
+    wait_for(lambda: len(amd.scripts) >= 1 + 3, 10, "a third sample of node5 asked (two done)")
     t = sampler.step_ended(step, _summary(12.0), None)
     sampler.close()
     assert amd.scripts[1] == "/opt/rocm/bin/amd-smi metric --json"
