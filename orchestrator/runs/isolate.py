@@ -53,6 +53,7 @@ from orchestrator.models.isolation import (
 )
 from orchestrator.models.plan import Plan, SizeRange, Step
 from orchestrator.models.requests import MAX_TIMEOUT_S, IsolateRequest
+from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import RunResult, StepResult
 from orchestrator.report.escape import md
 from orchestrator.report.isolation import isolation_markdown as section_markdown
