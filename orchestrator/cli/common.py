@@ -12,8 +12,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, Annotated, Any
 
+import typer
 from rich.console import Console, HighlighterType, JustifyMethod, OverflowMethod
 from rich.style import Style
 from rich.table import Table
@@ -23,6 +25,19 @@ from orchestrator.cli.plain import CliState as CliState
 from orchestrator.cli.plain import silence_stdout as silence_stdout
 from orchestrator.cli.plain import state as state
 from orchestrator.report.escape import visible
+
+InventoryOpt = Annotated[
+    Path,
+    typer.Option("--inventory", "-i", help="Ansible inventory.", show_default="inventories/local.ini"),
+]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Root of the run directories.")]
+
+
+def name_list(text: str | None) -> list[str] | None:
+    """A comma list of names as given to --nodes or --known-good ('a,b,' -> ['a', 'b']); None
+    when the option was not given."""
+    return [n for n in text.split(",") if n] if text else None
+
 
 VERDICT_STYLE = {
     "unchanged": "green",

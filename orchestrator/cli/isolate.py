@@ -8,8 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from orchestrator.cli.common import err, out, styled
-from orchestrator.cli.plan import InventoryOpt, OutOpt
+from orchestrator.cli.common import InventoryOpt, OutOpt, err, name_list, out, styled
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.metrics.stragglers import MIN_PARTNERS
 from orchestrator.models.isolation import Round, partitions_line
@@ -93,8 +92,8 @@ def isolate_cmd(
     culprit, 1: culprits named, 2: drain refused, 3: infra)."""
     req = IsolateRequest(
         inventory=inventory,
-        nodes=[n for n in nodes.split(",") if n] if nodes else None,
-        known_good=[n for n in known_good.split(",") if n] if known_good else [],
+        nodes=name_list(nodes),
+        known_good=name_list(known_good) or [],
         collective=collective,
         size=parse_size(size),
         timeout_s=timeout,
@@ -141,7 +140,7 @@ def stragglers_cmd(
     not judged, 2: usage, 3: infra)."""
     req = StragglersRequest(
         inventory=inventory,
-        nodes=[n for n in nodes.split(",") if n] if nodes else None,
+        nodes=name_list(nodes),
         collective=collective,
         size=parse_size(size),
         iters=iters,

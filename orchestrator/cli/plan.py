@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import InventoryOpt, err, out
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.serving import (
@@ -43,10 +43,6 @@ PlanOpt = Annotated[
         show_default="smoke",
     ),
 ]
-InventoryOpt = Annotated[
-    Path,
-    typer.Option("--inventory", "-i", help="Ansible inventory.", show_default="inventories/local.ini"),
-]
 GroupOpt = Annotated[
     str | None, typer.Option("--group", help="Inventory group to run on (default: all nodes).")
 ]
@@ -65,7 +61,6 @@ BackendOpt = Annotated[
 ]
 PartitionOpt = Annotated[str | None, typer.Option("--partition", help="Slurm partition.")]
 TimeoutOpt = Annotated[int | None, typer.Option("--timeout", min=1, help="Time limit of one step, seconds.")]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Root of the run directories.")]
 
 
 def make_overrides(

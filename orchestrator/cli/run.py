@@ -8,16 +8,14 @@ from typing import Annotated, Literal
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out, styled
+from orchestrator.cli.common import InventoryOpt, OutOpt, err, out, styled
 from orchestrator.cli.plan import (
     BackendOpt,
     CollectivesOpt,
     GpusOpt,
     GroupOpt,
-    InventoryOpt,
     ItersOpt,
     NodesOpt,
-    OutOpt,
     PartitionOpt,
     PlanOpt,
     SizesOpt,
@@ -47,7 +45,7 @@ from orchestrator.models.serving_recovery import ServingRecovery, SpreadStat
 from orchestrator.models.serving_results import ServingLevelResult, ServingStepResult
 from orchestrator.pipeline import ScaleTestRequest, scale_test
 from orchestrator.report.common import efficiency_cell, latency_cell, reference_cell
-from orchestrator.text import plural
+from orchestrator.text import plural, seconds
 
 
 class ProgressPrinter:
@@ -148,10 +146,6 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
             out.print(f"{sid}: {line}", markup=False)
 
 
-def _secs(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f} s"
-
-
 def _p99(p: Percentiles | None) -> str:
     if p is None:
         return "- (n=0)"
@@ -180,9 +174,9 @@ def serving_fault_lines(res: ServingStepResult) -> list[str]:
             lines.append(head)
             continue
         lines.append(
-            f"{head}; {r.status}: to first failure {_secs(r.to_first_failure_s)}, to first success "
-            f"{_secs(r.to_first_success_s)}, to steady {_secs(r.to_steady_s)}; failed {r.failed}, aborted "
-            f"{r.aborted}; TTFT p99 during {_p99(r.ttft_during_ms)}, after {_p99(r.ttft_after_ms)}"
+            f"{head}; {r.status}: to first failure {seconds(r.to_first_failure_s)}, to first success "
+            f"{seconds(r.to_first_success_s)}, to steady {seconds(r.to_steady_s)}; failed {r.failed}, "
+            f"aborted {r.aborted}; TTFT p99 during {_p99(r.ttft_during_ms)}, after {_p99(r.ttft_after_ms)}"
         )
     for (kind, target, level, outcome), ks in skipped.items():
         which = f"repeat {ks[0]}" if len(ks) == 1 else f"repeats {ks[0]}-{ks[-1]}"
