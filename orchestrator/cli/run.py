@@ -9,20 +9,7 @@ import typer
 from rich.table import Table
 
 from orchestrator.cli.common import InventoryOpt, OutOpt, err, out, styled
-from orchestrator.cli.plan import (
-    BackendOpt,
-    CollectivesOpt,
-    GpusOpt,
-    GroupOpt,
-    ItersOpt,
-    NodesOpt,
-    PartitionOpt,
-    PlanOpt,
-    SizesOpt,
-    TimeoutOpt,
-    WarmupOpt,
-    make_overrides,
-)
+from orchestrator.cli.plan import GroupOpt, PlanOpt, ladder_options
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.metrics.serving import cost_label
 from orchestrator.metrics.serving_recovery import recovery_spread
@@ -38,7 +25,7 @@ from orchestrator.models.events import (
     StepState,
     StepSubmitted,
 )
-from orchestrator.models.plan import format_size
+from orchestrator.models.plan import PlanOverrides, format_size
 from orchestrator.models.results import Percentiles
 from orchestrator.models.run import RunResult
 from orchestrator.models.serving_recovery import ServingRecovery, SpreadStat
@@ -255,19 +242,12 @@ def _render_ladder(result: RunResult) -> None:
             out.print(f"{res.step.id}: {note}", markup=False)
 
 
+@ladder_options
 def scale_test_cmd(
     inventory: InventoryOpt = DEFAULT_INVENTORY,
     plan: PlanOpt = None,
     group: GroupOpt = None,
-    nodes: NodesOpt = None,
-    gpus_per_node: GpusOpt = None,
-    collectives: CollectivesOpt = None,
-    sizes: SizesOpt = None,
-    iters: ItersOpt = None,
-    warmup: WarmupOpt = None,
-    backend: BackendOpt = None,
-    partition: PartitionOpt = None,
-    timeout: TimeoutOpt = None,
+    overrides: PlanOverrides | None = None,
     out_dir: OutOpt = None,
     stack: Annotated[
         str | None,
@@ -323,9 +303,8 @@ def scale_test_cmd(
 ) -> int:
     """Run the plan's steps (the collective ladder, serving steps) and give a verdict (exit 0
     accepted, 1 thresholds, 3 infra)."""
-    overrides = make_overrides(
-        nodes, gpus_per_node, collectives, sizes, iters, warmup, backend, partition, timeout, out_dir
-    )
+    overrides = overrides or PlanOverrides()
+    overrides.out_dir = out_dir
     if concurrent_steps:
         overrides.concurrent_steps = True
     overrides.slurm_mode = slurm_mode
