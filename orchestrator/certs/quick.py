@@ -25,6 +25,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cert import Certificate
 from orchestrator.models.cluster import Cluster, Node
+from orchestrator.models.names import check_name
 
 
 class QuickCheck(StrictModel):
@@ -43,11 +44,16 @@ def this_machine(node: str) -> Cluster:
 def quick_check(node: str, inventory: Path | None, root: Path, *, now: datetime | None = None) -> QuickCheck:
     """Check node's newest certificate under root and its fingerprint now (see the module doc):
     over SSH from `inventory`, or on this machine when inventory is None.
-    Raises ConfigError when the node is not in the inventory or the stack is not one of orch's."""
+    Raises ConfigError when the node name is not a plain name, the node is not in the inventory,
+    or the stack is not one of orch's."""
     from orchestrator.provision.fingerprint import compare
     from orchestrator.provision.quickprint import quick_fingerprint
     from orchestrator.stacks import packaged_stack
 
+    try:
+        check_name(node, what="node name")
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     cluster: Cluster | None = None
     if inventory is not None:
         from orchestrator.inventory import load_inventory

@@ -18,7 +18,7 @@ import typer
 from orchestrator import __version__
 from orchestrator.certs.build import seal, stack_summary
 from orchestrator.certs.service import cert_path, cert_text
-from orchestrator.cli import COMMANDS, build_app
+from orchestrator.cli import COMMANDS, build_app, command_of
 from orchestrator.models.cert import Certificate, CertTest
 from orchestrator.provision.fingerprint import from_probe
 from orchestrator.stacks import load_stack
@@ -130,3 +130,16 @@ def test_a_command_loads_its_own_module_only(tmp_path: Path) -> None:
     assert code == 0, output
     others = {f"orchestrator.cli.{c.module}" for c in COMMANDS.values()} - {"orchestrator.cli.stack"}
     assert sorted(others & modules) == []
+
+
+def test_the_command_word_is_found_after_the_root_flags() -> None:
+    assert command_of(["-v", "check", "--quick", "node1"]) == "check"
+    assert command_of(["--verbose", "scale-test", "--plan", "smoke"]) == "scale-test"
+    assert command_of(["--help"]) is None and command_of([]) is None
+    assert command_of(["--bogus", "check"]) is None  # click refuses the unknown option itself
+
+
+def test_check_quick_refuses_a_node_name_that_is_not_plain_with_exit_2(tmp_path: Path) -> None:
+    code, _, output = _run(tmp_path, ["check", "--quick", "../x", "--dir", str(tmp_path)])
+    assert code == 2, output
+    assert "error: node name '../x' is not a valid name" in output
