@@ -14,6 +14,7 @@ import orchestrator.remote.shells as shells_mod
 from orchestrator.models.cluster import Node
 from orchestrator.pipeline import ScaleTestRequest, scale_test
 from orchestrator.remote.base import CmdResult, NodeShell
+from orchestrator.remote.local import LocalShell
 
 PLAN = """
 name: shells
@@ -77,3 +78,41 @@ def test_a_run_with_faults_and_telemetry_opens_one_connection_per_node(
     assert conns and conns[0].log, "nothing ran through the run's shells"
     assert opened == Counter({"localhost": 1})
     assert all(c.closed for c in conns)  # closed by the lifecycle when the run ended
+
+
+class _Counted:
+    """This machine's shell (the fault must really find and kill the engine), counted as one
+    connection when made and marked closed when the run closes it."""
+
+    def __init__(self) -> None:
+        self.shell, self.closed = LocalShell(), False
+
+    def run_script(self, script: str, *, timeout: float) -> CmdResult:
+        assert not self.closed, "a line sent after the run's shells were closed"
+        return self.shell.run_script(script, timeout=timeout)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_serving_faults_and_telemetry_use_the_runs_one_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_serving_fault_injection import plan_setup
+
+    opened: Counter[str] = Counter()
+    made: list[_Counted] = []
+
+    def connect(node: Node, connect_timeout: float) -> NodeShell:
+        opened[node.name] += 1
+        made.append(_Counted())
+        return made[-1]
+
+    monkeypatch.setattr(shells_mod, "open_shell", connect)
+    req, _ = plan_setup(tmp_path, duration=3)
+    result = scale_test(req)  # type: ignore[arg-type]
+    (step,) = result.serving
+    (fault,) = step.faults
+    assert fault.outcome == "done", fault  # the kill went through the run's shell
+    assert opened == Counter({"localhost": 1})
+    assert all(c.closed for c in made)
