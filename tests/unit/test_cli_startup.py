@@ -10,16 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
+from test_quick_check import write_certificate
 
 from orchestrator import __version__
-from orchestrator.certs.build import seal, stack_summary
-from orchestrator.certs.service import cert_path, cert_text
 from orchestrator.cli import COMMANDS, build_app, command_of
-from orchestrator.models.cert import Certificate, CertTest
 from orchestrator.provision.fingerprint import from_probe
 from orchestrator.stacks import load_stack
 
@@ -71,17 +69,7 @@ def _certified_node(tmp_path: Path) -> tuple[str, Path, Path]:
     }
     probe = tmp_path / "probe.py"
     probe.write_text(f"print({json.dumps(json.dumps(raw))})\n")
-    now = datetime.now(UTC)
-    cert = Certificate(
-        node="node1", run_id="20261201T060000Z-smoke-abcd", plan="smoke", run_status="accepted",
-        issued_at=now - timedelta(days=1), valid_until=now + timedelta(days=30),
-        stack=stack_summary("cpu-gloo", now, from_probe("node1", raw)),
-        tests=[CertTest(step="n1xg2", collective="all_reduce", nnodes=1, ranks=2, metric="busbw_gbs",
-                        measured=1.0, passed=True)],
-    )  # fmt: skip
-    path = cert_path(tmp_path / "runs" / "r1", "node1")
-    path.parent.mkdir(parents=True)
-    path.write_text(cert_text(seal(cert)))
+    write_certificate(tmp_path / "runs", from_probe("node1", raw), now=datetime.now(UTC), valid_days=30)
     return "node1", tmp_path / "runs", probe
 
 

@@ -33,20 +33,28 @@ def _matching(node: str) -> Fingerprint:
     return Fingerprint(node=node, venv_python=py.python_version + ".2", torch=py.torch, orch=__version__)
 
 
-def _setup(tmp_path: Path, fp: Fingerprint, valid_days: int, stack: str = "cpu-gloo") -> tuple[Path, Path]:
-    inv = tmp_path / "inv.yml"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": {"node1": {"ansible_host": "198.18.0.11"}}}}))
+def write_certificate(
+    runs: Path, fp: Fingerprint, *, now: datetime, valid_days: int, stack: str = "cpu-gloo"
+) -> Path:
+    """runs/r1/certs/node1.json: node1's sealed certificate with fingerprint fp, issued a day
+    before `now`, valid `valid_days` after it; returns runs (the --dir of check --quick)."""
     cert = Certificate(
         node="node1", run_id="20261201T060000Z-smoke-abcd", plan="smoke", run_status="accepted",
-        issued_at=NOW - timedelta(days=1), valid_until=NOW + timedelta(days=valid_days),
-        stack=stack_summary(stack, NOW, fp),
+        issued_at=now - timedelta(days=1), valid_until=now + timedelta(days=valid_days),
+        stack=stack_summary(stack, now, fp),
         tests=[CertTest(step="n1xg2", collective="all_reduce", nnodes=1, ranks=2, metric="busbw_gbs",
                         measured=1.0, passed=True)],
     )  # fmt: skip
-    path = cert_path(tmp_path / "runs" / "r1", "node1")
+    path = cert_path(runs / "r1", "node1")
     path.parent.mkdir(parents=True)
     path.write_text(cert_text(seal(cert)))
-    return inv, tmp_path / "runs"
+    return runs
+
+
+def _setup(tmp_path: Path, fp: Fingerprint, valid_days: int, stack: str = "cpu-gloo") -> tuple[Path, Path]:
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"node1": {"ansible_host": "198.18.0.11"}}}}))
+    return inv, write_certificate(tmp_path / "runs", fp, now=NOW, valid_days=valid_days, stack=stack)
 
 
 def _fingerprint_now(monkeypatch: pytest.MonkeyPatch, fp: Fingerprint) -> None:
