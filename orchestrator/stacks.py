@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
-from orchestrator.models.cluster import Cluster
-from orchestrator.models.plan import Plan
-from orchestrator.models.serving import ServingWorkload
-from orchestrator.models.stack import EngineVariant, Stack
+from orchestrator.models.stack import Stack
+
+if TYPE_CHECKING:  # annotations only: `orch check --quick` loads no plan, cluster or serving model
+    from orchestrator.models.cluster import Cluster
+    from orchestrator.models.plan import Plan
+    from orchestrator.models.serving import ServingWorkload
+    from orchestrator.models.stack import EngineVariant
 
 # The playbooks, roles and stacks ship inside the package (package data): a wheel install has them.
 PLAYBOOKS_DIR = Path(__file__).resolve().parent / "playbooks"
@@ -64,8 +67,21 @@ def load_stack(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Stack:
     return stack
 
 
+def packaged_stack(name: str, stacks_dir: Path = STACKS_DIR) -> Stack:
+    """The stack named `name` among orch's own manifests (a name read from a file such as a
+    certificate: never taken as a path); raises ConfigError when there is none of that name."""
+    if name not in list_stacks(stacks_dir):
+        raise ConfigError(
+            f"no stack named {name!r} among orch's stacks",
+            hint=f"stacks are: {', '.join(list_stacks(stacks_dir)) or '(none)'} (see `orch stack list`)",
+        )
+    return load_stack(name, stacks_dir)
+
+
 def json_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema of a stack or plan file; raises ConfigError for another kind."""
+    from orchestrator.models.plan import Plan  # not at the top: `orch check --quick` loads no plan model
+
     models: dict[str, type[Stack] | type[Plan]] = {"stack": Stack, "plan": Plan}
     if kind not in models:
         raise ConfigError(f"no schema for {kind!r}", hint="one of: stack, plan")

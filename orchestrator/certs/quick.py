@@ -1,13 +1,19 @@
 """`orch check --quick NODE`: a prolog-sized check of one node against its newest certificate.
 
 Seconds, not minutes: no job runs. The node fails the check when it has no intact certificate,
-when the newest one has expired, or when its fingerprint, read now over one kept-open shell
-(provision/quickprint.py, the probe of `orch fingerprint`), drifted: against the stack (any field
-not `unchanged`) or against the fingerprint hash the certificate holds.
+when the newest one has expired, or when its fingerprint, read now (provision/quickprint.py, the
+probe of `orch fingerprint`), drifted: against the stack (any field not `unchanged`) or against
+the fingerprint hash the certificate holds.
+
+Two ways to read the fingerprint. On the node itself (a Slurm prolog, no inventory): the probe
+runs on this machine, the stack is the one the certificate names, found by that name among the
+package's stacks, and no inventory, SSH or Ansible code is loaded. From a controller with an
+inventory: over one kept-open shell to the node as the inventory names it.
 """
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,8 +22,10 @@ from pydantic import Field
 from orchestrator.certs import digest
 from orchestrator.certs.service import latest
 from orchestrator.errors import ConfigError
-from orchestrator.inventory import load_inventory
 from orchestrator.models.base import StrictModel
+from orchestrator.models.cert import Certificate
+from orchestrator.models.cluster import Cluster, Node
+from orchestrator.models.names import check_name
 
 
 class QuickCheck(StrictModel):
@@ -27,15 +35,31 @@ class QuickCheck(StrictModel):
     problems: list[str] = Field(default_factory=list)
 
 
-def quick_check(node: str, inventory: Path, root: Path, *, now: datetime | None = None) -> QuickCheck:
-    """Check node's newest certificate under root and its fingerprint now (see the module doc).
-    Raises ConfigError when the node is not in the inventory or the stack is unknown."""
+def this_machine(node: str) -> Cluster:
+    """A cluster of one local node named `node`: this machine, probed with orch's own Python."""
+    here = Node(name=node, address="localhost", connection="local", python_interpreter=sys.executable)
+    return Cluster(source=Path("(this machine)"), nodes=[here])
+
+
+def quick_check(node: str, inventory: Path | None, root: Path, *, now: datetime | None = None) -> QuickCheck:
+    """Check node's newest certificate under root and its fingerprint now (see the module doc):
+    over SSH from `inventory`, or on this machine when inventory is None.
+    Raises ConfigError when the node name is not a plain name, the node is not in the inventory,
+    or the stack is not one of orch's."""
     from orchestrator.provision.fingerprint import compare
     from orchestrator.provision.quickprint import quick_fingerprint
-    from orchestrator.stacks import load_stack
+    from orchestrator.stacks import packaged_stack
 
-    cluster = load_inventory(inventory)
-    cluster.node(node)
+    try:
+        check_name(node, what="node name")
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    cluster: Cluster | None = None
+    if inventory is not None:
+        from orchestrator.inventory import load_inventory
+
+        cluster = load_inventory(inventory)
+        cluster.node(node)
     try:
         path, cert, problems = latest(node, root)
     except ConfigError as e:
@@ -43,25 +67,37 @@ def quick_check(node: str, inventory: Path, root: Path, *, now: datetime | None 
     found = [f"certificate edited: {p}" for p in problems]
     if cert.expired(now or datetime.now(UTC)):
         found.append(f"certificate of run {cert.run_id} expired on {cert.valid_until:%Y-%m-%d %H:%M %Z}")
-    stack_name = cert.stack.stack if cert.stack else cluster.vars.orch_stack
+    stack_name = cert.stack.stack if cert.stack else cluster.vars.orch_stack if cluster else None
     if stack_name is None:
         found.append("no stack to check the fingerprint against (the certificate holds none)")
-    else:
-        stack = load_stack(stack_name)
+        return QuickCheck(node=node, ok=False, certificate=str(path), problems=found)
+    stack = packaged_stack(stack_name)
+    if cluster is not None:
         prints, failed = quick_fingerprint(cluster, stack, [node])
-        if node in failed:
-            found.append(f"fingerprint not read: {failed[node]}")
-        else:
-            fp = prints[node]
-            found += [
-                f"drift against stack {stack_name}: {c.field} expected {c.expected}, "
-                f"found {c.found} ({c.verdict})"
-                for c in compare(stack, fp, gpus_expected=cluster.node(node).gpus_per_node).checks
-                if c.verdict != "unchanged"
-            ]
-            if (
-                cert.stack is not None
-                and digest.sha256(fp.model_dump(mode="json")) != cert.stack.fingerprint_sha256
-            ):
-                found.append("fingerprint differs from the one the certificate holds")
+        gpus: int | None = cluster.node(node).gpus_per_node
+    else:
+        from orchestrator.remote.local import LocalShell
+
+        prints, failed = quick_fingerprint(this_machine(node), stack, [node], shells={node: LocalShell()})
+        gpus = _certified_gpus(cert)
+    if node in failed:
+        found.append(f"fingerprint not read: {failed[node]}")
+    else:
+        fp = prints[node]
+        found += [
+            f"drift against stack {stack_name}: {c.field} expected {c.expected}, "
+            f"found {c.found} ({c.verdict})"
+            for c in compare(stack, fp, gpus_expected=gpus).checks
+            if c.verdict != "unchanged"
+        ]
+        if (
+            cert.stack is not None
+            and digest.sha256(fp.model_dump(mode="json")) != cert.stack.fingerprint_sha256
+        ):
+            found.append("fingerprint differs from the one the certificate holds")
     return QuickCheck(node=node, ok=not found, certificate=str(path), problems=found)
+
+
+def _certified_gpus(cert: Certificate) -> int | None:
+    """The GPU count the certified run found on the node (None when it found none)."""
+    return len(cert.stack.gpus) or None if cert.stack is not None else None

@@ -17,14 +17,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.certs import digest
-from orchestrator.certs.build import certify
 from orchestrator.errors import ConfigError
 from orchestrator.models.cert import CertCheck, CertEntry, Certificate, IssueResult
 from orchestrator.models.names import check_name
 from orchestrator.paths import under
 from orchestrator.safefs import NotInside, atomic_write, read_inside
-from orchestrator.store.load import invalid, load_run
 from orchestrator.store.rundir import json_data
+
+# certs.build and store.load are imported where they are used: `orch check --quick` (a prolog)
+# reads certificates through this module and must not load the run and plan models.
 
 CERTS_DIR = "certs"
 DEFAULT_VALID_DAYS = 30
@@ -50,6 +51,9 @@ def issue(run_dir: Path, *, valid_days: int = DEFAULT_VALID_DAYS, now: datetime 
     Raises ConfigError when run_dir is not a run folder, is still running or has no readable plan,
     or valid_days < 1; InfraError when a file cannot be written.
     """
+    from orchestrator.certs.build import certify
+    from orchestrator.store.load import load_run
+
     rec = load_run(run_dir)
     certs, refused = certify(rec, now=now or datetime.now(UTC), valid_days=valid_days)
     result = IssueResult(run_id=rec.run_id, refused=refused)
@@ -81,6 +85,8 @@ def check_data(path: Path, data: dict[str, Any]) -> tuple[Certificate | None, li
     try:
         cert: Certificate | None = Certificate.model_validate(data)
     except ValidationError as e:
+        from orchestrator.store.load import invalid
+
         cert = None
         problems.append(f"invalid: {invalid(path, e)}")
     return cert, problems

@@ -9,18 +9,35 @@ is given with style= or styled(), never with markup.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, Annotated, Any
 
+import typer
 from rich.console import Console, HighlighterType, JustifyMethod, OverflowMethod
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.cli.plain import CliState as CliState
+from orchestrator.cli.plain import silence_stdout as silence_stdout
+from orchestrator.cli.plain import state as state
 from orchestrator.report.escape import visible
+
+InventoryOpt = Annotated[
+    Path,
+    typer.Option("--inventory", "-i", help="Ansible inventory.", show_default="inventories/local.ini"),
+]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Root of the run directories.")]
+
+
+def name_list(text: str | None) -> list[str] | None:
+    """A comma list of names as given to --nodes or --known-good ('a,b,' -> ['a', 'b']); None
+    when the option was not given."""
+    return [n for n in text.split(",") if n] if text else None
+
 
 VERDICT_STYLE = {
     "unchanged": "green",
@@ -29,14 +46,6 @@ VERDICT_STYLE = {
     "unavailable": "red",
 }
 """The colour of each compatibility verdict (fingerprint, migrate plan)."""
-
-
-@dataclass
-class CliState:
-    verbose: bool = False
-
-
-state = CliState()
 
 
 def safe_text(value: object) -> str:
@@ -72,19 +81,6 @@ class DataConsole(Console):
             safe_text(text), style=style, justify=justify, overflow=overflow, emoji=False,
             markup=False, highlight=False, highlighter=highlighter,
         )  # fmt: skip
-
-
-def silence_stdout() -> None:
-    """Point stdout at /dev/null once its reader has gone (`orch … | head -1`).
-
-    Python's documented recipe for a closed pipe (see the signal module's note on SIGPIPE): later
-    writes, and the flush at exit, then go nowhere instead of raising BrokenPipeError again.
-    """
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    finally:
-        os.close(devnull)
 
 
 class _UntilClosed:

@@ -10,8 +10,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import out
-from orchestrator.cli.plan import InventoryOpt
+from orchestrator.cli.common import InventoryOpt, out
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.plan import expand_serving_steps, expand_steps, load_plan
 from orchestrator.remote.local import LocalRunner

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import Col, err, fitted_table, out
+from orchestrator.cli.common import Col, InventoryOpt, err, fitted_table, out
 from orchestrator.errors import EXIT_INFRA
 from orchestrator.faults import service
 from orchestrator.faults.catalog import CATALOG
@@ -27,11 +27,6 @@ from orchestrator.runs.recovery_request import RecoveryTestRequest
 from orchestrator.store.rundir import new_run_id
 
 fault_app = typer.Typer(name="fault", help="Inject, list and sweep faults.", no_args_is_help=True)
-
-InventoryOpt = Annotated[
-    Path,
-    typer.Option("--inventory", "-i", help="Ansible inventory.", show_default="inventories/local.ini"),
-]
 
 
 @fault_app.command("list")

@@ -1,5 +1,5 @@
-"""CLI commands: isolate (find the bad node or link), stragglers (the node-pair matrix) and check
---quick (a prolog-sized check)."""
+"""CLI commands: isolate (find the bad node or link) and stragglers (the node-pair matrix); check
+--quick is in check.py."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from orchestrator.cli.common import err, out, styled
-from orchestrator.cli.plan import InventoryOpt, OutOpt
-from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE
+from orchestrator.cli.common import InventoryOpt, OutOpt, err, name_list, out, styled
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.models.isolation import Round, partitions_line
 from orchestrator.models.plan import parse_size
@@ -88,8 +86,8 @@ def isolate_cmd(
     culprit, 1: culprits named, 2: drain refused, 3: infra)."""
     req = IsolateRequest(
         inventory=inventory,
-        nodes=[n for n in nodes.split(",") if n] if nodes else None,
-        known_good=[n for n in known_good.split(",") if n] if known_good else [],
+        nodes=name_list(nodes),
+        known_good=name_list(known_good) or [],
         collective=collective,
         size=parse_size(size),
         timeout_s=timeout,
@@ -136,7 +134,7 @@ def stragglers_cmd(
     not judged, 2: usage, 3: infra)."""
     req = StragglersRequest(
         inventory=inventory,
-        nodes=[n for n in nodes.split(",") if n] if nodes else None,
+        nodes=name_list(nodes),
         collective=collective,
         size=parse_size(size),
         iters=iters,
@@ -169,35 +167,7 @@ def stragglers_cmd(
     return result.exit_code
 
 
-def check_cmd(
-    node: Annotated[str | None, typer.Argument(help="The node (default: this host's short name).")] = None,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="Certificate and fingerprint only (seconds).")
-    ] = False,
-    inventory: InventoryOpt = DEFAULT_INVENTORY,
-    root: Annotated[
-        Path, typer.Option("--dir", help="The folder of run folders holding certificates.")
-    ] = Path("runs"),
-) -> int:
-    """Exit 1 when NODE's newest certificate is missing, edited or expired, or its fingerprint
-    drifted against the stack; 0 otherwise (for a Slurm prolog or health-check program)."""
-    import socket
-
-    from orchestrator.certs.quick import quick_check
-
-    if not quick:
-        err.print("only --quick exists today", markup=False)
-        return EXIT_USAGE
-    res = quick_check(node or socket.gethostname().split(".")[0], inventory, root)
-    for p in res.problems:
-        err.print(f"{res.node}: {p}", markup=False)
-    if res.ok:
-        out.print(f"{res.node}: ok ({res.certificate})", markup=False)
-    return EXIT_OK if res.ok else EXIT_THRESHOLDS
-
-
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.command("isolate")(isolate_cmd)
     app.command("stragglers")(stragglers_cmd)
-    app.command("check")(check_cmd)

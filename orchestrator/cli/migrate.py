@@ -9,8 +9,17 @@ from typing import Annotated, Literal
 
 import typer
 
-from orchestrator.cli.common import VERDICT_STYLE, Cell, Col, fitted_table, out, styled, write_out
-from orchestrator.cli.plan import InventoryOpt, OutOpt
+from orchestrator.cli.common import (
+    VERDICT_STYLE,
+    Cell,
+    Col,
+    InventoryOpt,
+    OutOpt,
+    fitted_table,
+    out,
+    styled,
+    write_out,
+)
 from orchestrator.cli.run import ProgressPrinter
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import DEFAULT_INVENTORY

@@ -1,18 +1,20 @@
 """CLI commands: plan (`orch plan show`).
 
-The option types below (PlanOpt, NodesOpt, ...) are meant to be reused by `orch scale-test`, so
-the two commands take the same flags with the same help.
+The option types below (PlanOpt, NodesOpt, ...) and ladder_options are reused by `orch
+scale-test`, so the two commands take the same flags with the same help.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Literal
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out
+from orchestrator.cli.common import InventoryOpt, err, out
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.serving import (
@@ -32,6 +34,8 @@ from orchestrator.plan import (
 )
 from orchestrator.text import plural
 
+R = TypeVar("R")
+
 plan_app = typer.Typer(name="plan", help="Test plans: what a scale test runs.", no_args_is_help=True)
 
 PlanOpt = Annotated[
@@ -42,10 +46,6 @@ PlanOpt = Annotated[
         help="Built-in plan (smoke, acceptance, nightly) or a YAML file.",
         show_default="smoke",
     ),
-]
-InventoryOpt = Annotated[
-    Path,
-    typer.Option("--inventory", "-i", help="Ansible inventory.", show_default="inventories/local.ini"),
 ]
 GroupOpt = Annotated[
     str | None, typer.Option("--group", help="Inventory group to run on (default: all nodes).")
@@ -65,50 +65,56 @@ BackendOpt = Annotated[
 ]
 PartitionOpt = Annotated[str | None, typer.Option("--partition", help="Slurm partition.")]
 TimeoutOpt = Annotated[int | None, typer.Option("--timeout", min=1, help="Time limit of one step, seconds.")]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Root of the run directories.")]
 
 
-def make_overrides(
-    nodes: str | None = None,
-    gpus_per_node: str | None = None,
-    collectives: str | None = None,
-    sizes: str | None = None,
-    iters: int | None = None,
-    warmup: int | None = None,
-    backend: Literal["slurm", "local", "auto"] | None = None,
-    partition: str | None = None,
-    timeout: int | None = None,
-    out_dir: Path | None = None,
-) -> PlanOverrides:
-    """PlanOverrides from the CLI flags (None = not given)."""
-    return PlanOverrides(
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        collectives=collectives,
-        sizes=sizes,
-        iters=iters,
-        warmup_iters=warmup,
-        backend=backend,
-        partition=partition,
-        timeout_s=timeout,
-        out_dir=out_dir,
-    )
+LADDER_OPTIONS = {
+    "nodes": NodesOpt,
+    "gpus_per_node": GpusOpt,
+    "collectives": CollectivesOpt,
+    "sizes": SizesOpt,
+    "iters": ItersOpt,
+    "warmup": WarmupOpt,
+    "backend": BackendOpt,
+    "partition": PartitionOpt,
+    "timeout": TimeoutOpt,
+}
+"""The plan's override options that `plan show` and `scale-test` share, by parameter name."""
+
+
+def ladder_options(command: Callable[..., R]) -> Callable[..., R]:
+    """`command` with its parameter `overrides: PlanOverrides` shown to typer as the options of
+    LADDER_OPTIONS (--nodes ... --timeout, in that place and order), each None when not given;
+    the wrapper builds the PlanOverrides from them and calls command(..., overrides=...)."""
+    sig = inspect.signature(command, eval_str=True)
+    params: list[inspect.Parameter] = []
+    for p in sig.parameters.values():
+        if p.name == "overrides":
+            params += [inspect.Parameter(n, p.POSITIONAL_OR_KEYWORD, default=None, annotation=a)
+                       for n, a in LADDER_OPTIONS.items()]  # fmt: skip
+        else:
+            params.append(p)
+
+    @functools.wraps(command)
+    def with_overrides(**kw: Any) -> R:
+        given = {n: kw.pop(n) for n in LADDER_OPTIONS}
+        warmup, timeout = given.pop("warmup"), given.pop("timeout")
+        return command(**kw, overrides=PlanOverrides(**given, warmup_iters=warmup, timeout_s=timeout))
+
+    # typer reads the options from the signature and their types from the annotations
+    with_overrides.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    with_overrides.__annotations__ = {p.name: p.annotation for p in params} | {
+        "return": sig.return_annotation
+    }
+    return with_overrides
 
 
 @plan_app.command("show")
+@ladder_options
 def show(
     plan: PlanOpt = None,
     inventory: InventoryOpt = DEFAULT_INVENTORY,
     group: GroupOpt = None,
-    nodes: NodesOpt = None,
-    gpus_per_node: GpusOpt = None,
-    collectives: CollectivesOpt = None,
-    sizes: SizesOpt = None,
-    iters: ItersOpt = None,
-    warmup: WarmupOpt = None,
-    backend: BackendOpt = None,
-    partition: PartitionOpt = None,
-    timeout: TimeoutOpt = None,
+    overrides: PlanOverrides | None = None,
     as_yaml: Annotated[bool, typer.Option("--yaml", help="Print the resolved plan as YAML.")] = False,
 ) -> None:
     """Print the resolved plan's steps on the inventory, before anything runs.
@@ -116,7 +122,7 @@ def show(
     The plan is checked against the inventory in both views (--yaml too): what scale-test would
     refuse, plan show refuses, with the same message and exit code.
     """
-    ov = make_overrides(nodes, gpus_per_node, collectives, sizes, iters, warmup, backend, partition, timeout)
+    ov = overrides or PlanOverrides()
     resolved = resolve_plan(plan, ov)
     cluster = load_inventory(inventory)
     for w in cluster.warnings:

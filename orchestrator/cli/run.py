@@ -8,23 +8,8 @@ from typing import Annotated, Literal
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import err, out, styled
-from orchestrator.cli.plan import (
-    BackendOpt,
-    CollectivesOpt,
-    GpusOpt,
-    GroupOpt,
-    InventoryOpt,
-    ItersOpt,
-    NodesOpt,
-    OutOpt,
-    PartitionOpt,
-    PlanOpt,
-    SizesOpt,
-    TimeoutOpt,
-    WarmupOpt,
-    make_overrides,
-)
+from orchestrator.cli.common import InventoryOpt, OutOpt, err, out, styled
+from orchestrator.cli.plan import GroupOpt, PlanOpt, ladder_options
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.metrics.serving import cost_label
 from orchestrator.metrics.serving_recovery import recovery_spread
@@ -40,7 +25,7 @@ from orchestrator.models.events import (
     StepState,
     StepSubmitted,
 )
-from orchestrator.models.plan import format_size
+from orchestrator.models.plan import PlanOverrides, format_size
 from orchestrator.models.requests import ScaleTestRequest
 from orchestrator.models.results import Percentiles
 from orchestrator.models.run import RunResult
@@ -48,7 +33,7 @@ from orchestrator.models.serving_recovery import ServingRecovery, SpreadStat
 from orchestrator.models.serving_results import ServingLevelResult, ServingStepResult
 from orchestrator.report.common import efficiency_cell, latency_cell, reference_cell
 from orchestrator.runs.scale_test import scale_test
-from orchestrator.text import plural
+from orchestrator.text import plural, seconds
 
 
 class ProgressPrinter:
@@ -149,10 +134,6 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
             out.print(f"{sid}: {line}", markup=False)
 
 
-def _secs(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f} s"
-
-
 def _p99(p: Percentiles | None) -> str:
     if p is None:
         return "- (n=0)"
@@ -181,9 +162,9 @@ def serving_fault_lines(res: ServingStepResult) -> list[str]:
             lines.append(head)
             continue
         lines.append(
-            f"{head}; {r.status}: to first failure {_secs(r.to_first_failure_s)}, to first success "
-            f"{_secs(r.to_first_success_s)}, to steady {_secs(r.to_steady_s)}; failed {r.failed}, aborted "
-            f"{r.aborted}; TTFT p99 during {_p99(r.ttft_during_ms)}, after {_p99(r.ttft_after_ms)}"
+            f"{head}; {r.status}: to first failure {seconds(r.to_first_failure_s)}, to first success "
+            f"{seconds(r.to_first_success_s)}, to steady {seconds(r.to_steady_s)}; failed {r.failed}, "
+            f"aborted {r.aborted}; TTFT p99 during {_p99(r.ttft_during_ms)}, after {_p99(r.ttft_after_ms)}"
         )
     for (kind, target, level, outcome), ks in skipped.items():
         which = f"repeat {ks[0]}" if len(ks) == 1 else f"repeats {ks[0]}-{ks[-1]}"
@@ -262,19 +243,12 @@ def _render_ladder(result: RunResult) -> None:
             out.print(f"{res.step.id}: {note}", markup=False)
 
 
+@ladder_options
 def scale_test_cmd(
     inventory: InventoryOpt = DEFAULT_INVENTORY,
     plan: PlanOpt = None,
     group: GroupOpt = None,
-    nodes: NodesOpt = None,
-    gpus_per_node: GpusOpt = None,
-    collectives: CollectivesOpt = None,
-    sizes: SizesOpt = None,
-    iters: ItersOpt = None,
-    warmup: WarmupOpt = None,
-    backend: BackendOpt = None,
-    partition: PartitionOpt = None,
-    timeout: TimeoutOpt = None,
+    overrides: PlanOverrides | None = None,
     out_dir: OutOpt = None,
     stack: Annotated[
         str | None,
@@ -330,9 +304,8 @@ def scale_test_cmd(
 ) -> int:
     """Run the plan's steps (the collective ladder, serving steps) and give a verdict (exit 0
     accepted, 1 thresholds, 3 infra)."""
-    overrides = make_overrides(
-        nodes, gpus_per_node, collectives, sizes, iters, warmup, backend, partition, timeout, out_dir
-    )
+    overrides = overrides or PlanOverrides()
+    overrides.out_dir = out_dir
     if concurrent_steps:
         overrides.concurrent_steps = True
     overrides.slurm_mode = slurm_mode

@@ -45,18 +45,16 @@ def quick_fingerprint(
 ) -> tuple[dict[str, Fingerprint], dict[str, str]]:
     """Fingerprints of the named nodes, and for each node that could not be read, why. `shells`:
     kept-open shells to use (the run's, kept open after this); by default opened and closed here."""
-    from orchestrator.remote.shells import node_shells
-
     source = PROBE.read_text()
     sub = cluster.model_copy(update={"nodes": [cluster.node(n) for n in names]})
     found: dict[str, Fingerprint] = {}
     failed: dict[str, str] = {}
     with contextlib.ExitStack() as stack_:
-        use: Mapping[str, NodeShell] = (
-            shells
-            if shells is not None
-            else stack_.enter_context(node_shells(sub, connect_timeout=connect_timeout))
-        )
+        if shells is None:
+            from orchestrator.remote.shells import node_shells  # paramiko: only when shells are opened here
+
+            shells = stack_.enter_context(node_shells(sub, connect_timeout=connect_timeout))
+        use: Mapping[str, NodeShell] = shells
 
         def one(node: Node) -> None:
             try:

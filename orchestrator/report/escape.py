@@ -16,7 +16,6 @@ user (or a node) wrote. Each output gets them through one function here:
 
 from __future__ import annotations
 
-import html
 import re
 import unicodedata
 from urllib.parse import quote
@@ -49,7 +48,7 @@ def visible(text: object, keep: str = "") -> str:
 def md(text: object) -> str:
     """One Markdown cell or phrase: visible, one line, HTML-escaped, Markdown metacharacters escaped."""
     s = visible(text).replace("\n", " ")
-    return html.escape(_MD_SPECIAL.sub(r"\\\1", s), quote=True)
+    return _html_escape(_MD_SPECIAL.sub(r"\\\1", s))
 
 
 def href(path: str) -> str:
@@ -63,7 +62,13 @@ def href(path: str) -> str:
 
 def html_text(text: object) -> str:
     """str(text) as HTML/SVG text or attribute value: control characters shown, markup escaped."""
-    return html.escape(visible(text), quote=True)
+    return _html_escape(visible(text))
+
+
+def _html_escape(s: str) -> str:
+    import html  # not at the top: html.entities is large, and `orch check --quick` needs none of it
+
+    return html.escape(s, quote=True)
 
 
 def xml_text(text: object) -> str:

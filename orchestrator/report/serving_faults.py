@@ -33,6 +33,7 @@ from orchestrator.report import svg
 from orchestrator.report.common import Case
 from orchestrator.report.escape import visible
 from orchestrator.safefs import inside
+from orchestrator.text import seconds as _secs
 
 WINDOW_S = 30.0
 """The timeline shows the requests sent from this long before the fault to this long after steady
@@ -55,10 +56,6 @@ def injections(rec: RunRecord) -> list[Injection]:
 
 def _s(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
-
-
-def _secs(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f} s"
 
 
 def _ms(v: float | None) -> str:

@@ -13,6 +13,9 @@ A `RunLifecycle` owns, for scale-test and recovery-test alike (and for the kinds
   (`interrupted` or `run_error`), its faults reverted, and `run_finished` journaled with the
   status, exit code, wall time and error. Ctrl-C and SIGTERM leave as `Interrupted` (exit 130);
   any other error leaves as it came;
+- the run's one set of kept-open shells to its nodes (`shells`), made at first use and shared by
+  the stack's fingerprint, the nodes' folders, faults, serving faults and telemetry: one SSH
+  connection per node per run; closed after every other close, so that a revert still has it;
 - the exit-code mapping (errors.py EXIT_*): see `verdict_ending` and `error_ending`.
 
 Used as a context manager around the body of a run:
@@ -48,6 +51,7 @@ from orchestrator.errors import (
     Interrupted,
     OrchError,
 )
+from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import (
     Listener,
     RunError,
@@ -59,6 +63,7 @@ from orchestrator.models.events import (
 )
 from orchestrator.models.results import Verdict
 from orchestrator.paths import under
+from orchestrator.remote.shells import ShellSet
 from orchestrator.safefs import make_dir
 from orchestrator.store.db import StoreListener, default_store_path
 from orchestrator.store.rundir import RunDir, who
@@ -129,6 +134,7 @@ class RunLifecycle:
         self._cancelled: list[str] = []
         self._saved: dict[int, Any] = {}
         self._deferred: list[int] = []
+        self._shells: ShellSet | None = None
 
     # --- opening -------------------------------------------------------------------------------
 
@@ -198,6 +204,16 @@ class RunLifecycle:
     def on_close(self, close: Callable[[], None]) -> None:
         """close() runs however the run ends (faults reverted), after the jobs are cancelled."""
         self._close.append(close)
+
+    def shells(self, cluster: Cluster) -> ShellSet:
+        """The run's kept-open shells to cluster's nodes: one set per run, made at the first call
+        (each shell at its first use), closed when the run ends, after every on_close. Raises
+        ValueError when cluster has a node the run's set does not."""
+        if self._shells is None:
+            self._shells = ShellSet(cluster)
+        elif missing := set(cluster.names) - set(self._shells):
+            raise ValueError(f"the run's shells have no node {', '.join(sorted(missing))}")
+        return self._shells
 
     def on_error(self, write: Callable[[Ending], object]) -> None:
         """write(ending) records the run's result when it ends on an exception (and usually
@@ -284,7 +300,9 @@ class RunLifecycle:
         return self._cancelled
 
     def _closing(self) -> None:
-        for close in self._close:
+        # the run's shells last: the closes before them revert faults through them
+        last = [self._shells.close] if self._shells is not None else []
+        for close in [*self._close, *last]:
             try:
                 close()
             except Exception as e:  # one revert that fails does not skip the others

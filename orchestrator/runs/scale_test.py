@@ -31,7 +31,6 @@ from orchestrator.paths import under
 from orchestrator.plan import expand_serving_steps, expand_steps, resolve_plan
 from orchestrator.remote.base import NodeShell
 from orchestrator.remote.nodefiles import run_data_layout
-from orchestrator.remote.shells import node_shells
 from orchestrator.runs.executor import StepExecutor, choose_backend, job_spec, make_scheduler, steps_json
 from orchestrator.runs.lifecycle import Ending, RunLifecycle, keep_attempt, verdict_ending
 from orchestrator.runs.serving import ServingRunner
@@ -91,11 +90,9 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             kind="scale-test",
         )  # fmt: skip
         stack = StackOutcome()
-        # One set of kept-open shells for the run: the stack's fingerprint, then the nodes' folders
-        # (one SSH handshake per node per run, not one per stage); closed when the run ends.
-        keep = contextlib.ExitStack()
-        life.on_close(keep.close)
-        shells = keep.enter_context(node_shells(cluster))
+        # The run's one set of kept-open shells (runs/lifecycle.py): the stack's fingerprint, the
+        # nodes' folders, faults, serving faults and telemetry; one SSH connection per node per run.
+        shells = life.shells(cluster)
         if isinstance(sched, AllocationScheduler) and steps:
             # Allocation mode asks for its allocation now, so that Slurm queues and grants it while
             # the stack's fingerprint is checked; no step starts before the run passes its checks.
@@ -120,11 +117,11 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             life.log(RunWarning(message=w))
         python = given_python or stack.python or node_python(cluster)
         faults = (
-            StepFaults(plan, cluster, steps, life.rundir, life.journal, force=req.force_faults)
+            StepFaults(plan, cluster, steps, life.rundir, life.journal, force=req.force_faults, shells=shells)
             if any(fault_matches(pf, s) for pf in plan.faults for s in steps)
             else None
         )
-        telemetry = _telemetry(plan, cluster, steps)
+        telemetry = _telemetry(plan, cluster, steps, shells)
         ladder = StepExecutor(
             plan, cluster, steps, sched, backend, life, python, stack.env, faults, telemetry, container,
             shells,
@@ -184,11 +181,15 @@ def _serving_runner(
                          force_faults=force_faults)  # fmt: skip
 
 
-def _telemetry(plan: Plan, cluster: Cluster, steps: list[Step]) -> TelemetrySampler | None:
-    """The run's GPU telemetry sampler (docs/telemetry.md); None when the plan turns it off."""
+def _telemetry(
+    plan: Plan, cluster: Cluster, steps: list[Step], shells: Mapping[str, NodeShell] | None = None
+) -> TelemetrySampler | None:
+    """The run's GPU telemetry sampler (docs/telemetry.md) over the run's shells (None: its own);
+    None when the plan turns it off."""
     if plan.telemetry_interval_s <= 0:
         return None
-    return TelemetrySampler(cluster, steps, plan.telemetry_interval_s)
+    run_shells = None if shells is None else lambda _c: contextlib.nullcontext(shells)
+    return TelemetrySampler(cluster, steps, plan.telemetry_interval_s, run_shells)
 
 
 def _booking_specs(
@@ -265,15 +266,17 @@ def resume_run(
             if (run_dir / CONTAINER_FILE).exists()
             else None
         )
-        telemetry = _telemetry(plan, cluster, steps)
+        shells = life.shells(cluster)
+        telemetry = _telemetry(plan, cluster, steps, shells)
         ladder = StepExecutor(
-            plan, cluster, steps, sched, backend, life, python, env, telemetry=telemetry, container=container
-        )
+            plan, cluster, steps, sched, backend, life, python, env, telemetry=telemetry, container=container,
+            shells=shells,
+        )  # fmt: skip
         for i, s in enumerate(steps):
             if s.id in done:
                 ladder.results[i] = done[s.id]
                 ladder.results[i].ended_mono = ladder.results[i].ended_mono or 0.0
-        serving_run = _serving_runner(plan, cluster, serving, sched, backend, life, python, env)
+        serving_run = _serving_runner(plan, cluster, serving, sched, backend, life, python, env, shells)
         for i, ss in enumerate(serving):
             if ss.id in sdone:
                 serving_run.results[i] = sdone[ss.id]

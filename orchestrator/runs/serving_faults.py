@@ -40,6 +40,7 @@ JOIN_TIMEOUT_S = 60.0
 STEADY_POLL_S = 0.5
 SKIPPED = "skipped: level ended"
 
+
 def wall_of(mono: float) -> float:
     """The wall-clock time (the records' clock) of an instant of orch's monotonic clock."""
     return time.time() - (time.monotonic() - mono)
@@ -98,12 +99,13 @@ class ServingFaults:
         if not self.faults:
             return
         from orchestrator.faults.engine import FaultEngine
-        from orchestrator.remote.shells import node_shells
 
         self.life.on_close(self.close)
-        shells = self._exit.enter_context(node_shells(self.cluster))
         self._engine = FaultEngine(
-            self.cluster, shells, record_dir=self.life.root / "faults", max_share=self.plan.max_share
+            self.cluster,
+            self.life.shells(self.cluster),
+            record_dir=self.life.root / "faults",
+            max_share=self.plan.max_share,
         )
         swept = self._engine.sweep(self.nodes)
         self.life.journal("faults_swept", nodes=self.nodes,

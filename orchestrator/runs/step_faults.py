@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,6 +21,7 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.fault import FaultSpec, FaultTarget, PlanFault, Transport
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.serving import ServingStep
+from orchestrator.remote.base import NodeShell
 from orchestrator.store.rundir import RunDir
 
 Log = Callable[..., None]
@@ -143,9 +144,18 @@ class StepFaults:
     """Runs the plan's faults against the steps as they start; close() reverts whatever is active."""
 
     def __init__(
-        self, plan: Plan, cluster: Cluster, steps: list[Step], rundir: RunDir, log: Log, *, force: bool
+        self,
+        plan: Plan,
+        cluster: Cluster,
+        steps: list[Step],
+        rundir: RunDir,
+        log: Log,
+        *,
+        force: bool,
+        shells: Mapping[str, NodeShell] | None = None,
     ) -> None:
         self.plan, self.cluster, self.rundir, self.log, self.force = plan, cluster, rundir, log, force
+        self.shells = shells  # the run's kept-open shells (None: opened by start(), closed by close())
         # the start-up sweep covers the nodes this run uses: an unrelated dead node must not stop it
         self.nodes = sorted({n for s in steps for n in s.nodes})
         self._stop = threading.Event()
@@ -161,9 +171,10 @@ class StepFaults:
         from orchestrator.faults.engine import FaultEngine
         from orchestrator.remote.shells import node_shells
 
-        shells = self._exit.enter_context(node_shells(self.cluster))
+        if self.shells is None:
+            self.shells = self._exit.enter_context(node_shells(self.cluster))
         self._engine = FaultEngine(
-            self.cluster, shells, record_dir=self.rundir.root / "faults", max_share=self.plan.max_share
+            self.cluster, self.shells, record_dir=self.rundir.root / "faults", max_share=self.plan.max_share
         )
         swept = self._engine.sweep(self.nodes)
         self.log("faults_swept", nodes=self.nodes, removed={r.node: r.found for r in swept if r.found})

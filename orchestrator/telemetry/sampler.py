@@ -35,7 +35,7 @@ from orchestrator.store.rundir import atomic_write
 from orchestrator.telemetry.smi import parse_sample, sample_script
 from orchestrator.telemetry.summary import no_tool_line, summarize_step
 
-OpenShells = Callable[[Cluster], AbstractContextManager[dict[str, NodeShell]]]
+OpenShells = Callable[[Cluster], AbstractContextManager[Mapping[str, NodeShell]]]
 PROBE_TIMEOUT_S = 15.0
 MAX_ERRORS = 5
 # where the tools live when the nodes' non-login shell has no /opt/rocm/bin on its PATH; the order
@@ -71,7 +71,7 @@ def parse_probe(text: str) -> tuple[TelemetryTool | None, str | None, list[str]]
     return tool, found[tool] if tool else None, [t for t in _OTHER_TOOLS if t in found]
 
 
-def _default_shells(cluster: Cluster) -> AbstractContextManager[dict[str, NodeShell]]:
+def _default_shells(cluster: Cluster) -> AbstractContextManager[Mapping[str, NodeShell]]:
     from orchestrator.remote.shells import node_shells
 
     return node_shells(cluster)

@@ -12,8 +12,12 @@ import orchestrator.provision.quickprint as quickprint
 from orchestrator.certs.build import seal, stack_summary
 from orchestrator.certs.quick import quick_check
 from orchestrator.certs.service import cert_path, cert_text
+from orchestrator.errors import ConfigError
 from orchestrator.models.cert import Certificate, CertTest
+from orchestrator.models.cluster import Cluster
 from orchestrator.models.fingerprint import Fingerprint
+from orchestrator.remote.base import NodeShell
+from orchestrator.remote.local import LocalShell
 from orchestrator.stacks import load_stack
 
 NOW = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
@@ -29,20 +33,28 @@ def _matching(node: str) -> Fingerprint:
     return Fingerprint(node=node, venv_python=py.python_version + ".2", torch=py.torch, orch=__version__)
 
 
-def _setup(tmp_path: Path, fp: Fingerprint, valid_days: int) -> tuple[Path, Path]:
-    inv = tmp_path / "inv.yml"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": {"node1": {"ansible_host": "198.18.0.11"}}}}))
+def write_certificate(
+    runs: Path, fp: Fingerprint, *, now: datetime, valid_days: int, stack: str = "cpu-gloo"
+) -> Path:
+    """runs/r1/certs/node1.json: node1's sealed certificate with fingerprint fp, issued a day
+    before `now`, valid `valid_days` after it; returns runs (the --dir of check --quick)."""
     cert = Certificate(
         node="node1", run_id="20261201T060000Z-smoke-abcd", plan="smoke", run_status="accepted",
-        issued_at=NOW - timedelta(days=1), valid_until=NOW + timedelta(days=valid_days),
-        stack=stack_summary("cpu-gloo", NOW, fp),
+        issued_at=now - timedelta(days=1), valid_until=now + timedelta(days=valid_days),
+        stack=stack_summary(stack, now, fp),
         tests=[CertTest(step="n1xg2", collective="all_reduce", nnodes=1, ranks=2, metric="busbw_gbs",
                         measured=1.0, passed=True)],
     )  # fmt: skip
-    path = cert_path(tmp_path / "runs" / "r1", "node1")
+    path = cert_path(runs / "r1", "node1")
     path.parent.mkdir(parents=True)
     path.write_text(cert_text(seal(cert)))
-    return inv, tmp_path / "runs"
+    return runs
+
+
+def _setup(tmp_path: Path, fp: Fingerprint, valid_days: int, stack: str = "cpu-gloo") -> tuple[Path, Path]:
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"node1": {"ansible_host": "198.18.0.11"}}}}))
+    return inv, write_certificate(tmp_path / "runs", fp, now=NOW, valid_days=valid_days, stack=stack)
 
 
 def _fingerprint_now(monkeypatch: pytest.MonkeyPatch, fp: Fingerprint) -> None:
@@ -71,3 +83,39 @@ def test_expired_drifted_or_missing_fail(tmp_path: Path, monkeypatch: pytest.Mon
     assert not late.ok and any("expired" in p for p in late.problems)
     none = quick_check("node1", inv, tmp_path / "elsewhere", now=NOW)
     assert not none.ok and "no certificate" in none.problems[0]
+
+
+def test_without_an_inventory_the_fingerprint_is_read_on_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fp = _matching("node1")
+    _, root = _setup(tmp_path, fp, 30)
+    seen: list[tuple[Cluster, dict[str, NodeShell] | None]] = []
+
+    def here(
+        cluster: Cluster, _s: object, names: list[str], shells: dict[str, NodeShell] | None = None
+    ) -> object:
+        seen.append((cluster, shells))
+        return {n: fp for n in names}, {}
+
+    monkeypatch.setattr(quickprint, "quick_fingerprint", here)
+    res = quick_check("node1", None, root, now=NOW)
+    assert res.ok, res.problems
+    ((cluster, shells),) = seen
+    assert cluster.node("node1").is_local and shells is not None and isinstance(shells["node1"], LocalShell)
+    monkeypatch.setattr(quickprint, "quick_fingerprint", lambda _c, _s, names, shells=None: (
+        {n: fp.model_copy(update={"torch": None}) for n in names}, {}))  # fmt: skip
+    drifted = quick_check("node1", None, root, now=NOW)
+    assert not drifted.ok and any("torch" in p for p in drifted.problems)
+
+
+def test_the_stack_is_found_by_name_among_orchs_stacks_never_as_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fp = _matching("node1")
+    manifest = tmp_path / "mine.yaml"  # a stack file outside the package, named by the certificate
+    manifest.write_text((Path(quickprint.PLAYBOOKS_DIR) / "stacks" / "cpu-gloo.yaml").read_text())
+    _, root = _setup(tmp_path, fp, 30, stack=str(manifest))
+    _fingerprint_now(monkeypatch, fp)
+    with pytest.raises(ConfigError, match="among orch's stacks"):
+        quick_check("node1", None, root, now=NOW)
