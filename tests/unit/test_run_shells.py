@@ -12,9 +12,10 @@ import pytest
 
 import orchestrator.remote.shells as shells_mod
 from orchestrator.models.cluster import Node
-from orchestrator.pipeline import ScaleTestRequest, scale_test
+from orchestrator.models.requests import ScaleTestRequest
 from orchestrator.remote.base import CmdResult, NodeShell
 from orchestrator.remote.local import LocalShell
+from orchestrator.runs.scale_test import scale_test
 
 PLAN = """
 name: shells
