@@ -56,6 +56,7 @@ from orchestrator.scheduler.base import (
     backend_traits,
     inventory_backend,
     pending_wait,
+    run_job_name,
 )
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.stacks import load_stack
@@ -76,6 +77,7 @@ from orchestrator.store.load import (
     ladder_steps,
     load_run,
     require_model,
+    run_cluster,
     run_kind,
     serving_steps,
 )
@@ -181,7 +183,7 @@ def job_spec(
             rdma=any(n.rdma_ifaces for n in nodes) and first.gpu_vendor != "none",
         )
     return JobSpec(
-        name=f"orch-{plan.name}-{step.id}",
+        name=run_job_name(run_id, plan.name, step.id),
         step_id=step.id,
         nodes=[] if here else step.nodes,
         nnodes=step.nnodes,
@@ -229,8 +231,16 @@ class _Runner:
         self.files = NodeFiles(self.layout, {})
         self.specs = [
             job_spec(
-                s, plan, cluster, backend, self.layout.node_path("steps", s.id),
-                container.python if container else python, base_port + i, env, container, life.run_id,
+                s,
+                plan,
+                cluster,
+                backend,
+                self.layout.node_path("steps", s.id),
+                container.python if container else python,
+                base_port + i,
+                env,
+                container,
+                life.run_id,
             ).model_copy(update={"script": self.rundir.step_dir(s.id).absolute() / "job.sbatch"})
             for i, s in enumerate(steps)
         ]
@@ -553,7 +563,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             life.on_close(sched.release)  # however the run ends, a refusal included
             alloc_dir = run_data_layout(cluster, life.root).local_path("alloc")
             try:
-                sched.book(_booking_specs(plan, cluster, steps, backend, life.root), alloc_dir)
+                sched.book(_booking_specs(plan, cluster, steps, backend, life.root, life.run_id), alloc_dir)
             except SchedulerError as e:  # asked again at submission, for the steps that can run
                 life.journal("booking_failed", error=str(e))
         if (name := stack_name(None, plan, cluster)) is not None:
@@ -643,13 +653,14 @@ def _telemetry(plan: Plan, cluster: Cluster, steps: list[Step]) -> TelemetrySamp
 
 
 def _booking_specs(
-    plan: Plan, cluster: Cluster, steps: list[Step], backend: str, root: Path
+    plan: Plan, cluster: Cluster, steps: list[Step], backend: str, root: Path, run_id: str
 ) -> list[JobSpec]:
     """The steps' jobs as far as their allocation goes (nodes, ranks, limits, names): the python
     and environment of the stack are not known yet and are no part of it."""
     layout = run_data_layout(cluster, root)
     return [
-        job_spec(s, plan, cluster, backend, layout.node_path("steps", s.id), "python", 20000) for s in steps
+        job_spec(s, plan, cluster, backend, layout.node_path("steps", s.id), "python", 20000, run_id=run_id)
+        for s in steps
     ]
 
 
@@ -679,7 +690,10 @@ def _serving_json(steps: list[ServingStep]) -> str:
 
 
 def resume_run(
-    run_dir: Path, python: str | None = None, listeners: list[Listener] | None = None
+    run_dir: Path,
+    python: str | None = None,
+    listeners: list[Listener] | None = None,
+    slurm_conf: Path | None = None,
 ) -> RunResult:
     """Run, in run_dir, the steps of an earlier scale-test run that have no finished result; the
     finished ones are kept as they are. Raises ConfigError when nothing is left to run or the
@@ -694,7 +708,7 @@ def resume_run(
     # Everything read back from the run folder is checked again here, strictly: a plan name or a
     # step id becomes a job name and a folder, so an edited file is refused, naming the value.
     plan = require_model(Plan, run_dir, run_dir / "plan.json")
-    cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
+    cluster = run_cluster(run_dir, slurm_conf)  # Slurm's configuration never from the run folder
     steps = ladder_steps(run_dir) or expand_steps(plan, cluster)
     done = finished_steps(run_dir, [s.id for s in steps])
     serving = serving_steps(run_dir) or []

@@ -166,6 +166,8 @@ def inside(root: Path, path: Path) -> str | None:
         return f"resolves outside {root}"
     if not real.is_file():
         return "is not a regular file"
+    if (links := real.stat().st_nlink) > 1:
+        return f"has {links} hard links (another name may be a file that is not the run's)"
     return None
 
 
@@ -182,9 +184,34 @@ def read_inside(root: Path, path: Path) -> bytes:
         raise NotInside(path, why)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
             raise NotInside(path, "is not a regular file")
+        if st.st_nlink > 1:
+            raise NotInside(path, f"has {st.st_nlink} hard links")
         return fh.read()
+
+
+def untrusted_folder(path: Path) -> str | None:
+    """Why the folder path may not be trusted as the user's own, or None when it may.
+
+    A folder is trusted when it is a real folder (not a symlink), owned by the current user or by
+    root, and neither group- nor world-writable: otherwise someone else could have planted or
+    changed what it holds (a run folder in a shared runs root, a cron folder). Raises nothing.
+    """
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid not in (os.getuid(), 0):
+        return f"is owned by uid {st.st_uid}, not by you (uid {os.getuid()}) or root"
+    if (mode := stat.S_IMODE(st.st_mode)) & 0o022:
+        return f"has mode {mode:04o}: group or others may write into it"
+    return None
 
 
 def private_dir(path: Path) -> Path:

@@ -126,7 +126,8 @@ def ladder_time_limit(specs: list[JobSpec]) -> int | None:
 
 
 def ladder_job_name(specs: list[JobSpec]) -> str:
-    """The allocation's job name: orch-<plan>-<step> (pipeline.job_spec) gives orch-<plan>-ladder.
+    """The allocation's job name: orch-<run id>-<step> (scheduler/base.py run_job_name) gives
+    orch-<run id>-ladder, which still carries the run's id (orch runs cleanup looks for it).
     Raises ConfigError when it is not a valid name."""
     job_name = f"{specs[0].name.removesuffix(specs[0].step_id).rstrip('-') or 'orch'}-ladder"
     if not is_name(job_name, ID_MAX):

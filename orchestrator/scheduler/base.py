@@ -105,6 +105,28 @@ MANAGED_OPTIONS = frozenset(
 _EXTRA_ARG = re.compile(r"--([a-z][a-z-]*)=[A-Za-z0-9_.,:\[\]-]+")
 
 
+def run_job_name(run_id: str, fallback: str, step_id: str) -> str:
+    """The Slurm job name of a step of a run: orch-<run id>-<step>, so that `orch runs cleanup`
+    can tell the run's jobs from every other job (runs/orphans.py). ``fallback`` (the plan's name)
+    stands in for a spec built outside a run (a booking preview, a test)."""
+    return f"orch-{run_id or fallback}-{step_id}"
+
+
+def carries_run_id(job_name: str, run_id: str) -> bool:
+    """Whether a Slurm job name is one orch gave a job of this run (run_job_name, or allocation
+    mode's orch-<run id>-ladder)."""
+    return bool(run_id) and job_name.startswith(f"orch-{run_id}-")
+
+
+class QueuedJob(StrictModel):
+    """A job Slurm still holds, as squeue reports it: id, owner's user name, state, name."""
+
+    job_id: str
+    user: str
+    state: str
+    name: str
+
+
 class RankOutput(StrictModel):
     rank: int
     node: str | None = None

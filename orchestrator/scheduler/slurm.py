@@ -6,6 +6,7 @@ stay thin and go through a CommandRunner so tests can swap in recorded outputs.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import time
@@ -21,7 +22,7 @@ from orchestrator.remote.base import CmdResult, CommandRunner
 from orchestrator.remote.local import LocalRunner
 from orchestrator.safefs import atomic_write
 from orchestrator.scheduler import slurm_state
-from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
+from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, QueuedJob, RankOutput
 
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -390,6 +391,15 @@ class SlurmScheduler:
             if len(parts) == 4 and parts[0].startswith(prefix):
                 out[parts[0]] = f"job {parts[1]} {parts[2]} (begins {parts[3]})"
         return out
+
+    def my_queued_jobs(self) -> list[QueuedJob]:
+        """The current user's jobs that Slurm still holds (squeue --user=<uid>), each with the user
+        and name squeue reports (explicit -o format). Raises SchedulerError when squeue fails."""
+        fmt = slurm_state.SQUEUE_OWNER_FORMAT
+        res = self._run(["squeue", "--noheader", f"--user={os.getuid()}", "-o", fmt])
+        if not res.ok:
+            raise SchedulerError(f"squeue failed: {res.brief()}")
+        return slurm_state.parse_squeue_owners(res.stdout)
 
     def cancel_named(self, name: str) -> None:
         """scancel every job of this name; raises SchedulerError when scancel fails."""

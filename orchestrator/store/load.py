@@ -78,6 +78,20 @@ def require_model(cls: type[M], root: Path, path: Path) -> M:
         raise ConfigError(invalid(path, e), hint="the run folder was edited or is damaged") from e
 
 
+def run_cluster(run_dir: Path, slurm_conf: Path | None) -> Cluster:
+    """The cluster a run folder recorded (inventory.json), with the Slurm configuration that orch
+    itself was given instead of the one the folder names: a run folder is data, and a planted
+    orch_slurm_conf would make every Slurm command load its PluginDir (docs/reliability.md).
+    ``slurm_conf``: the --inventory's orch_slurm_conf, or None for orch's own SLURM_CONF.
+
+    Raises ConfigError naming the file when it is a link, unreadable or invalid.
+    """
+    cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
+    return cluster.model_copy(
+        update={"vars": cluster.vars.model_copy(update={"orch_slurm_conf": slurm_conf})}
+    )
+
+
 def _shown(path: Path, root: Path) -> str:
     """path relative to the run directory (steps/n1xg2/result.json), or its name outside it."""
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
