@@ -33,6 +33,20 @@ SSH_FORMS = [
     "-o permitlocalcommand yes",
     "-o KnownHostsCommand=touch {c}",
     "-o UserKnownHostsFile=/k -o ProxyCommand=touch {c}",
+    # Issue 25: the deny-list let these through; the allow-list refuses them (ssh loads the
+    # library, or reads a config or another host that can run anything, as the user, often root).
+    "-o PKCS11Provider={c}.so",
+    "-oPKCS11Provider={c}.so",
+    "-I {c}.so",
+    "-CI{c}.so",
+    "-o SecurityKeyProvider={c}.so",
+    "-o ProxyJump=bastion",
+    "-J bastion",
+    "-F {c}.conf",
+    "-o Include={c}.conf",
+    "-E {c}.log",
+    "-o ForwardAgent=yes",
+    "-o UserKnownHostsFile=/k host.example",
 ]
 
 
@@ -46,7 +60,7 @@ def test_ssh_options_that_run_commands_are_refused(tmp_path: Path, var: str, for
     message = _refused(inv)
     assert str(inv) in message and "host n1" in message and var in message
     assert "ssh option" in message and ALLOW_COMMANDS_VAR in message
-    assert not canary.exists()
+    assert not canary.exists() and not list(tmp_path.glob("CANARY*"))
 
 
 @pytest.mark.parametrize(
@@ -60,6 +74,7 @@ def test_ssh_options_that_run_commands_are_refused(tmp_path: Path, var: str, for
         ("ansible_shell_executable", "{{ lookup('pipe', 'touch CANARY') }}"),
         ("ansible_ssh_executable", "{{ lookup('pipe', 'touch CANARY') }}"),
         ("ansible_become_exe", "{{ lookup('pipe', 'touch CANARY') }}"),
+        ("ansible_ssh_executable", "/tmp/not-ssh"),
         ("ansible_ssh_common_args", "{{ lookup('pipe', 'touch CANARY') }}"),
     ],
 )
@@ -73,7 +88,7 @@ def test_templates_in_program_paths_are_refused(
     assert str(inv) in message and "host n1" in message and var in message
     # A lookup orch itself would render is refused while rendering (never run, even with the
     # opt-in); a template Ansible renders itself is refused naming the opt-in.
-    assert ("template" in message and ALLOW_COMMANDS_VAR in message) or (
+    assert (("template" in message or "other than ssh" in message) and ALLOW_COMMANDS_VAR in message) or (
         "lookups are not run while orch reads an inventory" in message
     )
     assert not (tmp_path / "CANARY").exists()
@@ -112,7 +127,11 @@ def test_a_bad_opt_in_value_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "n1 ansible_ssh_common_args='-o UserKnownHostsFile=/k -o StrictHostKeyChecking=yes -J bastion'",
+        "n1 ansible_ssh_common_args='-o UserKnownHostsFile=/k -o StrictHostKeyChecking=yes'",
+        # Ansible's own default ansible_ssh_args, and the usual connection settings.
+        "n1 ansible_ssh_args='-C -o ControlMaster=auto -o ControlPersist=60s'",
+        "n1 ansible_ssh_common_args='-p 2222 -l root -i /k/id -o ConnectTimeout=5 -o ServerAliveInterval=10'",
+        "n1 ansible_ssh_common_args='-o \"UserKnownHostsFile /k\" -o Ciphers=aes128-ctr -4'",
         "n1 ansible_python_interpreter=/usr/bin/python3",
         'n1 ansible_python_interpreter="{{ ansible_playbook_python }}"',
         "n1 ansible_ssh_extra_args='-o ControlMaster=auto'",
