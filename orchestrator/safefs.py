@@ -192,6 +192,20 @@ def read_inside(root: Path, path: Path) -> bytes:
         return fh.read()
 
 
+def read_regular(path: Path) -> bytes:
+    """The bytes of path when it is a regular file. Opened with O_NONBLOCK and checked before any
+    read, so a FIFO or a device named on the command line is refused at once instead of hanging.
+
+    Raises OSError (EINVAL "not a regular file", or why it cannot be opened).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return fh.read()
+
+
 def untrusted_folder(path: Path) -> str | None:
     """Why the folder path may not be trusted as the user's own, or None when it may.
 

@@ -82,7 +82,7 @@ def check_data(path: Path, data: dict[str, Any]) -> tuple[Certificate | None, li
         cert: Certificate | None = Certificate.model_validate(data)
     except ValidationError as e:
         cert = None
-        problems.append(f"invalid: {invalid(path, e)}")
+        problems.append(f"invalid: {invalid(path, e, quote=False)}")
     return cert, problems
 
 

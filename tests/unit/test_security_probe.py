@@ -1,0 +1,75 @@
+"""The medium and low findings of issue 25, each reproduced as its attack: every test here failed
+on main 12fd743 (hard links, FIFOs, malformed store URLs, umask modes, planted links, ...)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from test_store_build import make_run
+
+from orchestrator.errors import ConfigError, ParseError
+from orchestrator.parse import parse_file
+from orchestrator.store.load import load_run
+from orchestrator.store.location import parse_store
+
+CANARY = "CANARY-5f1c0ffee"
+
+
+def test_a_hard_linked_run_file_is_not_read_and_leaks_nothing(tmp_path: Path) -> None:
+    """drift.json hard-linked to a file outside the run: refused by name, its content in no warning."""
+    run = make_run(tmp_path, "r-link")
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"rows": CANARY * 20}))
+    os.link(secret, run / "drift.json")
+    rec = load_run(run)
+    assert any(w.startswith("drift.json: not read") and "hard links" in w for w in rec.warnings), rec.warnings
+    assert CANARY not in json.dumps(rec.warnings)
+
+
+def test_an_invalid_run_file_warning_names_the_field_not_the_content(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "r-invalid")
+    (run / "drift.json").write_text(json.dumps({"rows": CANARY * 20}))
+    rec = load_run(run)
+    assert any(w.startswith("drift.json: invalid") for w in rec.warnings), rec.warnings
+    assert CANARY not in json.dumps(rec.warnings)
+
+
+def test_parse_refuses_a_fifo_at_once(tmp_path: Path) -> None:
+    """`orch parse` on a FIFO hung for ever (no writer ever came); now it is refused."""
+    fifo = tmp_path / "out.txt"
+    os.mkfifo(fifo)
+    failure: list[BaseException] = []
+
+    def attempt() -> None:
+        try:
+            parse_file(fifo)
+        except BaseException as e:
+            failure.append(e)
+
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # unblock the open/read so the thread ends
+        with open(fifo, "w"):
+            pass
+        pytest.fail("orch parse blocked on a FIFO")
+    assert len(failure) == 1 and isinstance(failure[0], ParseError), failure
+    assert "not a regular file" in str(failure[0])
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u:pw@[::1/db", "postgres://u:pw@h:99999999x/db", "postgresql://[zz"]
+)
+def test_a_malformed_store_url_is_a_clean_error_without_the_password(url: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_store(url)
+    assert "pw" not in info.value.message.replace("postgres", "")
+    r = subprocess.run([sys.executable, "-m", "orchestrator", "runs", "list", "--store", url],
+                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "results store URL" in r.stderr, r.stderr
