@@ -15,6 +15,7 @@ from test_store_build import make_run
 
 from orchestrator.errors import ConfigError, ParseError
 from orchestrator.parse import parse_file
+from orchestrator.scheduler.base import check_sbatch_options
 from orchestrator.store.load import load_run
 from orchestrator.store.location import parse_store
 
@@ -73,3 +74,30 @@ def test_a_malformed_store_url_is_a_clean_error_without_the_password(url: str) -
     r = subprocess.run([sys.executable, "-m", "orchestrator", "runs", "list", "--store", url],
                        capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert r.returncode == 2 and "Traceback" not in r.stderr and "results store URL" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["--job-nam=x", "--outp=x.log", "--export-f=envfile", "--get-user=10", "--exp=ALL", "--chd=tmp",
+     "--job-name=x", "--output=x.log", "--uid=0", "--gid=0", "--workdir=tmp", "--wr=id", "--j=x"],
+)  # fmt: skip
+def test_sbatch_managed_options_are_refused_in_every_spelling(option: str) -> None:
+    """sbatch takes any unique prefix of a long option; orch took `--job-nam=` for an unknown one."""
+    with pytest.raises(ValueError, match=r"abbreviation|orch sets|not one of") as info:
+        check_sbatch_options([option])
+    assert option in str(info.value)
+
+
+@pytest.mark.parametrize("option", ["--time=10", "--qos=high", "--nodelist=node3", "--mem-per-cpu=4G"])
+def test_full_sbatch_option_names_are_accepted(option: str) -> None:
+    assert check_sbatch_options([option]) == [option]
+
+
+def test_cron_job_args_refuse_an_abbreviated_managed_option(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "cron", "install", "--name", "n1", "--at", "02:00",
+         "--out", str(tmp_path / "out"), "--job-arg=--outp=owned.log"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2 and "abbreviation" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
