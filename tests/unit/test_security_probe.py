@@ -14,6 +14,7 @@ import pytest
 from test_store_build import make_run
 
 from orchestrator.errors import ConfigError, ParseError
+from orchestrator.models.serving import check_engine_arg
 from orchestrator.parse import parse_file
 from orchestrator.scheduler.base import check_sbatch_options
 from orchestrator.store.load import load_run
@@ -101,3 +102,25 @@ def test_cron_job_args_refuse_an_abbreviated_managed_option(tmp_path: Path) -> N
     )  # fmt: skip
     assert r.returncode == 2 and "abbreviation" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "arg",
+    ["-tp", "-tp=4", "-tp4", "-pp=2", "--tensor_parallel_size=4", "--tensor-parallel-size=4",
+     "--tensor-par=4", "--tp",
+     "--tp-size=2", "--tp_size=2", "--pipeline_parallel_size=2", "--model-path=/m", "--model=/m",
+     "--ho=0.0.0.0", "--port=1", "--dtype=half", "--served_model_name=x", "--revision=main", "--device=cpu"],
+)  # fmt: skip
+def test_engine_spellings_of_managed_settings_are_refused(arg: str) -> None:
+    """vLLM's -tp and --tensor_parallel_size got past ORCH_SET_ARGS: the engine then served with a
+    parallelism the plan, the report and the cost model did not know."""
+    with pytest.raises(ValueError, match="which is set by orch from the plan") as info:
+        check_engine_arg(arg)
+    assert arg in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "arg", ["--max-model-len=4096", "--gpu-memory-utilization=0.9", "-q=fp8", "--enable-prefix-caching"]
+)
+def test_ordinary_engine_arguments_are_kept(arg: str) -> None:
+    assert check_engine_arg(arg) == arg
