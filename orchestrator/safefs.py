@@ -130,11 +130,15 @@ def create_private(path: Path, mode: int | None = None) -> None:
     """Create path empty with mode (default file_mode()) unless it exists; never through a symlink.
 
     For files another program fills (SQLite creates its -wal/-shm with the database file's mode).
-    Raises OSError.
+    A symlink to a file that exists is left to its owner's choice; one that leads nowhere is
+    refused, since the program would create its target with a mode of its own choosing.
+    Raises OSError (ELOOP for a dangling symlink).
     """
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
+        if os.path.islink(path) and not os.path.exists(path):
+            raise OSError(errno.ELOOP, "a symbolic link to a file that does not exist", str(path)) from None
         return
     try:
         os.fchmod(fd, file_mode() if mode is None else mode)

@@ -37,7 +37,7 @@ from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.names import ID_MAX, is_name
 from orchestrator.remote.base import CommandRunner
-from orchestrator.safefs import atomic_write
+from orchestrator.safefs import atomic_write, make_dir
 from orchestrator.scheduler import slurm_state
 from orchestrator.scheduler.base import JobSpec, JobState, JobStatus
 from orchestrator.scheduler.slurm import (
@@ -215,9 +215,9 @@ class AllocationScheduler(SlurmScheduler):
         text = self.render_ladder(specs)
         for spec in specs:
             if spec.script is None:
-                spec.workdir.mkdir(parents=True, exist_ok=True)
+                make_dir(spec.workdir)
         script = (script_dir or workdir) / "alloc.sbatch"
-        script.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(script.parent)
         atomic_write(script, text)
         alloc = self._sbatch([*self.ladder_argv(workdir), str(script)], "the ladder")
         ids = [f"{alloc}.{k}" for k in range(len(specs))]

@@ -20,7 +20,7 @@ from orchestrator import __version__
 from orchestrator.errors import ConfigError, RemoteError, SchedulerError
 from orchestrator.remote.base import CmdResult, CommandRunner
 from orchestrator.remote.local import LocalRunner
-from orchestrator.safefs import atomic_write
+from orchestrator.safefs import atomic_write, make_dir
 from orchestrator.scheduler import slurm_state
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, QueuedJob, RankOutput
 
@@ -217,8 +217,8 @@ class SlurmScheduler:
         if spec.script is None:
             # The script goes into the workdir, so the workdir is here; a spec that names its
             # script elsewhere has a workdir on the nodes, which its caller made there.
-            spec.workdir.mkdir(parents=True, exist_ok=True)
-        script.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(spec.workdir)
+        make_dir(script.parent)
         atomic_write(script, text)
         argv = self.sbatch_argv(spec)
         if after:

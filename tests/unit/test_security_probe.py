@@ -5,20 +5,28 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
+from test_alloc_render import Recorder
+from test_runs_nightly import _entry
 from test_store_build import make_run
 
-from orchestrator.errors import ConfigError, ParseError
+from orchestrator.errors import ConfigError, OrchError, ParseError
 from orchestrator.models.serving import check_engine_arg
 from orchestrator.parse import parse_file
+from orchestrator.runs.lifecycle import keep_attempt
+from orchestrator.runs.nightly import CronManager
 from orchestrator.scheduler.base import check_sbatch_options
+from orchestrator.scheduler.salloc import SallocScheduler, popen_launch
+from orchestrator.store.db import ResultsStore
 from orchestrator.store.load import load_run
 from orchestrator.store.location import parse_store
+from orchestrator.store.rundir import RunDir
 
 CANARY = "CANARY-5f1c0ffee"
 
@@ -124,3 +132,75 @@ def test_engine_spellings_of_managed_settings_are_refused(arg: str) -> None:
 )
 def test_ordinary_engine_arguments_are_kept(arg: str) -> None:
     assert check_engine_arg(arg) == arg
+
+
+def test_alloc_mode_never_writes_through_planted_links(tmp_path: Path) -> None:
+    """alloc/commands.sh (write_text) and salloc.out / srun-<id>.out (open "a") followed a link
+    planted in the run's alloc/ folder."""
+    from test_alloc_salloc import FakeLaunch, Sacct, ladder
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    alloc = tmp_path / "alloc"
+    alloc.mkdir()
+    (alloc / "commands.sh").symlink_to(victim)
+    sched = SallocScheduler(runner=Sacct(), launch=FakeLaunch(srun_status=0))  # type: ignore[arg-type]
+    sched.submit_ladder(ladder(tmp_path), alloc)
+    sched.release()
+    assert victim.read_text() == "keep"
+    assert not (alloc / "commands.sh").is_symlink() and "srun" in (alloc / "commands.sh").read_text()
+    (alloc / "salloc.out").unlink(missing_ok=True)
+    (alloc / "salloc.out").symlink_to(victim)
+    with pytest.raises(OSError):  # the real launcher: O_NOFOLLOW
+        popen_launch(["true"], {}, alloc / "salloc.out")
+    assert victim.read_text() == "keep"
+
+
+def test_folders_orch_makes_have_their_mode_whatever_the_umask(tmp_path: Path) -> None:
+    """Under umask 000, steps/, steps/<id> and attempts/ were 0777:
+    a group member could swap job.sbatch or fake result.json."""
+    old = os.umask(0)
+    try:
+        rd = RunDir.create(tmp_path, "r-umask")
+        step = rd.step_dir("n1xg1")
+        (step / "rank-0.log").write_text("x")
+        keep_attempt(rd.root, step, "n1xg1")
+        step = rd.step_dir("n1xg1")  # made again for the next attempt
+    finally:
+        os.umask(old)
+    for folder in (rd.root / "steps", step, rd.root / "attempts", rd.root / "attempts" / "n1xg1.1"):
+        assert folder.is_dir() and stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+
+
+def test_cron_install_refuses_an_out_folder_others_may_write(tmp_path: Path) -> None:
+    """A root job resubmits cron/NAME.sbatch every day: a world-writable cron folder is refused."""
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chmod(out, 0o777)
+    cron = CronManager(Recorder("4242\n"), None, mode="sbatch-begin")  # type: ignore[arg-type]
+    entry = _entry(tmp_path, out_dir=out)
+    with pytest.raises(ConfigError, match="group or others may write"):
+        cron.install(entry)
+    assert not list((out / "cron").glob("*.sbatch"))
+    os.chmod(out, 0o700)
+    old = os.umask(0)
+    try:
+        fresh = tmp_path / "fresh"
+        cron.install(entry.model_copy(update={"out_dir": fresh}))
+    finally:
+        os.umask(old)
+    assert (
+        stat.S_IMODE(fresh.stat().st_mode) == 0o700 and stat.S_IMODE((fresh / "cron").stat().st_mode) == 0o700
+    )
+
+
+def test_the_store_never_follows_a_dangling_symlink(tmp_path: Path) -> None:
+    """runs/orch.db -> /elsewhere/new.db (missing): SQLite created it there, 0644."""
+    target = tmp_path / "elsewhere" / "new.db"
+    target.parent.mkdir()
+    link = tmp_path / "runs" / "orch.db"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    with pytest.raises(OrchError, match="symbolic link"):
+        ResultsStore.open(link)
+    assert not target.exists()
