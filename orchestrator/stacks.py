@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
+from orchestrator.models.names import is_name
 from orchestrator.models.plan import Plan
 from orchestrator.models.stack import Stack
 
@@ -37,6 +39,32 @@ def stack_path(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Path:
         f"no stack named {str(ref)!r}",
         hint=f"stacks are: {', '.join(list_stacks(stacks_dir)) or '(none)'} (see `orch stack list`)",
     )
+
+
+def packaged_stack(name: str, stacks_dir: Path = STACKS_DIR) -> Stack:
+    """The stack `name` from the package's own stacks (stacks_dir), never a path: what a
+    certificate or another file from others names is loaded only this way.
+
+    Raises ConfigError when name is not a plain name or no such stack ships.
+    """
+    if not is_name(name):
+        raise ConfigError(
+            f"stack {name[:80]!r} is not a stack name (a path is never loaded from a certificate)"
+        )
+    path = stacks_dir / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(
+            f"no stack named {name!r}", hint=f"stacks are: {', '.join(list_stacks(stacks_dir))}"
+        )
+    return load_stack(path, stacks_dir)
+
+
+def manifest_sha256(name: str, stacks_dir: Path = STACKS_DIR) -> str | None:
+    """sha256 of the packaged stack `name`'s manifest file; None when name is no packaged stack."""
+    path = stacks_dir / f"{name}.yaml"
+    if not is_name(name) or not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_stack(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Stack:

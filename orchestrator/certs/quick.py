@@ -32,7 +32,7 @@ def quick_check(node: str, inventory: Path, root: Path, *, now: datetime | None 
     Raises ConfigError when the node is not in the inventory or the stack is unknown."""
     from orchestrator.provision.fingerprint import compare
     from orchestrator.provision.quickprint import quick_fingerprint
-    from orchestrator.stacks import load_stack
+    from orchestrator.stacks import manifest_sha256, packaged_stack
 
     cluster = load_inventory(inventory)
     cluster.node(node)
@@ -47,7 +47,9 @@ def quick_check(node: str, inventory: Path, root: Path, *, now: datetime | None 
     if stack_name is None:
         found.append("no stack to check the fingerprint against (the certificate holds none)")
     else:
-        stack = load_stack(stack_name)
+        stack = packaged_stack(stack_name)  # by name, from the package: never a path the certificate names
+        if cert.stack is not None and cert.stack.manifest_sha256 not in (None, manifest_sha256(stack_name)):
+            found.append(f"stack {stack_name}'s manifest changed since the certificate was issued")
         prints, failed = quick_fingerprint(cluster, stack, [node])
         if node in failed:
             found.append(f"fingerprint not read: {failed[node]}")

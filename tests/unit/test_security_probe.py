@@ -204,3 +204,57 @@ def test_the_store_never_follows_a_dangling_symlink(tmp_path: Path) -> None:
     with pytest.raises(OrchError, match="symbolic link"):
         ResultsStore.open(link)
     assert not target.exists()
+
+
+def test_a_planted_certificate_dated_2030_does_not_win(tmp_path: Path) -> None:
+    """`cert show` took the newest issued_at anywhere under --dir: a certificate planted in a run
+    folder others may write (or that someone else owns) is never the answer now."""
+    from datetime import UTC, datetime, timedelta
+
+    from orchestrator.certs.build import seal
+    from orchestrator.certs.service import cert_path, cert_text, entries, issue, latest
+    from orchestrator.models.cert import Certificate
+
+    mine = make_run(tmp_path, "r-mine")
+    issue(mine, valid_days=10)
+    real = Certificate.model_validate_json(cert_path(mine, "localhost").read_text())
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    fake = seal(real.model_copy(update={"issued_at": later, "valid_until": later + timedelta(days=3650)}))
+    planted = cert_path(tmp_path / "r-planted", "localhost")
+    planted.parent.mkdir(parents=True)
+    planted.write_text(cert_text(fake))
+    os.chmod(tmp_path / "r-planted", 0o777)
+    path, cert, problems = latest("localhost", tmp_path)
+    assert path == cert_path(mine, "localhost") and cert.issued_at == real.issued_at and problems == []
+    listed = {e.path: e for e in entries(tmp_path)}
+    assert not listed[str(planted)].intact and "not trusted" in listed[str(planted)].problems[0]
+
+
+def test_a_certificate_never_makes_orch_load_a_stack_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A certificate's stack.stack named any YAML path and `orch check --quick` loaded it."""
+    import orchestrator.stacks as stacks
+    from orchestrator.certs.service import cert_path, issue, latest, verify
+
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("name: evil\n")
+    run = make_run(tmp_path, "r1")
+    issue(run, valid_days=10)
+    path = cert_path(run, "localhost")
+    data = json.loads(path.read_text())
+    if data.get("stack") is None:
+        data["stack"] = {"stack": "cpu-gloo", "fingerprint_sha256": "0" * 64, "compatibility": "unchanged"}
+    data["stack"]["stack"] = str(evil)
+    path.write_text(json.dumps(data))
+    assert not verify(path).ok
+    with pytest.raises(ConfigError, match="no certificate"):
+        latest("localhost", tmp_path)  # invalid: never the answer
+    loaded: list[object] = []
+    real = stacks.load_stack
+    monkeypatch.setattr(stacks, "load_stack", lambda ref, *a: loaded.append(ref) or real(ref, *a))
+    for ref in (str(evil), "evil.yaml", "../evil"):
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(ConfigError):
+            stacks.packaged_stack(ref)
+    assert loaded == []
