@@ -71,6 +71,15 @@ class JobSpec(StrictModel):
         default_factory=list, description="more sbatch options, --option=value of plain characters"
     )
 
+    @field_validator("argv")
+    @classmethod
+    def _no_nul(cls, v: list[str]) -> list[str]:
+        # No program can receive a NUL in an argument: refuse it here, naming it, not at exec.
+        for arg in v:
+            if "\0" in arg:
+                raise ValueError(f"argument {arg[:80]!r}: holds a NUL character")
+        return v
+
     @field_validator("notes")
     @classmethod
     def _one_line(cls, v: list[str]) -> list[str]:
