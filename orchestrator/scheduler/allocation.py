@@ -7,7 +7,7 @@ round-trip falls between two steps, which on the lab removes the 0.6-1.8 s that 
 between a chained job's end and the next job's start (docs/benchmarks.md).
 
 Step states come from sacct's job-step lines (`sacct -j ALLOC` without -X: ALLOC, ALLOC.batch,
-ALLOC.0, ALLOC.1, ...). Each srun is named `orch-<plan>-<step>` and a step line is matched by
+ALLOC.0, ALLOC.1, ...). Each srun is named `orch-<run id>-<step>` and a step line is matched by
 that name, not by its number, so a step whose srun never started (Slurm then numbers the next one
 in its place) cannot be mistaken for another; a line whose name slurmdbd has not filled in yet is
 taken by its number. A line still RUNNING after the driver COMPLETED is slurmdbd behind, not an

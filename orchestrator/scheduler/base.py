@@ -30,7 +30,7 @@ class JobSpec(StrictModel):
     the script quotes (argv, environment values, paths). Paths never go on `#SBATCH` lines.
     """
 
-    name: LongId = Field(description="the scheduler's job name, e.g. orch-smoke-n2xg1")
+    name: LongId = Field(description="the scheduler's job name: orch-<run id>-<step> (run_job_name)")
     step_id: Name
     nodes: list[str] = Field(description="inventory node names the job must run on; empty = any")
     nnodes: int = Field(ge=1)

@@ -4,6 +4,8 @@ variable. Loading never runs them (the canary file never appears)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,21 @@ def test_ordinary_options_still_load(tmp_path: Path, line: str) -> None:
     inv = tmp_path / "hosts.ini"
     inv.write_text(f"[gpu]\n{line}\n")
     assert load_inventory(inv).names == ["n1"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    ["-o PKCS11Provider={c}.so", "-I {c}.so", "-o SecurityKeyProvider={c}.so", "-o ProxyJump=bastion"],
+)
+def test_orch_fingerprint_refuses_the_probes_ssh_options_before_any_ssh(tmp_path: Path, args: str) -> None:
+    """issue 25: `orch fingerprint` with these options made ssh load the library as root. Now the
+    command ends with exit 2 naming the option, before Ansible or ssh start; nothing is loaded."""
+    canary = tmp_path / "CANARY"
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"[gpu]\nn1 ansible_host=10.0.0.1 ansible_ssh_common_args='{args.format(c=canary)}'\n")
+    argv = ["fingerprint", "-i", str(inv), "--stack", "cpu-gloo", "--out", str(tmp_path / "runs")]
+    r = subprocess.run([sys.executable, "-m", "orchestrator", *argv],
+                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    option = args.split()[1].split("=")[0] if args.startswith("-o") else args.split()[0]
+    assert r.returncode == 2 and option in r.stderr and ALLOW_COMMANDS_VAR in r.stderr, r.stderr
+    assert not list(tmp_path.glob("CANARY*")) and not (tmp_path / "runs").exists()
