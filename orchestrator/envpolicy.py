@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
 
 MASK = "********"
 
@@ -38,12 +39,26 @@ RECORDABLE_NAMES = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "ORCH_NODE"}
 )
 
-# A name holds (or may hold) a credential, whatever its prefix, when it contains one of the strong
-# words anywhere (GITHUBTOKEN), or one of the weak words as a whole _-separated part (HF_API_KEY,
-# but not MONKEY). Names that end in a word for a path or a switch (…_FILE, …_DIR, SSH_AUTH_SOCK,
-# ANSIBLE_HOST_KEY_CHECKING) name no credential themselves.
-_STRONG = re.compile(r"TOKEN|SECRET|PASSW|CRED|COOKIE|APIKEY|PRIVATE", re.IGNORECASE)
-_WEAK = frozenset({"KEY", "PASS", "PWD", "AUTH", "SESSION", "CERT", "SIGNATURE", "SIG", "PIN"})
+# THE list of secret-name patterns (docs/reliability.md names it): a name holds (or may hold) a
+# credential, whatever its prefix, when it contains one of the strong words anywhere (GITHUBTOKEN,
+# DB_PASSPHRASE), or one of the weak words as a whole _-separated part (HF_API_KEY, API_JWT,
+# AZURE_SAS, but not MONKEY). Names that end in a word for a path or a switch (…_FILE, …_DIR,
+# SSH_AUTH_SOCK, ANSIBLE_HOST_KEY_CHECKING) name no credential themselves.
+SECRET_STRONG_WORDS = (
+    "TOKEN",
+    "SECRET",
+    "PASSW",
+    "PASSPHRASE",
+    "CRED",
+    "COOKIE",
+    "APIKEY",
+    "PRIVATE",
+    "BEARER",
+)
+SECRET_WEAK_WORDS = frozenset(
+    {"KEY", "PASS", "PWD", "AUTH", "SESSION", "CERT", "SIGNATURE", "SIG", "PIN", "JWT", "SAS", "DSN"}
+)
+_STRONG = re.compile("|".join(SECRET_STRONG_WORDS), re.IGNORECASE)
 _NOT_A_VALUE = frozenset({"FILE", "PATH", "DIR", "SOCK", "CHECKING"})
 
 
@@ -52,7 +67,18 @@ def looks_secret(name: str) -> bool:
     parts = name.upper().split("_")
     if parts[-1] in _NOT_A_VALUE:
         return False
-    return bool(_STRONG.search(name)) or any(p in _WEAK for p in parts)
+    return bool(_STRONG.search(name)) or any(p in SECRET_WEAK_WORDS for p in parts)
+
+
+def value_is_secret(value: str) -> bool:
+    """True when a value is a credential whatever its name: a URL that carries a password
+    (postgres://u:pw@h/db, https://u:pw@host). Raises nothing."""
+    if "://" not in value or "@" not in value:
+        return False
+    try:
+        return urlsplit(value.strip()).password is not None
+    except ValueError:  # a malformed URL with user info: treated as one
+        return True
 
 
 def recordable(name: str) -> bool:
@@ -69,7 +95,7 @@ def record_env(env: Mapping[str, str], prefixes: Iterable[str] | None = None) ->
     """
     wanted = tuple(prefixes) if prefixes is not None else None
     return {
-        k: (v if recordable(k) else MASK)
+        k: (v if recordable(k) and not value_is_secret(v) else MASK)
         for k, v in sorted(env.items())
         if wanted is None or k.startswith(wanted)
     }
@@ -109,5 +135,5 @@ def tool_env(env: Mapping[str, str]) -> dict[str, str]:
     return {
         k: v
         for k, v in env.items()
-        if (k in TOOL_NAMES or k.startswith(TOOL_PREFIXES)) and not looks_secret(k)
+        if (k in TOOL_NAMES or k.startswith(TOOL_PREFIXES)) and not looks_secret(k) and not value_is_secret(v)
     }

@@ -17,6 +17,7 @@ import logging
 import math
 import re
 import shlex
+import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,9 +102,59 @@ _SSH_ARGS_VARS = (
     "ansible_sftp_extra_args",
     "ansible_scp_extra_args",
 )
-# ssh options that run a command on this machine: refused in any case, as `-o X=…`, `-oX …`,
-# `-o "X …"` or hidden in a cluster of flags (`-vo X=…`), unless the inventory opts in.
-_SSH_COMMAND_OPTIONS = re.compile(r"proxycommand|localcommand|permitlocalcommand|knownhostscommand", re.I)
+# ssh options an inventory may set without opting in (orch_allow_controller_commands): an
+# allow-list. Everything else ssh understands can run a command or load a library on this machine
+# (ProxyCommand, LocalCommand, KnownHostsCommand, PKCS11Provider, SecurityKeyProvider, -I, -F with
+# its own config, ProxyJump/-J through another host's config, Include, -E writing any file ...),
+# or is a knob orch has not reviewed: refused, naming the option.
+SSH_SAFE_OPTIONS = frozenset(
+    k.lower()
+    for k in (
+        "Port", "User", "IdentityFile", "IdentitiesOnly", "ConnectTimeout", "ConnectionAttempts",
+        "ServerAliveInterval", "ServerAliveCountMax", "TCPKeepAlive", "StrictHostKeyChecking",
+        "UserKnownHostsFile", "GlobalKnownHostsFile", "HashKnownHosts", "CheckHostIP",
+        "HostKeyAlgorithms", "HostKeyAlias", "PubkeyAcceptedAlgorithms", "PubkeyAcceptedKeyTypes",
+        "PubkeyAuthentication", "PasswordAuthentication", "KbdInteractiveAuthentication",
+        "PreferredAuthentications", "GSSAPIAuthentication", "NumberOfPasswordPrompts", "BatchMode",
+        "Compression", "Ciphers", "MACs", "KexAlgorithms", "AddressFamily", "LogLevel",
+        "ControlMaster", "ControlPersist", "ControlPath", "RequestTTY", "UpdateHostKeys",
+    )
+)  # fmt: skip
+# ssh's single-letter flags (its getopt string): those that take an argument, and the ones allowed.
+_SSH_FLAGS_WITH_ARG = frozenset("bceilmopBDEFIJLOQRSwW")
+_SSH_SAFE_FLAGS = frozenset("46CqvTnilpcmo")
+
+
+def ssh_option_problem(args: list[str]) -> str | None:
+    """The first ssh option in args (split like a shell would) that is not on the allow-list
+    (SSH_SAFE_OPTIONS for ``-o``, _SSH_SAFE_FLAGS for flags), as ssh would read it: ``-o X=…``,
+    ``-oX …``, ``-o "X …"`` and flags clustered (``-vo X=…``, ``-CI lib.so``); None when all are
+    allowed. A word that is no option (a host name, ``--``) is refused too. Raises nothing."""
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if not word.startswith("-") or word == "-" or word.startswith("--"):
+            return f"{word[:60]!r} (not an ssh option)"
+        j = 1
+        while j < len(word):
+            flag = word[j]
+            if flag not in _SSH_SAFE_FLAGS:
+                return f"-{flag}"
+            if flag in _SSH_FLAGS_WITH_ARG:
+                value = word[j + 1 :]
+                if not value:
+                    i += 1
+                    value = args[i] if i < len(args) else ""
+                if flag == "o":
+                    key = value.replace("=", " ", 1).split(" ", 1)[0].strip()
+                    if key.lower() not in SSH_SAFE_OPTIONS:
+                        return key[:60] or "-o without a value"
+                break
+            j += 1
+        i += 1
+    return None
+
+
 # The one template an interpreter path may hold without opting in: Ansible's own Python.
 _PLAYBOOK_PYTHON = re.compile(r"\{\{\s*ansible_playbook_python\s*\}\}")
 # Kept as written: Ansible resolves interpreter and program templates itself.
@@ -394,25 +445,37 @@ def _allows_commands(v: Mapping[str, Any], bad: Any) -> bool:
 def _controller_commands(v: Mapping[str, Any], bad: Any) -> None:
     """Refuse what would make ssh or Ansible run a command on this machine during a playbook.
 
-    ssh options ProxyCommand, LocalCommand, PermitLocalCommand, KnownHostsCommand in any ssh
-    arguments variable; any template left in them after orch's own rendering (a lookup: orch
+    any ssh option not on the allow-list (ssh_option_problem) in any ssh arguments variable;
+    any template left in them after orch's own rendering (a lookup: orch
     never runs one, Ansible would); any template in an interpreter or program path but
     `{{ ansible_playbook_python }}` (Ansible templates it on this machine before running it).
     """
-    hint = f"(runs a command on this machine when Ansible connects; set {ALLOW_COMMANDS_VAR}=true to allow)"
+    hint = (
+        f"(may run a command or load a library on this machine when ssh connects; "
+        f"set {ALLOW_COMMANDS_VAR}=true to allow)"
+    )
     for var in _SSH_ARGS_VARS:
         raw = v.get(var)
         if raw is None:
             continue
         text = str(raw)
-        if m := _SSH_COMMAND_OPTIONS.search(text):
-            bad(var, f"has the ssh option {m.group(0)} {hint}")
-        elif "{{" in text or "{%" in text:
+        if "{{" in text or "{%" in text:
             bad(var, f"has a template orch cannot resolve without running it {hint}")
+            continue
+        try:
+            why = ssh_option_problem(shlex.split(text))
+        except ValueError as e:
+            bad(var, f"cannot be split like a shell would: {e}")
+            continue
+        if why is not None:
+            bad(var, f"has the ssh option {why}, which is not on orch's list of safe ssh options {hint}")
     for var in sorted(k for k in v if k in _EXEC_VARS or _INTERPRETER.fullmatch(k)):
         text = str(v[var])
         if "{{" in _PLAYBOOK_PYTHON.sub("", text) or "{%" in text:
             bad(var, f"has a template in a program path {hint}")
+        elif var == "ansible_ssh_executable" and text.strip() not in ("ssh", shutil.which("ssh")):
+            # Ansible runs this program here, on the controller, for every connection.
+            bad(var, f"names a program other than ssh, run on this machine {hint}")
 
 
 # --- checks across hosts --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from orchestrator.metrics.busbw import busbw_gbs
 from orchestrator.models.results import Collective
 from orchestrator.models.serving_results import ServingSummary
 from orchestrator.provision import smi
+from orchestrator.safefs import read_regular
 from orchestrator.scheduler.base import JobState
 from orchestrator.scheduler.slurm_state import parse_sacct, parse_scontrol, parse_squeue
 from orchestrator.workloads import servingbench
@@ -268,7 +269,9 @@ def detect_kind(text: str) -> str:
 def parse_file(path: Path, kind: str | None = None, opts: ParseOptions = DEFAULT_OPTIONS) -> ParsedFile:
     """Parse one file as `kind` (detected when None). Raises ParseError with one line saying why."""
     try:
-        text = path.read_text(errors="replace")
+        # A FIFO or device is refused, not waited on; newlines as text mode reads them.
+        raw = read_regular(path).decode("utf-8", errors="replace")
+        text = raw.replace("\r\n", "\n").replace("\r", "\n")
     except OSError as e:
         raise ParseError(f"{path}: cannot read: {e.strerror}") from e
     try:

@@ -130,11 +130,15 @@ def create_private(path: Path, mode: int | None = None) -> None:
     """Create path empty with mode (default file_mode()) unless it exists; never through a symlink.
 
     For files another program fills (SQLite creates its -wal/-shm with the database file's mode).
-    Raises OSError.
+    A symlink to a file that exists is left to its owner's choice; one that leads nowhere is
+    refused, since the program would create its target with a mode of its own choosing.
+    Raises OSError (ELOOP for a dangling symlink).
     """
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
+        if os.path.islink(path) and not os.path.exists(path):
+            raise OSError(errno.ELOOP, "a symbolic link to a file that does not exist", str(path)) from None
         return
     try:
         os.fchmod(fd, file_mode() if mode is None else mode)
@@ -166,6 +170,8 @@ def inside(root: Path, path: Path) -> str | None:
         return f"resolves outside {root}"
     if not real.is_file():
         return "is not a regular file"
+    if (links := real.stat().st_nlink) > 1:
+        return f"has {links} hard links (another name may be a file that is not the run's)"
     return None
 
 
@@ -182,9 +188,48 @@ def read_inside(root: Path, path: Path) -> bytes:
         raise NotInside(path, why)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
             raise NotInside(path, "is not a regular file")
+        if st.st_nlink > 1:
+            raise NotInside(path, f"has {st.st_nlink} hard links")
         return fh.read()
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of path when it is a regular file. Opened with O_NONBLOCK and checked before any
+    read, so a FIFO or a device named on the command line is refused at once instead of hanging.
+
+    Raises OSError (EINVAL "not a regular file", or why it cannot be opened).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return fh.read()
+
+
+def untrusted_folder(path: Path) -> str | None:
+    """Why the folder path may not be trusted as the user's own, or None when it may.
+
+    A folder is trusted when it is a real folder (not a symlink), owned by the current user or by
+    root, and neither group- nor world-writable: otherwise someone else could have planted or
+    changed what it holds (a run folder in a shared runs root, a cron folder). Raises nothing.
+    """
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid not in (os.getuid(), 0):
+        return f"is owned by uid {st.st_uid}, not by you (uid {os.getuid()}) or root"
+    if (mode := stat.S_IMODE(st.st_mode)) & 0o022:
+        return f"has mode {mode:04o}: group or others may write into it"
+    return None
 
 
 def private_dir(path: Path) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
+from orchestrator.models.names import is_name
 from orchestrator.models.stack import Stack
 
 if TYPE_CHECKING:  # annotations only: `orch check --quick` loads no plan, cluster or serving model
@@ -47,6 +49,32 @@ def stack_path(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Path:
     )
 
 
+def packaged_stack(name: str, stacks_dir: Path = STACKS_DIR) -> Stack:
+    """The stack `name` from the package's own stacks (stacks_dir), never a path: what a
+    certificate or another file from others names is loaded only this way.
+
+    Raises ConfigError when name is not a plain name or no such stack ships.
+    """
+    if not is_name(name):
+        raise ConfigError(
+            f"stack {name[:80]!r} is not a stack name (a path is never loaded from a certificate)"
+        )
+    path = stacks_dir / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(
+            f"no stack named {name!r}", hint=f"stacks are: {', '.join(list_stacks(stacks_dir))}"
+        )
+    return load_stack(path, stacks_dir)
+
+
+def manifest_sha256(name: str, stacks_dir: Path = STACKS_DIR) -> str | None:
+    """sha256 of the packaged stack `name`'s manifest file; None when name is no packaged stack."""
+    path = stacks_dir / f"{name}.yaml"
+    if not is_name(name) or not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def load_stack(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Stack:
     """Load and validate one stack; raises ConfigError naming the file and the first bad field."""
     path = stack_path(ref, stacks_dir)
@@ -65,17 +93,6 @@ def load_stack(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Stack:
     if stack.name != path.stem:
         raise ConfigError(f"{path}: name {stack.name!r} differs from the file name {path.stem!r}")
     return stack
-
-
-def packaged_stack(name: str, stacks_dir: Path = STACKS_DIR) -> Stack:
-    """The stack named `name` among orch's own manifests (a name read from a file such as a
-    certificate: never taken as a path); raises ConfigError when there is none of that name."""
-    if name not in list_stacks(stacks_dir):
-        raise ConfigError(
-            f"no stack named {name!r} among orch's stacks",
-            hint=f"stacks are: {', '.join(list_stacks(stacks_dir)) or '(none)'} (see `orch stack list`)",
-        )
-    return load_stack(name, stacks_dir)
 
 
 def json_schema(kind: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from orchestrator.models.names import is_name
 from orchestrator.models.plan import Plan
 from orchestrator.models.recovery import RecoveryRecord
 from orchestrator.models.run import RunRecord, StepResult
+from orchestrator.stacks import manifest_sha256
 
 _UNRECOVERED = ("not-recovered", "aborted")
 _NOT_VERSIONS = ("node",)
@@ -64,6 +65,7 @@ def stack_summary(stack: str, taken_at: datetime | None, fp: Fingerprint) -> Sta
         versions=versions,
         gpus=[g.name or "?" for g in fp.gpus],
         fingerprint_sha256=digest.sha256(fp.model_dump(mode="json")),
+        manifest_sha256=manifest_sha256(stack),
         compatibility="unchanged",
     )
 

@@ -48,7 +48,7 @@ def quick_check(node: str, inventory: Path | None, root: Path, *, now: datetime 
     or the stack is not one of orch's."""
     from orchestrator.provision.fingerprint import compare
     from orchestrator.provision.quickprint import quick_fingerprint
-    from orchestrator.stacks import packaged_stack
+    from orchestrator.stacks import manifest_sha256, packaged_stack
 
     try:
         check_name(node, what="node name")
@@ -71,7 +71,9 @@ def quick_check(node: str, inventory: Path | None, root: Path, *, now: datetime 
     if stack_name is None:
         found.append("no stack to check the fingerprint against (the certificate holds none)")
         return QuickCheck(node=node, ok=False, certificate=str(path), problems=found)
-    stack = packaged_stack(stack_name)
+    stack = packaged_stack(stack_name)  # by name, from the package: never a path the certificate names
+    if cert.stack is not None and cert.stack.manifest_sha256 not in (None, manifest_sha256(stack_name)):
+        found.append(f"stack {stack_name}'s manifest changed since the certificate was issued")
     if cluster is not None:
         prints, failed = quick_fingerprint(cluster, stack, [node])
         gpus: int | None = cluster.node(node).gpus_per_node

@@ -21,7 +21,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.models.cert import CertCheck, CertEntry, Certificate, IssueResult
 from orchestrator.models.names import check_name
 from orchestrator.paths import under
-from orchestrator.safefs import NotInside, atomic_write, read_inside
+from orchestrator.safefs import NotInside, atomic_write, read_inside, untrusted_folder
 from orchestrator.store.rundir import json_data
 
 # certs.build and store.load are imported where they are used: `orch check --quick` (a prolog)
@@ -88,7 +88,7 @@ def check_data(path: Path, data: dict[str, Any]) -> tuple[Certificate | None, li
         from orchestrator.store.load import invalid
 
         cert = None
-        problems.append(f"invalid: {invalid(path, e)}")
+        problems.append(f"invalid: {invalid(path, e, quote=False)}")
     return cert, problems
 
 
@@ -109,6 +109,16 @@ def cert_files(root: Path) -> list[Path]:
     return [p for p in found if not p.name.startswith(".")]
 
 
+def untrusted_cert(path: Path) -> str | None:
+    """Why the certificate file at path (RUN/certs/NODE.json) may not be believed, or None: its run
+    folder or certs folder is owned by someone else (not you, not root) or writable by others,
+    who could have planted it (a certificate dated 2030 would win every lookup)."""
+    for folder in (path.parent, path.parent.parent):
+        if (why := untrusted_folder(folder)) is not None:
+            return f"{folder} {why}"
+    return None
+
+
 def entries(root: Path, *, now: datetime | None = None) -> list[CertEntry]:
     """Every certificate under root with its validity at now (default: the current time).
 
@@ -119,6 +129,9 @@ def entries(root: Path, *, now: datetime | None = None) -> list[CertEntry]:
     at = now or datetime.now(UTC)
     out: list[CertEntry] = []
     for path in cert_files(root):
+        if (why := untrusted_cert(path)) is not None:
+            out.append(CertEntry(path=str(path), intact=False, problems=[f"not trusted: {why}"]))
+            continue
         try:
             data = _read_json(path, root)
         except ConfigError as e:
@@ -149,6 +162,8 @@ def latest(node: str, root: Path) -> tuple[Path, Certificate, list[str]]:
     best: tuple[Path, Certificate, list[str]] | None = None
     if root.is_dir():
         for path in (p for p in cert_files(root) if p.name == f"{node}.json"):
+            if untrusted_cert(path) is not None:  # planted by someone else: never the answer
+                continue
             try:
                 cert, problems = check_data(path, _read_json(path, root))
             except ConfigError:

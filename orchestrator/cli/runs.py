@@ -33,6 +33,16 @@ StoreOpt = Annotated[
         show_default=False,
     ),
 ]
+InventoryOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--inventory",
+        "-i",
+        help="Inventory whose orch_slurm_conf Slurm commands use (default: orch's own SLURM_CONF); "
+        "a run folder's own inventory.json is never trusted for it.",
+        show_default=False,
+    ),
+]
 RunArg = Annotated[str, typer.Argument(help="Run directory, run id (or prefix), or baseline name.")]
 _COLOUR = {"accepted": "green", "pass": "green", "failed": "red", "fail": "red", "running": "cyan"}
 
@@ -52,6 +62,16 @@ def open_existing(store: str | None) -> ResultsStore | None:
     if isinstance(path, Path) and not path.exists():
         return None  # a PostgreSQL store is always there to be asked
     return ResultsStore.open(path, create=False)
+
+
+def slurm_conf_of(inventory: Path | None) -> Path | None:
+    """The orch_slurm_conf of the inventory named on the command line (None: orch's own
+    SLURM_CONF). Raises InventoryError when the inventory cannot be loaded."""
+    if inventory is None:
+        return None
+    from orchestrator.inventory import load_inventory
+
+    return load_inventory(inventory).vars.orch_slurm_conf
 
 
 def user_at_host(user: str | None, host: str | None) -> str:
@@ -169,7 +189,7 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
 
 
 @runs_app.command("resume")
-def resume_cmd(run: RunArg, store: StoreOpt = None) -> int:
+def resume_cmd(run: RunArg, store: StoreOpt = None, inventory: InventoryOpt = None) -> int:
     """Finish an interrupted run in the same run directory: a ladder's steps without a result,
     a recovery-test's repeats without a record, a migrate run's phases from where it stopped
     (after stopping the ansible-playbook it left behind)."""
@@ -185,6 +205,7 @@ def resume_cmd(run: RunArg, store: StoreOpt = None) -> int:
         listeners=[ProgressPrinter()],
         open_shells=node_shells,
         progress=lambda m: err.print(m, markup=False),
+        slurm_conf=slurm_conf_of(inventory),
     )
     if isinstance(result, MigrateRun):
         from orchestrator.cli.migrate import render_run
@@ -218,6 +239,7 @@ def cleanup_cmd(
         Path | None,
         typer.Option("--runs", help="Root of the run directories (default: runs).", show_default=False),
     ] = None,
+    inventory: InventoryOpt = None,
 ) -> int:
     """Cancel Slurm jobs left by runs whose orch process died (SIGKILL): the journal names them."""
     if runs is None:
@@ -229,8 +251,13 @@ def cleanup_cmd(
         raise ConfigError(
             f"--runs {runs}: no such folder", hint="name the folder that holds the run directories"
         )
-    reports = cleanup_orphans(runs)
+    from orchestrator.scheduler.slurm import SlurmScheduler
+
+    reports = cleanup_orphans(runs, SlurmScheduler(slurm_conf=slurm_conf_of(inventory)))
     for r in reports:
+        if r.refused is not None:
+            err.print(f"{r.run_id}: refused: {r.refused}", markup=False)
+            continue
         out.print(f"{r.run_id}: cancelled {', '.join(r.cancelled) or 'none (all ended)'}", markup=False)
     if not reports:
         out.print("no orphan jobs", markup=False)

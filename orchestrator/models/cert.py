@@ -31,7 +31,13 @@ class StackSummary(StrictModel):
     """The node's software and hardware as the run's fingerprint found them, and the verdict against
     the stack it was checked against."""
 
-    stack: str = Field(description="the stack manifest the node was checked against")
+    stack: Name = Field(
+        description="the name of the packaged stack the node was checked against (never a path: a "
+        "certificate is data, and a reader loads stacks by name from the package only)"
+    )
+    manifest_sha256: str | None = Field(
+        default=None, description="sha256 of that stack's manifest file when the certificate was issued"
+    )
     taken_at: datetime | None = Field(default=None, description="when the fingerprint was taken")
     versions: dict[str, str] = Field(
         default_factory=dict, description="component -> version as found (os, kernel, torch, rccl, ...)"

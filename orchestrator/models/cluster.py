@@ -28,6 +28,7 @@ CONTAINER_RUNTIMES: tuple[str, ...] = ("podman", "docker", "none")
 
 # Linux IFNAMSIZ is 16 bytes including the terminating NUL.
 IFNAME_MAX = 15
+IFACE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 # Letters, digits and the few punctuation marks that host names, IPv4 and IPv6 addresses use.
 # Everything else (space, ; | & $ ` ' " < > ( ) * ? [ ] { } ~ ! # \ @ …) could mean something to a
 # shell or to ssh, and a leading '-' would be read as an option.
@@ -57,10 +58,11 @@ def kind_label(vendor: str, model: str | None) -> str:
 
 
 def interface_name_problem(name: str) -> str | None:
-    """Say why Linux would refuse `name` as a network interface name, or None if it is valid.
+    """Say why `name` is refused as a network interface name, or None if it is valid.
 
-    Follows the kernel's dev_valid_name(): not empty, at most 15 bytes, not '.' or '..', and no
-    '/', ':' or whitespace. Raises nothing.
+    An allow-list, stricter than the kernel's dev_valid_name() (which takes '$', '(' and ')'):
+    1 to 15 characters out of letters, digits, '_', '.', '-' (IFACE_NAME), not '.' or '..', not
+    starting with '-' (it reaches ip/tc/iptables argv). Raises nothing.
     """
     if not name:
         return "is empty"
@@ -68,9 +70,11 @@ def interface_name_problem(name: str) -> str | None:
         return f"is longer than {IFNAME_MAX} bytes"
     if name in (".", ".."):
         return "is '.' or '..'"
-    for ch in name:
-        if ch in "/:" or ch.isspace() or ch == "\0":
-            return f"contains {ch!r}"
+    if name.startswith("-"):
+        return "starts with '-'"
+    if not IFACE_NAME.fullmatch(name):
+        bad = next(ch for ch in name if not IFACE_NAME.fullmatch(ch))
+        return f"contains {bad!r} (letters, digits, '_', '.', '-' only)"
     return None
 
 

@@ -38,23 +38,46 @@ _URL_RE = re.compile(
     rf"(?P<scheme>https?)://(?P<host>{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{{1,5}})"
     r"(?P<path>(?:/[A-Za-z0-9_.~-]+)*/?)"
 )
-ORCH_SET_ARGS = frozenset(
-    {
-        "--host",
-        "--port",
-        "--model",
-        "--model-path",
-        "--revision",
-        "--dtype",
-        "--tensor-parallel-size",
-        "--tp",
-        "--tp-size",
-        "--pipeline-parallel-size",
-        "--pp",
-        "--pp-size",
-    }
-)
-"""Engine arguments orch sets itself from the plan's fields; a plan may not give them again."""
+# Each engine's own spellings of the settings orch sets from the plan's fields (engines.py
+# engine_argv), from its documentation: a plan's engine_args may give none of them again, in any
+# spelling the engine accepts. Data, to move into the engine registry's EngineSpec.
+# - vLLM (`vllm serve --help`, docs.vllm.ai "Engine Arguments"): long options take '_' for '-'
+#   (FlexibleArgumentParser), and -tp / -pp are its short forms.
+# - SGLang (`python -m sglang.launch_server --help`, docs "Server Arguments"): --tp-size has the
+#   aliases --tp and --tensor-parallel-size, --pp-size --pp and --pipeline-parallel-size, and
+#   --model-path --model; argparse there also takes any unique prefix of a long option.
+# - transformers serve: --host, --port, --dtype, --device.
+ENGINE_MANAGED_SPELLINGS: dict[str, frozenset[str]] = {
+    "vllm": frozenset(
+        {"--host", "--port", "--model", "--served-model-name", "--revision", "--dtype",
+         "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp"}
+    ),
+    "sglang": frozenset(
+        {"--model-path", "--model", "--host", "--port", "--dtype", "--revision", "--served-model-name",
+         "--tp-size", "--tp", "--tensor-parallel-size", "--pp-size", "--pp", "--pipeline-parallel-size"}
+    ),
+    "transformers": frozenset({"--host", "--port", "--dtype", "--device"}),
+}  # fmt: skip
+ORCH_SET_ARGS = frozenset().union(*ENGINE_MANAGED_SPELLINGS.values())
+"""Engine arguments orch sets itself from the plan's fields, in every engine's spellings; a plan
+may not give them again (managed_engine_flag also catches '_' for '-' and abbreviations)."""
+
+
+def managed_engine_flag(arg: str) -> str | None:
+    """The managed setting (ORCH_SET_ARGS) that arg would set in some engine, or None.
+
+    A long option counts with '_' read as '-' (vLLM) and when it is a prefix of a managed one
+    (argparse's abbreviations: --tensor-par, --ho); a short one (-tp, -pp) also when a value is
+    glued to it (-tp2, -tp=2) or when abbreviated (-t). Raises nothing."""
+    flag = arg.split("=", 1)[0]
+    if flag.startswith("--") and len(flag) > 2:
+        norm = "--" + flag[2:].replace("_", "-")
+        hits = sorted(m for m in ORCH_SET_ARGS if m.startswith("--") and m.startswith(norm))
+        return hits[0] if hits else None
+    if flag.startswith("-") and not flag.startswith("--") and len(flag) > 1:
+        shorts = sorted(m for m in ORCH_SET_ARGS if not m.startswith("--"))
+        return next((m for m in shorts if flag.startswith(m) or m.startswith(flag)), None)
+    return None
 
 
 def check_abs_path(value: str, *, what: str = "path") -> str:
@@ -77,9 +100,11 @@ def check_engine_arg(value: str) -> str:
             f"engine argument {value!r} may hold letters, digits and _ . , : = / + @ % - only "
             "(no spaces, quotes or shell characters; give '--flag' and its value as two items)"
         )
-    flag = value.split("=", 1)[0]
-    if flag in ORCH_SET_ARGS:
-        raise ValueError(f"engine argument {value!r}: {flag} is set by orch from the plan's fields")
+    if (managed := managed_engine_flag(value)) is not None:
+        flag = value.split("=", 1)[0]
+        raise ValueError(
+            f"engine argument {value!r}: {flag} sets {managed}, which is set by orch from the plan's fields"
+        )
     return value
 
 

@@ -40,7 +40,7 @@ from orchestrator.envpolicy import MASK, tool_env
 from orchestrator.errors import ProvisionError
 from orchestrator.models.base import StrictModel
 from orchestrator.remote.proctree import descendants, signal_all, stop_processes
-from orchestrator.safefs import runtime_dir, runtime_path
+from orchestrator.safefs import atomic_write, make_dir, runtime_dir, runtime_path
 
 HostStatus = Literal["ok", "changed", "failed", "unreachable", "skipped"]
 STOP_GRACE_S = 3.0
@@ -257,7 +257,7 @@ def scrub_tree(root: Path, secrets: Iterable[str]) -> list[Path]:
             continue
         new = scrub(text, secrets)
         if new != text:
-            path.write_text(new, encoding="utf-8")
+            atomic_write(path, new)
             changed.append(path)
     return changed
 
@@ -270,7 +270,7 @@ def strip_command_env(command_file: Path) -> None:
         return
     if isinstance(doc, dict) and isinstance(doc.get("env"), dict):
         doc["env"] = sorted(doc["env"])  # names only: enough to debug, nothing to leak
-        command_file.write_text(json.dumps(doc))
+        atomic_write(command_file, json.dumps(doc))
 
 
 def scrub_artifacts(work_dir: Path, secrets: Iterable[str]) -> None:
@@ -402,8 +402,8 @@ def execute(request: PlaybookRequest, listener: Listener | None = None) -> Playb
     except ImportError as e:  # pragma: no cover - a dependency
         raise ProvisionError("ansible-runner is not installed", hint="pip install ansible-runner") from e
 
-    request.work_dir.mkdir(parents=True, exist_ok=True)
-    (request.work_dir / "tmp").mkdir(exist_ok=True)
+    make_dir(request.work_dir)
+    make_dir(request.work_dir / "tmp")
     runtime_dir("cp")  # ANSIBLE_SSH_CONTROL_PATH_DIR; raises ConfigError when others can reach it
     secrets = secret_values(request)
     events: list[dict[str, Any]] = []

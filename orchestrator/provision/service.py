@@ -92,7 +92,7 @@ def prepare_wheelhouse(stack: Stack, dest: Path, runner: CommandRunner, orch: Or
     wanted = "\n".join(requirements(stack)) + "\n" + orch.stamp
     if stamp.exists() and stamp.read_text() == wanted and (dest / "SHA256SUMS").exists():
         return dest
-    dest.mkdir(parents=True, exist_ok=True)
+    make_dir(dest)
     res = runner.run(wheelhouse_argv(stack, dest, orch), timeout=WHEELHOUSE_TIMEOUT_S)
     if not res.ok:
         raise ProvisionError(
@@ -193,7 +193,7 @@ def fingerprint(
     nodes = cluster.select(limit) if limit else cluster.nodes
     run_dir = _run_dir(out_dir, "fingerprint")
     facts = run_dir / "facts"
-    facts.mkdir()
+    make_dir(facts, exist_ok=False)
     result = execute(
         PlaybookRequest(
             playbook="fingerprint.yml",

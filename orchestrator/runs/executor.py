@@ -51,6 +51,7 @@ from orchestrator.scheduler.base import (
     backend_traits,
     inventory_backend,
     pending_wait,
+    run_job_name,
 )
 from orchestrator.store.rundir import atomic_write
 from orchestrator.telemetry.sampler import TelemetrySampler
@@ -142,7 +143,7 @@ def job_spec(
             rdma=any(n.rdma_ifaces for n in nodes) and first.gpu_vendor != "none",
         )
     return JobSpec(
-        name=f"orch-{plan.name}-{step.id}",
+        name=run_job_name(run_id, plan.name, step.id),
         step_id=step.id,
         nodes=[] if here else step.nodes,
         nnodes=step.nnodes,

@@ -342,6 +342,6 @@ def keep_attempt(root: Path, folder: Path, name: str) -> None:
     if not folder.exists() or not any(folder.iterdir()):
         return
     attempts = under(root, "attempts", what="attempts folder")
-    attempts.mkdir(exist_ok=True)
+    make_dir(attempts)
     n = len(list(attempts.glob(f"{name}.*"))) + 1
     folder.rename(under(attempts, f"{name}.{n}", what="attempt folder"))

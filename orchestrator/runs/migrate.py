@@ -33,7 +33,7 @@ from orchestrator.models.requests import MigrateRequest
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.runs.playbook_pids import recording, stop_left_behind
 from orchestrator.stacks import load_stack
-from orchestrator.store.load import require_model
+from orchestrator.store.load import require_model, run_cluster
 from orchestrator.store.rundir import atomic_write, new_run_id
 
 PLAYBOOKS_FILE = "playbooks.json"
@@ -337,7 +337,10 @@ def run_migration(
 
 
 def resume_migration(
-    run_dir: Path, listeners: list[Listener] | None = None, ops_factory: OpsFactory = cluster_ops
+    run_dir: Path,
+    listeners: list[Listener] | None = None,
+    ops_factory: OpsFactory = cluster_ops,
+    slurm_conf: Path | None = None,
 ) -> MigrateRun:
     """`orch runs resume` of a migrate or rollback run: see the module doc.
 
@@ -349,7 +352,7 @@ def resume_migration(
     if record.status == "running":
         raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
     req = require_model(MigrateRequest, run_dir, run_dir / "request.json")
-    cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
+    cluster = run_cluster(run_dir, slurm_conf)  # Slurm's configuration never from the run folder
     plan = require_model(Plan, run_dir, run_dir / "plan.json") if (run_dir / "plan.json").exists() else None
     state = (
         require_model(MigrateRun, run_dir, run_dir / STATE_FILE) if (run_dir / STATE_FILE).exists() else None

@@ -29,6 +29,7 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.names import Name, is_name
 from orchestrator.paths import under
 from orchestrator.remote.base import CommandRunner
+from orchestrator.safefs import make_dir, untrusted_folder
 from orchestrator.scheduler.base import JobSpec, check_sbatch_options
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.location import parse_store
@@ -260,7 +261,13 @@ class CronManager:
 
     def install(self, entry: CronEntry, now: datetime | None = None) -> str:
         """Install (or replace) entry; returns a one-line description. Raises SchedulerError."""
-        (entry.out_dir / "cron").mkdir(parents=True, exist_ok=True)
+        cron = make_dir(entry.out_dir / "cron")
+        # A job (root's, often) resubmits cron/NAME.sbatch every day: what others may write is refused.
+        for folder in (entry.out_dir, cron):
+            if (why := untrusted_folder(folder)) is not None:
+                raise ConfigError(
+                    f"cron folder {folder} {why}", hint=f"chmod go-w {folder}, or choose another --out"
+                )
         if self.mode == "scrontab":
             text = strip_block(self._crontab(), entry.name) + render_scrontab_block(entry)
             tmp = entry.out_dir / "cron" / f".{entry.name}.scrontab"

@@ -26,6 +26,7 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.container import container_name
 from orchestrator.remote.nodefiles import Follower, NodeFiles, node_files, run_data_layout
 from orchestrator.runs.recovery_request import RecoveryTestRequest, node_python
+from orchestrator.safefs import make_dir
 from orchestrator.scheduler.base import JobSpec
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.rundir import check_run_id
@@ -53,7 +54,7 @@ class ProbeFiles:
     def open(self) -> None:
         """Make the folder on every node (and here, without an old stop file) and start following
         the heartbeats. Raises InfraError naming a node where the folder cannot be made."""
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.out_dir)
         (self.out_dir / "stop").unlink(missing_ok=True)
         if self._files is None:
             self._files = self._stack.enter_context(node_files(self.cluster, self.layout))

@@ -42,7 +42,7 @@ from orchestrator.runs.recovery_request import (
     resolve_container,
     resolve_launcher,
 )
-from orchestrator.store.load import REQUEST_FILE, load_run, require_model
+from orchestrator.store.load import REQUEST_FILE, load_run, require_model, run_cluster
 from orchestrator.store.rundir import RunDir, atomic_write
 
 
@@ -139,6 +139,7 @@ def resume_recovery_test(
     open_shells: Callable[[Cluster], AbstractContextManager[Mapping[str, NodeShell]]],
     *,
     progress: Callable[[str], None] = lambda _m: None,
+    slurm_conf: Path | None = None,
 ) -> RecoverySummary:
     """Run, in run_dir, the repeats of an interrupted recovery-test that have no record; the
     records of the others are kept, and the summary covers every repeat. The earlier attempt's
@@ -153,7 +154,7 @@ def resume_recovery_test(
     record = load_run(run_dir)
     if record.status == "running":
         raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
-    cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
+    cluster = run_cluster(run_dir, slurm_conf)  # Slurm's configuration never from the run folder
     req = require_model(RecoveryTestRequest, run_dir, run_dir / REQUEST_FILE)
     done = sorted(
         (r for rec in record.recovery if (r := records.from_record(rec, req.kind)) and r.repeat < req.repeat),

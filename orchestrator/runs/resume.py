@@ -21,6 +21,7 @@ from orchestrator.models.migrate import MigrateRun
 from orchestrator.models.run import RunResult
 from orchestrator.runs.recovery import resume_recovery_test
 from orchestrator.runs.scale_test import resume_run
+from orchestrator.safefs import untrusted_folder
 from orchestrator.store.load import run_kind
 
 
@@ -30,14 +31,23 @@ def resume(
     listeners: list[Listener] | None = None,
     open_shells: Callable[[Cluster], AbstractContextManager[Mapping[str, NodeShell]]],
     progress: Callable[[str], None] = lambda _m: None,
+    slurm_conf: Path | None = None,
 ) -> RunResult | RecoverySummary | MigrateRun:
     """Resume the run in run_dir by its kind. ``listeners`` hear a ladder's events; ``open_shells``
-    opens the nodes' shells a recovery-test needs; ``progress`` gets its lines.
+    opens the nodes' shells a recovery-test needs; ``progress`` gets its lines. ``slurm_conf``:
+    the Slurm configuration of the --inventory given on the command line, or None for orch's own
+    SLURM_CONF; never the one the run folder names (store/load.py run_cluster).
 
     Raises:
-        ConfigError: not a run directory, still running, nothing left to run, or a damaged folder.
+        ConfigError: not a run directory, still running, nothing left to run, a damaged folder, or
+            one that someone else owns or others may write into.
         Interrupted: Ctrl-C or SIGTERM (jobs cancelled, faults reverted, run_finished journaled).
     """
+    if (why := untrusted_folder(run_dir)) is not None:
+        raise ConfigError(
+            f"run folder {run_dir} {why}: not resumed",
+            hint="resume only your own run folders (owned by you, not writable by group or others)",
+        )
     if run_kind(run_dir) == "isolate":
         raise ConfigError(
             f"{run_dir} is an isolate run: it is not resumed",
@@ -51,7 +61,7 @@ def resume(
     if run_kind(run_dir) in ("migrate", "rollback"):
         from orchestrator.runs.migrate import resume_migration
 
-        return resume_migration(run_dir, listeners)
+        return resume_migration(run_dir, listeners, slurm_conf=slurm_conf)
     if run_kind(run_dir) == "recovery-test":
-        return resume_recovery_test(run_dir, open_shells, progress=progress)
-    return resume_run(run_dir, listeners=listeners)
+        return resume_recovery_test(run_dir, open_shells, progress=progress, slurm_conf=slurm_conf)
+    return resume_run(run_dir, listeners=listeners, slurm_conf=slurm_conf)

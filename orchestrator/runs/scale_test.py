@@ -48,6 +48,7 @@ from orchestrator.store.load import (
     ladder_steps,
     load_run,
     require_model,
+    run_cluster,
     run_kind,
     serving_steps,
 )
@@ -99,7 +100,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
             life.on_close(sched.release)  # however the run ends, a refusal included
             alloc_dir = run_data_layout(cluster, life.root).local_path("alloc")
             try:
-                sched.book(_booking_specs(plan, cluster, steps, backend, life.root), alloc_dir)
+                sched.book(_booking_specs(plan, cluster, steps, backend, life.root, life.run_id), alloc_dir)
             except SchedulerError as e:  # asked again at submission, for the steps that can run
                 life.journal("booking_failed", error=str(e))
         if (name := stack_name(None, plan, cluster)) is not None:
@@ -193,13 +194,14 @@ def _telemetry(
 
 
 def _booking_specs(
-    plan: Plan, cluster: Cluster, steps: list[Step], backend: str, root: Path
+    plan: Plan, cluster: Cluster, steps: list[Step], backend: str, root: Path, run_id: str
 ) -> list[JobSpec]:
     """The steps' jobs as far as their allocation goes (nodes, ranks, limits, names): the python
     and environment of the stack are not known yet and are no part of it."""
     layout = run_data_layout(cluster, root)
     return [
-        job_spec(s, plan, cluster, backend, layout.node_path("steps", s.id), "python", 20000) for s in steps
+        job_spec(s, plan, cluster, backend, layout.node_path("steps", s.id), "python", 20000, run_id=run_id)
+        for s in steps
     ]
 
 
@@ -221,7 +223,10 @@ def _check_before_run(stack: str | None, out_root: Path, backend: str, steps: li
 
 
 def resume_run(
-    run_dir: Path, python: str | None = None, listeners: list[Listener] | None = None
+    run_dir: Path,
+    python: str | None = None,
+    listeners: list[Listener] | None = None,
+    slurm_conf: Path | None = None,
 ) -> RunResult:
     """Run, in run_dir, the steps of an earlier scale-test run that have no finished result; the
     finished ones are kept as they are. Raises ConfigError when nothing is left to run or the
@@ -236,7 +241,7 @@ def resume_run(
     # Everything read back from the run folder is checked again here, strictly: a plan name or a
     # step id becomes a job name and a folder, so an edited file is refused, naming the value.
     plan = require_model(Plan, run_dir, run_dir / "plan.json")
-    cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
+    cluster = run_cluster(run_dir, slurm_conf)  # Slurm's configuration never from the run folder
     steps = ladder_steps(run_dir) or expand_steps(plan, cluster)
     done = finished_steps(run_dir, [s.id for s in steps])
     serving = serving_steps(run_dir) or []

@@ -66,7 +66,7 @@ from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, 
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.serving_faults import LiveRecords, ServingFaults, attach_recovery
 from orchestrator.safefs import NotInside, read_inside
-from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits
+from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits, run_job_name
 from orchestrator.scheduler.local import LOCAL_ADDR, free_port
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import SERVING_RESULT
@@ -152,6 +152,7 @@ def engine_job(
     folder: Path,
     root: Path,
     layout: RunDataLayout,
+    run_id: str = "",
 ) -> tuple[EngineRun, JobSpec]:
     """The engine of one replica on node `name` and its job: on this machine (here) a process
     listening on 127.0.0.1, its log written into the step folder; on Slurm a one-task job on the
@@ -175,7 +176,7 @@ def engine_job(
     # (transformers serve wrote ~/.cache/huggingface on the lab's nodes).
     env = {**env, "HF_HOME": str(workdir / f"hf-home-{name}")}
     spec = JobSpec(
-        name=f"orch-{plan.name}-{step.id}",
+        name=run_job_name(run_id, plan.name, step.id),
         step_id=step.id,
         nodes=[] if here else [name],
         nnodes=1,
@@ -366,7 +367,7 @@ class ServingRunner:
             engine, spec = engine_job(
                 self.plan, self.cluster, step, w, name, port=port, here=self.here, bindir=self.bindir,
                 env={**self.env, ENGINE_TAG_ENV: self.engine_tag(step)}, folder=folder,
-                root=self.life.root, layout=self.layout,
+                root=self.life.root, layout=self.layout, run_id=self.life.run_id,
             )  # fmt: skip
             res.engines.append(engine)
             self._specs[(step.id, name)] = spec
@@ -397,9 +398,7 @@ class ServingRunner:
                     e.health, e.job_state = "exited", state.raw_state
                     why = f" ({state.reason})" if state.reason else ""
                     job = f"job {e.job_id} {state.raw_state}{why}"
-                    raise _StepEnded(
-                        "infra", f"engine on {e.node} ended before it answered {path}: {job}", e
-                    )
+                    raise _StepEnded("infra", f"engine on {e.node} ended before it answered {path}: {job}", e)
                 if http_ok(e.url + path, HEALTH_REQUEST_S):
                     if e.health != "external":
                         e.health = "healthy"

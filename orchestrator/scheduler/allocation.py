@@ -7,7 +7,7 @@ round-trip falls between two steps, which on the lab removes the 0.6-1.8 s that 
 between a chained job's end and the next job's start (docs/benchmarks.md).
 
 Step states come from sacct's job-step lines (`sacct -j ALLOC` without -X: ALLOC, ALLOC.batch,
-ALLOC.0, ALLOC.1, ...). Each srun is named `orch-<plan>-<step>` and a step line is matched by
+ALLOC.0, ALLOC.1, ...). Each srun is named `orch-<run id>-<step>` and a step line is matched by
 that name, not by its number, so a step whose srun never started (Slurm then numbers the next one
 in its place) cannot be mistaken for another; a line whose name slurmdbd has not filled in yet is
 taken by its number. A line still RUNNING after the driver COMPLETED is slurmdbd behind, not an
@@ -36,7 +36,7 @@ from orchestrator import __version__
 from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.names import ID_MAX, is_name
-from orchestrator.safefs import atomic_write
+from orchestrator.safefs import atomic_write, make_dir
 from orchestrator.scheduler import slurm_state
 from orchestrator.scheduler.base import JobSpec, JobState, JobStatus
 from orchestrator.scheduler.slurm import (
@@ -126,7 +126,8 @@ def ladder_time_limit(specs: list[JobSpec]) -> int | None:
 
 
 def ladder_job_name(specs: list[JobSpec]) -> str:
-    """The allocation's job name: orch-<plan>-<step> (runs/executor.job_spec) gives orch-<plan>-ladder.
+    """The allocation's job name: orch-<run id>-<step> (scheduler/base.py run_job_name) gives
+    orch-<run id>-ladder, which still carries the run's id (orch runs cleanup looks for it).
     Raises ConfigError when it is not a valid name."""
     job_name = f"{specs[0].name.removesuffix(specs[0].step_id).rstrip('-') or 'orch'}-ladder"
     if not is_name(job_name, ID_MAX):
@@ -203,9 +204,9 @@ class AllocationScheduler(SlurmScheduler):
         text = self.render_ladder(specs)
         for spec in specs:
             if spec.script is None:
-                spec.workdir.mkdir(parents=True, exist_ok=True)
+                make_dir(spec.workdir)
         script = (script_dir or workdir) / "alloc.sbatch"
-        script.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(script.parent)
         atomic_write(script, text)
         alloc = self._sbatch([*self.ladder_argv(workdir), str(script)], "the ladder")
         ids = [f"{alloc}.{k}" for k in range(len(specs))]

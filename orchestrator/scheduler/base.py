@@ -30,7 +30,7 @@ class JobSpec(StrictModel):
     the script quotes (argv, environment values, paths). Paths never go on `#SBATCH` lines.
     """
 
-    name: LongId = Field(description="the scheduler's job name, e.g. orch-smoke-n2xg1")
+    name: LongId = Field(description="the scheduler's job name: orch-<run id>-<step> (run_job_name)")
     step_id: Name
     nodes: list[str] = Field(description="inventory node names the job must run on; empty = any")
     nnodes: int = Field(ge=1)
@@ -71,6 +71,15 @@ class JobSpec(StrictModel):
         default_factory=list, description="more sbatch options, --option=value of plain characters"
     )
 
+    @field_validator("argv")
+    @classmethod
+    def _no_nul(cls, v: list[str]) -> list[str]:
+        # No program can receive a NUL in an argument: refuse it here, naming it, not at exec.
+        for arg in v:
+            if "\0" in arg:
+                raise ValueError(f"argument {arg[:80]!r}: holds a NUL character")
+        return v
+
     @field_validator("notes")
     @classmethod
     def _one_line(cls, v: list[str]) -> list[str]:
@@ -86,23 +95,81 @@ class JobSpec(StrictModel):
 
 
 def check_sbatch_options(options: list[str]) -> list[str]:
-    """options when each is --option=value of plain characters and not one orch sets itself;
-    raises ValueError naming the first that is not."""
+    """options when each is --option=value of plain characters, the option one of sbatch's long
+    options written in full (SBATCH_LONG_OPTIONS), and not one orch sets itself; raises ValueError
+    naming the first that is not.
+
+    sbatch (getopt_long) takes any unique prefix of a long option: `--job-nam=x` is --job-name,
+    `--outp=` is --output. So a name that is not written in full is refused, whatever it would
+    expand to, and the managed options are refused in every spelling that reaches them.
+    """
     for a in options:
         m = _EXTRA_ARG.fullmatch(a)
         if not m:
-            raise ValueError(f"sbatch option {a!r}: expected --option=value of plain characters")
-        if m.group(1) in MANAGED_OPTIONS:
-            raise ValueError(f"sbatch option {a!r}: orch sets --{m.group(1)} itself")
+            raise ValueError(f"sbatch option {a[:80]!r}: expected --option=value of plain characters")
+        name = m.group(1)
+        if name not in SBATCH_LONG_OPTIONS:
+            expands = sorted(o for o in SBATCH_LONG_OPTIONS if o.startswith(name))
+            why = (
+                f"--{name} is an abbreviation (of --{', --'.join(expands)}); give the full option name"
+                if expands
+                else f"--{name} is not one of sbatch's options"
+            )
+            raise ValueError(f"sbatch option {a[:80]!r}: {why}")
+        if name in MANAGED_OPTIONS:
+            raise ValueError(f"sbatch option {a[:80]!r}: orch sets --{name} itself")
     return options
 
 
-# Options orch sets on every job itself; a user's extra option may not replace them.
+# Options orch sets on every job itself, or that would change whose job it is or what it runs;
+# a user's extra option may not replace them.
 MANAGED_OPTIONS = frozenset(
-    {"export", "export-file", "output", "error", "input", "chdir", "job-name", "begin", "dependency",
-     "wrap", "get-user-env", "requeue", "no-requeue", "open-mode", "parsable"}
+    {"export", "export-file", "output", "error", "input", "chdir", "workdir", "job-name", "begin",
+     "dependency", "wrap", "get-user-env", "requeue", "no-requeue", "open-mode", "parsable", "uid",
+     "gid", "batch", "container", "container-id", "propagate", "test-only", "wait"}
+)  # fmt: skip
+# The long options of sbatch(1) (Slurm 23.11 manual page, https://slurm.schedmd.com/sbatch.html),
+# written in full: the one list abbreviations are matched against.
+SBATCH_LONG_OPTIONS = frozenset(
+    {"account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir", "cluster-constraint",
+     "clusters", "comment", "constraint", "container", "container-id", "contiguous", "core-spec",
+     "cores-per-socket", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot",
+     "dependency", "distribution", "error", "exclude", "exclusive", "export", "export-file", "extra",
+     "extra-node-info", "get-user-env", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
+     "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "help", "hint", "hold", "ignore-pbs",
+     "input", "job-name", "kill-on-invalid-dep", "licenses", "mail-type", "mail-user", "mcs-label",
+     "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nice", "no-kill",
+     "no-requeue", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu",
+     "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "overcommit", "oversubscribe",
+     "parsable", "partition", "power", "prefer", "priority", "profile", "propagate", "qos", "quiet",
+     "reboot", "requeue", "reservation", "resv-ports", "segment", "signal", "sockets-per-node",
+     "spread-job", "switches", "test-only", "thread-spec", "threads-per-core", "time", "time-min",
+     "tmp", "tres-bind", "tres-per-task", "uid", "usage", "use-min-nodes", "verbose", "version",
+     "wait", "wait-all-nodes", "wckey", "workdir", "wrap"}
 )  # fmt: skip
 _EXTRA_ARG = re.compile(r"--([a-z][a-z-]*)=[A-Za-z0-9_.,:\[\]-]+")
+
+
+def run_job_name(run_id: str, fallback: str, step_id: str) -> str:
+    """The Slurm job name of a step of a run: orch-<run id>-<step>, so that `orch runs cleanup`
+    can tell the run's jobs from every other job (runs/orphans.py). ``fallback`` (the plan's name)
+    stands in for a spec built outside a run (a booking preview, a test)."""
+    return f"orch-{run_id or fallback}-{step_id}"
+
+
+def carries_run_id(job_name: str, run_id: str) -> bool:
+    """Whether a Slurm job name is one orch gave a job of this run (run_job_name, or allocation
+    mode's orch-<run id>-ladder)."""
+    return bool(run_id) and job_name.startswith(f"orch-{run_id}-")
+
+
+class QueuedJob(StrictModel):
+    """A job Slurm still holds, as squeue reports it: id, owner's user name, state, name."""
+
+    job_id: str
+    user: str
+    state: str
+    name: str
 
 
 class RankOutput(StrictModel):

@@ -29,7 +29,7 @@ from typing import IO
 import psutil
 
 from orchestrator.errors import SchedulerError
-from orchestrator.safefs import atomic_write, open_write
+from orchestrator.safefs import atomic_write, make_dir, open_write
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 
 LOCAL_ADDR = "127.0.0.1"
@@ -196,7 +196,7 @@ class LocalScheduler:
     def _start(self, job_id: str, job: _Job) -> None:
         spec = job.spec
         port = spec.master_port if spec.master_port and port_is_free(spec.master_port) else free_port()
-        spec.workdir.mkdir(parents=True, exist_ok=True)
+        make_dir(spec.workdir)
         atomic_write(spec.workdir / "launch.txt", self.render(spec.model_copy(update={"master_port": port})))
         job.started = time.monotonic()
         try:

@@ -30,6 +30,7 @@ its tasks' states at a first Ctrl-C).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Protocol, Unpack
 
 from orchestrator.errors import SchedulerError
+from orchestrator.safefs import atomic_write, make_dir, open_write
 from orchestrator.scheduler.allocation import (
     AllocationScheduler,
     ladder_job_name,
@@ -81,8 +83,9 @@ Launch = Callable[[list[str], dict[str, str], Path], StepProcess]
 
 
 def popen_launch(argv: list[str], env: dict[str, str], log: Path) -> StepProcess:
-    """Launch: a subprocess in its own session, output appended to log, run from log's folder."""
-    with open(log, "ab") as out:
+    """Launch: a subprocess in its own session, output appended to log (never through a planted
+    link: safefs.open_write), run from log's folder."""
+    with os.fdopen(open_write(log, append=True), "ab") as out:
         return subprocess.Popen(
             argv, env=env, cwd=log.parent, stdin=subprocess.DEVNULL, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True,
@@ -185,7 +188,7 @@ class SallocScheduler(AllocationScheduler):
         self.render_ladder(specs)  # the driver's checks: every step, the partition, the job name
         for spec in specs:
             if spec.script is None:
-                spec.workdir.mkdir(parents=True, exist_ok=True)
+                make_dir(spec.workdir)
         local = script_dir or workdir
         argv = self.salloc_argv(specs)
         booked, self._booked = self._booked, None
@@ -198,7 +201,7 @@ class SallocScheduler(AllocationScheduler):
         ids = [f"{alloc}.{k}" for k in range(len(specs))]
         self._names.update({i: s.name for i, s in zip(ids, specs, strict=True)})
         record = [argv, *(self.step_argv(alloc, s) for s in specs)]
-        (local / "commands.sh").write_text("".join(shlex.join(a) + "\n" for a in record))
+        atomic_write(local / "commands.sh", "".join(shlex.join(a) + "\n" for a in record))
         thread = threading.Thread(
             target=self._drive, args=(alloc, salloc, list(zip(ids, specs, strict=True)), local),
             name=f"orch-alloc-{alloc}", daemon=True,
@@ -209,7 +212,7 @@ class SallocScheduler(AllocationScheduler):
 
     def _salloc(self, argv: list[str], local: Path) -> tuple[str, StepProcess]:
         """Start salloc; its allocation's id once salloc names it (granted or queued)."""
-        local.mkdir(parents=True, exist_ok=True)
+        make_dir(local)
         if self._submitted_at is None:
             self._submitted_at = datetime.now()
         log = local / "salloc.out"
@@ -259,7 +262,7 @@ class SallocScheduler(AllocationScheduler):
             try:
                 proc = self._launch(self.step_argv(alloc, spec), self.step_env(spec), log)
             except OSError as e:
-                with open(log, "a") as f:
+                with contextlib.suppress(OSError), os.fdopen(open_write(log, append=True), "a") as f:
                     f.write(f"orch: srun could not be started: {e}\n")
                 status = -1
             else:

@@ -6,6 +6,7 @@ stay thin and go through a CommandRunner so tests can swap in recorded outputs.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import time
@@ -20,9 +21,9 @@ from orchestrator import __version__
 from orchestrator.errors import ConfigError, RemoteError, SchedulerError
 from orchestrator.remote.base import CmdResult, CommandRunner
 from orchestrator.remote.local import LocalRunner
-from orchestrator.safefs import atomic_write
+from orchestrator.safefs import atomic_write, make_dir
 from orchestrator.scheduler import slurm_state
-from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
+from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, QueuedJob, RankOutput
 
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -227,8 +228,8 @@ class SlurmScheduler:
         if spec.script is None:
             # The script goes into the workdir, so the workdir is here; a spec that names its
             # script elsewhere has a workdir on the nodes, which its caller made there.
-            spec.workdir.mkdir(parents=True, exist_ok=True)
-        script.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(spec.workdir)
+        make_dir(script.parent)
         atomic_write(script, text)
         argv = self.sbatch_argv(spec)
         if after:
@@ -401,6 +402,15 @@ class SlurmScheduler:
             if len(parts) == 4 and parts[0].startswith(prefix):
                 out[parts[0]] = f"job {parts[1]} {parts[2]} (begins {parts[3]})"
         return out
+
+    def my_queued_jobs(self) -> list[QueuedJob]:
+        """The current user's jobs that Slurm still holds (squeue --user=<uid>), each with the user
+        and name squeue reports (explicit -o format). Raises SchedulerError when squeue fails."""
+        fmt = slurm_state.SQUEUE_OWNER_FORMAT
+        res = self._run(["squeue", "--noheader", f"--user={os.getuid()}", "-o", fmt])
+        if not res.ok:
+            raise SchedulerError(f"squeue failed: {res.brief()}")
+        return slurm_state.parse_squeue_owners(res.stdout)
 
     def cancel_named(self, name: str) -> None:
         """scancel every job of this name; raises SchedulerError when scancel fails."""

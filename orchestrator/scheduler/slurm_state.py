@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from orchestrator.errors import ParseError
-from orchestrator.scheduler.base import JobState, JobStatus
+from orchestrator.scheduler.base import JobState, JobStatus, QueuedJob
 
 SACCT_FIELDS: tuple[str, ...] = (
     "JobID",
@@ -33,6 +33,8 @@ SACCT_ARGS: tuple[str, ...] = ("--parsable2", "--noheader", "-o", SACCT_FORMAT)
 SQUEUE_FORMAT = "%i|%T|%r|%M|%N"
 SQUEUE_FIELDS: tuple[str, ...] = ("JobID", "State", "Reason", "Elapsed", "NodeList")
 SQUEUE_ARGS: tuple[str, ...] = ("--noheader", "-o", SQUEUE_FORMAT)
+# Who owns a queued job and what it is called (orch runs cleanup): the name last, it is free text.
+SQUEUE_OWNER_FORMAT = "%i|%u|%T|%j"
 
 _STATUS: dict[str, JobStatus] = {
     "COMPLETED": JobStatus.COMPLETED,
@@ -295,3 +297,18 @@ def parse_scontrol(text: str) -> dict[str, JobState]:
     if not states:
         raise ParseError("no job record in scontrol output", raw=text)
     return states
+
+
+def parse_squeue_owners(text: str) -> list[QueuedJob]:
+    """Jobs of `squeue --noheader -o SQUEUE_OWNER_FORMAT` output; a line that does not have the
+    three fixed fields is skipped (the name may hold '|': it is the rest of the line)."""
+    jobs: list[QueuedJob] = []
+    for line in text.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) == 4 and parts[0].strip():
+            jobs.append(
+                QueuedJob(
+                    job_id=parts[0].strip(), user=parts[1].strip(), state=parts[2].strip(), name=parts[3]
+                )
+            )
+    return jobs

@@ -54,12 +54,20 @@ def step_result_path(run_dir: Path, step_id: str) -> Path:
     return under(run_dir, "steps", step_id, what="step folder") / STEP_RESULT
 
 
-def invalid(path: Path, e: ValidationError) -> str:
-    """'FILE: FIELD = VALUE: why' for the first error of e (what a refusal names)."""
+def invalid(path: Path, e: ValidationError, *, quote: bool = True) -> str:
+    """'FILE: FIELD = VALUE: why' for the first error of e (what a refusal names). With quote
+    false (a warning, which every report of the run repeats), 'FILE: FIELD: why' without the value
+    and with the value cut out of pydantic's reason: a file's content never reaches a warning (a
+    hard-linked or planted file would otherwise leak into every report)."""
     first = e.errors()[0]
     loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
-    value = repr(first.get("input"))
-    return f"{path}: {loc} = {value[:200]}: {first['msg']}"
+    if quote:
+        value = repr(first.get("input"))
+        return f"{path}: {loc} = {value[:200]}: {first['msg']}"
+    msg, given = str(first["msg"]), first.get("input")
+    if isinstance(given, str) and len(given) >= 4:
+        msg = msg.replace(repr(given), "<the value>").replace(given, "<the value>")
+    return f"{path}: {loc}: {msg[:200]}"
 
 
 def require_model(cls: type[M], root: Path, path: Path) -> M:
@@ -78,6 +86,20 @@ def require_model(cls: type[M], root: Path, path: Path) -> M:
         raise ConfigError(invalid(path, e), hint="the run folder was edited or is damaged") from e
 
 
+def run_cluster(run_dir: Path, slurm_conf: Path | None) -> Cluster:
+    """The cluster a run folder recorded (inventory.json), with the Slurm configuration that orch
+    itself was given instead of the one the folder names: a run folder is data, and a planted
+    orch_slurm_conf would make every Slurm command load its PluginDir (docs/reliability.md).
+    ``slurm_conf``: the --inventory's orch_slurm_conf, or None for orch's own SLURM_CONF.
+
+    Raises ConfigError naming the file when it is a link, unreadable or invalid.
+    """
+    cluster = require_model(Cluster, run_dir, run_dir / "inventory.json")
+    return cluster.model_copy(
+        update={"vars": cluster.vars.model_copy(update={"orch_slurm_conf": slurm_conf})}
+    )
+
+
 def _shown(path: Path, root: Path) -> str:
     """path relative to the run directory (steps/n1xg2/result.json), or its name outside it."""
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
@@ -93,7 +115,10 @@ def _json_file(root: Path, path: Path, warnings: list[str]) -> dict[str, Any] | 
     except NotInside as e:
         warnings.append(f"{_shown(path, root)}: not read: {e.why}")
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except UnicodeDecodeError:  # its message quotes the bytes
+        warnings.append(f"{_shown(path, root)}: unreadable (not UTF-8)")
+        return None
+    except (OSError, json.JSONDecodeError) as e:
         warnings.append(f"{_shown(path, root)}: unreadable ({e})")
         return None
     if not isinstance(data, dict):
@@ -110,7 +135,7 @@ def _model(cls: type[M], root: Path, path: Path, warnings: list[str]) -> M | Non
         return cls.model_validate(data)
     except ValidationError as e:
         errors = plural(e.error_count(), "error")
-        warnings.append(f"{_shown(path, root)}: invalid ({errors}; {invalid(path, e)})")
+        warnings.append(f"{_shown(path, root)}: invalid ({errors}; {invalid(path, e, quote=False)})")
         return None
 
 
@@ -178,7 +203,7 @@ def load_run(run_dir: Path) -> RunRecord:
             ladder = [Step.model_validate(s) for s in planned.get("steps", [])]
             step_ids = [s.id for s in ladder]
         except ValidationError as e:
-            warnings.append(f"{STEPS_FILE}: invalid ({invalid(run_dir / STEPS_FILE, e)})")
+            warnings.append(f"{STEPS_FILE}: invalid ({invalid(run_dir / STEPS_FILE, e, quote=False)})")
     unreadable: dict[str, str] = {}
     if result is not None:
         steps = list(result.steps)

@@ -47,8 +47,13 @@ StoreLocation = Path | PgUrl
 
 
 def redact(url: str) -> str:
-    """url with any password (userinfo or query) replaced by ***, for error messages."""
-    parts = urlsplit(url)
+    """url with any password (userinfo or query) replaced by ***, for error messages; a URL too
+    malformed to split is shown by its scheme alone (it may hold a password). Raises nothing."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        scheme = url.partition("://")[0] if "://" in url else ""
+        return f"{scheme[:20]}://<malformed, not shown>"
     netloc = parts.netloc
     if parts.password:
         user, _, host = netloc.rpartition("@")

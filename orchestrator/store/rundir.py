@@ -116,7 +116,7 @@ class RunDir:
     def step_dir(self, step_id: str) -> Path:
         """steps/<step_id>/ of the run, made if missing; raises ConfigError when step_id would leave it."""
         path = under(self.root, "steps", step_id, what="step folder")
-        path.mkdir(parents=True, exist_ok=True)
+        make_dir(path)  # steps/ and steps/<id>: 0700 (0750 shared), never the umask's
         return path
 
     def write_model(self, name: str, model: BaseModel) -> Path:

@@ -34,7 +34,7 @@ from orchestrator.envpolicy import record_env
 from orchestrator.metrics.busbw import busbw_factor
 from orchestrator.models.plan import parse_size
 from orchestrator.models.recovery_request import ProbeSettings as ProbeSettings  # re-exported
-from orchestrator.safefs import json_lines
+from orchestrator.safefs import json_lines, make_dir, open_write
 
 STORE_PREFIX = "orch-probe"
 
@@ -120,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
     world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
-    args.out.mkdir(parents=True, exist_ok=True)
+    make_dir(args.out)  # the heartbeat folders: mode set, never the umask's
     hb_path = args.out / f"hb-rank{rank}.jsonl"
-    with open(hb_path, "a", encoding="utf-8") as hb:
+    with os.fdopen(open_write(hb_path, append=True), "a", encoding="utf-8") as hb:
         try:
             return _run(args, rank, world, hb, hb_path)
         except Exception as e:

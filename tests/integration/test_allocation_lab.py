@@ -67,7 +67,8 @@ def test_ladder_runs_as_steps_of_one_allocation(lab: Lab, tmp_path: Path) -> Non
         assert ("step_state", sid) in kinds
     lines = lab.slurm("sacct", "--parsable2", "--noheader", "-o", "JobID,JobName,State", "-j", alloc).stdout
     named = {ln.split("|")[0]: ln.split("|")[1:] for ln in lines.splitlines()}
-    assert named[f"{alloc}.1"] == ["orch-smoke-n2xg1", "COMPLETED"], lines
+    # Job names carry the run's id (orch runs cleanup cancels only those): orch-<run id>-<step>.
+    assert named[f"{alloc}.1"] == [f"orch-{run_dir.name}-n2xg1", "COMPLETED"], lines
 
 
 def test_sigint_mid_ladder_leaves_no_job(lab: Lab, tmp_path: Path) -> None:

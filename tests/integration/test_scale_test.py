@@ -110,7 +110,9 @@ def test_drained_node_is_infrastructure_failure(lab: Lab, tmp_path: Path) -> Non
     assert any("node3 is drained" in r for r in n3["reasons"]), n3["reasons"]
     assert took < 60 * 3, "must end within the plan's bounds, not hang"
     assert result["nodes"] == {"node1": "pass", "node2": "pass", "node3": "infra"}
-    queued = lab.slurm("squeue", "--noheader", "-o", "%i", "-n", "orch-smoke-n3xg1").stdout.split()
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    name = f"orch-{run_dir.name}-n3xg1"  # job names carry the run's id
+    queued = lab.slurm("squeue", "--noheader", "-o", "%i", "-n", name).stdout.split()
     assert queued == [], "the step that could not get node3 was left in the queue"
 
 
@@ -125,7 +127,8 @@ def test_sigint_cancels_every_job(lab: Lab, tmp_path: Path) -> None:
         running = False
         while time.monotonic() < deadline and not running:
             out = lab.slurm("squeue", "--noheader", "-o", "%T|%j").stdout
-            running = any(line.startswith("RUNNING|orch-smoke") for line in out.splitlines())
+            # Job names are orch-<run id>-<step>, and the run id holds the plan: ...-smoke-...
+            running = any(line.startswith("RUNNING|orch-") and "-smoke-" in line for line in out.splitlines())
             time.sleep(0.3)
         assert running, "no step started running"
         proc.send_signal(signal.SIGINT)
@@ -136,11 +139,13 @@ def test_sigint_cancels_every_job(lab: Lab, tmp_path: Path) -> None:
     assert proc.returncode == 130, stdout + stderr
     # scancel is asynchronous: a cancelled job may show as COMPLETING for a moment.
     deadline = time.monotonic() + 20
-    left = "orch-smoke"
-    while "orch-smoke" in left and time.monotonic() < deadline:
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    ours = f"orch-{run_dir.name}-"
+    left = ours
+    while ours in left and time.monotonic() < deadline:
         left = lab.slurm("squeue", "--noheader", "-o", "%i %j %T").stdout
         time.sleep(0.5)
-    assert "orch-smoke" not in left, left
+    assert ours not in left, left
     events = [
         json.loads(x)
         for x in next(p for p in tmp_path.iterdir() if p.is_dir())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import string
 
@@ -15,7 +16,7 @@ from orchestrator.models.cluster import IFNAME_MAX, Node, host_name_problem, int
 
 IFNAME_SAFE = string.ascii_letters + string.digits + "_-."
 valid_ifnames = st.text(alphabet=IFNAME_SAFE, min_size=1, max_size=IFNAME_MAX).filter(
-    lambda s: s not in (".", "..")
+    lambda s: s not in (".", "..") and not s.startswith("-")
 )
 host_names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._:%-]{0,62}", fullmatch=True)
 
@@ -36,13 +37,24 @@ def test_interface_names_with_slash_colon_or_space_refused(head: str, bad: str, 
 
 
 @given(st.text(max_size=20))
-def test_interface_verdict_matches_dev_valid_name(name: str) -> None:
-    linux_ok = (
-        0 < len(name.encode("utf-8", "surrogatepass")) <= IFNAME_MAX
+def test_interface_verdict_is_the_allow_list(name: str) -> None:
+    """issue 25: an allow-list, [A-Za-z0-9_.-]{1,15}, not '.'/'..', no leading '-'; the kernel's
+    own rule (dev_valid_name) admitted `$(id)`."""
+    ok = (
+        re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", name) is not None
         and name not in (".", "..")
-        and not any(c in "/:\0" or c.isspace() for c in name)
+        and not name.startswith("-")
     )
-    assert (interface_name_problem(name) is None) == linux_ok
+    assert (interface_name_problem(name) is None) == ok
+
+
+@pytest.mark.parametrize(
+    "name", ["$(id)", "`id`", "eth0;id", "a$b", "eth(0)", "eth0\n", "\uff45\uff54\uff480", "-eth0"]
+)
+def test_rdma_ifaces_with_shell_characters_are_refused(name: str) -> None:
+    problems: list[str] = []
+    assert build_node(RawHost(name="n1", groups=[], vars={"rdma_ifaces": [name]}), problems) is None
+    assert problems and "rdma_ifaces" in problems[0]
 
 
 @given(host_names)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.envpolicy import MASK, looks_secret, record_env, recordable, tool_env
+from orchestrator.envpolicy import MASK, looks_secret, record_env, recordable, tool_env, value_is_secret
 from orchestrator.workloads.probe import ProbeSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +30,12 @@ SECRET_NAMES = [
     "ANSIBLE_NET_PASSWORD",
     "ANSIBLE_BECOME_PASS",
     "REGISTRY_CREDS",
+    # issue 25: the probe recorded these in clear
+    "NCCL_KEY_PASSPHRASE",
+    "TORCH_BEARER",
+    "NCCL_API_JWT",
+    "GLOO_STORAGE_SAS",
+    "NCCL_BEARERTOKEN",
 ]
 SETTING_NAMES = [
     "NCCL_SOCKET_IFNAME",
@@ -139,3 +145,30 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "postgres://u:pw@h/db",
+        "postgresql://orch:hunter2@[::1]:5432/orch",
+        "https://user:tok@registry.example/v2",
+        "redis://:pw@cache:6379/0",
+        "postgresql://u:pw@[::1/db",  # malformed: still treated as a secret
+    ],
+)
+def test_a_url_with_a_password_is_a_secret_whatever_its_name(value: str) -> None:
+    """issue 25: NCCL_/TORCH_ settings were recorded in clear when their value was a DSN."""
+    assert value_is_secret(value)
+    assert record_env({"NCCL_DEBUG_URL": value, "TORCH_STORE": value}) == {
+        "NCCL_DEBUG_URL": MASK,
+        "TORCH_STORE": MASK,
+    }
+    assert "ANSIBLE_DSN_X" not in tool_env({"ANSIBLE_DSN_X": value, "ANSIBLE_CACHE_URL": value})
+    assert tool_env({"ANSIBLE_CACHE_URL": value}) == {}
+
+
+@pytest.mark.parametrize("value", ["http://host:8000/v1", "tcp://10.0.0.1:29500", "user@host", "eth0"])
+def test_a_url_without_a_password_is_recorded(value: str) -> None:
+    assert not value_is_secret(value)
+    assert record_env({"NCCL_X": value}) == {"NCCL_X": value}

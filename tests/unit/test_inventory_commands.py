@@ -4,6 +4,8 @@ variable. Loading never runs them (the canary file never appears)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,20 @@ SSH_FORMS = [
     "-o permitlocalcommand yes",
     "-o KnownHostsCommand=touch {c}",
     "-o UserKnownHostsFile=/k -o ProxyCommand=touch {c}",
+    # Issue 25: the deny-list let these through; the allow-list refuses them (ssh loads the
+    # library, or reads a config or another host that can run anything, as the user, often root).
+    "-o PKCS11Provider={c}.so",
+    "-oPKCS11Provider={c}.so",
+    "-I {c}.so",
+    "-CI{c}.so",
+    "-o SecurityKeyProvider={c}.so",
+    "-o ProxyJump=bastion",
+    "-J bastion",
+    "-F {c}.conf",
+    "-o Include={c}.conf",
+    "-E {c}.log",
+    "-o ForwardAgent=yes",
+    "-o UserKnownHostsFile=/k host.example",
 ]
 
 
@@ -46,7 +62,7 @@ def test_ssh_options_that_run_commands_are_refused(tmp_path: Path, var: str, for
     message = _refused(inv)
     assert str(inv) in message and "host n1" in message and var in message
     assert "ssh option" in message and ALLOW_COMMANDS_VAR in message
-    assert not canary.exists()
+    assert not canary.exists() and not list(tmp_path.glob("CANARY*"))
 
 
 @pytest.mark.parametrize(
@@ -60,6 +76,7 @@ def test_ssh_options_that_run_commands_are_refused(tmp_path: Path, var: str, for
         ("ansible_shell_executable", "{{ lookup('pipe', 'touch CANARY') }}"),
         ("ansible_ssh_executable", "{{ lookup('pipe', 'touch CANARY') }}"),
         ("ansible_become_exe", "{{ lookup('pipe', 'touch CANARY') }}"),
+        ("ansible_ssh_executable", "/tmp/not-ssh"),
         ("ansible_ssh_common_args", "{{ lookup('pipe', 'touch CANARY') }}"),
     ],
 )
@@ -73,7 +90,7 @@ def test_templates_in_program_paths_are_refused(
     assert str(inv) in message and "host n1" in message and var in message
     # A lookup orch itself would render is refused while rendering (never run, even with the
     # opt-in); a template Ansible renders itself is refused naming the opt-in.
-    assert ("template" in message and ALLOW_COMMANDS_VAR in message) or (
+    assert (("template" in message or "other than ssh" in message) and ALLOW_COMMANDS_VAR in message) or (
         "lookups are not run while orch reads an inventory" in message
     )
     assert not (tmp_path / "CANARY").exists()
@@ -112,7 +129,11 @@ def test_a_bad_opt_in_value_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "n1 ansible_ssh_common_args='-o UserKnownHostsFile=/k -o StrictHostKeyChecking=yes -J bastion'",
+        "n1 ansible_ssh_common_args='-o UserKnownHostsFile=/k -o StrictHostKeyChecking=yes'",
+        # Ansible's own default ansible_ssh_args, and the usual connection settings.
+        "n1 ansible_ssh_args='-C -o ControlMaster=auto -o ControlPersist=60s'",
+        "n1 ansible_ssh_common_args='-p 2222 -l root -i /k/id -o ConnectTimeout=5 -o ServerAliveInterval=10'",
+        "n1 ansible_ssh_common_args='-o \"UserKnownHostsFile /k\" -o Ciphers=aes128-ctr -4'",
         "n1 ansible_python_interpreter=/usr/bin/python3",
         'n1 ansible_python_interpreter="{{ ansible_playbook_python }}"',
         "n1 ansible_ssh_extra_args='-o ControlMaster=auto'",
@@ -123,3 +144,21 @@ def test_ordinary_options_still_load(tmp_path: Path, line: str) -> None:
     inv = tmp_path / "hosts.ini"
     inv.write_text(f"[gpu]\n{line}\n")
     assert load_inventory(inv).names == ["n1"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    ["-o PKCS11Provider={c}.so", "-I {c}.so", "-o SecurityKeyProvider={c}.so", "-o ProxyJump=bastion"],
+)
+def test_orch_fingerprint_refuses_the_probes_ssh_options_before_any_ssh(tmp_path: Path, args: str) -> None:
+    """issue 25: `orch fingerprint` with these options made ssh load the library as root. Now the
+    command ends with exit 2 naming the option, before Ansible or ssh start; nothing is loaded."""
+    canary = tmp_path / "CANARY"
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"[gpu]\nn1 ansible_host=10.0.0.1 ansible_ssh_common_args='{args.format(c=canary)}'\n")
+    argv = ["fingerprint", "-i", str(inv), "--stack", "cpu-gloo", "--out", str(tmp_path / "runs")]
+    r = subprocess.run([sys.executable, "-m", "orchestrator", *argv],
+                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    option = args.split()[1].split("=")[0] if args.startswith("-o") else args.split()[0]
+    assert r.returncode == 2 and option in r.stderr and ALLOW_COMMANDS_VAR in r.stderr, r.stderr
+    assert not list(tmp_path.glob("CANARY*")) and not (tmp_path / "runs").exists()

@@ -3,24 +3,35 @@
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 from pathlib import Path
 
 from orchestrator.runs.orphans import cleanup_orphans, orphan_job_ids
-from orchestrator.scheduler.base import JobState, JobStatus
+from orchestrator.scheduler.base import JobStatus, QueuedJob
 from orchestrator.store.rundir import RunDir
+
+ME = pwd.getpwuid(os.getuid()).pw_name
 
 
 class FakeSlurm:
+    """squeue as cleanup asks it: the queued jobs with their user and name (run id in the name)."""
+
     name = "slurm"
 
-    def __init__(self, states: dict[str, JobStatus]) -> None:
-        self.states = states
+    def __init__(self, states: dict[str, JobStatus], *, run_id: str = "", user: str = ME,
+                 names: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.states, self.run_id, self.user, self.names = states, run_id, user, names or {}
         self.cancelled: list[str] = []
 
-    def poll(self, job_ids: list[str]) -> dict[str, JobState]:
-        return {j: JobState(job_id=j, status=self.states[j], raw_state=self.states[j].value)
-                for j in job_ids if j in self.states}  # fmt: skip
+    def my_queued_jobs(self) -> list[QueuedJob]:
+        return [
+            QueuedJob(
+                job_id=j, user=self.user, state=s.value, name=self.names.get(j, f"orch-{self.run_id}-step")
+            )
+            for j, s in self.states.items()
+            if not s.terminal
+        ]
 
     def cancel(self, job_ids: list[str]) -> None:
         self.cancelled += job_ids
@@ -48,18 +59,18 @@ def make_run(
 def test_dead_run_jobs_are_cancelled_once(tmp_path: Path) -> None:
     make_run(tmp_path, "smoke-dead", dead_pid())
     assert orphan_job_ids(tmp_path / "smoke-dead") == ["12", "13"]
-    slurm = FakeSlurm({"12": JobStatus.RUNNING, "13": JobStatus.PENDING})
-    (report,) = cleanup_orphans(tmp_path, lambda conf: slurm)
+    slurm = FakeSlurm({"12": JobStatus.RUNNING, "13": JobStatus.PENDING}, run_id="smoke-dead")
+    (report,) = cleanup_orphans(tmp_path, slurm)
     assert report.cancelled == ["12", "13"] and slurm.cancelled == ["12", "13"]
     assert orphan_job_ids(tmp_path / "smoke-dead") == []
-    assert cleanup_orphans(tmp_path, lambda conf: slurm) == []
+    assert cleanup_orphans(tmp_path, slurm) == []
 
 
 def test_allocation_steps_are_cancelled_with_their_allocation(tmp_path: Path) -> None:
     make_run(tmp_path, "smoke-alloc", dead_pid(), jobs=("40.0", "40.1", "40.2"))
     assert orphan_job_ids(tmp_path / "smoke-alloc") == ["40.1", "40.2"]
-    slurm = FakeSlurm({"40": JobStatus.RUNNING})  # Slurm knows the allocation, not the ladder's ids
-    (report,) = cleanup_orphans(tmp_path, lambda conf: slurm)
+    slurm = FakeSlurm({"40": JobStatus.RUNNING}, run_id="smoke-alloc")  # the allocation, not the ladder's ids
+    (report,) = cleanup_orphans(tmp_path, slurm)
     assert report.cancelled == ["40.1", "40.2"] and slurm.cancelled == ["40"]
 
 
@@ -70,8 +81,8 @@ def test_a_tampered_job_id_never_reaches_slurm(tmp_path: Path) -> None:
 
 def test_ended_jobs_are_not_cancelled(tmp_path: Path) -> None:
     make_run(tmp_path, "smoke-dead", dead_pid())
-    slurm = FakeSlurm({"12": JobStatus.COMPLETED, "13": JobStatus.RUNNING})
-    (report,) = cleanup_orphans(tmp_path, lambda conf: slurm)
+    slurm = FakeSlurm({"12": JobStatus.COMPLETED, "13": JobStatus.RUNNING}, run_id="smoke-dead")
+    (report,) = cleanup_orphans(tmp_path, slurm)
     assert report.cancelled == ["13"]
 
 
@@ -79,7 +90,7 @@ def test_live_and_finished_runs_are_left_alone(tmp_path: Path) -> None:
     make_run(tmp_path, "smoke-live", os.getpid())
     make_run(tmp_path, "smoke-done", dead_pid(), finished=True)
     slurm = FakeSlurm({"12": JobStatus.RUNNING, "13": JobStatus.RUNNING})
-    assert cleanup_orphans(tmp_path, lambda conf: slurm) == []
+    assert cleanup_orphans(tmp_path, slurm) == []
     assert slurm.cancelled == []
 
 
