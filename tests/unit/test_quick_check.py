@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 import orchestrator.provision.quickprint as quickprint
 from orchestrator.certs.build import seal, stack_summary
@@ -115,7 +116,11 @@ def test_the_stack_is_found_by_name_among_orchs_stacks_never_as_a_path(
     fp = _matching("node1")
     manifest = tmp_path / "mine.yaml"  # a stack file outside the package, named by the certificate
     manifest.write_text((Path(quickprint.PLAYBOOKS_DIR) / "stacks" / "cpu-gloo.yaml").read_text())
-    _, root = _setup(tmp_path, fp, 30, stack=str(manifest))
+    # A certificate's stack is a name (models/cert.py StackSummary): one naming a path is refused
+    # as it is built, or read (test_security_probe plants one), and never loaded.
+    with pytest.raises(ValidationError, match="is not a valid name"):
+        _setup(tmp_path, fp, 30, stack=str(manifest))
+    _, root = _setup(tmp_path, fp, 30, stack="no-such-stack")
     _fingerprint_now(monkeypatch, fp)
-    with pytest.raises(ConfigError, match="among orch's stacks"):
+    with pytest.raises(ConfigError, match="no stack named 'no-such-stack'"):
         quick_check("node1", None, root, now=NOW)
