@@ -50,7 +50,10 @@ def arm_and_inject(node: str, fid: str, revert: str, fires_after_s: float, injec
 def cancel_and_revert(node: str, fid: str, revert: str) -> str:
     """One line: stop the timer (if it is still ours), revert, remove the record. Idempotent."""
     rev, pid = paths(node, fid)
-    return f"{stop_timer(sh(pid), sh(fid))}; {revert}; rm -f {sh(rev)} {sh(pid)}"
+    return (
+        f"{stop_timer(sh(pid), sh(fid))}; "
+        f"{revert}; rm -f {sh(rev)} {sh(pid)}"
+    )
 
 
 def parse_timer_pid(stdout: str) -> int | None:

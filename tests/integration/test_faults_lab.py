@@ -54,7 +54,9 @@ def shells(cluster: Cluster) -> Iterator[dict[str, NodeShell]]:
 
 def listing(shell: NodeShell) -> str:
     """iptables rules (no counters), qdiscs and link states of a node."""
-    script = "iptables -w 5 -S; echo ---; tc qdisc show; echo ---; ip -br link show | awk '{print $1, $2}'"
+    script = (
+        "iptables -w 5 -S; echo ---; tc qdisc show; echo ---; ip -br link show | awk '{print $1, $2}'"
+    )
     return shell.run_script(script, timeout=20).stdout
 
 
@@ -69,9 +71,8 @@ def unchanged(shells: dict[str, NodeShell]) -> Iterator[None]:
     assert listings(shells) == before
 
 
-def test_mgmt_ssh_and_metachar_targets_are_refused(
-    cluster: Cluster, shells: dict[str, NodeShell], unchanged: None, tmp_path: Path
-) -> None:
+def test_mgmt_ssh_and_metachar_targets_are_refused(cluster: Cluster, shells: dict[str, NodeShell],
+                                                    unchanged: None, tmp_path: Path) -> None:
     engine = FaultEngine(cluster, shells, record_dir=tmp_path)
     with pytest.raises(SafetyError, match="management interface"):
         engine.prepare(FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface="mgmt0")))
@@ -79,17 +80,15 @@ def test_mgmt_ssh_and_metachar_targets_are_refused(
     other = cluster.model_copy(update={"nodes": [node2 if n.name == "node2" else n for n in cluster.nodes]})
     with pytest.raises(SafetyError, match="SSH"):
         FaultEngine(other, shells).prepare(
-            FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface="mgmt0"), force=True)
-        )
+            FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface="mgmt0"), force=True))
     for bad in ("node2:fab0;reboot", "node2:$(id)", "node2;x:fab0", "node2:fab0 lo"):
         with pytest.raises((ValidationError, ValueError)):
             FaultSpec(kind="link-down", target=FaultTarget.parse(bad, "link-down"))
     assert list(tmp_path.iterdir()) == []
 
 
-def test_delay_reports_missing_netem(
-    cluster: Cluster, shells: dict[str, NodeShell], unchanged: None, tmp_path: Path
-) -> None:
+def test_delay_reports_missing_netem(cluster: Cluster, shells: dict[str, NodeShell], unchanged: None,
+                                     tmp_path: Path) -> None:
     engine = FaultEngine(cluster, shells, record_dir=tmp_path)
     with engine.applied(FaultSpec(kind="delay", target=FaultTarget(node="node2", iface="fab0"))) as a:
         assert a.record.outcome == "unsupported"
@@ -109,15 +108,8 @@ def test_delay_reports_missing_netem(
         ("throttle", "node2:fab0", 3.0),
     ],
 )
-def test_fault_against_live_probe(
-    cluster: Cluster,
-    shells: dict[str, NodeShell],
-    unchanged: None,
-    tmp_path: Path,
-    kind: str,
-    target: str,
-    duration: float,
-) -> None:
+def test_fault_against_live_probe(cluster: Cluster, shells: dict[str, NodeShell], unchanged: None,
+                                  tmp_path: Path, kind: str, target: str, duration: float) -> None:
     req = RecoveryTestRequest.model_validate({"kind": kind, "target": target, "duration_s": duration})
     summary = run_recovery_test(cluster, shells, req, tmp_path / f"run-{kind}")
     (r,) = summary.results
@@ -135,9 +127,8 @@ def test_fault_against_live_probe(
 
 
 @pytest.mark.slow
-def test_restart_container_from_the_cli_in_the_stack_image(
-    cluster: Cluster, shells: dict[str, NodeShell], unchanged: None, tmp_path: Path
-) -> None:
+def test_restart_container_from_the_cli_in_the_stack_image(cluster: Cluster, shells: dict[str, NodeShell],
+                                                           unchanged: None, tmp_path: Path) -> None:
     """The documented command line, from a folder outside the checkout: the probe runs in cpu-gloo's
     image (built on each node by `orch provision`, nothing of the checkout mounted), and each of
     the 3 restarts is recovered from."""
@@ -181,13 +172,11 @@ with node_shells(c) as shells:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["link-down", "roce-drop"])
-def test_node_timer_reverts_after_orch_is_sigkilled(
-    cluster: Cluster, shells: dict[str, NodeShell], kind: str
-) -> None:
+def test_node_timer_reverts_after_orch_is_sigkilled(cluster: Cluster, shells: dict[str, NodeShell],
+                                                    kind: str) -> None:
     before = listings(shells)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILLED_ORCH, str(INVENTORY), kind], stdout=subprocess.PIPE, text=True, cwd=REPO
-    )
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_ORCH, str(INVENTORY), kind],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().split() == ["ACTIVE", "active"]
@@ -206,9 +195,8 @@ def test_node_timer_reverts_after_orch_is_sigkilled(
 
 
 @pytest.mark.slow
-def test_pause_of_known_length_is_measured_within_100ms(
-    cluster: Cluster, shells: dict[str, NodeShell], unchanged: None, tmp_path: Path
-) -> None:
+def test_pause_of_known_length_is_measured_within_100ms(cluster: Cluster, shells: dict[str, NodeShell],
+                                                        unchanged: None, tmp_path: Path) -> None:
     req = RecoveryTestRequest(kind="pause-worker", target="node2:3", duration_s=5.0, repeat=5, window_s=30)
     summary = run_recovery_test(cluster, shells, req, tmp_path / "run")
     assert len(summary.results) == 5

@@ -32,27 +32,13 @@ class Recorder:
 
 
 def cluster(n: int = 3) -> Cluster:
-    nodes = [
-        Node(name=f"node{i}", address=f"10.0.0.{i}", mgmt_iface="mgmt0", rdma_ifaces=["fab0"])
-        for i in range(1, n + 1)
-    ]
+    nodes = [Node(name=f"node{i}", address=f"10.0.0.{i}", mgmt_iface="mgmt0", rdma_ifaces=["fab0"])
+             for i in range(1, n + 1)]
     return Cluster(source=Path("x.ini"), nodes=nodes)
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        "node2:fab0;reboot",
-        "node2:$(id)",
-        "node2:`x`",
-        "node2:a b",
-        "-x:fab0",
-        "node2:fab0|cat",
-        "node2:fab0&",
-        "node2:'q'",
-        "no;de:fab0",
-    ],
-)
+@pytest.mark.parametrize("bad", ["node2:fab0;reboot", "node2:$(id)", "node2:`x`", "node2:a b", "-x:fab0",
+                                 "node2:fab0|cat", "node2:fab0&", "node2:'q'", "no;de:fab0"])
 def test_metacharacters_are_refused_at_parse(bad: str) -> None:
     with pytest.raises((ValidationError, ValueError)):
         FaultTarget.parse(bad, "link-down")
@@ -94,9 +80,8 @@ def test_share_of_nodes_needs_force() -> None:
 def test_inject_arms_timer_and_injects_in_one_round_trip(tmp_path: Path) -> None:
     rec = Recorder(stdout="orch-timer 4242\n")
     engine = FaultEngine(cluster(), {"node2": rec}, record_dir=tmp_path)
-    with engine.applied(
-        FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface="fab0"), duration_s=0)
-    ) as a:
+    with engine.applied(FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface="fab0"),
+                                  duration_s=0)) as a:
         assert a.record.outcome == "active" and a.record.timer_pid == 4242
     inject, revert = rec.scripts
     assert "setsid sh -c" in inject and "ip link set dev fab0 down" in inject
@@ -145,14 +130,8 @@ def test_sweep_reports_what_it_found() -> None:
 
 
 def test_plan_fault_model() -> None:
-    pf = PlanFault(
-        kind="link-down",
-        step=1,
-        at_s=10,
-        target="node2:fab0",
-        duration="3s",
-        thresholds={"max_recover_s": 30},
-    )  # type: ignore[arg-type]
+    pf = PlanFault(kind="link-down", step=1, at_s=10, target="node2:fab0", duration="3s",
+                   thresholds={"max_recover_s": 30})  # type: ignore[arg-type]
     spec = pf.spec()
     assert spec.duration_s == 3.0 and spec.target.iface == "fab0"
     assert parse_duration("250ms") == 0.25
@@ -160,10 +139,8 @@ def test_plan_fault_model() -> None:
         FaultParams(match_env="A=$(x)")
 
 
-@pytest.mark.parametrize(
-    ("state", "resumed"),
-    [("down*", True), ("down", True), ("idle", False), ("drained", False), ("down*+drain", False)],
-)
+@pytest.mark.parametrize(("state", "resumed"), [("down*", True), ("down", True), ("idle", False),
+                                                ("drained", False), ("down*+drain", False)])
 def test_node_loss_revert_resumes_only_a_down_node(tmp_path: Path, state: str, resumed: bool) -> None:
     import os
     import subprocess
