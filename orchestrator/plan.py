@@ -165,10 +165,6 @@ def step_id(nnodes: int, ranks_per_node: int) -> str:
     return f"n{nnodes}xg{ranks_per_node}"
 
 
-GPU_ENGINES = ("vllm", "sglang")
-"""Engines that need GPUs: refused on nodes of gpu_vendor none (a CPU stack)."""
-
-
 def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> list[Step]:
     """The collective steps of a plan (expand_ladder), after checking that its serving steps can
     run (check_serving_steps), so that a plan that cannot run is refused (ConfigError, exit 2)
@@ -185,15 +181,17 @@ def check_serving_steps(plan: Plan, cluster: Cluster, steps: list[ServingStep]) 
     and a variant that the run's stack (the plan's, else the inventory's orch_stack) does not have
     (workloads.engines). A baseline threshold is checked against the results store by scale-test
     (the plan alone cannot say whether the baseline exists)."""
+    from orchestrator.workloads.engine_specs import engine_spec
     from orchestrator.workloads.engines import check_variants
 
     check_variants(plan, cluster)
     by_name = {w.name: w for w in plan.serving}
     for s in steps:
         w = by_name[s.workload]
-        if w.engine == "external":
+        spec = engine_spec(w.engine)
+        if not spec.starts:
             continue
-        if w.engine in GPU_ENGINES:
+        if spec.needs_gpu:
             cpu = [n for n in s.nodes if cluster.node(n).gpu_vendor == "none"]
             if cpu:
                 raise ConfigError(
