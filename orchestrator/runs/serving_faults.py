@@ -267,7 +267,7 @@ def held_until(f: ServingFaultResult) -> float | None:
     """When a fault held for a duration (the catalog's kinds with a node-side timer: pause, link,
     throttle, delay, loss, node-loss) was reverted; None for a kill or a restart, whose service
     comes back by itself (the restart policy)."""
-    info = CATALOG.get(f.kind)  # type: ignore[call-overload]  # a record's kind is any word
+    info = CATALOG.get(f.kind)  # type: ignore[call-overload]
     return f.reverted_at if info is not None and info.timer else None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator.errors import FaultError
 from orchestrator.faults.base import ALL_TRANSPORTS, Action, BuildContext, FaultInfo, sh
-from orchestrator.faults.resolve import find_processes
+from orchestrator.faults.resolve import target_processes
 from orchestrator.models.cluster import ContainerRuntime
 from orchestrator.models.container import PODMAN_FLAGS
 from orchestrator.models.fault import FaultSpec
@@ -29,10 +29,7 @@ def _build(ctx: BuildContext) -> Action:
     """The named container, or the one that holds the target rank."""
     t, node = ctx.spec.target, ctx.node
     if t.container is None:
-        found = find_processes(ctx.shell, node.name, rank=t.rank, match_env=ctx.spec.params.match_env,
-                               engine=t.process == "engine")  # fmt: skip
-        ctx.resolved.extend(str(pid) for pid, _ in found)
-        ids = sorted({c for _, c in found if c})
+        ids = sorted({c for _, c in target_processes(ctx) if c})
         if not ids:
             raise FaultError(f"{node.name}: rank {t.rank} does not run in a container")
         ctx.resolved[:] = ids

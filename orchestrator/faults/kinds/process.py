@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.faults.base import ALL_TRANSPORTS, Action, BuildContext, FaultInfo, quiet, sh
-from orchestrator.faults.resolve import find_processes
+from orchestrator.faults.resolve import target_processes
 from orchestrator.models.fault import FaultSpec
 
 
@@ -19,13 +19,8 @@ def pause_worker(spec: FaultSpec, pids: list[int]) -> Action:
 
 
 def worker_pids(ctx: BuildContext) -> list[int]:
-    """PIDs of the target's ranks (or of its serving engine), recorded in ctx.resolved; raises
-    FaultError when none is found."""
-    t = ctx.spec.target
-    found = find_processes(ctx.shell, ctx.node.name, rank=t.rank, match_env=ctx.spec.params.match_env,
-                           engine=t.process == "engine")  # fmt: skip
-    ctx.resolved.extend(str(pid) for pid, _ in found)
-    return [pid for pid, _ in found]
+    """PIDs of the target's ranks (or of its serving engine); raises FaultError when none is found."""
+    return [pid for pid, _ in target_processes(ctx)]
 
 
 KINDS = (
