@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from orchestrator.faults.base import ALL_TRANSPORTS, Action, BuildContext, FaultInfo, quiet, sh
 from orchestrator.faults.resolve import target_processes
-from orchestrator.models.fault import FaultSpec
+from orchestrator.models.fault import FaultKind, FaultSpec
 
 
 def kill_worker(spec: FaultSpec, pids: list[int]) -> Action:
@@ -23,25 +25,22 @@ def worker_pids(ctx: BuildContext) -> list[int]:
     return [pid for pid, _ in target_processes(ctx)]
 
 
-KINDS = (
-    FaultInfo(
-        "kill-worker",
-        ALL_TRANSPORTS,
-        "none (the job must restart it)",
-        False,
-        "send SIGKILL (or --signal) to one rank, every rank on the node, or a serving engine's processes",
-        build=lambda ctx: kill_worker(ctx.spec, worker_pids(ctx)),
-        order=10,
-        finds_processes=True,
-    ),
-    FaultInfo(
-        "pause-worker",
-        ALL_TRANSPORTS,
-        "SIGCONT",
-        True,
-        "SIGSTOP a rank for the duration: a hung or straggling rank",
-        build=lambda ctx: pause_worker(ctx.spec, worker_pids(ctx)),
-        order=20,
-        finds_processes=True,
-    ),
+_Signal = Callable[[FaultSpec, list[int]], Action]
+# kind, revert, held for the duration (node-side timer), what it does, the signal's Action, order
+_ROWS: tuple[tuple[FaultKind, str, bool, str, _Signal, int], ...] = (
+    ("kill-worker", "none (the job must restart it)", False,
+     "send SIGKILL (or --signal) to one rank, every rank on the node, or a serving engine's processes",
+     kill_worker, 10),
+    ("pause-worker", "SIGCONT", True, "SIGSTOP a rank for the duration: a hung or straggling rank",
+     pause_worker, 20),
+)  # fmt: skip
+
+
+def _builder(act: _Signal) -> Callable[[BuildContext], Action]:
+    return lambda ctx: act(ctx.spec, worker_pids(ctx))
+
+
+KINDS = tuple(
+    FaultInfo(kind, ALL_TRANSPORTS, revert, held, summary, _builder(act), order, finds_processes=True)
+    for kind, revert, held, summary, act, order in _ROWS
 )
