@@ -61,3 +61,14 @@ def test_the_cli_help_lists_the_registry() -> None:
 
     help_text = get_type_hints(report_cmd, include_extras=True)["fmt"].__metadata__[0].help
     assert help_text == "html, md, json, junit or openmetrics."
+
+
+def test_section_tables_escape_every_cell_in_both_formats() -> None:
+    from orchestrator.report.sections import html_table, md_table
+
+    head, rows = ["node", "why"], [["node1", "a|b <i>"]]
+    assert md_table(head, rows) == ["| node | why |", "|---|---|", "| node1 | a\\|b &lt;i&gt; |"]
+    html = html_table(head, rows, ident="rounds", row_class="trial")
+    assert html[0] == '<table id="rounds-table"><tr><th>node</th><th>why</th></tr>'
+    assert html[1] == '<tr class="trial"><td>node1</td><td>a|b &lt;i&gt;</td></tr>' and html[-1] == "</table>"
+    assert html_table(head, [])[0].startswith("<table><tr>")  # no ident: no id
