@@ -35,10 +35,10 @@ from orchestrator.models.fingerprint import DriftReport as DriftReport
 from orchestrator.models.fingerprint import FieldDrift as FieldDrift
 from orchestrator.models.fingerprint import Fingerprint as Fingerprint
 from orchestrator.models.fingerprint import FingerprintSet as FingerprintSet
+from orchestrator.models.serving import PACKAGE_ENGINES
 from orchestrator.models.stack import Stack
 from orchestrator.provision import smi
 from orchestrator.safefs import atomic_write
-from orchestrator.workloads.engine_specs import engine_spec
 
 log = logging.getLogger(__name__)
 
@@ -395,9 +395,8 @@ def _engine_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
     have = dict(line.split("==", 1) for line in fp.packages)
     checks: list[FieldCheck] = []
     for e in stack.serving.engines:
-        package = engine_spec(e.engine).package
-        found = have.get(_norm_name(package)) if package is not None else None
-        if found is not None:
+        found = have.get(_norm_name(e.engine))
+        if e.engine in PACKAGE_ENGINES and found is not None:
             checks.append(_check(f"engine {e.engine}", e.version, found, version_verdict(e.version, found)))
         img = e.image
         if img is not None and img.digest is not None:

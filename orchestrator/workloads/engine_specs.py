@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import get_args
 
 from orchestrator.errors import ConfigError
-from orchestrator.models.serving import GPU_ENGINES, ORCH_SET_ARGS, Engine, ServingWorkload
+from orchestrator.models.serving import GPU_ENGINES, ORCH_SET_ARGS, PACKAGE_ENGINES, Engine, ServingWorkload
 
 HEALTH_PATH = "/health"
 EXTERNAL_HEALTH_PATH = "/v1/models"
@@ -39,7 +39,6 @@ class EngineSpec:
     name: Engine
     argv: ArgvBuilder | None
     health_path: str = HEALTH_PATH
-    package: str | None = None
     served_name: bool = True
     """takes --served-model-name NAME and --revision REV (transformers serve answers to the path)."""
     managed_args: frozenset[str] = ORCH_SET_ARGS
@@ -48,6 +47,11 @@ class EngineSpec:
     def needs_gpu(self) -> bool:
         """Refused on nodes of gpu_vendor none (models.serving.GPU_ENGINES, which stacks use too)."""
         return self.name in GPU_ENGINES
+
+    @property
+    def package(self) -> str | None:
+        """The Python package the fingerprint reads (models.serving.PACKAGE_ENGINES), or None."""
+        return self.name if self.name in PACKAGE_ENGINES else None
 
     @property
     def starts(self) -> bool:
@@ -85,8 +89,8 @@ def _sglang(w: ServingWorkload, b: Path, host: str, port: int, gpu_vendor: str) 
 ENGINES: dict[str, EngineSpec] = {
     e.name: e
     for e in (
-        EngineSpec("vllm", _vllm, package="vllm"),
-        EngineSpec("sglang", _sglang, package="sglang"),
+        EngineSpec("vllm", _vllm),
+        EngineSpec("sglang", _sglang),
         EngineSpec("transformers", _transformers, served_name=False),
         EngineSpec("external", None, health_path=EXTERNAL_HEALTH_PATH),
     )
