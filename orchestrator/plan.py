@@ -23,7 +23,7 @@ from orchestrator.models.plan import (
     resolve_counts,
 )
 from orchestrator.models.results import COLLECTIVES, PlanCollective, run_size
-from orchestrator.models.serving import ServingStep, ServingWorkload
+from orchestrator.models.serving import GPU_ENGINES, ServingStep, ServingWorkload
 from orchestrator.stacks import check_variants
 
 DEFAULT_PLAN = "smoke"
@@ -166,10 +166,6 @@ def step_id(nnodes: int, ranks_per_node: int) -> str:
     return f"n{nnodes}xg{ranks_per_node}"
 
 
-GPU_ENGINES = ("vllm", "sglang")
-"""Engines that need GPUs: refused on nodes of gpu_vendor none (a CPU stack)."""
-
-
 def expand_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> list[Step]:
     """The collective steps of a plan (expand_ladder), after checking that its serving steps can
     run (check_serving_steps), so that a plan that cannot run is refused (ConfigError, exit 2)
@@ -190,9 +186,9 @@ def check_serving_steps(plan: Plan, cluster: Cluster, steps: list[ServingStep]) 
     by_name = {w.name: w for w in plan.serving}
     for s in steps:
         w = by_name[s.workload]
-        if w.engine == "external":
+        if w.engine == "external":  # orch starts nothing (EngineSpec.starts)
             continue
-        if w.engine in GPU_ENGINES:
+        if w.engine in GPU_ENGINES:  # EngineSpec.needs_gpu reads the same trait
             cpu = [n for n in s.nodes if cluster.node(n).gpu_vendor == "none"]
             if cpu:
                 raise ConfigError(

@@ -11,9 +11,10 @@ from rich.table import Table
 from orchestrator.cli.common import Col, InventoryOpt, err, fitted_table, out
 from orchestrator.errors import EXIT_INFRA
 from orchestrator.faults import service
-from orchestrator.faults.catalog import CATALOG
+from orchestrator.faults.catalog import CATALOG, fault_info
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.models.fault import (
+    IFACE_KINDS,
     FaultKind,
     FaultParams,
     FaultSpec,
@@ -63,6 +64,7 @@ def inject(
     ),
 ) -> None:
     """Inject one fault, hold it for the duration, revert it (a node-side timer guards it)."""
+    fault_info(kind)  # an unknown kind: ConfigError listing the known ones
     spec = FaultSpec.model_validate(
         {
             "kind": kind,
@@ -141,16 +143,13 @@ def recovery_test(
             )
         err.print("warning: --runs is deprecated; use --out", markup=False, style="yellow")
         out_dir = runs
+    fault_info(fault)  # an unknown kind: ConfigError listing the known ones
     cluster = load_inventory(inventory)
     kind: FaultKind = fault  # type: ignore[assignment]
     if not target:
         second = cluster.nodes[min(1, len(cluster.nodes) - 1)]
         iface = second.rdma_ifaces[0] if second.rdma_ifaces else ""
-        target = (
-            f"{second.name}:{iface}"
-            if kind in {"link-down", "link-flap", "roce-drop", "packet-loss", "throttle", "delay"}
-            else f"{second.name}:{second.gpus_per_node}"
-        )
+        target = f"{second.name}:{iface}" if kind in IFACE_KINDS else f"{second.name}:{second.gpus_per_node}"
     req = RecoveryTestRequest.model_validate(
         {
             "kind": kind,

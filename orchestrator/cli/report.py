@@ -19,7 +19,7 @@ from orchestrator.store.rundir import atomic_write
 def report_cmd(
     run: RunArg,
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="html, md, json, junit or openmetrics.")
+        str, typer.Option("--format", "-f", help=f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]}.")
     ] = "html",
     out_file: Annotated[
         Path | None,
@@ -30,7 +30,7 @@ def report_cmd(
     """Write the report of one run (any state: finished, interrupted, running)."""
     if fmt not in FORMATS:
         raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
-    f: Format = next(x for x in FORMATS if x == fmt)
+    f: Format = fmt
     run_dir = resolve_run_dir(run, store_path(store))
     if run_kind(run_dir) in ("migrate", "rollback"):
         return _migrate_report(run_dir, f, out_file)

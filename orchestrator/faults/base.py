@@ -9,9 +9,13 @@ nothing from the inventory or the command line is ever read as shell syntax.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
+from orchestrator.models.cluster import Node
+from orchestrator.models.fault import TARGET_FORMS, TARGET_SYNTAX, FaultKind, FaultSpec, Transport
 from orchestrator.remote.base import NodeShell as NodeShell  # re-exported: the fault families' shell
 
 # Everything orch leaves on a node lives under this folder, one sub-folder per node name (the
@@ -53,3 +57,52 @@ class Action:
     instant: Literal["ack", "call"] = "ack"
     unsupported: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     """(text in stderr, outcome message) pairs that mean "this node cannot do it", not an error."""
+    on_controller: bool = False
+    """Run on the controller's shell (where scontrol reaches slurmctld), not on the node's."""
+
+
+@dataclass
+class BuildContext:
+    """What a family's builder gets: the fault, its node and shell, the fault id, the inventory's
+    Slurm configuration; ``resolved`` collects the PIDs / container ids it acted on."""
+
+    spec: FaultSpec
+    node: Node
+    shell: NodeShell
+    fid: str
+    slurm_conf: Path | None = None
+    resolved: list[str] = field(default_factory=list)
+
+    @property
+    def iface(self) -> str:
+        return self.spec.target.iface or ""
+
+
+ALL_TRANSPORTS: tuple[Transport, ...] = ("rdma-hw", "rdma-soft", "socket")
+KERNEL_TRANSPORTS: tuple[Transport, ...] = ("rdma-soft", "socket")
+
+
+@dataclass(frozen=True)
+class FaultInfo:
+    """One fault kind, as its family module registers it (``KINDS``, collected by faults.catalog).
+
+    ``timer``: held for the duration and guarded by the node-side timer (reverted at its end); a
+    kind without it is instant (a kill, a restart), its service comes back by itself.
+    ``finds_processes``: its target is resolved among running processes at prepare time.
+    ``serving``: it can hit a serving step's engine. ``order``: its place in `orch fault list`.
+    """
+
+    kind: FaultKind
+    transports: tuple[Transport, ...]
+    revert: str
+    timer: bool
+    summary: str
+    build: Callable[[BuildContext], Action]
+    order: int
+    finds_processes: bool = False
+    serving: bool = True
+
+    @property
+    def target(self) -> str:
+        """The target syntax, from the kind's target form (models.fault.TARGET_FORMS)."""
+        return TARGET_SYNTAX[TARGET_FORMS[self.kind]]

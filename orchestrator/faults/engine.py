@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import FaultError, OrchError
-from orchestrator.faults import container, link, netfilter, nodeloss, process, tc, timer
-from orchestrator.faults.base import Action
-from orchestrator.faults.catalog import CATALOG
-from orchestrator.faults.resolve import find_processes
+from orchestrator.faults import timer
+from orchestrator.faults.base import Action, BuildContext
+from orchestrator.faults.catalog import fault_info
 from orchestrator.faults.safety import DEFAULT_MAX_SHARE, check_iface, check_share, check_words
 from orchestrator.faults.sweep import SweepResult, sweep_node
-from orchestrator.models.cluster import Cluster, ContainerRuntime, Node
+from orchestrator.models.cluster import Cluster, Node
 from orchestrator.models.fault import CommandTrace, FaultRecord, FaultSpec
 from orchestrator.remote.base import CmdResult, NodeShell
 from orchestrator.remote.local import LocalShell
@@ -83,30 +82,31 @@ class FaultEngine:
 
         Raises:
             SafetyError: a guard refused the fault (nothing ran).
+            ConfigError: an unknown kind (the message lists the known ones).
             FaultError: the target cannot be resolved.
         """
+        info = fault_info(spec.kind)
         check_words(spec)
         node = self.cluster.node(spec.target.node)
         check_share([node.name], len(self.cluster.nodes), force=spec.force, max_share=self.max_share)
         shell = self._shell(node)
         check_iface(spec, node, self._ssh_iface(node, shell))
-        fid = new_fault_id(spec.kind)
-        resolved: list[str] = []
-        action = self._build(spec, node, shell, fid, resolved)
+        ctx = BuildContext(spec, node, shell, new_fault_id(spec.kind), self.cluster.vars.orch_slurm_conf)
+        action = info.build(ctx)
         record = FaultRecord(
-            id=fid,
+            id=ctx.fid,
             kind=spec.kind,
             node=node.name,
             target=str(spec.target),
             spec=spec,
-            transports=list(CATALOG[spec.kind].transports),
+            transports=list(info.transports),
             outcome="failed",
             message="prepared, not injected",
-            resolved=resolved,
+            resolved=ctx.resolved,
         )
-        if spec.kind == "node-loss" and spec.params.node_loss_mode == "scontrol-down":
-            shell = self.controller
-        return ActiveFault(record=record, action=action, shell=shell)
+        return ActiveFault(
+            record=record, action=action, shell=self.controller if action.on_controller else shell
+        )
 
     def _shell(self, node: Node) -> NodeShell:
         try:
@@ -119,53 +119,6 @@ class FaultEngine:
             probe = getattr(shell, "ssh_iface", None)
             self.ssh_ifaces[node.name] = probe() if callable(probe) else None
         return self.ssh_ifaces[node.name]
-
-    def _build(self, spec: FaultSpec, node: Node, shell: NodeShell, fid: str, resolved: list[str]) -> Action:
-        t, p = spec.target, spec.params
-        iface = t.iface or ""
-        if spec.kind in ("kill-worker", "pause-worker", "restart-container") and t.container is None:
-            engine = t.process == "engine"
-            found = find_processes(shell, node.name, rank=t.rank, match_env=p.match_env, engine=engine)
-            resolved.extend(str(pid) for pid, _ in found)
-            pids = [pid for pid, _ in found]
-            if spec.kind == "kill-worker":
-                return process.kill_worker(spec, pids)
-            if spec.kind == "pause-worker":
-                return process.pause_worker(spec, pids)
-            ids = sorted({c for _, c in found if c})
-            if not ids:
-                raise FaultError(f"{node.name}: rank {t.rank} does not run in a container")
-            resolved[:] = ids
-            return container.restart_container(spec, self._runtime(node), ids[0])
-        if spec.kind == "restart-container":
-            assert t.container is not None
-            resolved.append(t.container)
-            return container.restart_container(spec, self._runtime(node), t.container)
-        builders: dict[str, Callable[[], Action]] = {
-            "link-down": lambda: link.link_down(iface),
-            "link-flap": lambda: link.link_flap(
-                iface, flaps=p.flaps, duration_s=spec.duration_s, node=node.name, fid=fid
-            ),
-            "roce-drop": lambda: netfilter.roce_drop(iface, fid),
-            "packet-loss": lambda: netfilter.packet_loss(iface, fid, p.probability),
-            "throttle": lambda: tc.throttle(iface, p),
-            "delay": lambda: tc.delay(iface, p),
-        }
-        if spec.kind in builders:
-            return builders[spec.kind]()
-        conf = self.cluster.vars.orch_slurm_conf
-        if p.node_loss_mode == "scontrol-down":
-            return nodeloss.scontrol_down(node.name, fid, conf)
-        found = find_processes(shell, node.name, rank=None, comm="slurmd")
-        resolved.extend(str(pid) for pid, _ in found)
-        return nodeloss.stop_slurmd([pid for pid, _ in found], node.name, conf)
-
-    def _runtime(self, node: Node) -> ContainerRuntime:
-        if node.container_runtime == "none":
-            raise FaultError(
-                f"{node.name}: container_runtime is none", hint="set container_runtime in the inventory"
-            )
-        return node.container_runtime
 
     # --- inject / revert ---------------------------------------------------------------------
     def inject(self, active: ActiveFault) -> ActiveFault:

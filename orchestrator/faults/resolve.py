@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from orchestrator.errors import FaultError
-from orchestrator.faults.base import NodeShell, sh
+from orchestrator.faults.base import BuildContext, NodeShell, sh
 
 FINDER = r"""
 import json, os, re, sys
@@ -102,4 +102,14 @@ def find_processes(
             f"{node}: no {what} found in the node's network namespace",
             hint="is the workload running there (RANK/LOCAL_RANK in its environment)?",
         )
+    return found
+
+
+def target_processes(ctx: BuildContext) -> list[tuple[int, str | None]]:
+    """(pid, container id) of the fault's target: its rank(s), or its serving engine; the PIDs go
+    to ctx.resolved. Raises FaultError as find_processes."""
+    t = ctx.spec.target
+    found = find_processes(ctx.shell, ctx.node.name, rank=t.rank, match_env=ctx.spec.params.match_env,
+                           engine=t.process == "engine")  # fmt: skip
+    ctx.resolved.extend(str(pid) for pid, _ in found)
     return found

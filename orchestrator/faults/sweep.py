@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from orchestrator.errors import FaultError
 from orchestrator.faults.base import IPT_CHAIN, TC_HANDLE, NodeShell, quiet, record_dir, sh
-from orchestrator.faults.netfilter import IPT, locked
+from orchestrator.faults.kinds.netfilter import IPT, locked
 from orchestrator.faults.timer import stop_timer
 from orchestrator.models.base import StrictModel
 

@@ -35,6 +35,31 @@ FaultKind = Literal[
     "node-loss",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+"""The names, for validation here (models/ imports no faults/); everything else a kind is (what it
+does, what it reaches, how it is undone) is its registered FaultInfo in orchestrator.faults.kinds,
+which orchestrator.faults.catalog collects and checks against these names."""
+
+TargetForm = Literal["node", "iface", "worker", "container"]
+"""What follows NODE: in a kind's target: nothing, an interface, a rank or `engine` (a worker), a
+rank or a container name."""
+TARGET_FORMS: dict[FaultKind, TargetForm] = {
+    "kill-worker": "worker",
+    "pause-worker": "worker",
+    "restart-container": "container",
+    "link-down": "iface",
+    "link-flap": "iface",
+    "roce-drop": "iface",
+    "packet-loss": "iface",
+    "throttle": "iface",
+    "delay": "iface",
+    "node-loss": "node",
+}
+TARGET_SYNTAX: dict[TargetForm, str] = {
+    "node": "NODE",
+    "iface": "NODE:IFACE",
+    "worker": "NODE[:RANK|:engine]",
+    "container": "NODE:RANK|NODE:CONTAINER",
+}
 
 # What a fault can reach: RDMA on a hardware RoCE NIC (bypasses the kernel: host iptables and tc
 # never see it), RDMA through the kernel (soft-RoCE rxe/siw), and socket transports (gloo,
@@ -126,9 +151,9 @@ class FaultTarget(StrictModel):
             return cls(node=node, iface=rest)
         if rest.isdigit():
             return cls(node=node, rank=int(rest))
-        if kind == "restart-container":
+        if TARGET_FORMS.get(kind) == "container":
             return cls(node=node, container=rest)
-        if rest == ENGINE_TARGET and kind in ("kill-worker", "pause-worker"):
+        if rest == ENGINE_TARGET and kind in WORKER_KINDS:
             return cls(node=node, process="engine")
         raise ValueError(f"target {text!r}: {kind} takes NODE, NODE:RANK or NODE:{ENGINE_TARGET}")
 
@@ -150,10 +175,9 @@ ENGINE_NODE_ENV = "ORCH_ENGINE_NODE"
 """And the node it serves on: on one machine (the local backend, several hosts) the netns does not
 tell two engines of one step apart."""
 
-IFACE_KINDS: frozenset[str] = frozenset(
-    {"link-down", "link-flap", "roce-drop", "packet-loss", "throttle", "delay"}
-)
-PROCESS_KINDS: frozenset[str] = frozenset({"kill-worker", "pause-worker", "restart-container"})
+IFACE_KINDS: frozenset[str] = frozenset(k for k, f in TARGET_FORMS.items() if f == "iface")
+WORKER_KINDS: frozenset[str] = frozenset(k for k, f in TARGET_FORMS.items() if f == "worker")
+PROCESS_KINDS: frozenset[str] = frozenset(k for k, f in TARGET_FORMS.items() if f in ("worker", "container"))
 
 
 class FaultParams(StrictModel):
@@ -197,9 +221,9 @@ class FaultSpec(StrictModel):
     def _target_fits(self) -> FaultSpec:
         if self.kind in IFACE_KINDS and self.target.iface is None:
             raise ValueError(f"{self.kind} needs a target NODE:IFACE")
-        if self.kind in ("kill-worker", "pause-worker") and self.target.iface is not None:
+        if self.kind in WORKER_KINDS and self.target.iface is not None:
             raise ValueError(f"{self.kind} takes NODE, NODE:RANK or NODE:engine, not an interface")
-        if self.target.process is not None and self.kind not in ("kill-worker", "pause-worker"):
+        if self.target.process is not None and self.kind not in WORKER_KINDS:
             raise ValueError(f"{self.kind} does not take NODE:{self.target.process}")
         return self
 

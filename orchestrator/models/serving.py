@@ -24,6 +24,17 @@ from orchestrator.models.names import Name
 from orchestrator.models.serving_recovery import SteadyRule
 
 Engine = Literal["vllm", "sglang", "transformers", "external"]
+"""The engines' names, for plan and stack validation; each engine is one EngineSpec in
+orchestrator.workloads.engines (argv, health path, package, managed arguments), which checks its
+names against these. The traits below are here because models/ validates plans and stacks
+without importing workloads/; the EngineSpecs take them from here."""
+GPU_ENGINES: frozenset[str] = frozenset({"vllm", "sglang"})
+"""Engines that need GPUs: refused in a cpu stack and on nodes of gpu_vendor none."""
+VENV_ENGINES: frozenset[str] = frozenset({"transformers"})
+"""Engines that run from the stack's venv (python.packages pins them at the engine's version)."""
+PACKAGE_ENGINES: frozenset[str] = frozenset({"vllm", "sglang"})
+"""Engines whose Python package (of the engine's name) the fingerprint compares with the stack's
+pin where a node has it (provision/ reads this, not workloads/)."""
 ServingDtype = Literal["auto", "float32", "float16", "bfloat16"]
 Api = Literal["completions", "chat"]
 

@@ -16,7 +16,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.names import check_name
-from orchestrator.models.serving import EngineArg
+from orchestrator.models.serving import GPU_ENGINES, VENV_ENGINES, Engine, EngineArg
 
 StackKind = Literal["rocm", "cuda", "cpu"]
 ContainerRuntimeChoice = Literal["podman", "docker"]
@@ -204,8 +204,14 @@ class LabModel(StrictModel):
         return v
 
 
-ServingEngineName = Literal["vllm", "sglang", "transformers"]
-"""The engines a stack can pin (a plan's engine: external is no part of a stack)."""
+def _pinnable(name: str) -> str:
+    if name == "external":
+        raise ValueError("engine external is not started by orch: a stack cannot pin it")
+    return name
+
+
+ServingEngineName = Annotated[Engine, AfterValidator(_pinnable)]
+"""The engines a stack can pin: models.serving's Engine but external (no part of a stack)."""
 _ENGINE_ENV_NAME = re.compile(
     r"^(NCCL|RCCL|GLOO|TORCH|HSA|HIP|CUDA|UCX|OMP|VLLM|SGLANG|AITER|ATOM)_[A-Z0-9_]+$"
 )
@@ -403,11 +409,11 @@ class Stack(StrictModel):
             else {}
         )
         for e in serving.engines:
-            if e.engine != "transformers" and self.kind == "cpu":
+            if e.engine in GPU_ENGINES and self.kind == "cpu":
                 raise ValueError(f"serving: {e.engine} needs GPUs: pin it in a rocm or cuda stack")
-            if e.engine == "transformers" and self.python is None:
-                raise ValueError("serving: transformers needs a 'python' section (the venv of the engine)")
-            if (e.engine == "transformers" or e.engine in pins) and pins.get(e.engine) != e.version:
+            if e.engine in VENV_ENGINES and self.python is None:
+                raise ValueError(f"serving: {e.engine} needs a 'python' section (the venv of the engine)")
+            if (e.engine in VENV_ENGINES or e.engine in pins) and pins.get(e.engine) != e.version:
                 raise ValueError(
                     f"serving: {e.engine} {e.version} needs python.packages to pin"
                     f" {e.engine}=={e.version} (found {pins.get(e.engine) or 'none'})"

@@ -35,6 +35,7 @@ from orchestrator.models.fingerprint import DriftReport as DriftReport
 from orchestrator.models.fingerprint import FieldDrift as FieldDrift
 from orchestrator.models.fingerprint import Fingerprint as Fingerprint
 from orchestrator.models.fingerprint import FingerprintSet as FingerprintSet
+from orchestrator.models.serving import PACKAGE_ENGINES
 from orchestrator.models.stack import Stack
 from orchestrator.provision import smi
 from orchestrator.safefs import atomic_write
@@ -401,7 +402,7 @@ def _engine_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
     checks: list[FieldCheck] = []
     for e in stack.serving.engines:
         found = have.get(_norm_name(e.engine))
-        if e.engine != "transformers" and found is not None:
+        if e.engine in PACKAGE_ENGINES and found is not None:
             checks.append(_version_check(f"engine {e.engine}", e.version, found))
         img = e.image
         if img is not None and img.digest is not None:

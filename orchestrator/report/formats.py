@@ -1,13 +1,22 @@
-"""The text report formats: JSON, Markdown (tickets), JUnit XML (CI), OpenMetrics (Prometheus)."""
+"""The report formats, as a registry: HTML, Markdown (tickets), JSON, JUnit XML (CI), OpenMetrics
+(Prometheus), and the renderers of the text ones.
+
+Each format is one ReportFormat in REPORT_FORMATS (name, file extension, renderer); `orch report
+--format`, its help and its default file name come from there, and report_format refuses an
+unknown name with the known ones. A new format is its renderer (a module of report/) and one
+entry in the table at the end of this module.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
+from orchestrator.errors import ConfigError
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunRecord
 from orchestrator.report.common import (
@@ -25,25 +34,33 @@ from orchestrator.report.escape import md, xml_text
 from orchestrator.report.isolation import isolate_folder, isolation_markdown
 from orchestrator.report.serving import serving_cases, serving_families, serving_markdown
 
-Format = Literal["html", "md", "json", "junit", "openmetrics"]
-FORMATS: tuple[Format, ...] = ("html", "md", "json", "junit", "openmetrics")
-EXTENSIONS: dict[Format, str] = {"html": "html", "md": "md", "json": "json", "junit": "junit.xml",
-                                 "openmetrics": "prom"}  # fmt: skip
+Format = str
+"""A report format's name: a key of REPORT_FORMATS."""
+Renderer = Callable[[RunRecord, Path | None], str]
+"""(run record, the folder the file will live in, for relative log links) -> the report's text."""
+
+
+@dataclass(frozen=True)
+class ReportFormat:
+    """One report format: its name (--format), the extension of its file, its renderer."""
+
+    name: str
+    extension: str
+    render: Renderer
+
+
+def report_format(name: str) -> ReportFormat:
+    """The registered format ``name``; raises ConfigError naming the known formats."""
+    fmt = REPORT_FORMATS.get(name)
+    if fmt is None:
+        raise ConfigError(f"unknown report format {name!r} (known: {', '.join(REPORT_FORMATS)})")
+    return fmt
 
 
 def render(rec: RunRecord, fmt: Format, report_dir: Path | None = None) -> str:
-    """The report of rec in fmt; report_dir is where the file will live (for relative log links)."""
-    if fmt == "html":
-        from orchestrator.report.html import render_html
-
-        return render_html(rec, report_dir)
-    if fmt == "md":
-        return render_markdown(rec, report_dir)
-    if fmt == "junit":
-        return render_junit(rec)
-    if fmt == "openmetrics":
-        return render_openmetrics(rec)
-    return rec.model_dump_json(indent=2) + "\n"
+    """The report of rec in fmt; report_dir is where the file will live (for relative log links).
+    Raises ConfigError for an unknown format."""
+    return report_format(fmt).render(rec, report_dir)
 
 
 def _progress_line(rec: RunRecord) -> str:
@@ -246,3 +263,23 @@ def render_openmetrics(rec: RunRecord) -> str:
 
 def to_json(obj: object) -> str:
     return json.dumps(obj, indent=2, default=str) + "\n"
+
+
+def _html(rec: RunRecord, report_dir: Path | None) -> str:
+    from orchestrator.report.html import render_html  # jinja2 and the plots: only when asked for
+
+    return render_html(rec, report_dir)
+
+
+REPORT_FORMATS: dict[str, ReportFormat] = {
+    f.name: f
+    for f in (
+        ReportFormat("html", "html", _html),
+        ReportFormat("md", "md", render_markdown),
+        ReportFormat("json", "json", lambda rec, _dir: rec.model_dump_json(indent=2) + "\n"),
+        ReportFormat("junit", "junit.xml", lambda rec, _dir: render_junit(rec)),
+        ReportFormat("openmetrics", "prom", lambda rec, _dir: render_openmetrics(rec)),
+    )
+}
+FORMATS: tuple[Format, ...] = tuple(REPORT_FORMATS)
+EXTENSIONS: dict[Format, str] = {f.name: f.extension for f in REPORT_FORMATS.values()}

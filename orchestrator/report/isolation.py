@@ -20,19 +20,8 @@ from orchestrator.models.isolation import IsolationRun, Outcome, Trial, partitio
 from orchestrator.models.names import is_name
 from orchestrator.models.plan import format_size
 from orchestrator.report.escape import html_text, md
+from orchestrator.report.sections import Section, html_table, md_table
 from orchestrator.store.rundir import RunDir
-
-
-@dataclass
-class Section:
-    """A titled part: lines of text, then a table (head, rows, each row's class)."""
-
-    title: str
-    ident: str
-    lines: list[str] = field(default_factory=list)
-    head: list[str] = field(default_factory=list)
-    rows: list[list[str]] = field(default_factory=list)
-    row_class: str = ""
 
 
 @dataclass
@@ -272,9 +261,7 @@ def isolation_markdown(
         if s.lines:
             lines.append("")
         if s.head:
-            lines += ["| " + " | ".join(md(h) for h in s.head) + " |", "|" + "---|" * len(s.head)]
-            lines += ["| " + " | ".join(md(c) for c in r) + " |" for r in s.rows]
-            lines.append("")
+            lines += [*md_table(s.head, s.rows), ""]
     return "\n".join(lines)
 
 
@@ -295,11 +282,6 @@ def isolation_html(iso: IsolationRun, folder: Path | None, *, linked: bool = Fal
                     items.append(f"<li>{h(x)}</li>")
             parts.append("<ul>" + "".join(items) + "</ul>")
         if s.head:
-            parts.append(
-                f'<table id="{h(s.ident)}-table"><tr>' + "".join(f"<th>{h(x)}</th>" for x in s.head) + "</tr>"
-            )
-            cls = f' class="{h(s.row_class)}"' if s.row_class else ""
-            parts += ["<tr" + cls + ">" + "".join(f"<td>{h(c)}</td>" for c in r) + "</tr>" for r in s.rows]
-            parts.append("</table>")
+            parts += html_table(s.head, s.rows, ident=s.ident, row_class=s.row_class)
     parts.append("</section>")
     return "\n".join(parts)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from orchestrator.models.migrate import MatrixRow, MigrateRun, MigrationMatrix, NodeValue
 from orchestrator.report.escape import html_text, md
+from orchestrator.report.sections import Section, html_table, md_table
 
 
 def node_cell(v: NodeValue) -> str:
@@ -36,11 +37,19 @@ def matrix_markdown(m: MigrationMatrix) -> str:
     if m.missing:
         lines.append(f"- no fingerprint: {', '.join(md(n) for n in m.missing)}")
     head = ["component", "item", f"A: {m.from_stack}", f"B: {m.to_stack}", "verdict", "note", *m.nodes]
-    lines += ["", "| " + " | ".join(md(h) for h in head) + " |", "|" + "---|" * len(head)]
-    for r in m.rows:
-        cells = [r.component, r.item, r.from_value or "-", r.to_value or "-", r.verdict, r.note]
-        cells += _nodes_of(r, m.nodes)
-        lines.append("| " + " | ".join(md(c) for c in cells) + " |")
+    rows = [
+        [
+            r.component,
+            r.item,
+            r.from_value or "-",
+            r.to_value or "-",
+            r.verdict,
+            r.note,
+            *_nodes_of(r, m.nodes),
+        ]
+        for r in m.rows
+    ]
+    lines += ["", *md_table(head, rows)]
     lines += ["", "## Questions for the team", ""]
     lines += [f"- **{md(q.topic)}**: {md(q.question)}" for q in m.questions]
     return "\n".join(lines) + "\n"
@@ -56,15 +65,9 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(md(h) for h in head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(md(c) for c in r) + " |" for r in rows]
-    return out
-
-
-def run_sections(r: MigrateRun) -> list[tuple[str, list[str], list[list[str]], list[str]]]:
-    """The report's sections as (title, table head, table rows, lines after): one source for the
-    Markdown and the HTML, so that both say the same."""
+def run_sections(r: MigrateRun) -> list[Section]:
+    """The report's sections (a table, then lines after it): one source for the Markdown and the
+    HTML, so that both say the same."""
     title_to = f" → {r.to_stack}" if r.to_stack else ""
     summary = [
         f"{r.kind} {r.from_stack}{title_to} on {', '.join(r.nodes)}: {r.status} (exit {r.exit_code}), "
@@ -79,13 +82,14 @@ def run_sections(r: MigrateRun) -> list[tuple[str, list[str], list[list[str]], l
         summary.append(f"resume {i}: " + ", ".join(f"{s.node} {s.holds}" for s in found))
     if r.stopped_playbooks:
         summary.append(f"ansible-playbook left behind and stopped on resume: PIDs {r.stopped_playbooks}")
-    sections: list[tuple[str, list[str], list[list[str]], list[str]]] = [("Summary", [], [], summary)]
+    sections = [Section("Summary", after=summary)]
     sections.append(
-        (
+        Section(
             "Phases",
-            ["phase", "state", "gate", "reason", "time", "attempts"],
-            [[p.phase, p.state, p.gate, p.reason, f"{p.wall_s:.1f} s", str(p.attempts)] for p in r.phases],
-            [],
+            head=["phase", "state", "gate", "reason", "time", "attempts"],
+            rows=[
+                [p.phase, p.state, p.gate, p.reason, f"{p.wall_s:.1f} s", str(p.attempts)] for p in r.phases
+            ],
         )
     )
     c = r.comparison
@@ -130,7 +134,7 @@ def run_sections(r: MigrateRun) -> list[tuple[str, list[str], list[list[str]], l
             "change",
             "",
         ]
-        sections.append(("A/B compare", head, rows, after))
+        sections.append(Section("A/B compare", head=head, rows=rows, after=after))
     cert = r.certification
     if cert is not None:
         rows = [
@@ -152,19 +156,28 @@ def run_sections(r: MigrateRun) -> list[tuple[str, list[str], list[list[str]], l
             else (f"the {cert.stack} manifest")
         )
         sections.append(
-            (
+            Section(
                 "Rollback proof",
-                ["node", "proof", "stack record", "packages", "expected", "env", "expected", "differences"],
-                rows,
-                [f"every node held to {against}: {'proved' if cert.ok else 'NOT proved'}"],
+                head=[
+                    "node",
+                    "proof",
+                    "stack record",
+                    "packages",
+                    "expected",
+                    "env",
+                    "expected",
+                    "differences",
+                ],
+                rows=rows,
+                after=[f"every node held to {against}: {'proved' if cert.ok else 'NOT proved'}"],
             )
         )
     if r.plan_runs:
         sections.append(
-            (
+            Section(
                 "Plan runs",
-                ["label", "stack", "nodes", "verdict", "time", "reasons"],
-                [
+                head=["label", "stack", "nodes", "verdict", "time", "reasons"],
+                rows=[
                     [
                         p.label,
                         p.stack,
@@ -175,7 +188,6 @@ def run_sections(r: MigrateRun) -> list[tuple[str, list[str], list[list[str]], l
                     ]
                     for p in r.plan_runs
                 ],
-                [],
             )
         )
     return sections
@@ -184,11 +196,11 @@ def run_sections(r: MigrateRun) -> list[tuple[str, list[str], list[list[str]], l
 def run_markdown(r: MigrateRun, matrix: MigrationMatrix | None = None) -> str:
     """report.md of a migrate or rollback run (the matrix first, when given)."""
     lines = [f"# orch {md(r.kind)} {md(r.run_id)}", ""]
-    for title, head, rows, after in run_sections(r):
-        lines += [f"## {md(title)}", ""]
-        if head:
-            lines += [*_table(head, rows), ""]
-        lines += [f"- {md(x)}" for x in after]
+    for s in run_sections(r):
+        lines += [f"## {md(s.title)}", ""]
+        if s.head:
+            lines += [*md_table(s.head, s.rows), ""]
+        lines += [f"- {md(x)}" for x in s.after]
         lines.append("")
     if matrix is not None:
         lines += ["## Compatibility matrix", "", *matrix_markdown(matrix).splitlines()[2:]]
@@ -202,14 +214,12 @@ def run_html(r: MigrateRun, matrix: MigrationMatrix | None = None) -> str:
         f"<!doctype html><meta charset='utf-8'><title>orch {h(r.kind)} {h(r.run_id)}</title>",
         f"<h1>orch {h(r.kind)} {h(r.run_id)}</h1>",
     ]
-    for title, head, rows, after in run_sections(r):
-        parts.append(f"<h2>{h(title)}</h2>")
-        if head:
-            parts.append("<table><tr>" + "".join(f"<th>{h(x)}</th>" for x in head) + "</tr>")
-            parts += ["<tr>" + "".join(f"<td>{h(x)}</td>" for x in row) + "</tr>" for row in rows]
-            parts.append("</table>")
-        if after:
-            parts.append("<ul>" + "".join(f"<li>{h(x)}</li>" for x in after) + "</ul>")
+    for s in run_sections(r):
+        parts.append(f"<h2>{h(s.title)}</h2>")
+        if s.head:
+            parts += html_table(s.head, s.rows)
+        if s.after:
+            parts.append("<ul>" + "".join(f"<li>{h(x)}</li>" for x in s.after) + "</ul>")
     if matrix is not None:
         parts.append(
             "<h2>Compatibility matrix</h2><table><tr>"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError, FaultError
 from orchestrator.faults.base import NodeShell
-from orchestrator.faults.catalog import unreachable_warning
+from orchestrator.faults.catalog import fault_info, unreachable_warning
 from orchestrator.faults.engine import FaultEngine
 from orchestrator.metrics import recovery as rmetrics
 from orchestrator.models.cluster import Cluster
@@ -215,7 +215,7 @@ def _fault(
         ),
         force=req.force,
     )
-    if spec.kind not in ("kill-worker", "pause-worker", "restart-container", "node-loss"):
+    if not fault_info(spec.kind).finds_processes:  # processes are found once the probe runs
         engine.prepare(spec)
     return engine, spec
 

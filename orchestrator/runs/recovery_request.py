@@ -8,6 +8,7 @@ from pathlib import Path
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.container import stack_container
+from orchestrator.models.fault import TARGET_FORMS
 from orchestrator.models.recovery_request import RecoveryTestRequest
 from orchestrator.scheduler.base import backend_traits, inventory_backend
 from orchestrator.stacks import load_stack
@@ -22,7 +23,7 @@ def resolve_container(
     """The stack's image filled in when the probe runs in containers: asked for (``in_container``),
     or by default for restart-container. Raises ConfigError naming the inventory when it names no
     stack, the stack when it has no image, or the node that has no container runtime."""
-    want = req.in_container if req.in_container is not None else req.kind == "restart-container"
+    want = req.in_container if req.in_container is not None else TARGET_FORMS[req.kind] == "container"
     if not want or req.container is not None:
         return req
     name = cluster.vars.orch_stack

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.fault import FaultSpec, FaultTarget, PlanFault, Transport
+from orchestrator.models.fault import TARGET_FORMS, WORKER_KINDS, FaultSpec, FaultTarget, PlanFault, Transport
 from orchestrator.models.plan import Plan, Step
 from orchestrator.models.serving import ServingStep
 from orchestrator.remote.base import NodeShell
@@ -90,7 +90,7 @@ def check_plan_faults(
             )
         for s in sv:
             _check_serving_fault(where, pf, s, workloads[s.workload].engine)
-        if pf.kind == "restart-container" and spec.target.container is None and coll:
+        if TARGET_FORMS[pf.kind] == "container" and spec.target.container is None and coll:
             # scale-test's collbench ranks run as plain processes (only recovery-test's probe runs
             # in the stack's image): a rank target would fail mid-run with "does not run in a container".
             raise ConfigError(
@@ -108,7 +108,9 @@ def check_plan_faults(
 
 def _check_serving_fault(where: str, pf: PlanFault, step: ServingStep, engine: str) -> None:
     """Refuse (ConfigError) what a fault cannot do to serving step."""
-    if pf.kind == "restart-container":
+    from orchestrator.faults.catalog import fault_info
+
+    if not fault_info(pf.kind).serving:
         raise ConfigError(
             f"{where}: serving step {step.id}: its engines run as processes (a Slurm job or a local "
             "process), not in containers: there is no container to restart",
@@ -121,7 +123,7 @@ def _check_serving_fault(where: str, pf: PlanFault, step: ServingStep, engine: s
             f"(its levels: {', '.join(step.levels)})"
         )
     target = FaultTarget.parse(pf.target, pf.kind)
-    if target.process == "engine" or (pf.kind in ("kill-worker", "pause-worker") and target.rank is None):
+    if target.process == "engine" or (pf.kind in WORKER_KINDS and target.rank is None):
         if engine == "external":
             raise ConfigError(
                 f"{where}: serving step {step.id}: engine external is not started by orch; it has no "
@@ -134,7 +136,7 @@ def _check_serving_fault(where: str, pf: PlanFault, step: ServingStep, engine: s
                 f"{where}: serving step {step.id} runs no engine on {target.node} "
                 f"(its engines run on {', '.join(hosts)})"
             )
-    if target.process is None and pf.kind in ("kill-worker", "pause-worker"):
+    if target.process is None and pf.kind in WORKER_KINDS:
         raise ConfigError(
             f"{where}: serving step {step.id}: an engine has no ranks; name it as {target.node}:engine"
         )

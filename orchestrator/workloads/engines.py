@@ -15,6 +15,9 @@ goes into an argv list: the scheduler's job script quotes each item with its one
   arguments).
 - external: orch starts nothing.
 
+Each engine is one EngineSpec in workloads.engine_specs (the registry: argv, health path, GPU
+need, package, managed arguments); everything here that depends on the engine looks it up there.
+
 The plan's engine_args follow, as given, then the engine arguments of the stack variant the
 workload names (`variant:`, the stack's serving.engines[].variants), whose environment is added to
 the stack's for the engine (engine_env). The health endpoint is GET /health for the three (each
@@ -36,9 +39,9 @@ from orchestrator.models.plan import Plan
 from orchestrator.models.serving import ServingWorkload
 from orchestrator.models.stack import EngineVariant
 from orchestrator.stacks import load_stack, stack_name, stack_variant
-
-HEALTH_PATH = "/health"
-EXTERNAL_HEALTH_PATH = "/v1/models"
+from orchestrator.workloads.engine_specs import ENGINES as ENGINES  # re-exported: the registry
+from orchestrator.workloads.engine_specs import EngineSpec as EngineSpec
+from orchestrator.workloads.engine_specs import engine_spec
 
 
 def engine_argv(
@@ -52,25 +55,12 @@ def engine_argv(
 ) -> list[str]:
     """The argv of w's engine, its programs under bindir (the stack's <prefix>/bin), listening on
     host:port; the plan's engine_args, then the variant's. Raises ValueError for engine external
-    (nothing to start)."""
-    path = w.model.path
-    if w.engine == "external" or path is None:
+    (nothing to start), ConfigError for an unknown engine."""
+    spec = engine_spec(w.engine)
+    if spec.argv is None or w.model.path is None:
         raise ValueError(f"serving {w.name}: engine {w.engine} is not started by orch")
-    b = Path(bindir)
-    if w.engine == "transformers":
-        argv = [str(b / "transformers"), "serve", path,
-                "--device", "cpu" if gpu_vendor == "none" else "auto"]  # fmt: skip
-        if w.dtype != "auto":
-            argv += ["--dtype", w.dtype]
-        argv += ["--host", host, "--port", str(port)]
-    elif w.engine == "vllm":
-        argv = [str(b / "vllm"), "serve", path, "--host", host, "--port", str(port),
-                "--dtype", w.dtype, "--tensor-parallel-size", str(w.tensor_parallel)]  # fmt: skip
-    else:  # sglang
-        argv = [str(b / "python"), "-m", "sglang.launch_server", "--model-path", path,
-                "--host", host, "--port", str(port), "--dtype", w.dtype,
-                "--tp-size", str(w.tensor_parallel)]  # fmt: skip
-    if w.engine != "transformers":
+    argv = spec.argv(w, Path(bindir), host, port, gpu_vendor)
+    if spec.served_name:
         if w.model.name is not None:
             argv += ["--served-model-name", w.model.name]
         if w.model.revision is not None:
@@ -96,4 +86,4 @@ def variant_of(plan: Plan, cluster: Cluster, w: ServingWorkload) -> EngineVarian
 
 def health_path(w: ServingWorkload) -> str:
     """The path that answers 200 once the engine serves: /health, or /v1/models for external."""
-    return EXTERNAL_HEALTH_PATH if w.engine == "external" else HEALTH_PATH
+    return engine_spec(w.engine).health_path

@@ -23,8 +23,8 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.faults.engine import FaultEngine
+from orchestrator.faults.kinds.tc import NETEM_MISSING
 from orchestrator.faults.safety import SafetyError
-from orchestrator.faults.tc import NETEM_MISSING
 from orchestrator.inventory import load_inventory
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.container import runtime_argv

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.faults import netfilter, tc, timer
+from orchestrator.faults import timer
 from orchestrator.faults.engine import FaultEngine
+from orchestrator.faults.kinds import netfilter, tc
 from orchestrator.faults.safety import SafetyError, check_share
 from orchestrator.faults.sweep import sweep_node
 from orchestrator.models.cluster import Cluster, Node
@@ -144,7 +145,7 @@ def test_node_loss_revert_resumes_only_a_down_node(tmp_path: Path, state: str, r
     import os
     import subprocess
 
-    from orchestrator.faults import nodeloss
+    from orchestrator.faults.kinds import nodeloss
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

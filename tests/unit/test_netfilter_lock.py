@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from orchestrator.faults import netfilter
+from orchestrator.faults.kinds import netfilter
 from orchestrator.faults.sweep import sweep_script
 
 

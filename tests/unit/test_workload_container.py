@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.faults.container import restart_container
+from orchestrator.faults.kinds.container import restart_container
 from orchestrator.models.cluster import Cluster, ClusterVars, ContainerRuntime, Node
 from orchestrator.models.container import StackContainer, container_name, stack_container
 from orchestrator.models.fault import FaultSpec, FaultTarget

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.faults.base import TC_HANDLE, Action, quiet, sh
+from orchestrator.faults.base import KERNEL_TRANSPORTS, TC_HANDLE, Action, FaultInfo, quiet, sh
 from orchestrator.models.fault import FaultParams
 
 NETEM_MISSING = "kernel lacks sch_netem"
@@ -33,3 +33,25 @@ def delay(iface: str, p: FaultParams) -> Action:
         revert=_revert(iface),
         unsupported=(("Specified qdisc kind is unknown", NETEM_MISSING), ("Unknown qdisc", NETEM_MISSING)),
     )
+
+
+KINDS = (
+    FaultInfo(
+        "throttle",
+        KERNEL_TRANSPORTS,
+        f"tc qdisc del root handle {TC_HANDLE}",
+        True,
+        f"tbf root qdisc (egress) with orch's handle {TC_HANDLE}",
+        build=lambda ctx: throttle(ctx.iface, ctx.spec.params),
+        order=80,
+    ),
+    FaultInfo(
+        "delay",
+        KERNEL_TRANSPORTS,
+        f"tc qdisc del root handle {TC_HANDLE}",
+        True,
+        "netem delay; on kernels without sch_netem the outcome is 'kernel lacks sch_netem'",
+        build=lambda ctx: delay(ctx.iface, ctx.spec.params),
+        order=90,
+    ),
+)

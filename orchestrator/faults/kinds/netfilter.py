@@ -20,7 +20,16 @@ nothing). Both now run under one flock per node (``locked``).
 
 from __future__ import annotations
 
-from orchestrator.faults.base import IPT_CHAIN, RECORD_ROOT, Action, ensure_dir, quiet, sh
+from orchestrator.faults.base import (
+    IPT_CHAIN,
+    KERNEL_TRANSPORTS,
+    RECORD_ROOT,
+    Action,
+    FaultInfo,
+    ensure_dir,
+    quiet,
+    sh,
+)
 
 IPT = ["iptables", "-w", "5"]
 IPT_RESTORE = ["iptables-restore", "--noflush"]
@@ -113,3 +122,27 @@ def roce_drop(iface: str, fid: str) -> Action:
 def packet_loss(iface: str, fid: str, probability: float) -> Action:
     """Drop each packet in and out of ``iface`` with ``probability``."""
     return _action(iface, fid, ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}"])
+
+
+_DELETE = "delete the rule; chain removed when empty"
+KINDS = (
+    FaultInfo(
+        "roce-drop",
+        ("rdma-soft",),
+        _DELETE,
+        True,
+        "drop UDP 4791 (RoCEv2) in iptables chain ORCH-FAULT; a hardware RoCE NIC "
+        "bypasses iptables, so only soft-RoCE is hit",
+        build=lambda ctx: roce_drop(ctx.iface, ctx.fid),
+        order=60,
+    ),
+    FaultInfo(
+        "packet-loss",
+        KERNEL_TRANSPORTS,
+        _DELETE,
+        True,
+        "random drop (iptables statistic match) in chain ORCH-FAULT",
+        build=lambda ctx: packet_loss(ctx.iface, ctx.fid, ctx.spec.params.probability),
+        order=70,
+    ),
+)

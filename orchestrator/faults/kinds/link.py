@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.faults.base import Action, quiet, record_dir, sh
+from orchestrator.faults.base import ALL_TRANSPORTS, Action, FaultInfo, quiet, record_dir, sh
 
 
 def link_down(iface: str) -> Action:
@@ -24,3 +24,31 @@ def link_flap(iface: str, *, flaps: int, duration_s: float, node: str, fid: str)
     start = f"setsid sh -c {sh(body)} </dev/null >/dev/null 2>&1 & echo $! > {sh(pidfile)}"
     stop = quiet(f"kill -TERM -$(cat {sh(pidfile)})")
     return Action(inject=start, revert=f"{stop}; {quiet(up)}; rm -f {sh(pidfile)}")
+
+
+KINDS = (
+    FaultInfo(
+        "link-down",
+        ALL_TRANSPORTS,
+        "ip link set up",
+        True,
+        "an RDMA/fabric interface administratively down for the duration",
+        build=lambda ctx: link_down(ctx.iface),
+        order=40,
+    ),
+    FaultInfo(
+        "link-flap",
+        ALL_TRANSPORTS,
+        "stop the flapper, ip link set up",
+        True,
+        "down/up N times within the duration",
+        build=lambda ctx: link_flap(
+            ctx.iface,
+            flaps=ctx.spec.params.flaps,
+            duration_s=ctx.spec.duration_s,
+            node=ctx.node.name,
+            fid=ctx.fid,
+        ),
+        order=50,
+    ),
+)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.faults.base import Action, quiet, sh
+from orchestrator.faults.base import ALL_TRANSPORTS, Action, BuildContext, FaultInfo, quiet, sh
+from orchestrator.faults.resolve import find_processes
 
 
 def _slurm(slurm_conf: Path | None, *argv: str) -> str:
@@ -45,4 +46,26 @@ def scontrol_down(node: str, fid: str, slurm_conf: Path | None = None) -> Action
     reason = f"reason=orch-fault:{fid}"
     down = _slurm(slurm_conf, "scontrol", "update", f"nodename={node}", "state=down", reason)
     up = quiet(_slurm(slurm_conf, "scontrol", "update", f"nodename={node}", "state=resume"))
-    return Action(inject=down, revert=up)
+    return Action(inject=down, revert=up, on_controller=True)
+
+
+def _build(ctx: BuildContext) -> Action:
+    if ctx.spec.params.node_loss_mode == "scontrol-down":
+        return scontrol_down(ctx.node.name, ctx.fid, ctx.slurm_conf)
+    found = find_processes(ctx.shell, ctx.node.name, rank=None, comm="slurmd")
+    ctx.resolved.extend(str(pid) for pid, _ in found)
+    return stop_slurmd([pid for pid, _ in found], ctx.node.name, ctx.slurm_conf)
+
+
+KINDS = (
+    FaultInfo(
+        "node-loss",
+        ALL_TRANSPORTS,
+        "SIGCONT slurmd / scontrol update state=resume",
+        True,
+        "take the node away from Slurm (stop its slurmd, or scontrol state=down) -> NODE_FAIL",
+        build=_build,
+        order=100,
+        finds_processes=True,
+    ),
+)
