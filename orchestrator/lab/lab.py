@@ -12,12 +12,13 @@ from pathlib import Path
 from pydantic import Field
 
 from orchestrator.errors import LabError
-from orchestrator.lab import accounting, daemons, files, masks, netns, preflight, prove, shell
-from orchestrator.lab.config import FABRIC_BRIDGE, MGMT_BRIDGE, LabConfig
+from orchestrator.lab import accounting, daemons, disk, files, masks, netns, preflight, prove, shell
+from orchestrator.lab.config import FABRIC_BRIDGE, LAB_STACK, MGMT_BRIDGE, LabConfig
 from orchestrator.lab.masks import MaskPlan
 from orchestrator.lab.state import DaemonRecord, LabState, load_state, save_state
 from orchestrator.models.base import StrictModel
 from orchestrator.remote.proctree import stop_processes
+from orchestrator.stacks import load_stack
 
 Progress = Callable[[str], None]
 IDLE_TIMEOUT_S = 90.0
@@ -36,6 +37,7 @@ class NodeStatus(StrictModel):
     fabric_address: str
     netns_present: bool
     slurm_state: str | None = None
+    opt_bytes: int | None = Field(default=None, description="what the node's own /opt holds on disk")
 
 
 class DaemonStatus(StrictModel):
@@ -78,6 +80,7 @@ class DownResult(StrictModel):
     namespaces: list[str]
     links: list[str]
     seconds: float
+    purged: dict[str, int] = Field(default_factory=dict, description="node -> bytes of its /opt removed")
 
 
 def slurm_env(cfg: LabConfig) -> dict[str, str]:
@@ -124,6 +127,7 @@ def status(cfg: LabConfig) -> LabStatus:
     ctl = state.daemon("slurmctld")
     slurm = _sinfo(scfg) if ctl is not None and ctl.alive() else {}
     alive = [d.alive() for d in state.daemons]
+    opt = disk.opt_sizes(scfg.state_dir, [n.name for n in scfg.node_specs])
     return LabStatus(
         state_dir=str(scfg.state_dir),
         running=any(alive),
@@ -140,6 +144,7 @@ def status(cfg: LabConfig) -> LabStatus:
                 fabric_address=n.fabric_address,
                 netns_present=n.netns in present,
                 slurm_state=slurm.get(n.name),
+                opt_bytes=opt[n.name],
             )
             for n in scfg.node_specs
         ],
@@ -187,8 +192,9 @@ def up(cfg: LabConfig, progress: Progress = _quiet, *, keep_on_failure: bool = F
 
     Raises:
         ConfigError: the state dir (or a folder above it) cannot be used by sshd or munged.
-        LabError: not root, packages missing, a port taken, another lab running from another state
-            dir, a daemon failing, nodes not idle in time, or a node failing the proof (named).
+        LabError: not root, packages missing, the free disk too small for the lab's stack on every
+            node (lab/disk.py), a port taken, another lab running from another state dir, a daemon
+            failing, nodes not idle in time, or a node failing the proof (named).
     """
     t0 = time.monotonic()
     preflight.check(cfg.accounting)
@@ -197,6 +203,7 @@ def up(cfg: LabConfig, progress: Progress = _quiet, *, keep_on_failure: bool = F
     if old is not None and _healthy(old):
         return UpResult(already_running=True, seconds=time.monotonic() - t0, status=status(cfg))
     _refuse_if_elsewhere(cfg, "`up` here")
+    disk.check_disk(load_stack(LAB_STACK), cfg.state_dir, [n.name for n in cfg.node_specs])
     if _has_remains(cfg):
         progress("clearing remains of an earlier lab")
         down(old.config if old is not None else cfg, progress)
@@ -287,7 +294,7 @@ def _start(cfg: LabConfig, state: LabState, progress: Progress) -> None:
 
     progress(f"starting sshd and slurmd on {cfg.nodes} nodes")
     for node in cfg.node_specs:
-        opt = cfg.node_dir(node) / "opt"
+        opt = cfg.node_opt(node)
         sshd_argv = ["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg.node_dir(node) / "sshd_config")]
         slurmd_argv = ["slurmd", "-D", "-N", node.name, "-f", str(cfg.slurm_conf)]
         for name, argv in (("sshd", sshd_argv), ("slurmd", slurmd_argv)):
@@ -337,11 +344,12 @@ def _wait_idle(cfg: LabConfig, progress: Progress) -> None:
     )
 
 
-def down(cfg: LabConfig, progress: Progress = _quiet) -> DownResult:
+def down(cfg: LabConfig, progress: Progress = _quiet, *, purge: bool = False) -> DownResult:
     """Stop every lab process and remove namespaces, links and runtime files; safe to repeat.
 
     Works from the record when there is one, and from what exists otherwise (namespaces and links
     with the lab prefix, lab daemons naming the state dir), so it also clears a crashed `up`.
+    With ``purge``, each node's own /opt (its provisioned stack, lab/disk.py) is removed too.
 
     Raises:
         LabError: a lab runs from another state dir (down here would kill its daemons and take
@@ -379,9 +387,14 @@ def down(cfg: LabConfig, progress: Progress = _quiet) -> DownResult:
     for link in sorted(links, key=lambda name: name in (MGMT_BRIDGE, FABRIC_BRIDGE)):
         netns.delete_link(link)
     files.remove_runtime(cfg)
+    purged: dict[str, int] = {}
+    if purge:
+        progress(f"removing the nodes' /opt under {cfg.state_dir}")
+        purged = disk.purge_opt(cfg.state_dir)
     return DownResult(
         stopped_pids=sorted(set(stopped)),
         namespaces=namespaces,
         links=links,
         seconds=time.monotonic() - t0,
+        purged=purged,
     )
