@@ -220,7 +220,11 @@ _tmpl = _env.from_string(_TEMPLATE)
 def _figures(f: ServingFaultResult, r: ServingRecovery | None) -> list[tuple[str, str]]:
     out = [("injected", _when(f.injected_at)), ("fault outcome", f.outcome)]
     if f.reverted_at is not None:
-        out.append(("reverted after", f"{f.reverted_at - f.injected_at:.2f} s"))
+        held = f"{f.reverted_at - f.injected_at:.2f} s"
+        if f.outcome == "reverted":
+            out.append(("reverted after", held))
+        else:  # a kill or a restart: its hold ended, nothing was undone (the restart policy brings it back)
+            out.append(("fault ended after", f"{held} (nothing to revert)"))
     if r is not None:
         band = "-" if r.pre_fault_ttft_band_ms is None else f"<= {r.pre_fault_ttft_band_ms:.4g} ms"
         out += [

@@ -58,7 +58,7 @@ def test_store_keeps_each_injection_and_ingest_is_idempotent(run: Path, tmp_path
     assert len(rows) == 2
     one, two = rows
     when = datetime.fromtimestamp(FAULT1, UTC).isoformat()
-    assert one[:9] == (STEP, 0, "kill-worker", "localhost:engine", 1, "c4", when, "reverted", "recovered")
+    assert one[:9] == (STEP, 0, "kill-worker", "localhost:engine", 1, "c4", when, "done", "recovered")
     assert one[9:13] == pytest.approx((0.01, 2.95, 3.1, 2.94))
     # p99 shown from n = 100; after steady it holds the 9 slow requests of the first steady window
     assert one[13:] == (20, 0, 11, None, 169, pytest.approx(800.0), 1)
@@ -132,6 +132,9 @@ def test_html_has_a_timeline_per_fault_with_the_outage_shaded_and_the_numbers(ru
     for figure in figures:
         assert figure in section, figure
     assert 'id="serving-faults"' in section and 'id="serving-fault-spread"' in section
+    # a kill is not undone: its hold ended, nothing was reverted (the engine's restart brought it back)
+    assert "fault ended after</td><td class=\"num\">0.10 s (nothing to revert)" in section
+    assert "reverted after" not in section
     # spread over the two repeats: median (min to max, n)
     assert "2.35 (1.75 to 2.95, n=2)" in section and "2.45 (1.80 to 3.10, n=2)" in section
 
