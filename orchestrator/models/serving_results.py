@@ -284,6 +284,8 @@ class ServingSummary(StrictModel):
             other={"goodput_share": level.goodput, "error_rate": level.error_rate,
                    "abort_rate": level.abort_rate},
         )  # fmt: skip
+
+
 EngineHealth = Literal["healthy", "timeout", "exited", "not started", "external"]
 """healthy: the health endpoint answered 200 within the bound; timeout: it did not; exited: the
 engine's job ended before it answered; not started: the job could not be submitted; external:
@@ -296,7 +298,12 @@ class EngineRun(StrictModel):
     node: str = Field(description="the inventory node (for engine: external, 'external')")
     url: str = Field(description="the base URL the load generator sent requests to")
     argv: list[str] = Field(default_factory=list, description="the engine's command (none for external)")
-    job_id: str | None = None
+    job_id: str | None = Field(
+        default=None, description="its job now: the last restart's, if it was restarted"
+    )
+    first_job_id: str | None = Field(
+        default=None, description="the job of its first start (the restarts' jobs are in the step's restarts)"
+    )
     log: str | None = Field(default=None, description="its log, relative to the run directory")
     health: EngineHealth = "not started"
     load_to_health_s: float | None = Field(

@@ -148,15 +148,34 @@ COST_HEAD = ["step", "level", "per request", "per 1M output tokens", "inputs"]
 
 
 def load_rows(rec: RunRecord) -> list[list[str]]:
-    """step, node, health, load to health s, load to first answer s, job, job state."""
-    return [
-        [s.step.id, e.node, e.health, _p(e.load_to_health_s), _p(e.load_to_first_answer_s),
-         e.job_id or "-", e.job_state or "-"]
-        for s in rec.serving for e in s.engines
-    ]  # fmt: skip
+    """step, node, start, health, load to health s, load to first answer s, job, job state: one row
+    per start of each engine, its first and every restart (each with its own job)."""
+    rows = []
+    for s in rec.serving:
+        for e in s.engines:
+            restarts = sorted((r for r in s.restarts if r.node == e.node), key=lambda r: r.attempt)
+            first_job = e.first_job_id or (e.job_id if not restarts else None)  # older results: no first job
+            rows.append([s.step.id, e.node, "first", e.health, _p(e.load_to_health_s),
+                         _p(e.load_to_first_answer_s), first_job or "-", "-" if restarts else e.job_state or "-"])  # fmt: skip
+            for r in restarts:
+                up = None if r.healthy_at is None else r.healthy_at - r.started_at
+                last = r is restarts[-1] and r.job_id == e.job_id
+                rows.append([s.step.id, e.node, f"restart {r.attempt}",
+                             ("healthy" if r.healthy_at is not None else "not healthy"), _p(up), "-",
+                             r.job_id or "-", (e.job_state or "-") if last else "-"])  # fmt: skip
+    return rows
 
 
-LOAD_HEAD = ["step", "node", "health", "load to health s", "load to first answer s", "job", "job state"]
+LOAD_HEAD = [
+    "step",
+    "node",
+    "start",
+    "health",
+    "load to health s",
+    "load to first answer s",
+    "job",
+    "job state",
+]
 
 
 # -- Markdown ----------------------------------------------------------------------------------

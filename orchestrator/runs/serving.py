@@ -417,7 +417,7 @@ class ServingRunner:
                 job_id = self.sched.submit(spec)
             except OrchError as e:
                 raise _StepEnded("infra", f"engine on {name} could not be started: {e}") from e
-            engine.job_id = job_id
+            engine.job_id = engine.first_job_id = job_id
             self._jobs.setdefault(step.id, []).append(job_id)
             with self._lock:
                 self._live[job_id] = engine

@@ -133,7 +133,7 @@ def test_html_has_a_timeline_per_fault_with_the_outage_shaded_and_the_numbers(ru
         assert figure in section, figure
     assert 'id="serving-faults"' in section and 'id="serving-fault-spread"' in section
     # a kill is not undone: its hold ended, nothing was reverted (the engine's restart brought it back)
-    assert "fault ended after</td><td class=\"num\">0.10 s (nothing to revert)" in section
+    assert 'fault ended after</td><td class="num">0.10 s (nothing to revert)' in section
     assert "reverted after" not in section
     # spread over the two repeats: median (min to max, n)
     assert "2.35 (1.75 to 2.95, n=2)" in section and "2.45 (1.80 to 3.10, n=2)" in section
@@ -221,7 +221,11 @@ def test_openmetrics_fault_lines_parse(run: Path) -> None:
     assert steady == {"1": pytest.approx(3.1), "2": pytest.approx(1.8)}
     s = fams["orch_serving_fault_failed_requests"].samples[0]
     assert s.value == 20 and {k: s.labels[k] for k in ("step", "level", "kind", "target")} == {
-        "step": STEP, "level": "c4", "kind": "kill-worker", "target": "localhost:engine"}
+        "step": STEP,
+        "level": "c4",
+        "kind": "kill-worker",
+        "target": "localhost:engine",
+    }
     assert [x.value for x in fams["orch_serving_fault_recovered"].samples] == [1.0, 1.0]
 
 
@@ -243,3 +247,24 @@ def test_step_result_builder_matches_the_records() -> None:
     s = step_result(records())
     assert s.faults[0].injected_at == FAULT1 and s.levels[0].summary is not None
     assert s.levels[0].summary.n == 400  # warm-up left out
+
+
+def test_the_load_time_table_has_a_row_per_start_each_with_its_job() -> None:
+    """The engine's first start and each restart, with its own job and its time to health (the
+    engine's job_id is the last restart's; the first job is kept apart)."""
+    from types import SimpleNamespace
+
+    from orchestrator.models.serving_results import EngineRun
+    from orchestrator.report.serving import LOAD_HEAD, load_rows
+
+    sres = step_result(records())
+    engine = EngineRun(node="localhost", url="http://localhost:8000", job_id="local-2",
+                       first_job_id="local-0", health="healthy", load_to_health_s=4.25,
+                       job_state="CANCELLED")  # fmt: skip
+    sres = sres.model_copy(update={"engines": [engine]})
+    rows = load_rows(SimpleNamespace(serving=[sres]))  # type: ignore[arg-type]
+    assert LOAD_HEAD[2] == "start" and LOAD_HEAD[-2:] == ["job", "job state"]
+    assert [(r[2], r[-2], r[-1]) for r in rows] == [
+        ("first", "local-0", "-"), ("restart 1", "local-1", "-"), ("restart 2", "local-2", "CANCELLED"),
+    ]  # fmt: skip
+    assert rows[0][4] == "4.25" and rows[1][4] == "1.4" and rows[1][3] == "healthy"
