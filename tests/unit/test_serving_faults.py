@@ -65,8 +65,8 @@ def test_store_keeps_each_injection_and_ingest_is_idempotent(run: Path, tmp_path
     assert two[1] == 1 and two[4] == 2 and two[13:16] == (8, 7, 3) and two[17:] == (82, None, 1)
 
 
-def test_v4_store_migrates_to_5_and_keeps_its_rows(run: Path, tmp_path: Path) -> None:
-    assert SCHEMA_VERSION == 5
+def test_v4_store_migrates_to_the_current_schema_and_keeps_its_rows(run: Path, tmp_path: Path) -> None:
+    assert SCHEMA_VERSION == 6
     path = tmp_path / "orch.db"
     conn = sqlite3.connect(path)
     conn.executescript(";".join(MIGRATIONS[:4]) + "; PRAGMA user_version = 4;")
@@ -82,7 +82,7 @@ def test_v4_store_migrates_to_5_and_keeps_its_rows(run: Path, tmp_path: Path) ->
     assert "serving_faults" not in tables
     conn.close()
     with ResultsStore.open(path) as s:
-        assert s.version == 5
+        assert s.version == SCHEMA_VERSION
         assert s.run("old") is not None
         assert s.conn.execute("SELECT load_to_health_s FROM serving_steps").fetchone()[0] == 1.5
         assert _faults(s) == []
@@ -268,3 +268,54 @@ def test_the_load_time_table_has_a_row_per_start_each_with_its_job() -> None:
         ("first", "local-0", "-"), ("restart 1", "local-1", "-"), ("restart 2", "local-2", "CANCELLED"),
     ]  # fmt: skip
     assert rows[0][4] == "4.25" and rows[1][4] == "1.4" and rows[1][3] == "healthy"
+
+
+def _with_variant(run: Path, variant: str | None) -> None:
+    """Rewrite the run's serving step as one that ran the stack's engine variant ``variant``."""
+    from orchestrator.models.run import RunResult
+    from orchestrator.safefs import atomic_write
+
+    result = RunResult.model_validate_json((run / "result.json").read_text())
+    sv = [
+        x.model_copy(update={"step": x.step.model_copy(update={"variant": variant})}) for x in result.serving
+    ]
+    atomic_write(run / "result.json", result.model_copy(update={"serving": sv}).model_dump_json())
+
+
+def test_v5_store_gains_the_variant_column_and_old_rows_read_as_none(run: Path, tmp_path: Path) -> None:
+    path = tmp_path / "orch.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(";".join(MIGRATIONS[:5]) + "; PRAGMA user_version = 5;")
+    conn.execute(
+        "INSERT INTO runs (run_id, run_dir, plan, backend, status, steps_planned, steps_done, ingested_at)"
+        " VALUES ('old', '/x', 'serving-smoke', 'local', 'accepted', 1, 1, 'now')"
+    )
+    conn.execute(
+        "INSERT INTO serving_steps VALUES ('old','s-r1',0,'s','vllm',1,'[]','[]','pass','[]',1.5,NULL)"
+    )
+    conn.commit()
+    conn.close()
+    _with_variant(run, "aiter")
+    with ResultsStore.open(path) as s:
+        assert s.version == 6
+        s.ingest(run)
+        rows = s.conn.execute("SELECT run_id, engine, variant FROM serving_steps ORDER BY run_id").fetchall()
+    assert [tuple(r) for r in rows] == [(run.name, "transformers", "aiter"), ("old", "vllm", None)]
+
+
+def test_compare_names_each_sides_engine_and_variant(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from orchestrator.cli.compare import render_serving_table
+    from orchestrator.report.compare import compare_runs
+
+    a = make_fault_run(tmp_path / "a", "20261202T120000Z-serving-aaaa")
+    b = make_fault_run(tmp_path / "b", "20261202T130000Z-serving-bbbb")
+    _with_variant(b, "aiter")
+    c = compare_runs(load_run(a), load_run(b))
+    assert {(r.engine_a, r.engine_b) for r in c.serving} == {("transformers", "transformers (aiter)")}
+    assert '"engine_b":"transformers (aiter)"' in c.model_dump_json()  # orch compare --json
+    console = Console(width=250, record=True)
+    console.print(render_serving_table(c, only_changed=False))
+    text = console.export_text()
+    assert "engine A / B" in text and "transformers / transformers (aiter)" in text
