@@ -315,6 +315,19 @@ class EngineRun(StrictModel):
     job_state: str | None = Field(default=None, description="the job's state once orch stopped it")
 
 
+class BaselineRatios(StrictModel):
+    """A level's figures over the same level of a stored baseline (thresholds.baseline): each p99
+    as this run's / the baseline's, throughput as this run's / the baseline's; None where a side
+    lacks the figure (a p99 below n = 100). The reports show them beside the thresholds."""
+
+    name: str
+    run_id: str
+    p99: dict[str, float | None] = Field(description="ttft, itl, tpot, e2e: this run's p99 / the baseline's")
+    throughput: float | None = Field(description="output tokens/s: this run's / the baseline's")
+    max_p99_ratio: float | None = None
+    min_throughput_fraction: float | None = None
+
+
 class ServingLevelResult(StrictModel):
     """One load level of a serving step: the step's figures, each node's, and the cost."""
 
@@ -325,6 +338,10 @@ class ServingLevelResult(StrictModel):
         default_factory=dict, description="the figures of the requests each replica served"
     )
     cost: ServingCost | None = None
+    baseline: BaselineRatios | None = Field(
+        default=None,
+        description="its ratios to the plan's baseline, when it names one and the baseline has the level",
+    )
 
 
 class ServingStepResult(StrictModel):
