@@ -319,3 +319,19 @@ def test_compare_names_each_sides_engine_and_variant(tmp_path: Path) -> None:
     console.print(render_serving_table(c, only_changed=False))
     text = console.export_text()
     assert "engine A / B" in text and "transformers / transformers (aiter)" in text
+
+
+def test_the_failed_count_is_named_as_the_clients_with_the_pace_it_follows(run: Path) -> None:
+    """A closed-loop worker retries 50 ms after a refused connection: the failures while the engine
+    is down count the client's retries, so every report names the count as the client's."""
+    from orchestrator.report.serving_faults import client_pace, fault_cases
+
+    rec = load_run(run)
+    md = render_markdown(rec)
+    assert "| failed (client-side count) | aborted |" in md
+    section = _section(render_html(rec))
+    assert 'failed / aborted (client-side count)</td><td class="num">20 / 0' in section
+    assert "closed loop: each worker retries 50 ms after a refused connection" in section
+    (first, _) = fault_cases(rec)
+    assert "20 failed, 0 aborted (client-side count; closed loop: each worker retries 50 ms" in first.message
+    assert client_pace("r0.5").startswith("open loop: the requests the plan's arrival schedule sent")
