@@ -123,24 +123,17 @@ def disk_need(
     )
 
 
-def check_disk(
-    stack: Stack,
-    state_dir: Path,
-    nodes: list[str],
-    *,
-    size_of: SizeOf | None = None,
-    free_of: FreeOf | None = None,
-) -> DiskNeed | None:
-    """Refuse to start when the free disk cannot hold ``stack`` on every node of ``nodes``.
+def check_disk(need: DiskNeed | None) -> DiskNeed | None:
+    """Refuse to start when the free disk cannot hold what ``need`` (disk_need) says the nodes'
+    stack needs; None (a stack without a per-node figure) passes.
 
     Raises:
         LabError: not enough free disk (how much is needed, how much is free, where, and why).
     """
-    need = disk_need(stack, state_dir, nodes, size_of=size_of, free_of=free_of)
     if need is not None and need.short:
         raise LabError(
             f"the disk under {need.where} has {size_text(need.free_bytes)} free; stack {need.stack} "
-            f"on {len(nodes)} node(s) needs {size_text(need.needed_bytes)} "
+            f"on {len(need.held)} node(s) needs {size_text(need.needed_bytes)} "
             f"({size_text(need.per_node_bytes)} a node, less what each node's /opt holds already)",
             hint="free some space, e.g. remove other labs' node stacks with "
             "`orch lab down --purge --state-dir DIR`",

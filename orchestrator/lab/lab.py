@@ -203,7 +203,7 @@ def up(cfg: LabConfig, progress: Progress = _quiet, *, keep_on_failure: bool = F
     if old is not None and _healthy(old):
         return UpResult(already_running=True, seconds=time.monotonic() - t0, status=status(cfg))
     _refuse_if_elsewhere(cfg, "`up` here")
-    disk.check_disk(load_stack(LAB_STACK), cfg.state_dir, [n.name for n in cfg.node_specs])
+    disk.check_disk(disk.disk_need(load_stack(LAB_STACK), cfg.state_dir, [n.name for n in cfg.node_specs]))
     if _has_remains(cfg):
         progress("clearing remains of an earlier lab")
         down(old.config if old is not None else cfg, progress)

@@ -19,7 +19,7 @@ from pydantic import Field
 from orchestrator import __version__
 from orchestrator.errors import ProvisionError
 from orchestrator.inventory import load_inventory
-from orchestrator.lab.disk import check_disk
+from orchestrator.lab.disk import check_disk, disk_need
 from orchestrator.models.base import StrictModel
 from orchestrator.models.stack import Stack
 from orchestrator.provision import fingerprint as fpmod
@@ -161,7 +161,7 @@ def provision(
     targets = cluster.select(req.limit) if req.limit else cluster.nodes  # unknown names refused here
     if cluster.vars.orch_lab_state is not None and not req.check:
         # the lab's nodes keep their /opt on this machine's disk: refuse before an image import fails
-        check_disk(stack, cluster.vars.orch_lab_state, [n.name for n in targets])
+        check_disk(disk_need(stack, cluster.vars.orch_lab_state, [n.name for n in targets]))
     orch_source = orchwheel.resolve(req.orch_wheel) if stack.python is not None else None
     run_dir = _run_dir(req.out_dir, "provision")
     extra: dict[str, object] = {"orch_become": req.become, "orch_clean_venv": req.clean}

@@ -60,21 +60,22 @@ def test_need_is_the_per_node_figure_less_what_each_node_holds(tmp_path: Path) -
 def test_refusal_names_what_is_needed_and_what_is_free(tmp_path: Path) -> None:
     nodes = [f"node{i}" for i in range(1, 9)]
     with pytest.raises(LabError) as e:
-        disk.check_disk(_stack(2.1), tmp_path, nodes, size_of=lambda _: 0, free_of=lambda _: 5 * GB)
+        disk.check_disk(
+            disk.disk_need(_stack(2.1), tmp_path, nodes, size_of=lambda _: 0, free_of=lambda _: 5 * GB)
+        )
     msg = str(e.value)
     assert "needs 16.8 GB" in msg and "5.0 GB free" in msg and "2.1 GB a node" in msg
     assert "on 8 node(s)" in msg and str(tmp_path) in msg
     assert "--purge" in (e.value.hint or "")
     # just enough: no refusal
     assert disk.check_disk(
-        _stack(2.1), tmp_path, nodes, size_of=lambda _: 0, free_of=lambda _: round(16.8 * GB)
+        disk.disk_need(_stack(2.1), tmp_path, nodes, size_of=lambda _: 0, free_of=lambda _: round(16.8 * GB))
     )
 
 
 def test_a_stack_without_a_figure_is_not_checked(tmp_path: Path) -> None:
-    assert (
-        disk.check_disk(_stack(None), tmp_path, ["node1"], size_of=lambda _: 0, free_of=lambda _: 0) is None
-    )
+    assert disk.disk_need(_stack(None), tmp_path, ["node1"], size_of=lambda _: 0, free_of=lambda _: 0) is None
+    assert disk.check_disk(None) is None
 
 
 def test_purge_removes_every_nodes_opt_and_nothing_else(tmp_path: Path) -> None:

@@ -65,11 +65,10 @@ def test_store_keeps_each_injection_and_ingest_is_idempotent(run: Path, tmp_path
     assert two[1] == 1 and two[4] == 2 and two[13:16] == (8, 7, 3) and two[17:] == (82, None, 1)
 
 
-def test_v4_store_migrates_to_the_current_schema_and_keeps_its_rows(run: Path, tmp_path: Path) -> None:
-    assert SCHEMA_VERSION == 6
-    path = tmp_path / "orch.db"
+def _old_store(path: Path, version: int) -> sqlite3.Connection:
+    """A store at schema ``version`` holding run 'old' with one serving step (left open)."""
     conn = sqlite3.connect(path)
-    conn.executescript(";".join(MIGRATIONS[:4]) + "; PRAGMA user_version = 4;")
+    conn.executescript(";".join(MIGRATIONS[:version]) + f"; PRAGMA user_version = {version};")
     conn.execute(
         "INSERT INTO runs (run_id, run_dir, plan, backend, status, steps_planned, steps_done, ingested_at)"
         " VALUES ('old', '/x', 'serving-smoke', 'local', 'accepted', 1, 1, 'now')"
@@ -78,6 +77,13 @@ def test_v4_store_migrates_to_the_current_schema_and_keeps_its_rows(run: Path, t
         "INSERT INTO serving_steps VALUES ('old','s-r1',0,'s','vllm',1,'[]','[]','pass','[]',1.5,NULL)"
     )
     conn.commit()
+    return conn
+
+
+def test_v4_store_migrates_to_the_current_schema_and_keeps_its_rows(run: Path, tmp_path: Path) -> None:
+    assert SCHEMA_VERSION == 6
+    path = tmp_path / "orch.db"
+    conn = _old_store(path, 4)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "serving_faults" not in tables
     conn.close()
@@ -284,17 +290,7 @@ def _with_variant(run: Path, variant: str | None) -> None:
 
 def test_v5_store_gains_the_variant_column_and_old_rows_read_as_none(run: Path, tmp_path: Path) -> None:
     path = tmp_path / "orch.db"
-    conn = sqlite3.connect(path)
-    conn.executescript(";".join(MIGRATIONS[:5]) + "; PRAGMA user_version = 5;")
-    conn.execute(
-        "INSERT INTO runs (run_id, run_dir, plan, backend, status, steps_planned, steps_done, ingested_at)"
-        " VALUES ('old', '/x', 'serving-smoke', 'local', 'accepted', 1, 1, 'now')"
-    )
-    conn.execute(
-        "INSERT INTO serving_steps VALUES ('old','s-r1',0,'s','vllm',1,'[]','[]','pass','[]',1.5,NULL)"
-    )
-    conn.commit()
-    conn.close()
+    _old_store(path, 5).close()
     _with_variant(run, "aiter")
     with ResultsStore.open(path) as s:
         assert s.version == 6
