@@ -65,6 +65,9 @@ def _show(st: LabStatus) -> None:
             )
         if st.leftovers:
             out.print(f"leftovers of a dead lab: {' '.join(st.leftovers)} (`orch lab down` clears them)")
+        if left := {n: b for n, b in st.opt_left.items() if b}:
+            sizes = ", ".join(f"{n} {size_text(b)}" for n, b in left.items())
+            out.print(f"node /opt left here: {sizes} (`orch lab down --purge` removes them)", markup=False)
         return
     verdict = styled("healthy", "green") if st.healthy else styled("not healthy", "red")
     out.print(f"lab in {st.state_dir}: ", verdict, f"; accounting {'on' if st.accounting else 'off'}", sep="")

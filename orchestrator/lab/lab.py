@@ -61,6 +61,9 @@ class LabStatus(StrictModel):
     nodes: list[NodeStatus] = []
     daemons: list[DaemonStatus] = []
     leftovers: list[str] = []
+    opt_left: dict[str, int] = Field(
+        default_factory=dict, description="no lab recorded here: what each node folder's /opt still holds"
+    )
     elsewhere: str | None = None
     masks: MaskPlan | None = Field(default=None, description="what the nodes do not see, and what they share")
 
@@ -118,11 +121,14 @@ def status(cfg: LabConfig) -> LabStatus:
     state = _load(cfg)
     present = set(netns.lab_namespaces())
     if state is None:
+        opt_left = disk.opt_sizes(cfg.state_dir, disk.node_names(cfg.state_dir))
         other = _running_elsewhere(cfg)
         if other is not None:
-            return LabStatus(state_dir=str(cfg.state_dir), running=False, healthy=False, elsewhere=str(other))
+            return LabStatus(state_dir=str(cfg.state_dir), running=False, healthy=False, elsewhere=str(other),
+                             opt_left=opt_left)  # fmt: skip
         leftovers = sorted(present) + netns.lab_links()
-        return LabStatus(state_dir=str(cfg.state_dir), running=False, healthy=False, leftovers=leftovers)
+        return LabStatus(state_dir=str(cfg.state_dir), running=False, healthy=False, leftovers=leftovers,
+                         opt_left=opt_left)  # fmt: skip
     scfg = state.config
     ctl = state.daemon("slurmctld")
     slurm = _sinfo(scfg) if ctl is not None and ctl.alive() else {}

@@ -162,3 +162,22 @@ def test_provision_on_the_lab_refuses_when_the_disk_is_short(
         service.provision(
             service.ProvisionRequest(inventory=inv, stack=LAB_STACK, limit="node1", out_dir=tmp_path / "runs")
         )
+
+
+def test_status_of_a_state_dir_with_no_lab_still_shows_what_its_nodes_opt_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The labs that filled the disk were old state dirs with no lab recorded any more."""
+    from orchestrator.lab import daemons, netns
+
+    monkeypatch.setattr(daemons, "running_state_dirs", lambda: [])
+    monkeypatch.setattr(netns, "lab_namespaces", lambda: [])
+    monkeypatch.setattr(netns, "lab_links", lambda: [])
+    cfg = _cfg(tmp_path)
+    opt = node_opt(cfg.state_dir, "node3") / "orch"
+    opt.mkdir(parents=True)
+    (opt / "f").write_bytes(b"z" * 20000)
+    (cfg.state_dir / "nodes" / "node1").mkdir()
+    st = lab.status(cfg)
+    assert st.running is False
+    assert st.opt_left["node1"] == 0 and st.opt_left["node3"] >= 20000
