@@ -122,7 +122,7 @@ def reframe_config(partition: str) -> str:
     return "site_configuration = " + json.dumps(site, indent=2) + "\n"
 
 
-REFRAME_TEST = '''\
+REFRAME_TEST = """\
 import json
 
 import reframe as rfm
@@ -162,7 +162,7 @@ class CollbenchLadder(rfm.RunOnlyRegressionTest):
             sn.assert_eq(rows, JOBS[str(self.nnodes)]["rows"]),
             sn.assert_not_found(r"Out of bounds values\\s*:\\s*[1-9]", self.stdout),
         ])
-'''
+"""
 
 
 def run_reframe(jobs: list[dict[str, object]], env: dict[str, str], work: Path) -> Timing:
@@ -184,12 +184,19 @@ def run_reframe(jobs: list[dict[str, object]], env: dict[str, str], work: Path) 
 
 
 def run_orch(
-    inventory: Path, nodes: str, env: dict[str, str], work: Path, mode: str = "per-step"
+    inventory: Path,
+    nodes: str,
+    env: dict[str, str],
+    work: Path,
+    mode: str = "per-step",
+    gpus: str = "1",
+    label: str = "orch",
 ) -> Timing:
-    """orch scale-test from spawn to exit; one job per step by default, as ReFrame runs them."""
+    """orch scale-test from spawn to exit; one job per step by default, as ReFrame runs them.
+    bench/overhead.py times allocation mode this way too, beside its in-process figure."""
     out = work / f"orch-runs-{mode}"
     argv = [str(VENV_BIN / "orch"), "scale-test", "-i", str(inventory), "--nodes", nodes,
-            "--gpus-per-node", "1", "--backend", "slurm", "--slurm-mode", mode,
+            "--gpus-per-node", gpus, "--backend", "slurm", "--slurm-mode", mode,
             "--out", str(out)]  # fmt: skip
     t0 = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
@@ -198,7 +205,7 @@ def run_orch(
         raise RoundFailed(f"orch scale-test failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
     (result,) = out.glob("*/result.json")
     ids = [s["job_id"] for s in json.loads(result.read_text())["steps"] if s.get("job_id")]
-    return Timing("orch", wall, ids, {})
+    return Timing(label, wall, ids, {})
 
 
 def main() -> None:
@@ -255,8 +262,10 @@ def main() -> None:
     print(f"median wall: orch {o_wall:.2f} s, reframe {f_wall:.2f} s; "
           f"overhead orch {statistics.median(p[0].overhead for p in pairs):.3f}, "
           f"reframe {statistics.median(p[1].overhead for p in pairs):.3f}")  # fmt: skip
-    print(f"ratio orch/reframe wall (median of {len(pairs)} rounds): {ratio:.3f}; target <= {TARGET}: "
-          + ("met" if ratio <= TARGET else "NOT met"))
+    print(
+        f"ratio orch/reframe wall (median of {len(pairs)} rounds): {ratio:.3f}; target <= {TARGET}: "
+        + ("met" if ratio <= TARGET else "NOT met")
+    )
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def render_serving_table(c: Comparison, only_changed: bool) -> Table:
         title="serving: B vs A per step and level; change B/A ± band (n A/B: runs for throughput, "
         "samples for p99)"
     )
-    for col in ("step", "level", "tokens/s", "TTFT p99", "ITL p99", "TPOT p99", "E2E p99",
+    for col in ("step", "level", "engine A / B", "tokens/s", "TTFT p99", "ITL p99", "TPOT p99", "E2E p99",
                 "verdict", "cost/1M A", "cost/1M B"):  # fmt: skip
         table.add_column(col, justify="right" if col.startswith(("cost", "tok")) or "p99" in col else "left")
     for r in c.serving:
@@ -83,7 +83,9 @@ def render_serving_table(c: Comparison, only_changed: bool) -> Table:
             continue
         cmp = r.comparison
         figs = [_fig(f) for f in [cmp.throughput, *cmp.latency]] if cmp else ["-"] * 5
-        table.add_row(r.step, r.level, *figs, styled(r.verdict, _COLOUR.get(r.verdict, "magenta")),
+        a_eng, b_eng = r.engine_a or "-", r.engine_b or "-"
+        engines = a_eng if a_eng == b_eng else f"{a_eng} / {b_eng}"
+        table.add_row(r.step, r.level, engines, *figs, styled(r.verdict, _COLOUR.get(r.verdict, "magenta")),
                       _cost(r.a_cost_per_million), _cost(r.b_cost_per_million))  # fmt: skip
     return table
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from orchestrator.cli.common import err, out, styled
 from orchestrator.lab import LabConfig, LabStatus, down, make_config, status, up
 from orchestrator.lab.config import DEFAULT_INVENTORY, DEFAULT_STATE_DIR
+from orchestrator.lab.disk import size_text
 
 lab_app = typer.Typer(name="lab", help="The virtual lab: N nodes in network namespaces with SSH and Slurm.")
 
@@ -64,6 +65,9 @@ def _show(st: LabStatus) -> None:
             )
         if st.leftovers:
             out.print(f"leftovers of a dead lab: {' '.join(st.leftovers)} (`orch lab down` clears them)")
+        if left := {n: b for n, b in st.opt_left.items() if b}:
+            sizes = ", ".join(f"{n} {size_text(b)}" for n, b in left.items())
+            out.print(f"node /opt left here: {sizes} (`orch lab down --purge` removes them)", markup=False)
         return
     verdict = styled("healthy", "green") if st.healthy else styled("not healthy", "red")
     out.print(f"lab in {st.state_dir}: ", verdict, f"; accounting {'on' if st.accounting else 'off'}", sep="")
@@ -76,7 +80,7 @@ def _show(st: LabStatus) -> None:
             out.print("nodes share: " + ", ".join(str(p) for p in m.shared), markup=False)
         for note in m.notes:
             out.print(f"note: {note}", markup=False)
-    nodes = Table("node", "namespace", "mgmt", "fabric", "netns", "slurm")
+    nodes = Table("node", "namespace", "mgmt", "fabric", "netns", "slurm", "/opt")
     for n in st.nodes:
         nodes.add_row(
             n.name,
@@ -85,8 +89,13 @@ def _show(st: LabStatus) -> None:
             n.fabric_address,
             "yes" if n.netns_present else styled("gone", "red"),
             n.slurm_state or "-",
+            "-" if n.opt_bytes is None else size_text(n.opt_bytes),
         )
     out.print(nodes)
+    held = sum(n.opt_bytes or 0 for n in st.nodes)
+    out.print(
+        f"the nodes' /opt hold {size_text(held)} under {st.state_dir} (`orch lab down --purge` removes them)"
+    )
     procs = Table("daemon", "pid", "alive")
     for d in st.daemons:
         procs.add_row(d.name, str(d.pid), "yes" if d.alive else styled("dead", "red"))
@@ -144,12 +153,18 @@ def status_cmd(
 
 
 @lab_app.command("down")
-def down_cmd(state_dir: Path = STATE_DIR_OPT) -> None:
+def down_cmd(
+    state_dir: Path = STATE_DIR_OPT,
+    purge: bool = typer.Option(False, "--purge", help="Also remove each node's /opt (its installed stack)."),
+) -> None:
     """Stop every lab process and remove its namespaces, links and runtime files (safe to repeat)."""
-    result = down(_config(state_dir), _progress)
+    result = down(_config(state_dir), _progress, purge=purge)
+    purged = f"; /opt of {len(result.purged)} node(s) removed ({size_text(sum(result.purged.values()))})"
     out.print(
         f"lab down in {result.seconds:.1f} s: {len(result.stopped_pids)} processes stopped, "
-        f"{len(result.namespaces)} namespaces and {len(result.links)} links removed"
+        f"{len(result.namespaces)} namespaces and {len(result.links)} links removed",
+        purged if purge else "",
+        sep="",
     )
 
 

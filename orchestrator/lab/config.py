@@ -32,6 +32,8 @@ FABRIC_NET = ipaddress.IPv4Network("198.18.1.0/24")
 FIRST_HOST = 11
 CLUSTER_NAME = "orchlab"
 PARTITION = "lab"
+# The stack the lab's inventory names (orch_stack): what `orch provision` installs on its nodes.
+LAB_STACK = "cpu-gloo"
 
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
 
@@ -157,7 +159,11 @@ class LabConfig(StrictModel):
 
     def node_dir(self, node: NodeSpec) -> Path:
         """Per-node folder: host key, sshd_config, private /opt, home and scratch."""
-        return self.state_dir / "nodes" / node.name
+        return node_dir(self.state_dir, node.name)
+
+    def node_opt(self, node: NodeSpec) -> Path:
+        """The node's own /opt (where provisioning installs its stack), mounted over /opt in the node."""
+        return node_opt(self.state_dir, node.name)
 
     def node_home(self, node: NodeSpec) -> Path:
         """The node's own home, mounted over the user's home in the node (masks.py)."""
@@ -166,6 +172,21 @@ class LabConfig(StrictModel):
     def node_scratch(self, node: NodeSpec) -> Path:
         """The node's own scratch, mounted on masks.NODE_SCRATCH (where it keeps run data)."""
         return self.node_dir(node) / "scratch"
+
+
+def nodes_root(state_dir: Path) -> Path:
+    """The folder that holds every lab node's own folder."""
+    return state_dir / "nodes"
+
+
+def node_dir(state_dir: Path, name: str) -> Path:
+    """A lab node's own folder under the state dir (also for callers that only have an inventory)."""
+    return nodes_root(state_dir) / name
+
+
+def node_opt(state_dir: Path, name: str) -> Path:
+    """A lab node's own /opt under the state dir."""
+    return node_dir(state_dir, name) / "opt"
 
 
 def make_config(

@@ -12,12 +12,13 @@ from pathlib import Path
 from pydantic import Field
 
 from orchestrator.errors import LabError
-from orchestrator.lab import accounting, daemons, files, masks, netns, preflight, prove, shell
-from orchestrator.lab.config import FABRIC_BRIDGE, MGMT_BRIDGE, LabConfig
+from orchestrator.lab import accounting, daemons, disk, files, masks, netns, preflight, prove, shell
+from orchestrator.lab.config import FABRIC_BRIDGE, LAB_STACK, MGMT_BRIDGE, LabConfig
 from orchestrator.lab.masks import MaskPlan
 from orchestrator.lab.state import DaemonRecord, LabState, load_state, save_state
 from orchestrator.models.base import StrictModel
 from orchestrator.remote.proctree import stop_processes
+from orchestrator.stacks import load_stack
 
 Progress = Callable[[str], None]
 IDLE_TIMEOUT_S = 90.0
@@ -36,6 +37,7 @@ class NodeStatus(StrictModel):
     fabric_address: str
     netns_present: bool
     slurm_state: str | None = None
+    opt_bytes: int | None = Field(default=None, description="what the node's own /opt holds on disk")
 
 
 class DaemonStatus(StrictModel):
@@ -59,6 +61,9 @@ class LabStatus(StrictModel):
     nodes: list[NodeStatus] = []
     daemons: list[DaemonStatus] = []
     leftovers: list[str] = []
+    opt_left: dict[str, int] = Field(
+        default_factory=dict, description="no lab recorded here: what each node folder's /opt still holds"
+    )
     elsewhere: str | None = None
     masks: MaskPlan | None = Field(default=None, description="what the nodes do not see, and what they share")
 
@@ -78,6 +83,7 @@ class DownResult(StrictModel):
     namespaces: list[str]
     links: list[str]
     seconds: float
+    purged: dict[str, int] = Field(default_factory=dict, description="node -> bytes of its /opt removed")
 
 
 def slurm_env(cfg: LabConfig) -> dict[str, str]:
@@ -115,15 +121,19 @@ def status(cfg: LabConfig) -> LabStatus:
     state = _load(cfg)
     present = set(netns.lab_namespaces())
     if state is None:
+        opt_left = disk.opt_sizes(cfg.state_dir, disk.node_names(cfg.state_dir))
         other = _running_elsewhere(cfg)
         if other is not None:
-            return LabStatus(state_dir=str(cfg.state_dir), running=False, healthy=False, elsewhere=str(other))
+            return LabStatus(state_dir=str(cfg.state_dir), running=False, healthy=False, elsewhere=str(other),
+                             opt_left=opt_left)  # fmt: skip
         leftovers = sorted(present) + netns.lab_links()
-        return LabStatus(state_dir=str(cfg.state_dir), running=False, healthy=False, leftovers=leftovers)
+        return LabStatus(state_dir=str(cfg.state_dir), running=False, healthy=False, leftovers=leftovers,
+                         opt_left=opt_left)  # fmt: skip
     scfg = state.config
     ctl = state.daemon("slurmctld")
     slurm = _sinfo(scfg) if ctl is not None and ctl.alive() else {}
     alive = [d.alive() for d in state.daemons]
+    opt = disk.opt_sizes(scfg.state_dir, [n.name for n in scfg.node_specs])
     return LabStatus(
         state_dir=str(scfg.state_dir),
         running=any(alive),
@@ -140,6 +150,7 @@ def status(cfg: LabConfig) -> LabStatus:
                 fabric_address=n.fabric_address,
                 netns_present=n.netns in present,
                 slurm_state=slurm.get(n.name),
+                opt_bytes=opt[n.name],
             )
             for n in scfg.node_specs
         ],
@@ -187,8 +198,9 @@ def up(cfg: LabConfig, progress: Progress = _quiet, *, keep_on_failure: bool = F
 
     Raises:
         ConfigError: the state dir (or a folder above it) cannot be used by sshd or munged.
-        LabError: not root, packages missing, a port taken, another lab running from another state
-            dir, a daemon failing, nodes not idle in time, or a node failing the proof (named).
+        LabError: not root, packages missing, the free disk too small for the lab's stack on every
+            node (lab/disk.py), a port taken, another lab running from another state dir, a daemon
+            failing, nodes not idle in time, or a node failing the proof (named).
     """
     t0 = time.monotonic()
     preflight.check(cfg.accounting)
@@ -197,6 +209,7 @@ def up(cfg: LabConfig, progress: Progress = _quiet, *, keep_on_failure: bool = F
     if old is not None and _healthy(old):
         return UpResult(already_running=True, seconds=time.monotonic() - t0, status=status(cfg))
     _refuse_if_elsewhere(cfg, "`up` here")
+    disk.check_disk(disk.disk_need(load_stack(LAB_STACK), cfg.state_dir, [n.name for n in cfg.node_specs]))
     if _has_remains(cfg):
         progress("clearing remains of an earlier lab")
         down(old.config if old is not None else cfg, progress)
@@ -287,7 +300,7 @@ def _start(cfg: LabConfig, state: LabState, progress: Progress) -> None:
 
     progress(f"starting sshd and slurmd on {cfg.nodes} nodes")
     for node in cfg.node_specs:
-        opt = cfg.node_dir(node) / "opt"
+        opt = cfg.node_opt(node)
         sshd_argv = ["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg.node_dir(node) / "sshd_config")]
         slurmd_argv = ["slurmd", "-D", "-N", node.name, "-f", str(cfg.slurm_conf)]
         for name, argv in (("sshd", sshd_argv), ("slurmd", slurmd_argv)):
@@ -337,11 +350,12 @@ def _wait_idle(cfg: LabConfig, progress: Progress) -> None:
     )
 
 
-def down(cfg: LabConfig, progress: Progress = _quiet) -> DownResult:
+def down(cfg: LabConfig, progress: Progress = _quiet, *, purge: bool = False) -> DownResult:
     """Stop every lab process and remove namespaces, links and runtime files; safe to repeat.
 
     Works from the record when there is one, and from what exists otherwise (namespaces and links
     with the lab prefix, lab daemons naming the state dir), so it also clears a crashed `up`.
+    With ``purge``, each node's own /opt (its provisioned stack, lab/disk.py) is removed too.
 
     Raises:
         LabError: a lab runs from another state dir (down here would kill its daemons and take
@@ -379,9 +393,14 @@ def down(cfg: LabConfig, progress: Progress = _quiet) -> DownResult:
     for link in sorted(links, key=lambda name: name in (MGMT_BRIDGE, FABRIC_BRIDGE)):
         netns.delete_link(link)
     files.remove_runtime(cfg)
+    purged: dict[str, int] = {}
+    if purge:
+        progress(f"removing the nodes' /opt under {cfg.state_dir}")
+        purged = disk.purge_opt(cfg.state_dir)
     return DownResult(
         stopped_pids=sorted(set(stopped)),
         namespaces=namespaces,
         links=links,
         seconds=time.monotonic() - t0,
+        purged=purged,
     )

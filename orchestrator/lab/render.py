@@ -9,6 +9,7 @@ import jinja2
 from orchestrator.lab.config import (
     CLUSTER_NAME,
     FABRIC_IFACE,
+    LAB_STACK,
     MGMT_IFACE,
     PARTITION,
     LabConfig,
@@ -81,7 +82,7 @@ def inventory(cfg: LabConfig) -> str:
     """The Ansible INI inventory of the lab, with orch's host variables."""
     return _render(
         "lab.ini.j2", cfg=cfg, nodes=cfg.node_specs, mgmt_iface=MGMT_IFACE, fabric_iface=FABRIC_IFACE,
-        node_dir=NODE_SCRATCH,
+        node_dir=NODE_SCRATCH, stack=LAB_STACK,
     )  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from pydantic import Field
 from orchestrator.models.base import StrictModel
 from orchestrator.models.results import Percentiles
 from orchestrator.models.serving import P99_MIN_SAMPLES, ServingBaseline
-from orchestrator.models.serving_results import LevelSummary
+from orchestrator.models.serving_results import BaselineRatios, LevelSummary
 
 P99_FIGURES = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E"))
 
@@ -114,3 +114,27 @@ def baseline_failures(
                 f"(< {frac:g}x; {ns})"
             )
     return out
+
+
+def baseline_ratios(
+    step_id: str, replicas: int, th: ServingBaseline, ref: ServingBaselineFigures, s: LevelSummary
+) -> BaselineRatios | None:
+    """The level's ratios to the baseline's same step and level (for the reports); None where
+    baseline_failures does not judge it (no such step or level, other replicas)."""
+    b = ref.level(step_id, s.level)
+    if b is None or ref.steps.get(step_id) != replicas:
+        return None
+    p99: dict[str, float | None] = {}
+    for key, _ in P99_FIGURES:
+        mine: Percentiles = getattr(s, f"{key}_ms")
+        theirs = b.p99.get(key, StoredP99(n=0)).p99
+        p99[key] = mine.p99 / theirs if mine.p99 is not None and theirs is not None and theirs > 0 else None
+    mt, bt = s.output_tokens_per_s, b.output_tokens_per_s
+    return BaselineRatios(
+        name=ref.name,
+        run_id=ref.run_id,
+        p99=p99,
+        throughput=mt / bt if mt is not None and bt is not None and bt > 0 else None,
+        max_p99_ratio=th.max_p99_ratio,
+        min_throughput_fraction=th.min_throughput_fraction,
+    )

@@ -220,11 +220,13 @@ class FaultSpec(StrictModel):
     @model_validator(mode="after")
     def _target_fits(self) -> FaultSpec:
         if self.kind in IFACE_KINDS and self.target.iface is None:
-            raise ValueError(f"{self.kind} needs a target NODE:IFACE")
+            raise ValueError(f"{self.kind} needs a target NODE:IFACE, not {str(self.target)!r}")
         if self.kind in WORKER_KINDS and self.target.iface is not None:
-            raise ValueError(f"{self.kind} takes NODE, NODE:RANK or NODE:engine, not an interface")
+            raise ValueError(
+                f"{self.kind} takes NODE, NODE:RANK or NODE:engine, not an interface ({str(self.target)!r})"
+            )
         if self.target.process is not None and self.kind not in WORKER_KINDS:
-            raise ValueError(f"{self.kind} does not take NODE:{self.target.process}")
+            raise ValueError(f"{self.kind} does not take NODE:{self.target.process} ({str(self.target)!r})")
         return self
 
 

@@ -83,8 +83,12 @@ class ServingFaultResult(StrictModel):
     repeat: int = Field(ge=1, description="1 for the first injection of this plan fault")
     level: str
     injected_at: float
-    reverted_at: float | None = None
-    outcome: str = Field(description="the fault engine's record outcome (injected, reverted, failed, ...)")
+    reverted_at: float | None = Field(
+        default=None,
+        description="when its hold ended: reverted (outcome reverted), or for a kill or a restart, which "
+        "nothing undoes (outcome done), the end of its duration",
+    )
+    outcome: str = Field(description="the fault engine record's outcome (reverted, done, failed, ...)")
     record: str | None = Field(default=None, description="its record file, relative to the run directory")
     restarts: list[EngineRestart] = Field(default_factory=list)
     recovery: ServingRecovery | None = None

@@ -283,7 +283,12 @@ class EngineRun(StrictModel):
     node: str = Field(description="the inventory node (for engine: external, 'external')")
     url: str = Field(description="the base URL the load generator sent requests to")
     argv: list[str] = Field(default_factory=list, description="the engine's command (none for external)")
-    job_id: str | None = None
+    job_id: str | None = Field(
+        default=None, description="its job now: the last restart's, if it was restarted"
+    )
+    first_job_id: str | None = Field(
+        default=None, description="the job of its first start (the restarts' jobs are in the step's restarts)"
+    )
     log: str | None = Field(default=None, description="its log, relative to the run directory")
     health: EngineHealth = "not started"
     load_to_health_s: float | None = Field(
@@ -293,6 +298,19 @@ class EngineRun(StrictModel):
         default=None, description="model load time: submitted to the end of its first successful request"
     )
     job_state: str | None = Field(default=None, description="the job's state once orch stopped it")
+
+
+class BaselineRatios(StrictModel):
+    """A level's figures over the same level of a stored baseline (thresholds.baseline): each p99
+    as this run's / the baseline's, throughput as this run's / the baseline's; None where a side
+    lacks the figure (a p99 below n = 100). The reports show them beside the thresholds."""
+
+    name: str
+    run_id: str
+    p99: dict[str, float | None] = Field(description="ttft, itl, tpot, e2e: this run's p99 / the baseline's")
+    throughput: float | None = Field(description="output tokens/s: this run's / the baseline's")
+    max_p99_ratio: float | None = None
+    min_throughput_fraction: float | None = None
 
 
 class ServingLevelResult(StrictModel):
@@ -305,6 +323,10 @@ class ServingLevelResult(StrictModel):
         default_factory=dict, description="the figures of the requests each replica served"
     )
     cost: ServingCost | None = None
+    baseline: BaselineRatios | None = Field(
+        default=None,
+        description="its ratios to the plan's baseline, when it names one and the baseline has the level",
+    )
 
 
 class ServingStepResult(StrictModel):

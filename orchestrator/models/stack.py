@@ -368,6 +368,13 @@ class Stack(StrictModel):
         default=None,
         description="the inference engines it pins (with their variants) and a lab model to build",
     )
+    node_disk_gb: float | None = Field(
+        default=None,
+        gt=0,
+        description="what the stack takes on each node's disk, its image included, in GB (10^9 bytes), "
+        "as measured on the lab: `orch lab up` and `orch provision` on the lab refuse to start when the "
+        "free disk cannot hold it on every node; None: not measured, not checked",
+    )
 
     @field_validator("name")
     @classmethod

@@ -17,6 +17,7 @@ from pathlib import Path
 from orchestrator import __version__
 from orchestrator.errors import ProvisionError
 from orchestrator.inventory import load_inventory
+from orchestrator.lab.disk import check_disk, disk_need
 from orchestrator.models.base import StrictModel
 from orchestrator.models.requests import ProvisionRequest
 from orchestrator.models.stack import Stack
@@ -135,12 +136,15 @@ def provision(
 ) -> ProvisionReport:
     """Install `req.stack` on the inventory's hosts; a failing host is reported, the others go on.
 
-    Raises ConfigError/InventoryError for bad input, ProvisionError when ansible-runner cannot run.
+    Raises ConfigError/InventoryError for bad input, ProvisionError when ansible-runner cannot run,
+    LabError when the inventory is the virtual lab's and its disk cannot hold the stack on the nodes.
     """
     stack = load_stack(req.stack)
     cluster = load_inventory(req.inventory)
-    if req.limit:
-        cluster.select(req.limit)  # refuse unknown names before Ansible silently matches nothing
+    targets = cluster.select(req.limit) if req.limit else cluster.nodes  # unknown names refused here
+    if cluster.vars.orch_lab_state is not None and not req.check:
+        # the lab's nodes keep their /opt on this machine's disk: refuse before an image import fails
+        check_disk(disk_need(stack, cluster.vars.orch_lab_state, [n.name for n in targets]))
     orch_source = orchwheel.resolve(req.orch_wheel) if stack.python is not None else None
     run_dir = _run_dir(req.out_dir, "provision")
     extra: dict[str, object] = {"orch_become": req.become, "orch_clean_venv": req.clean}

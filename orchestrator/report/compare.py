@@ -82,6 +82,8 @@ class ServingRow(StrictModel):
     b_cost_per_million: float | None = None
     n_a: int = Field(default=0, description="runs of A that have this level")
     n_b: int = Field(default=0, description="runs of B that have this level")
+    engine_a: str | None = Field(default=None, description="A's engine with its variant: 'vllm (aiter)'")
+    engine_b: str | None = Field(default=None, description="B's engine with its variant")
 
     @property
     def worse(self) -> bool:
@@ -271,6 +273,22 @@ def _serving_levels(rec: RunRecord) -> dict[SLevel, tuple[LevelSummary, float | 
     return out
 
 
+def engine_label(engine: str, variant: str | None) -> str:
+    """An engine with the stack's variant it ran, as the store and compare show it."""
+    return f"{engine} ({variant})" if variant else engine
+
+
+def _engines(runs: list[RunRecord]) -> dict[str, str]:
+    """step -> its engine label over the runs (several, comma-separated, when the runs differ)."""
+    seen: dict[str, list[str]] = {}
+    for rec in runs:
+        for s in rec.serving:
+            label = engine_label(s.step.engine, s.step.variant)
+            if label not in seen.setdefault(s.step.id, []):
+                seen[s.step.id].append(label)
+    return {step: ", ".join(labels) for step, labels in seen.items()}
+
+
 def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
@@ -281,6 +299,7 @@ def compare_serving(
     """Per serving step and level, in the order A (then B) ran them: the interactive verdict with
     the noise band over each side's runs, and each side's median cost per 1M output tokens."""
     la, lb = [_serving_levels(r) for r in runs_a], [_serving_levels(r) for r in runs_b]
+    ea, eb = _engines(runs_a), _engines(runs_b)
     keys: list[SLevel] = []
     for m in (*la, *lb):
         keys += [key for key in m if key not in keys]
@@ -292,10 +311,12 @@ def compare_serving(
         if not sa or not sb:
             rows.append(ServingRow(step=key[0], level=key[1], comparison=None, verdict="missing",
                                    a_cost_per_million=ca, b_cost_per_million=cb,
-                                   n_a=len(sa), n_b=len(sb)))  # fmt: skip
+                                   n_a=len(sa), n_b=len(sb), engine_a=ea.get(key[0]),
+                                   engine_b=eb.get(key[0])))  # fmt: skip
             continue
         c = compare_level([s for s, _ in sa], [s for s, _ in sb], floor=floor, k=k, step=key[0])
         rows.append(ServingRow(step=key[0], level=key[1], comparison=c, verdict=c.verdict,
                                a_cost_per_million=ca, b_cost_per_million=cb,
-                               n_a=len(sa), n_b=len(sb)))  # fmt: skip
+                               n_a=len(sa), n_b=len(sb), engine_a=ea.get(key[0]),
+                               engine_b=eb.get(key[0])))  # fmt: skip
     return rows

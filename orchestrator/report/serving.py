@@ -148,15 +148,59 @@ COST_HEAD = ["step", "level", "per request", "per 1M output tokens", "inputs"]
 
 
 def load_rows(rec: RunRecord) -> list[list[str]]:
-    """step, node, health, load to health s, load to first answer s, job, job state."""
-    return [
-        [s.step.id, e.node, e.health, _p(e.load_to_health_s), _p(e.load_to_first_answer_s),
-         e.job_id or "-", e.job_state or "-"]
-        for s in rec.serving for e in s.engines
-    ]  # fmt: skip
+    """step, node, start, health, load to health s, load to first answer s, job, job state: one row
+    per start of each engine, its first and every restart (each with its own job)."""
+    rows = []
+    for s in rec.serving:
+        for e in s.engines:
+            restarts = sorted((r for r in s.restarts if r.node == e.node), key=lambda r: r.attempt)
+            first_job = e.first_job_id or (e.job_id if not restarts else None)  # older results: no first job
+            rows.append([s.step.id, e.node, "first", e.health, _p(e.load_to_health_s),
+                         _p(e.load_to_first_answer_s), first_job or "-", "-" if restarts else e.job_state or "-"])  # fmt: skip
+            for r in restarts:
+                up = None if r.healthy_at is None else r.healthy_at - r.started_at
+                last = r is restarts[-1] and r.job_id == e.job_id
+                rows.append([s.step.id, e.node, f"restart {r.attempt}",
+                             ("healthy" if r.healthy_at is not None else "not healthy"), _p(up), "-",
+                             r.job_id or "-", (e.job_state or "-") if last else "-"])  # fmt: skip
+    return rows
 
 
-LOAD_HEAD = ["step", "node", "health", "load to health s", "load to first answer s", "job", "job state"]
+def _times(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}x"
+
+
+def baseline_rows(rec: RunRecord) -> list[list[str]]:
+    """step, level, baseline (its run), each p99 and output tokens/s as a ratio to the baseline's
+    (this run / baseline; '-' where a side lacks the figure), and the plan's limits."""
+    rows = []
+    for s in rec.serving:
+        for lv in s.levels:
+            if (b := lv.baseline) is None:
+                continue
+            limits = [f"p99 <= {b.max_p99_ratio:g}x"] if b.max_p99_ratio is not None else []
+            if b.min_throughput_fraction is not None:
+                limits.append(f"tokens/s >= {b.min_throughput_fraction:g}x")
+            rows.append([s.step.id, lv.level, f"{b.name} (run {b.run_id})",
+                         *[_times(b.p99.get(k)) for k in ("ttft", "itl", "tpot", "e2e")], _times(b.throughput),
+                         ", ".join(limits) or "-"])  # fmt: skip
+    return rows
+
+
+BASELINE_HEAD = ["step", "level", "baseline", "TTFT p99", "ITL p99", "TPOT p99", "E2E p99", "output tokens/s",
+                 "limits"]  # fmt: skip
+
+
+LOAD_HEAD = [
+    "step",
+    "node",
+    "start",
+    "health",
+    "load to health s",
+    "load to first answer s",
+    "job",
+    "job state",
+]
 
 
 # -- Markdown ----------------------------------------------------------------------------------
@@ -181,6 +225,7 @@ def serving_markdown(rec: RunRecord) -> list[str]:
         ("Latency and throughput (ms; every percentile with its n)", FIGURE_HEAD, figure_rows(rec)),
         ("SLOs and goodput", SLO_HEAD, slo_rows(rec)),
         ("Cost", COST_HEAD, cost_rows(rec)),
+        ("Against the baseline (this run / the baseline's)", BASELINE_HEAD, baseline_rows(rec)),
         ("Model load times", LOAD_HEAD, load_rows(rec)),
         ("Faults during serving (seconds after the fault)", FAULT_HEAD, fault_rows(rec)),
         ("Recovery over repeats (median, min to max, n)", SPREAD_HEAD, spread_rows(rec)),
@@ -306,6 +351,12 @@ def serving_html(rec: RunRecord, report_dir: Path | None = None) -> Markup:
         ),
         ("SLOs and goodput", SLO_HEAD, slo_rows(rec), "serving-slos"),
         ("Cost", COST_HEAD, cost_rows(rec), "serving-cost"),
+        (
+            "Against the baseline (this run / the baseline's)",
+            BASELINE_HEAD,
+            baseline_rows(rec),
+            "serving-baseline",
+        ),
         ("Model load times", LOAD_HEAD, load_rows(rec), "serving-load"),
     ]
     del report_dir  # the engines' logs are linked from the steps' raw logs

@@ -34,6 +34,7 @@ from orchestrator.report.common import Case
 from orchestrator.report.escape import visible
 from orchestrator.safefs import inside
 from orchestrator.text import seconds as _secs
+from orchestrator.workloads.loadgen import CONNECT_ERROR_PAUSE_S
 
 WINDOW_S = 30.0
 """The timeline shows the requests sent from this long before the fault to this long after steady
@@ -86,7 +87,7 @@ def _back_healthy(f: ServingFaultResult) -> str:
 # -- tables ------------------------------------------------------------------------------------
 
 FAULT_HEAD = ["step", "level", "fault", "target", "repeat", "status", "to first failure s",
-              "to first success s", "outage s", "to steady s", "failed", "aborted",
+              "to first success s", "outage s", "to steady s", "failed (client-side count)", "aborted",
               "TTFT ms during", "TTFT ms after", "engine restarts"]  # fmt: skip
 
 
@@ -113,7 +114,7 @@ def _spread(st: SpreadStat, fmt: str = ".2f") -> str:
 
 
 SPREAD_HEAD = ["step", "fault", "target", "repeats", "statuses", "to first failure s", "to first success s",
-               "outage s", "to steady s", "failed", "aborted"]  # fmt: skip
+               "outage s", "to steady s", "failed (client-side count)", "aborted"]  # fmt: skip
 
 
 def spread_rows(rec: RunRecord) -> list[list[str]]:
@@ -135,7 +136,9 @@ def spread_rows(rec: RunRecord) -> list[list[str]]:
 # -- the timeline ------------------------------------------------------------------------------
 
 
-def level_records(run_dir: Path, step: ServingStepResult, level: str) -> tuple[list[RequestRecord] | None, str]:
+def level_records(
+    run_dir: Path, step: ServingStepResult, level: str
+) -> tuple[list[RequestRecord] | None, str]:
     """The level's counted records read from the run folder, or None and why not."""
     lv = next((x for x in step.levels if x.level == level), None)
     if lv is None:
@@ -152,7 +155,11 @@ def level_records(run_dir: Path, step: ServingStepResult, level: str) -> tuple[l
 
 
 def timeline_svg(
-    f: ServingFaultResult, r: ServingRecovery, recs: list[RequestRecord], title: str, until: float | None = None
+    f: ServingFaultResult,
+    r: ServingRecovery,
+    recs: list[RequestRecord],
+    title: str,
+    until: float | None = None,
 ) -> str:
     """Each request sent around the fault at its send time (seconds after the fault) with its TTFT;
     failed and aborted ones as crosses (at their TTFT, or at 0 without a first token); the fault
@@ -214,10 +221,24 @@ _env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
 _tmpl = _env.from_string(_TEMPLATE)
 
 
+def client_pace(level: str) -> str:
+    """What the failed count of a level follows: the plan's arrival schedule (open loop, level
+    rN) or the client's own pace (closed loop, level cN: a worker whose request got no HTTP answer
+    sends its next one CONNECT_ERROR_PAUSE_S later, so a dead engine's count is the retries')."""
+    if level.startswith("r"):
+        return "open loop: the requests the plan's arrival schedule sent"
+    return (f"closed loop: each worker retries {CONNECT_ERROR_PAUSE_S * 1000:g} ms after a refused connection, "
+            "so the count while the engine is down is the client's retry pace, not a rate of the service")  # fmt: skip
+
+
 def _figures(f: ServingFaultResult, r: ServingRecovery | None) -> list[tuple[str, str]]:
     out = [("injected", _when(f.injected_at)), ("fault outcome", f.outcome)]
     if f.reverted_at is not None:
-        out.append(("reverted after", f"{f.reverted_at - f.injected_at:.2f} s"))
+        held = f"{f.reverted_at - f.injected_at:.2f} s"
+        if f.outcome == "reverted":
+            out.append(("reverted after", held))
+        else:  # a kill or a restart: its hold ended, nothing was undone (the restart policy brings it back)
+            out.append(("fault ended after", f"{held} (nothing to revert)"))
     if r is not None:
         band = "-" if r.pre_fault_ttft_band_ms is None else f"<= {r.pre_fault_ttft_band_ms:.4g} ms"
         out += [
@@ -228,7 +249,8 @@ def _figures(f: ServingFaultResult, r: ServingRecovery | None) -> list[tuple[str
             ("to first success", _secs(r.to_first_success_s)),
             ("outage", _secs(r.outage_s)),
             ("to steady", _secs(r.to_steady_s)),
-            ("failed / aborted", f"{r.failed} / {r.aborted}"),
+            ("failed / aborted (client-side count)", f"{r.failed} / {r.aborted}"),
+            ("the count follows", client_pace(f.level)),
             ("TTFT during (ms)", _ttft(r.ttft_during_ms)),
             ("TTFT after (ms)", _ttft(r.ttft_after_ms)),
         ]
@@ -261,7 +283,9 @@ def faults_html(rec: RunRecord) -> Markup:
             else:
                 chart = Markup(timeline_svg(f, r, recs, title, min(later, default=None)))  # noqa: S704 - svg escapes every text
         figures = [(k, visible(v)) for k, v in _figures(f, r)]
-        timelines.append({"title": title, "svg": chart, "notes": [visible(n) for n in notes], "figures": figures})
+        timelines.append(
+            {"title": title, "svg": chart, "notes": [visible(n) for n in notes], "figures": figures}
+        )
     rows = [[visible(v) for v in row] for row in fault_rows(rec)]
     spread = [[visible(v) for v in row] for row in spread_rows(rec)]
     html = _tmpl.render(head=FAULT_HEAD, rows=rows, spread_head=SPREAD_HEAD, spread=spread,
@@ -286,7 +310,8 @@ def fault_cases(rec: RunRecord) -> list[Case]:
             continue
         msg = (f"{r.status}: first failure {_secs(r.to_first_failure_s)}, first success "
                f"{_secs(r.to_first_success_s)}, outage {_secs(r.outage_s)}, steady {_secs(r.to_steady_s)} "
-               f"after the fault; {r.failed} failed, {r.aborted} aborted; TTFT during {_ttft(r.ttft_during_ms)}, "
+               f"after the fault; {r.failed} failed, {r.aborted} aborted (client-side count; "
+               f"{client_pace(f.level)}); TTFT during {_ttft(r.ttft_during_ms)}, "
                f"after {_ttft(r.ttft_after_ms)} ms")  # fmt: skip
         cases.append(Case(cls, name, "fail" if r.status == "not-recovered" else "pass", msg))
     return cases

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 from orchestrator.errors import OrchError
 from orchestrator.metrics import serving as SM
 from orchestrator.metrics import verdict as V
-from orchestrator.metrics.serving_baseline import ServingBaselineFigures, baseline_failures
+from orchestrator.metrics.serving_baseline import ServingBaselineFigures, baseline_failures, baseline_ratios
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import StepDone, StepSubmitted
 from orchestrator.models.fault import ENGINE_ENV as ENGINE_TAG_ENV
@@ -54,6 +54,7 @@ from orchestrator.models.plan import Plan
 from orchestrator.models.serving import DatasetLengths, ServingStep, ServingWorkload
 from orchestrator.models.serving_recovery import EngineRestart
 from orchestrator.models.serving_results import (
+    BaselineRatios,
     EngineRun,
     LevelSummary,
     RequestRecord,
@@ -331,6 +332,7 @@ class ServingRunner:
                 continue
             fails = V.serving_threshold_failures(step.id, w, level.summary)
             fails += self._baseline_misses(step, w, level.summary)
+            level.baseline = self._baseline_ratios(step, w, level.summary)
             s = level.summary
             if s.ok == 0:
                 none_ok = f"({s.errors} errors, {s.aborted} aborted of n={s.n})"
@@ -375,7 +377,7 @@ class ServingRunner:
                 job_id = self.sched.submit(spec)
             except OrchError as e:
                 raise _StepEnded("infra", f"engine on {name} could not be started: {e}") from e
-            engine.job_id = job_id
+            engine.job_id = engine.first_job_id = job_id
             self._jobs.setdefault(step.id, []).append(job_id)
             with self._lock:
                 self._live[job_id] = engine
@@ -667,3 +669,13 @@ class ServingRunner:
         if isinstance(ref, str):
             return [f"step {step.id}, level {s.level}: baseline {th.name} not judged against: {ref}"]
         return baseline_failures(step.id, step.replicas, th, ref, s)
+
+    def _baseline_ratios(
+        self, step: ServingStep, w: ServingWorkload, s: LevelSummary
+    ) -> BaselineRatios | None:
+        """The level's ratios to the baseline _baseline_misses read (None without one)."""
+        th = w.thresholds.baseline
+        ref = self._baselines.get(th.name) if th is not None else None
+        if th is None or ref is None or isinstance(ref, str):
+            return None
+        return baseline_ratios(step.id, step.replicas, th, ref, s)

@@ -142,6 +142,11 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, step_id, idx)
     );
     """,
+    # The engine variant a serving step ran (the stack's serving.engines[].variants; NULL: none,
+    # and for steps stored before version 6)
+    """
+    ALTER TABLE serving_steps ADD COLUMN variant TEXT;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -368,10 +373,11 @@ class ResultsStore:
                 health = [e.load_to_health_s for e in sv.engines if e.load_to_health_s is not None]
                 first = [e.load_to_first_answer_s for e in sv.engines if e.load_to_first_answer_s is not None]
                 c.execute(
-                    "INSERT INTO serving_steps VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO serving_steps VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (rid, st2.id, st2.index, st2.workload, st2.engine, st2.replicas, json.dumps(st2.nodes),
                      json.dumps([e.job_id for e in sv.engines if e.job_id]), sv.verdict,
-                     json.dumps(sv.reasons), max(health, default=None), max(first, default=None)),
+                     json.dumps(sv.reasons), max(health, default=None), max(first, default=None),
+                     st2.variant),
                 )  # fmt: skip
                 c.executemany(
                     _SERVING_LEVELS_INSERT,

@@ -174,6 +174,10 @@ def test_throttled_node6_is_found_drained_and_resumed(lab8: Lab, tmp_path: Path)
     assert found["isolation"]["undecided"] == []
     rounds = len(found["isolation"]["rounds"])
     assert rounds <= ROUND_BAR, found["isolation"]["rounds"]
+    # docs/isolation.md: 4 rounds and 14 tests, as the search gives on the simulated 8 nodes
+    # (tests/unit/test_isolation_search.py::test_the_8_node_labs_cases_take_the_rounds_measured_on_the_lab)
+    tests = sum(len(r["trials"]) for r in found["isolation"]["rounds"])
+    assert (rounds, tests) == (4, 14), found["isolation"]["rounds"]
     assert "round 1: single node1" in proc.stderr  # the rounds were printed as they went
     # the evidence: a failing test with node6 whose other members pass elsewhere, in the report
     evidence = culprits[0]["evidence"]
@@ -211,6 +215,8 @@ def test_a_dropped_link_names_the_pair(lab8: Lab, tmp_path: Path) -> None:
     assert [(c["kind"], c["nodes"]) for c in culprits] == [("link", ["node2", "node5"])], proc.stdout
     assert found["isolation"]["undecided"] == []
     rounds = len(found["isolation"]["rounds"])
+    tests = sum(len(r["trials"]) for r in found["isolation"]["rounds"])
+    assert (rounds, tests) == (7, 15), found["isolation"]["rounds"]  # docs/isolation.md, as simulated
     print(f"isolate (link node2->node5 dropped): {rounds} rounds, {found['wall_s']:.1f} s")
 
 

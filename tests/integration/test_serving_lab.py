@@ -13,6 +13,7 @@ cpu-serve, minutes more than CI can give.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -174,3 +175,35 @@ def test_compare_flags_the_run_without_continuous_batching(
     assert row["verdict"] == "worse", row
     assert row["comparison"]["throughput"]["change"] == "worse", row
     assert engine_processes() == []
+
+
+def test_the_lab_model_built_twice_in_the_nodes_venv_has_the_pinned_hash(
+    lab: Lab, node1_inventory: Path
+) -> None:
+    """tests/unit/test_labmodel.py's pinned-hash check, run with the cpu-serve venv the lab
+    provisioned on node1 (the controller's .venv has no transformers, so the unit test skips in
+    `make test`): two builds in node1's /var/tmp agree, and their sha256 is the stack's pin."""
+    sys.path.insert(0, str(REPO / "tests" / "unit"))
+    from test_labmodel import PINNED, check_two_real_builds
+
+    node = lab.node("node1")
+
+    def on_node(*argv: str, check: bool = True) -> str:  # one shell word per argument on the node
+        return lab.ssh(node, shlex.join(argv), check=check).stdout
+
+    py, base = "/opt/orch/venv/bin/python", "/var/tmp/orch/labmodel-check"
+    on_node("rm", "-rf", base)
+    try:
+        builds = []
+        for k in ("a", "b"):
+            dest, record = f"{base}/{k}/lab-tiny", f"{base}/{k}.json"
+            out = on_node(py, "-m", "orchestrator.workloads.labmodel", "--dest", dest, "--record", record)
+            builds.append(json.loads(out.strip().splitlines()[-1]))
+        tok = json.loads(on_node("cat", f"{base}/a/lab-tiny/tokenizer.json"))
+        code = "import importlib.metadata as m, json, sys; "
+        code += "print(json.dumps({d: m.version(d) for d in sys.argv[1:]}))"
+        versions = json.loads(on_node(py, "-c", code, *PINNED))
+    finally:
+        on_node("rm", "-rf", base, check=False)
+    # the node's venv is the stack's: its versions are the pins, so the pinned hash is compared
+    assert check_two_real_builds(builds[0], builds[1], set(tok["model"]["vocab"]), versions), versions

@@ -73,7 +73,8 @@ def step_result(recs: list[RequestRecord], *, target: str = "localhost:engine", 
                                 started_at=at + 0.5, healthy_at=at + 1.9, job_id=f"local-{n}")  # fmt: skip
         faults.append(ServingFaultResult(
             kind=kind, target=target, repeat=n, level="c4", injected_at=at, reverted_at=at + 0.1,
-            outcome="reverted", record=f"faults/f{n}.json", restarts=[restart],
+            outcome="done" if kind in ("kill-worker", "restart-container") else "reverted",
+            record=f"faults/f{n}.json", restarts=[restart],
             recovery=serving_recovery(recs, at, level="c4", rule=rule, until=FAULT2 if n == 1 else None),
         ))  # fmt: skip
     return ServingStepResult(

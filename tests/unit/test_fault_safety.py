@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -32,13 +33,27 @@ class Recorder:
 
 
 def cluster(n: int = 3) -> Cluster:
-    nodes = [Node(name=f"node{i}", address=f"10.0.0.{i}", mgmt_iface="mgmt0", rdma_ifaces=["fab0"])
-             for i in range(1, n + 1)]
+    nodes = [
+        Node(name=f"node{i}", address=f"10.0.0.{i}", mgmt_iface="mgmt0", rdma_ifaces=["fab0"])
+        for i in range(1, n + 1)
+    ]
     return Cluster(source=Path("x.ini"), nodes=nodes)
 
 
-@pytest.mark.parametrize("bad", ["node2:fab0;reboot", "node2:$(id)", "node2:`x`", "node2:a b", "-x:fab0",
-                                 "node2:fab0|cat", "node2:fab0&", "node2:'q'", "no;de:fab0"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "node2:fab0;reboot",
+        "node2:$(id)",
+        "node2:`x`",
+        "node2:a b",
+        "-x:fab0",
+        "node2:fab0|cat",
+        "node2:fab0&",
+        "node2:'q'",
+        "no;de:fab0",
+    ],
+)
 def test_metacharacters_are_refused_at_parse(bad: str) -> None:
     with pytest.raises((ValidationError, ValueError)):
         FaultTarget.parse(bad, "link-down")
@@ -80,8 +95,9 @@ def test_share_of_nodes_needs_force() -> None:
 def test_inject_arms_timer_and_injects_in_one_round_trip(tmp_path: Path) -> None:
     rec = Recorder(stdout="orch-timer 4242\n")
     engine = FaultEngine(cluster(), {"node2": rec}, record_dir=tmp_path)
-    with engine.applied(FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface="fab0"),
-                                  duration_s=0)) as a:
+    with engine.applied(
+        FaultSpec(kind="link-down", target=FaultTarget(node="node2", iface="fab0"), duration_s=0)
+    ) as a:
         assert a.record.outcome == "active" and a.record.timer_pid == 4242
     inject, revert = rec.scripts
     assert "setsid sh -c" in inject and "ip link set dev fab0 down" in inject
@@ -130,8 +146,14 @@ def test_sweep_reports_what_it_found() -> None:
 
 
 def test_plan_fault_model() -> None:
-    pf = PlanFault(kind="link-down", step=1, at_s=10, target="node2:fab0", duration="3s",
-                   thresholds={"max_recover_s": 30})  # type: ignore[arg-type]
+    pf = PlanFault(
+        kind="link-down",
+        step=1,
+        at_s=10,
+        target="node2:fab0",
+        duration="3s",
+        thresholds={"max_recover_s": 30},
+    )  # type: ignore[arg-type]
     spec = pf.spec()
     assert spec.duration_s == 3.0 and spec.target.iface == "fab0"
     assert parse_duration("250ms") == 0.25
@@ -139,8 +161,10 @@ def test_plan_fault_model() -> None:
         FaultParams(match_env="A=$(x)")
 
 
-@pytest.mark.parametrize(("state", "resumed"), [("down*", True), ("down", True), ("idle", False),
-                                                ("drained", False), ("down*+drain", False)])
+@pytest.mark.parametrize(
+    ("state", "resumed"),
+    [("down*", True), ("down", True), ("idle", False), ("drained", False), ("down*+drain", False)],
+)
 def test_node_loss_revert_resumes_only_a_down_node(tmp_path: Path, state: str, resumed: bool) -> None:
     import os
     import subprocess
@@ -185,3 +209,66 @@ def test_plan_max_share_reaches_the_engine_and_is_checked_per_fault(tmp_path: Pa
     assert check_plan_faults(plan, cluster, expand_steps(plan, cluster), force=False) == []
     with pytest.raises(SafetyError, match="max_share, 30%"):
         check_share(["node1"], len(cluster.nodes), force=False, max_share=plan.max_share)
+
+
+def _scripts_of(kind: str, target: str) -> list[str]:
+    """The lines the engine sends to the node to inject and revert ``kind`` (recorded, not run)."""
+    rec = Recorder(stdout="orch-timer 4242\n")
+    engine = FaultEngine(cluster(), {"node2": rec})
+    spec = FaultSpec(kind=kind, target=FaultTarget.parse(target, kind), duration_s=0)  # type: ignore[arg-type]
+    active = engine.prepare(spec)
+    engine.inject(active)
+    engine.revert(active)
+    assert len(rec.scripts) >= 2, (kind, rec.scripts)
+    return rec.scripts
+
+
+NODE_SIDE = [
+    ("link-down", "node2:fab0"),
+    ("link-flap", "node2:fab0"),
+    ("roce-drop", "node2:fab0"),
+    ("packet-loss", "node2:fab0"),
+    ("throttle", "node2:fab0"),
+    ("delay", "node2:fab0"),
+]
+
+
+@pytest.mark.parametrize(("kind", "target"), NODE_SIDE, ids=[k for k, _ in NODE_SIDE])
+def test_rendered_inject_and_revert_lines_are_valid_shell(kind: str, target: str) -> None:
+    """`bash -n` and the nodes' `sh -n` (dash on Debian) accept every line, revert included."""
+    for script in _scripts_of(kind, target):
+        for shell in ("bash", "sh"):
+            proc = subprocess.run([shell, "-n", "-c", script], capture_output=True, text=True, timeout=10)
+            assert proc.returncode == 0, (shell, script, proc.stderr)
+
+
+HOSTILE_REVERT = """ip link set dev 'fab0' up; echo "it's $HOME" `id` $(id) \\; # tail"""
+
+
+def test_the_revert_file_holds_the_revert_line_byte_for_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The arm line's quoting: what the node-side timer will run is exactly the revert line, with
+    its quotes, `$`, backquotes and backslashes, none of them expanded while arming."""
+    monkeypatch.setattr(timer, "record_dir", lambda node: str(tmp_path / "rec" / node))
+    (tmp_path / "bin").mkdir()
+    for stub in ("setsid",):  # the timer itself is not started
+        (tmp_path / "bin" / stub).write_text("#!/bin/sh\nexit 0\n")
+        (tmp_path / "bin" / stub).chmod(0o755)
+    line = timer.arm_and_inject("node2", "link-down-ab", HOSTILE_REVERT, 5.0, "true")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": "/nonexistent-home"}
+    for shell in ("bash", "sh"):
+        proc = subprocess.run([shell, "-c", line], env=env, capture_output=True, text=True, timeout=10)
+        assert proc.returncode == 0, proc.stderr
+        rev, _ = timer.paths("node2", "link-down-ab")
+        assert Path(rev).read_bytes() == (HOSTILE_REVERT + "\n").encode()
+    # and the cancel line carries the revert verbatim, as one more shell statement
+    cancel = timer.cancel_and_revert(
+        "node2", "link-down-ab", "printf '%s\\n' \"$X\" > " + shlex.quote(str(tmp_path / "out"))
+    )
+    proc = subprocess.run(
+        ["sh", "-c", cancel], env={**env, "X": "a b'c"}, capture_output=True, text=True, timeout=10
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out").read_text() == "a b'c\n"
+    assert not Path(rev).exists()  # the record is removed

@@ -68,8 +68,11 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     d = tmp_path_factory.mktemp("inject")
     (d / "bin").mkdir()
     srun = d / "bin" / "srun"
-    # Stand-in srun: one argument per line, so the test can see how each value arrived.
-    srun.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > "$SRUN_ARGS"\n')
+    # Stand-in srun: one argument per line, so the test can see how each value arrived, and the
+    # environment it was given (what every task would get), NUL-separated.
+    srun.write_text(
+        '#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > "$SRUN_ARGS"\nenv -0 > "$SRUN_ARGS.env"\n'
+    )
     srun.chmod(0o755)
     yield d
 
@@ -133,8 +136,47 @@ def _run_script(script: str, sandbox: Path, d: Path) -> list[str]:
     return args_file.read_text().splitlines()
 
 
-def _refused_clearly(message: str, value: str) -> None:
+def _srun_env(d: Path) -> dict[str, str]:
+    """The environment the stand-in srun of the last _run_script in ``d`` was given."""
+    pairs = (entry.partition("=") for entry in (d / "srun-args.env").read_text().split("\0") if entry)
+    return {k: v for k, _, v in pairs}
+
+
+def _env_carries_no_canary(d: Path, canary: Path) -> None:
+    """No environment VALUE (nor name) that srun got holds the hostile value's canary path."""
+    env = _srun_env(d)
+    assert env, "the stand-in srun recorded no environment"
+    carried = {k: v for k, v in env.items() if str(canary) in k or str(canary) in v}
+    assert carried == {}, carried
+
+
+# Slots whose value reaches orch through a template in the file (`{{ evil }}`): the refusal names
+# the variable as written there, which is what the user has to change.
+TEMPLATED = {"jinja-indirect": "{{ evil }}", "jinja-iface": "{{ evil }}"}
+
+
+def _forms(value: str) -> list[str]:
+    """How a refusal may name ``value``: as written, as Ansible read it (surrounding white space
+    trimmed), with control characters escaped as repr() escapes them, each at least by its first
+    60 characters (a refusal may shorten a long value); and what a Jinja statement renders to."""
+    forms = []
+    for v in (value, value.strip()):
+        forms += [v, repr(v)[1:-1]]
+    if value.startswith("{%"):
+        forms.append(value.rpartition("%}")[2])  # `{% set x = … %}a` is read as 'a'
+    return [f[:60] for f in forms if f]
+
+
+def _refused_clearly(message: str, value: str, slot: str | None = None) -> None:
+    """A refusal says something, and names the refused value (not only that something is wrong)."""
     assert message.strip(), "an empty error is not a clear refusal"
+    forms = _forms(value) + ([TEMPLATED[slot]] if slot in TEMPLATED else [])
+    if slot == "host-name" and message.split(": ", 1)[-1].startswith("Ansible cannot read the inventory"):
+        # Ansible's own parser refuses a host pattern such as `[a-z]*` (a range) before orch sees the
+        # host: its words name no host. Known gap; only for Ansible's own refusal of a host name.
+        assert "host range" in message or "host pattern" in message, message
+        return
+    assert any(f in message for f in forms), f"the refusal does not name {value[:80]!r}: {message[:400]}"
 
 
 @pytest.mark.parametrize("index", range(50), ids=[f"v{i:02d}" for i in range(50)])
@@ -146,7 +188,7 @@ def test_inventory_values_to_sbatch(sandbox: Path, index: int) -> None:
         try:
             cluster = load_inventory(_inventory(work, host, hostvars, allvars))
         except InventoryError as e:
-            _refused_clearly(e.message, value)
+            _refused_clearly(e.message, value, slot)
             outcomes[slot] = "refused"
             continue
         steps = expand_steps(plan.model_copy(update={"backend": "slurm"}), cluster)
@@ -154,15 +196,17 @@ def test_inventory_values_to_sbatch(sandbox: Path, index: int) -> None:
         try:
             script = SlurmScheduler().render(spec)
         except ConfigError as e:
-            _refused_clearly(e.message, value)
+            _refused_clearly(e.message, value, slot)
             outcomes[slot] = "refused at render"
             continue
         (work / "run").mkdir(exist_ok=True)
         srun_args = _run_script(script, sandbox, work)
         assert srun_args[-len(spec.argv) :] == [str(a) for a in spec.argv]
+        _env_carries_no_canary(work, canary)
         # the same values through allocation mode's driver (one srun per ladder step)
         srun_args = _run_script(AllocationScheduler().render_ladder([spec]), sandbox, work)
         assert srun_args[-len(spec.argv) :] == [str(a) for a in spec.argv]
+        _env_carries_no_canary(work, canary)
         outcomes[slot] = "inert"
     assert not canary.exists(), f"value {index} ran: {outcomes}"
     # Anything with a shell metacharacter never reaches a host field.
@@ -179,11 +223,15 @@ def test_plan_fields(sandbox: Path, index: int) -> None:
     ):
         with pytest.raises(ConfigError) as e:
             parse()
-        assert e.value.message
+        _refused_clearly(e.value.message, value)
     cluster = load_inventory(_inventory(work, "node1", dict(BASE_VARS), {}))
     try:
         plan = resolve_plan("smoke", PlanOverrides(partition=value, backend="slurm"))
-    except (ConfigError, ValidationError):
+    except ConfigError as e:
+        _refused_clearly(e.message, value)
+        return
+    except ValidationError as e:
+        _refused_clearly(str(e), value)
         return
     steps = expand_steps(plan, cluster)
     spec = job_spec(steps[0], plan, cluster, "slurm", work / "run", "python3", 29500)
@@ -191,6 +239,7 @@ def test_plan_fields(sandbox: Path, index: int) -> None:
         script = SlurmScheduler().render(spec)
     except ConfigError as e:
         assert "partition" in e.message
+        _refused_clearly(e.message, value)
     else:  # a plain word: one #SBATCH token, and the script runs inert
         assert f"#SBATCH --partition={value}\n" in script and shlex.quote(value) == value
         (work / "run").mkdir(exist_ok=True)
@@ -210,7 +259,7 @@ def test_fault_targets(index: int) -> None:
                 target = FaultTarget.parse(text, kind)  # type: ignore[arg-type]
                 FaultSpec.model_validate({"kind": kind, "target": target.model_dump(), "duration_s": 1})
             except (ValueError, ValidationError) as e:
-                assert str(e)
+                _refused_clearly(str(e), value)
                 continue
             # Accepted: every part is a plain word, so no quoting is even needed on the node.
             for part in (target.node, target.iface, target.container):
@@ -237,6 +286,7 @@ def test_fault_inject_cli_refuses_in_one_line(tmp_path: Path, capsys: pytest.Cap
         )  # fmt: skip
         assert code == 2, (value, err)
         assert err.startswith("error:") and err.rstrip("\n").count("\n") == 0, err
+        _refused_clearly(err, value)
     assert not canary.exists()
 
 
@@ -296,4 +346,5 @@ def test_vault_path_with_spaces_is_one_argument(tmp_path: Path) -> None:
 
 
 def test_environment_untouched() -> None:
-    assert "CANARY" not in "".join(os.environ)
+    """Neither a name nor a value of this process's environment took a hostile value in."""
+    assert not [k for k, v in os.environ.items() if "CANARY" in k or "CANARY" in v]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -51,21 +53,122 @@ def _disjoint(rounds: list[Round]) -> bool:
     return True
 
 
-ROUNDS: dict[int, int] = {}
+@dataclass(frozen=True)
+class Rounds:
+    """One row of docs/isolation.md's table of rounds on simulated clusters."""
+
+    one_bad: int  # rounds, one bad node, the worst of every position
+    tests: int  # tests, at most, one bad node
+    two_bad: tuple[int, int]  # rounds, two bad nodes, min-max over the pairs of positions
+    link: tuple[int, int]  # rounds, one bad link, min-max over the pairs of positions
+    clean: int  # rounds, all good
 
 
-@pytest.mark.parametrize("n", [4, 8, 16, 32, 64])
+# docs/isolation.md's table, row by row: the tests below compute each figure and compare it with
+# this table, and test_the_docs_table_is_rounds reads the doc's table back and compares it too.
+ROUNDS: dict[int, Rounds] = {
+    4: Rounds(3, 8, (3, 4), (3, 6), 3),
+    8: Rounds(4, 14, (4, 4), (4, 8), 3),
+    16: Rounds(5, 24, (5, 5), (5, 10), 3),
+    32: Rounds(6, 42, (6, 6), (6, 12), 3),
+    64: Rounds(7, 76, (7, 7), (7, 14), 3),
+}
+# Every pair of positions for N <= 16; every 4th (124 pairs) and every 17th (119 pairs) of the
+# pairs in order for 32 and 64 (the ranges are those of every pair: 6-12 and 7-14, checked once).
+PAIR_STRIDE = {4: 1, 8: 1, 16: 1, 32: 4, 64: 17}
+DOC = Path(__file__).resolve().parents[2] / "docs" / "isolation.md"
+
+
+def _tests(res: Isolation) -> int:
+    return sum(len(r.trials) for r in res.rounds)
+
+
+def _pairs(n: int) -> list[tuple[str, str]]:
+    return list(itertools.combinations([f"node{i}" for i in range(1, n + 1)], 2))[:: PAIR_STRIDE[n]]
+
+
+@pytest.mark.parametrize("n", sorted(ROUNDS))
 def test_one_bad_node_is_found_in_log_rounds(n: int) -> None:
-    worst = 0
+    worst = most = 0
     for i in range(1, n + 1):
         c = Cluster(n, bad_nic={f"node{i}"})
         res = isolate(c.nodes, c.test)
         assert _named(res) == [("node", [f"node{i}"])]
         assert f"node{i}" not in res.good and res.undecided == []
         assert _disjoint(res.rounds)
-        worst = max(worst, len(res.rounds))
-    ROUNDS[n] = worst
+        worst, most = max(worst, len(res.rounds)), max(most, _tests(res))
+    assert (worst, most) == (ROUNDS[n].one_bad, ROUNDS[n].tests)
     assert worst <= round_bound(n)  # 1 + ceil(log2 n): singles, then one halving per round
+
+
+@pytest.mark.parametrize("n", sorted(ROUNDS))
+def test_two_bad_nodes_a_bad_link_and_a_clean_set_take_the_rounds_the_docs_state(n: int) -> None:
+    two, link = [], []
+    for a, b in _pairs(n):
+        c = Cluster(n, bad_nic={a, b})
+        res = isolate(c.nodes, c.test)
+        assert _named(res) == sorted([("node", [a]), ("node", [b])])
+        two.append(len(res.rounds))
+        c = Cluster(n, bad_links={frozenset({a, b})})
+        res = isolate(c.nodes, c.test)
+        assert _named(res) == [("link", sorted([a, b]))]
+        link.append(len(res.rounds))
+    c = Cluster(n)
+    clean = isolate(c.nodes, c.test)
+    assert clean.culprits == []
+    row = ROUNDS[n]
+    assert ((min(two), max(two)), (min(link), max(link)), len(clean.rounds)) == (
+        row.two_bad,
+        row.link,
+        row.clean,
+    )
+
+
+def _span(lo_hi: tuple[int, int]) -> str:
+    lo, hi = lo_hi
+    return str(lo) if lo == hi else f"{lo}\u2013{hi}"  # an en dash, as the doc writes ranges
+
+
+def test_the_docs_table_is_rounds() -> None:
+    """docs/isolation.md's table says what ROUNDS says, row by row (bound column included)."""
+    lines = DOC.read_text().splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("| N | rounds, one bad node"))
+    assert [c.strip() for c in lines[head].strip("|").split("|")] == [
+        "N", "rounds, one bad node (every position)", "bound 1 + ⌈log₂ N⌉", "tests, at most",
+        "rounds, two bad nodes", "rounds, one bad link", "rounds, all good",
+    ]  # fmt: skip
+    rows = []
+    for line in lines[head + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    expected = [
+        [
+            str(n),
+            str(r.one_bad),
+            str(round_bound(n)),
+            str(r.tests),
+            _span(r.two_bad),
+            _span(r.link),
+            str(r.clean),
+        ]
+        for n, r in sorted(ROUNDS.items())
+    ]
+    assert rows == expected
+
+
+def test_the_8_node_labs_cases_take_the_rounds_measured_on_the_lab() -> None:
+    """docs/isolation.md: on the 8-node lab node6 (throttled) was named alone in 4 rounds and 14
+    tests, and the link node2+node5 in 7 rounds and 15 tests; the search, fed the same outcomes,
+    takes exactly those (tests/integration/test_isolate8_lab.py asserts them on the lab)."""
+    c = Cluster(8, bad_nic={"node6"})
+    res = isolate(c.nodes, c.test)
+    assert _named(res) == [("node", ["node6"])]
+    assert (len(res.rounds), _tests(res)) == (4, 14)
+    c = Cluster(8, bad_links={frozenset({"node2", "node5"})})
+    res = isolate(c.nodes, c.test)
+    assert _named(res) == [("link", ["node2", "node5"])]
+    assert (len(res.rounds), _tests(res)) == (7, 15)
 
 
 def test_the_round_bound_is_log2() -> None:

@@ -181,20 +181,58 @@ def test_main_prints_one_json_line_and_exit_2_on_a_refusal(
     assert "disk full" in capsys.readouterr().err
 
 
+PINNED = ("transformers", "tokenizers", "safetensors")
+
+
+def check_two_real_builds(a: dict[str, typing.Any], b: dict[str, typing.Any], vocab: set[str],
+                          versions: dict[str, str]) -> bool:  # fmt: skip
+    """Two builds' records (labmodel.ensure's JSON), the first one's tokenizer vocabulary and the
+    versions of PINNED where they ran: the same files, the recipe's words, and the cpu-serve stack's
+    pinned sha256 when the versions are its pins. True when the pinned hash was compared (also
+    used by tests/integration/test_serving_lab.py, with the node's cpu-serve venv)."""
+    assert a["changed"] and b["changed"] and a["sha256"] == b["sha256"] and a["files"] == b["files"]
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(a["files"])
+    assert vocab == {"<unk>", "<s>", "</s>", *L.RECIPES["lab-tiny"].words}
+    stack = load_stack("cpu-serve")
+    assert stack.python is not None and stack.lab_model is not None
+    pins = dict(r.split("==") for r in stack.python.packages)
+    if all(versions[d] == pins[d] for d in PINNED):
+        assert a["sha256"] == stack.lab_model.sha256
+        return True
+    return False
+
+
 @pytest.mark.slow
 def test_two_real_builds_give_the_same_files_and_the_pinned_hash(tmp_path: Path) -> None:
-    """Needs the cpu-serve packages (transformers, tokenizers, torch): run in that venv."""
+    """Needs the cpu-serve packages (transformers, tokenizers, torch): run in that venv. CI runs the
+    same check with the lab node's cpu-serve venv (tests/integration/test_serving_lab.py::
+    test_the_lab_model_built_twice_in_the_nodes_venv_has_the_pinned_hash); here it skips without them."""
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")
     pytest.importorskip("transformers")
     a = L.ensure("lab-tiny", str(tmp_path / "a" / "lab-tiny"), str(tmp_path / "a.json"))
     b = L.ensure("lab-tiny", str(tmp_path / "b" / "lab-tiny"), str(tmp_path / "b.json"))
-    assert a["changed"] and b["changed"] and a["sha256"] == b["sha256"] and a["files"] == b["files"]
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(a["files"])
     vocab = json.loads((tmp_path / "a" / "lab-tiny" / "tokenizer.json").read_text())["model"]["vocab"]
-    assert set(vocab) == {"<unk>", "<s>", "</s>", *L.RECIPES["lab-tiny"].words}
+    check_two_real_builds(a, b, set(vocab), {d: importlib.metadata.version(d) for d in PINNED})
+
+
+def test_the_pinned_hash_check_compares_against_the_stacks_pin_when_the_versions_are_its_pins() -> None:
+    """check_two_real_builds itself (no build: records as ensure() writes them)."""
     stack = load_stack("cpu-serve")
     assert stack.python is not None and stack.lab_model is not None
-    pins = dict(r.split("==") for r in stack.python.packages)
-    if all(importlib.metadata.version(d) == pins[d] for d in ("transformers", "tokenizers", "safetensors")):
-        assert a["sha256"] == stack.lab_model.sha256
+    pins = {d: v for d, _, v in (r.partition("==") for r in stack.python.packages) if d in PINNED}
+    files = {
+        "config.json": "1",
+        "model.safetensors": "2",
+        "tokenizer.json": "3",
+        "tokenizer_config.json": "4",
+    }
+    good = {"changed": True, "sha256": stack.lab_model.sha256, "files": files}
+    vocab = {"<unk>", "<s>", "</s>", *L.RECIPES["lab-tiny"].words}
+    assert check_two_real_builds(good, dict(good), vocab, pins) is True
+    other = {"changed": True, "sha256": "0" * 64, "files": files}
+    with pytest.raises(AssertionError):  # the pins, but not the pinned hash
+        check_two_real_builds(other, dict(other), vocab, pins)
+    assert check_two_real_builds(other, dict(other), vocab, {**pins, "transformers": "0.0.1"}) is False
+    with pytest.raises(AssertionError):  # two builds that differ
+        check_two_real_builds(good, {**good, "sha256": "1" * 64}, vocab, pins)

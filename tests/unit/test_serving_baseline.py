@@ -26,10 +26,12 @@ from orchestrator.metrics.serving_baseline import (
     ServingBaselineFigures,
     StoredP99,
     baseline_failures,
+    baseline_ratios,
 )
 from orchestrator.models.serving import ServingBaseline
 from orchestrator.models.serving_results import LevelSummary, RequestRecord
-from orchestrator.report.formats import render_junit
+from orchestrator.report.formats import render_junit, render_markdown
+from orchestrator.report.html import render_html
 from orchestrator.runs.scale_test import scale_test
 from orchestrator.store.db import ResultsStore
 from orchestrator.store.load import load_run
@@ -92,6 +94,16 @@ def test_serving_run_set_as_baseline_then_judged_against_it(
     assert failure is not None and "level c4: TTFT p99" in (failure.text or "")
     ttft = next(r for r in step.reasons if "level c4: TTFT" in r)
     assert "n=100/100" in ttft  # 100 counted requests on each side
+    # the reports show each level's ratios to the baseline, the same as the reasons name
+    ratio = re.search(r" is ([0-9.e+-]+x) baseline", ttft)
+    assert ratio is not None
+    rec = load_run(second.run_dir)
+    md = render_markdown(rec)
+    row = next(ln for ln in md.splitlines() if ln.startswith("| fake-r1 | c4 | golden (run "))
+    assert row.split(" | ")[3] == ratio.group(1), row
+    assert "p99 &lt;= 0.001x, tokens/s &gt;= 10x" in row  # md() escapes markup
+    html = render_html(rec)
+    assert 'id="serving-baseline"' in html and f"<td>{ratio.group(1)}</td>" in html
     assert all(gone(p) for p in engine_pids(pids))
 
     # loose enough for any two runs of the stand-in: judged, and passed
@@ -214,3 +226,18 @@ def test_throughput_below_the_fraction_names_both_values() -> None:
     (why,) = fails
     assert why.startswith("step w-r1, level c8: output tokens/s ") and "is 0.5x baseline golden's" in why
     assert why.endswith("(< 0.9x; n=100/100 successful requests)")
+
+
+def test_the_ratios_the_reports_show_are_this_runs_over_the_baselines() -> None:
+    base = _summary("c8", 100)
+    slow = _summary("c8", 100, ttft_s=0.2)
+    r = baseline_ratios("w-r1", 1, TH, _ref(base), slow)
+    assert r is not None and (r.name, r.run_id) == ("golden", "run-1")
+    assert r.p99["ttft"] == pytest.approx(2.0)
+    assert r.throughput == pytest.approx(slow.output_tokens_per_s / base.output_tokens_per_s)  # type: ignore[operator]
+    assert (r.max_p99_ratio, r.min_throughput_fraction) == (1.2, 0.9)
+    # a p99 below n = 100 has no ratio; another replica count or a missing level: no ratios at all
+    few = baseline_ratios("w-r1", 1, TH, _ref(base), _summary("c8", 99))
+    assert few is not None and few.p99["ttft"] is None
+    assert baseline_ratios("w-r1", 1, TH, _ref(base, replicas=2), base) is None
+    assert baseline_ratios("w-r1", 1, TH, _ref(base), _summary("c4", 100)) is None

@@ -58,18 +58,17 @@ def test_store_keeps_each_injection_and_ingest_is_idempotent(run: Path, tmp_path
     assert len(rows) == 2
     one, two = rows
     when = datetime.fromtimestamp(FAULT1, UTC).isoformat()
-    assert one[:9] == (STEP, 0, "kill-worker", "localhost:engine", 1, "c4", when, "reverted", "recovered")
+    assert one[:9] == (STEP, 0, "kill-worker", "localhost:engine", 1, "c4", when, "done", "recovered")
     assert one[9:13] == pytest.approx((0.01, 2.95, 3.1, 2.94))
     # p99 shown from n = 100; after steady it holds the 9 slow requests of the first steady window
     assert one[13:] == (20, 0, 11, None, 169, pytest.approx(800.0), 1)
     assert two[1] == 1 and two[4] == 2 and two[13:16] == (8, 7, 3) and two[17:] == (82, None, 1)
 
 
-def test_v4_store_migrates_to_5_and_keeps_its_rows(run: Path, tmp_path: Path) -> None:
-    assert SCHEMA_VERSION == 5
-    path = tmp_path / "orch.db"
+def _old_store(path: Path, version: int) -> sqlite3.Connection:
+    """A store at schema ``version`` holding run 'old' with one serving step (left open)."""
     conn = sqlite3.connect(path)
-    conn.executescript(";".join(MIGRATIONS[:4]) + "; PRAGMA user_version = 4;")
+    conn.executescript(";".join(MIGRATIONS[:version]) + f"; PRAGMA user_version = {version};")
     conn.execute(
         "INSERT INTO runs (run_id, run_dir, plan, backend, status, steps_planned, steps_done, ingested_at)"
         " VALUES ('old', '/x', 'serving-smoke', 'local', 'accepted', 1, 1, 'now')"
@@ -78,11 +77,18 @@ def test_v4_store_migrates_to_5_and_keeps_its_rows(run: Path, tmp_path: Path) ->
         "INSERT INTO serving_steps VALUES ('old','s-r1',0,'s','vllm',1,'[]','[]','pass','[]',1.5,NULL)"
     )
     conn.commit()
+    return conn
+
+
+def test_v4_store_migrates_to_the_current_schema_and_keeps_its_rows(run: Path, tmp_path: Path) -> None:
+    assert SCHEMA_VERSION == 6
+    path = tmp_path / "orch.db"
+    conn = _old_store(path, 4)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "serving_faults" not in tables
     conn.close()
     with ResultsStore.open(path) as s:
-        assert s.version == 5
+        assert s.version == SCHEMA_VERSION
         assert s.run("old") is not None
         assert s.conn.execute("SELECT load_to_health_s FROM serving_steps").fetchone()[0] == 1.5
         assert _faults(s) == []
@@ -132,6 +138,9 @@ def test_html_has_a_timeline_per_fault_with_the_outage_shaded_and_the_numbers(ru
     for figure in figures:
         assert figure in section, figure
     assert 'id="serving-faults"' in section and 'id="serving-fault-spread"' in section
+    # a kill is not undone: its hold ended, nothing was reverted (the engine's restart brought it back)
+    assert 'fault ended after</td><td class="num">0.10 s (nothing to revert)' in section
+    assert "reverted after" not in section
     # spread over the two repeats: median (min to max, n)
     assert "2.35 (1.75 to 2.95, n=2)" in section and "2.45 (1.80 to 3.10, n=2)" in section
 
@@ -218,7 +227,11 @@ def test_openmetrics_fault_lines_parse(run: Path) -> None:
     assert steady == {"1": pytest.approx(3.1), "2": pytest.approx(1.8)}
     s = fams["orch_serving_fault_failed_requests"].samples[0]
     assert s.value == 20 and {k: s.labels[k] for k in ("step", "level", "kind", "target")} == {
-        "step": STEP, "level": "c4", "kind": "kill-worker", "target": "localhost:engine"}
+        "step": STEP,
+        "level": "c4",
+        "kind": "kill-worker",
+        "target": "localhost:engine",
+    }
     assert [x.value for x in fams["orch_serving_fault_recovered"].samples] == [1.0, 1.0]
 
 
@@ -240,3 +253,81 @@ def test_step_result_builder_matches_the_records() -> None:
     s = step_result(records())
     assert s.faults[0].injected_at == FAULT1 and s.levels[0].summary is not None
     assert s.levels[0].summary.n == 400  # warm-up left out
+
+
+def test_the_load_time_table_has_a_row_per_start_each_with_its_job() -> None:
+    """The engine's first start and each restart, with its own job and its time to health (the
+    engine's job_id is the last restart's; the first job is kept apart)."""
+    from types import SimpleNamespace
+
+    from orchestrator.models.serving_results import EngineRun
+    from orchestrator.report.serving import LOAD_HEAD, load_rows
+
+    sres = step_result(records())
+    engine = EngineRun(node="localhost", url="http://localhost:8000", job_id="local-2",
+                       first_job_id="local-0", health="healthy", load_to_health_s=4.25,
+                       job_state="CANCELLED")  # fmt: skip
+    sres = sres.model_copy(update={"engines": [engine]})
+    rows = load_rows(SimpleNamespace(serving=[sres]))  # type: ignore[arg-type]
+    assert LOAD_HEAD[2] == "start" and LOAD_HEAD[-2:] == ["job", "job state"]
+    assert [(r[2], r[-2], r[-1]) for r in rows] == [
+        ("first", "local-0", "-"), ("restart 1", "local-1", "-"), ("restart 2", "local-2", "CANCELLED"),
+    ]  # fmt: skip
+    assert rows[0][4] == "4.25" and rows[1][4] == "1.4" and rows[1][3] == "healthy"
+
+
+def _with_variant(run: Path, variant: str | None) -> None:
+    """Rewrite the run's serving step as one that ran the stack's engine variant ``variant``."""
+    from orchestrator.models.run import RunResult
+    from orchestrator.safefs import atomic_write
+
+    result = RunResult.model_validate_json((run / "result.json").read_text())
+    sv = [
+        x.model_copy(update={"step": x.step.model_copy(update={"variant": variant})}) for x in result.serving
+    ]
+    atomic_write(run / "result.json", result.model_copy(update={"serving": sv}).model_dump_json())
+
+
+def test_v5_store_gains_the_variant_column_and_old_rows_read_as_none(run: Path, tmp_path: Path) -> None:
+    path = tmp_path / "orch.db"
+    _old_store(path, 5).close()
+    _with_variant(run, "aiter")
+    with ResultsStore.open(path) as s:
+        assert s.version == 6
+        s.ingest(run)
+        rows = s.conn.execute("SELECT run_id, engine, variant FROM serving_steps ORDER BY run_id").fetchall()
+    assert [tuple(r) for r in rows] == [(run.name, "transformers", "aiter"), ("old", "vllm", None)]
+
+
+def test_compare_names_each_sides_engine_and_variant(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from orchestrator.cli.compare import render_serving_table
+    from orchestrator.report.compare import compare_runs
+
+    a = make_fault_run(tmp_path / "a", "20261202T120000Z-serving-aaaa")
+    b = make_fault_run(tmp_path / "b", "20261202T130000Z-serving-bbbb")
+    _with_variant(b, "aiter")
+    c = compare_runs(load_run(a), load_run(b))
+    assert {(r.engine_a, r.engine_b) for r in c.serving} == {("transformers", "transformers (aiter)")}
+    assert '"engine_b":"transformers (aiter)"' in c.model_dump_json()  # orch compare --json
+    console = Console(width=250, record=True)
+    console.print(render_serving_table(c, only_changed=False))
+    text = console.export_text()
+    assert "engine A / B" in text and "transformers / transformers (aiter)" in text
+
+
+def test_the_failed_count_is_named_as_the_clients_with_the_pace_it_follows(run: Path) -> None:
+    """A closed-loop worker retries 50 ms after a refused connection: the failures while the engine
+    is down count the client's retries, so every report names the count as the client's."""
+    from orchestrator.report.serving_faults import client_pace, fault_cases
+
+    rec = load_run(run)
+    md = render_markdown(rec)
+    assert "| failed (client-side count) | aborted |" in md
+    section = _section(render_html(rec))
+    assert 'failed / aborted (client-side count)</td><td class="num">20 / 0' in section
+    assert "closed loop: each worker retries 50 ms after a refused connection" in section
+    (first, _) = fault_cases(rec)
+    assert "20 failed, 0 aborted (client-side count; closed loop: each worker retries 50 ms" in first.message
+    assert client_pace("r0.5").startswith("open loop: the requests the plan's arrival schedule sent")
