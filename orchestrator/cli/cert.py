@@ -82,6 +82,11 @@ def _show(path: Path, cert: Certificate, problems: list[str]) -> None:
         out.print(f"stack {cert.stack.stack}: {cert.stack.compatibility}; {versions}")
     else:
         out.print("stack: no fingerprint was taken in this run")
+    if cert.signature is not None:
+        out.print(f"signed by {cert.signature.key_id} (orch cert verify FILE --pubkey KEY.pub checks it)",
+                  markup=False)  # fmt: skip
+    else:
+        out.print("unsigned: only the content hash guards it", markup=False)
     cols = [Col("step", whole=True), Col("ranks", whole=True), Col("collective", whole=True),
             Col("size", whole=True), Col("metric", whole=True), Col("limit", whole=True),
             Col("measured", whole=True), Col("", whole=True)]  # fmt: skip

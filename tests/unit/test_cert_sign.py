@@ -168,6 +168,9 @@ def test_the_cli_says_unsigned_signed_or_valid(
     with pytest.raises(SystemExit) as info:
         main(["cert", "verify", str(path), "--pubkey", str(pub)])
     assert info.value.code == 0 and "signature valid" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main(["cert", "show", "localhost", "--dir", str(path.parents[2])])
+    assert info.value.code == 0 and "signed by ed25519:" in capsys.readouterr().out
 
 
 def test_a_wrong_key_and_a_swapped_key_id_fail(tmp_path: Path, keys: tuple[Path, Path]) -> None:
@@ -299,15 +302,22 @@ def _quick_setup(tmp_path: Path, key: Path | None, *, pubkey_var: Path | None = 
 def test_check_quick_verifies_the_signature_when_a_public_key_is_configured(
     tmp_path: Path, keys: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from orchestrator.inventory import load_inventory
+
     priv, pub = keys
     _fingerprint_now(monkeypatch, _matching("node1"))
-    inv, root = _quick_setup(tmp_path / "a", priv, pubkey_var=pub)
+    inv, root = _quick_setup(tmp_path / "a", priv, pubkey_var=Path("../keys/lab.key.pub"))
+    assert load_inventory(inv).vars.orch_cert_pubkey == tmp_path / "a" / "../keys/lab.key.pub"
     assert quick_check("node1", inv, root, now=NOW).ok
     path = cert_path(root / "r1", "node1")
     _forge(path, lambda d: d["tests"][0].update(measured=9.0))
     res = quick_check("node1", inv, root, now=NOW)
     assert not res.ok and res.problems[0].startswith("certificate signature: the signature does not match")
-    assert quick_check("node1", inv, root, now=NOW, pubkey=None).ok is False  # the inventory's key holds
+    # the same forgery passes where no key is configured (the hash was recomputed): the key is what catches it
+    inv_nokey = tmp_path / "a" / "nokey.yml"
+    inv_nokey.write_text(yaml.safe_dump({"all": {"hosts": {"node1": {"ansible_host": "198.18.0.11"}}}}))
+    assert quick_check("node1", inv_nokey, root, now=NOW).ok
+    assert not quick_check("node1", inv_nokey, root, now=NOW, pubkey=pub).ok
     # an unsigned certificate: fine without a key, refused with --pubkey
     inv2, root2 = _quick_setup(tmp_path / "b", None)
     assert quick_check("node1", inv2, root2, now=NOW).ok
