@@ -83,9 +83,11 @@ _READ = (
     "orch_gpu_hour_cost",
     "orch_node_dir",
     "orch_shared_dirs",
+    "orch_cert_pubkey",
 )
 _CLUSTER_VARS = (
     "orch_slurm_conf", "orch_lab_state", "orch_partition", "orch_stack", "orch_node_dir", "orch_shared_dirs",
+    "orch_cert_pubkey",
 )  # fmt: skip
 # orch_node_dir and orch_shared_dirs become paths on the nodes, in Slurm --output patterns and
 # shell lines (quoted): absolute, plain characters only.
@@ -524,7 +526,7 @@ def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> Cl
         if (word := values.get(var)) is not None and (why := host_name_problem(word)):
             problems.append(f"{var}={word!r} {why}")
             values.pop(var)
-    for var in ("orch_slurm_conf", "orch_lab_state"):
+    for var in ("orch_slurm_conf", "orch_lab_state", "orch_cert_pubkey"):
         if var in values:
             p = Path(values[var]).expanduser()
             values[var] = p if p.is_absolute() else base / p

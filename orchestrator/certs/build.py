@@ -9,12 +9,13 @@ scaling efficiency against its noise band, and #wrong.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from orchestrator.certs import digest
 from orchestrator.errors import ConfigError
 from orchestrator.metrics import verdict as V
-from orchestrator.models.cert import Certificate, CertTest, Refusal, StackSummary, SurvivedFault
+from orchestrator.models.cert import Certificate, CertTest, RawLog, Refusal, StackSummary, SurvivedFault
 from orchestrator.models.fingerprint import COMPATS, Fingerprint
 from orchestrator.models.names import is_name
 from orchestrator.models.plan import Plan
@@ -108,8 +109,19 @@ def _step_refusal(res: StepResult) -> str:
     return f"step {sid} {what}{blamed}" + (f": {why}" if why else "")
 
 
-def certify(rec: RunRecord, *, now: datetime, valid_days: int) -> tuple[list[Certificate], list[Refusal]]:
+def thresholds_from(rec: RunRecord, plan: Plan) -> str:
+    """Where a run's thresholds came from: its resolved plan (plan.json), and the hash of them."""
+    held = digest.sha256(plan.thresholds.model_dump(mode="json"))
+    return f"plan {plan.name} of run {rec.run_id} (plan.json), thresholds {held}"
+
+
+def certify(
+    rec: RunRecord, *, now: datetime, valid_days: int, logs: Mapping[str, list[RawLog]] | None = None
+) -> tuple[list[Certificate], list[Refusal]]:
     """The certificates (sealed: field digests and content hash filled in) and the refusals of a run.
+
+    logs: step id -> the hashes of the step's raw logs (service.raw_logs reads them), copied into
+    the certificate of each node of the step.
 
     Raises ConfigError when the run is still running, valid_days is below 1, or the run has no
     readable plan (its thresholds are unknown).
@@ -185,6 +197,9 @@ def certify(rec: RunRecord, *, now: datetime, valid_days: int) -> tuple[list[Cer
             stack=summary,
             tests=tests,
             faults=_faults(rec.recovery, node, steps),
+            raw_logs=[r for s in mine for r in (logs or {}).get(s.step.id, [])],
+            thresholds_from=thresholds_from(rec, rec.plan),
+            baseline_sha256=None,  # no fleet baseline exists yet (issue 26, item 5)
         )
         certs.append(seal(cert))
     return certs, refused

@@ -19,6 +19,9 @@ so a figure written as a string, or a number changed in its last digit, is an ed
 key order are not. `field_digests` holds the same hash of each other top-level field, and of each
 item of a list field (`tests[3]`), so a failed check can name what changed; the content hash covers
 `field_digests` too, so editing a digest to match is caught as well.
+
+`signature` is outside both: it signs the content hash (certs.sign), so it cannot be under it.
+Removing it leaves an intact, unsigned certificate, which a check with a public key refuses.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from typing import Any
 
 HASH_FIELD = "content_hash"
 DIGESTS_FIELD = "field_digests"
+SIGNATURE_FIELD = "signature"
+_NOT_HASHED = (HASH_FIELD, DIGESTS_FIELD, SIGNATURE_FIELD)
 PREFIX = "sha256:"
 
 
@@ -44,11 +49,17 @@ def sha256(data: Any) -> str:
     return PREFIX + hashlib.sha256(canonical(data)).hexdigest()
 
 
+def bytes_sha256(data: bytes) -> str:
+    """'sha256:' + the hex digest of data as it is (a raw log's bytes)."""
+    return PREFIX + hashlib.sha256(data).hexdigest()
+
+
 def field_digests(data: dict[str, Any]) -> dict[str, str]:
-    """sha256 of each top-level field but the two hash fields, and of each item of a list field."""
+    """sha256 of each top-level field but the hash fields and the signature, and of each item of a
+    list field."""
     out: dict[str, str] = {}
     for key, value in data.items():
-        if key in (HASH_FIELD, DIGESTS_FIELD):
+        if key in _NOT_HASHED:
             continue
         out[key] = sha256(value)
         if isinstance(value, list):
@@ -57,8 +68,9 @@ def field_digests(data: dict[str, Any]) -> dict[str, str]:
 
 
 def seal(data: dict[str, Any]) -> dict[str, Any]:
-    """data with field_digests and content_hash filled in (a new dict; data is not changed)."""
-    body = {k: v for k, v in data.items() if k not in (HASH_FIELD, DIGESTS_FIELD)}
+    """data with field_digests and content_hash filled in, and no signature (a new dict; data is not
+    changed): a signature made before no longer signs what was sealed."""
+    body = {k: v for k, v in data.items() if k not in _NOT_HASHED}
     body[DIGESTS_FIELD] = field_digests(body)
     return {**body, HASH_FIELD: sha256(body)}
 
@@ -70,7 +82,7 @@ def changes(data: dict[str, Any]) -> list[str]:
     recorded field digests allow it, else says that the content hash does not match.
     """
     claimed = data.get(HASH_FIELD)
-    body = {k: v for k, v in data.items() if k != HASH_FIELD}
+    body = {k: v for k, v in data.items() if k not in (HASH_FIELD, SIGNATURE_FIELD)}
     if not isinstance(claimed, str) or not claimed.startswith(PREFIX):
         return [f"{HASH_FIELD} is missing or not a 'sha256:' digest"]
     try:

@@ -9,6 +9,10 @@ Two ways to read the fingerprint. On the node itself (a Slurm prolog, no invento
 runs on this machine, the stack is the one the certificate names, found by that name among the
 package's stacks, and no inventory, SSH or Ansible code is loaded. From a controller with an
 inventory: over one kept-open shell to the node as the inventory names it.
+
+When a public key is configured (`--pubkey`, or the inventory's `orch_cert_pubkey`), the
+certificate must also carry a valid signature by that key (certs.sign; `cryptography` is loaded
+only then).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from pydantic import Field
 
 from orchestrator.certs import digest
-from orchestrator.certs.service import latest
+from orchestrator.certs.service import latest, signature_problems
 from orchestrator.errors import ConfigError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cert import Certificate
@@ -41,11 +45,14 @@ def this_machine(node: str) -> Cluster:
     return Cluster(source=Path("(this machine)"), nodes=[here])
 
 
-def quick_check(node: str, inventory: Path | None, root: Path, *, now: datetime | None = None) -> QuickCheck:
-    """Check node's newest certificate under root and its fingerprint now (see the module doc):
+def quick_check(
+    node: str, inventory: Path | None, root: Path, *, now: datetime | None = None, pubkey: Path | None = None
+) -> QuickCheck:
+    """Check node's newest certificate under root, its signature when a public key is configured
+    (pubkey, else the inventory's orch_cert_pubkey), and its fingerprint now (see the module doc):
     over SSH from `inventory`, or on this machine when inventory is None.
     Raises ConfigError when the node name is not a plain name, the node is not in the inventory,
-    or the stack is not one of orch's."""
+    the stack is not one of orch's, or the public key cannot be read."""
     from orchestrator.provision.fingerprint import compare
     from orchestrator.provision.quickprint import quick_fingerprint
     from orchestrator.stacks import manifest_sha256, packaged_stack
@@ -65,6 +72,9 @@ def quick_check(node: str, inventory: Path | None, root: Path, *, now: datetime 
     except ConfigError as e:
         return QuickCheck(node=node, ok=False, problems=[e.message])
     found = [f"certificate edited: {p}" for p in problems]
+    key = pubkey or (cluster.vars.orch_cert_pubkey if cluster is not None else None)
+    if key is not None and not problems:
+        found += [f"certificate signature: {p}" for p in signature_problems(cert, key)]
     if cert.expired(now or datetime.now(UTC)):
         found.append(f"certificate of run {cert.run_id} expired on {cert.valid_until:%Y-%m-%d %H:%M %Z}")
     stack_name = cert.stack.stack if cert.stack else cluster.vars.orch_stack if cluster else None

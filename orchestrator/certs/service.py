@@ -12,17 +12,20 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from orchestrator.certs import digest
+from orchestrator.certs import digest, sign
 from orchestrator.errors import ConfigError
-from orchestrator.models.cert import CertCheck, CertEntry, Certificate, IssueResult
+from orchestrator.models.cert import CertCheck, CertEntry, Certificate, IssueResult, RawLog
 from orchestrator.models.names import check_name
 from orchestrator.paths import under
 from orchestrator.safefs import NotInside, atomic_write, read_inside, untrusted_folder
 from orchestrator.store.rundir import json_data
+
+if TYPE_CHECKING:
+    from orchestrator.models.run import RunRecord
 
 # certs.build and store.load are imported where they are used: `orch check --quick` (a prolog)
 # reads certificates through this module and must not load the run and plan models.
@@ -45,19 +48,55 @@ def cert_text(cert: Certificate) -> str:
     return json.dumps(cert.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
 
 
-def issue(run_dir: Path, *, valid_days: int = DEFAULT_VALID_DAYS, now: datetime | None = None) -> IssueResult:
-    """Certify the nodes of the finished run in run_dir that passed; write certs/<node>.json.
+def raw_logs(rec: RunRecord) -> dict[str, list[RawLog]]:
+    """step id -> the hash of each raw log in steps/<id>/ of the run folder (its final attempt: the
+    one the figures were parsed from; report.common.step_logs finds them, never through a link).
+
+    Raises ConfigError when a log cannot be read.
+    """
+    from orchestrator.report.common import step_logs  # issue only: check --quick stays light
+
+    out: dict[str, list[RawLog]] = {}
+    for res in rec.steps:
+        sid = res.step.id
+        folder = rec.run_dir / "steps" / sid
+        for p in step_logs(rec, sid):
+            if p.parent != folder:
+                continue
+            try:
+                data = read_inside(rec.run_dir, p)
+            except OSError as e:
+                raise ConfigError(f"{p}: raw log cannot be read ({e.strerror or e})") from e
+            out.setdefault(sid, []).append(
+                RawLog(step=sid, path=p.relative_to(rec.run_dir).as_posix(), sha256=digest.bytes_sha256(data))
+            )
+    return out
+
+
+def issue(
+    run_dir: Path,
+    *,
+    valid_days: int = DEFAULT_VALID_DAYS,
+    now: datetime | None = None,
+    key: Path | None = None,
+) -> IssueResult:
+    """Certify the nodes of the finished run in run_dir that passed; write certs/<node>.json,
+    signed with the Ed25519 private key in the file `key` when it is given (certs.sign).
 
     Raises ConfigError when run_dir is not a run folder, is still running or has no readable plan,
-    or valid_days < 1; InfraError when a file cannot be written.
+    valid_days < 1, or the key file is refused (mode not 0600, not a key): then nothing is written;
+    InfraError when a file cannot be written.
     """
     from orchestrator.certs.build import certify
     from orchestrator.store.load import load_run
 
+    private = sign.load_private(key) if key is not None else None
     rec = load_run(run_dir)
-    certs, refused = certify(rec, now=now or datetime.now(UTC), valid_days=valid_days)
+    certs, refused = certify(rec, now=now or datetime.now(UTC), valid_days=valid_days, logs=raw_logs(rec))
     result = IssueResult(run_id=rec.run_id, refused=refused)
     for cert in certs:
+        if private is not None:
+            cert = sign.sign(cert, private)
         path = cert_path(run_dir, cert.node)
         atomic_write(path, cert_text(cert))
         result.issued[cert.node] = str(path)
@@ -92,15 +131,31 @@ def check_data(path: Path, data: dict[str, Any]) -> tuple[Certificate | None, li
     return cert, problems
 
 
-def verify(path: Path) -> CertCheck:
-    """Whether the certificate file at path is intact; the problems name what changed.
+def signature_problems(cert: Certificate, pubkey: Path) -> list[str]:
+    """Why cert's signature does not hold against the public key file pubkey (empty: it holds).
+    Loads `cryptography` (certs.sign) only when called. Raises ConfigError when the key is refused."""
+    return sign.check(cert, pubkey)
 
-    Raises ConfigError when the file cannot be read or is not a JSON object.
+
+def verify(path: Path, *, pubkey: Path | None = None) -> CertCheck:
+    """Whether the certificate file at path is intact and, with pubkey, signed by that key; the
+    problems name what changed, or why the signature does not hold (an unsigned certificate fails
+    when pubkey is given).
+
+    Raises ConfigError when the file cannot be read or is not a JSON object, or the public key
+    cannot be read.
     """
     data = _read_json(path, None)
     cert, problems = check_data(path, data)
     node = cert.node if cert else (str(data["node"]) if isinstance(data.get("node"), str) else None)
-    return CertCheck(path=str(path), node=node, ok=not problems, problems=problems)
+    signed_by = cert.signature.key_id if cert is not None and cert.signature is not None else None
+    if pubkey is not None:
+        if cert is None:
+            problems.append("the signature cannot be checked: the certificate is invalid")
+        elif not problems:
+            problems += signature_problems(cert, pubkey)
+    return CertCheck(path=str(path), node=node, ok=not problems, problems=problems, signed_by=signed_by,
+                     signature_checked=pubkey is not None and not problems)  # fmt: skip
 
 
 def cert_files(root: Path) -> list[Path]:

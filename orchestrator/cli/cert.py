@@ -1,4 +1,4 @@
-"""CLI commands: per-node certificates (`orch cert issue/show/verify/list`)."""
+"""CLI commands: per-node certificates (`orch cert keygen/issue/show/verify/list/resume`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from orchestrator.models.plan import format_size, parse_size
 
 cert_app = typer.Typer(
     name="cert",
-    help="Per-node certificates: issue from a run, show, verify, list; resume a drained node.",
+    help="Per-node certificates: make a signing key, issue from a run, show, verify, list; resume a "
+    "drained node.",
     no_args_is_help=True,
 )
 DirOpt = Annotated[
@@ -24,15 +25,38 @@ DirOpt = Annotated[
 ]
 
 
+@cert_app.command("keygen")
+def keygen_cmd(
+    private_key: Annotated[Path, typer.Argument(help="The private key file to create (mode 0600).")],
+    public_key: Annotated[
+        Path | None, typer.Option("--pub", help="The public key file to create (default: PRIVATE_KEY.pub).")
+    ] = None,
+) -> int:
+    """Make an Ed25519 key pair for signing certificates; never overwrites a file. Keep the private
+    key with the lab team; give the public key to whoever verifies (and to check --quick)."""
+    from orchestrator.certs import sign
+
+    pair = sign.keygen(private_key, public_key)
+    out.print(f"private key {pair.private_key} (0600), public key {pair.public_key}", markup=False)
+    out.print(f"key id {pair.key_id}", markup=False)
+    return EXIT_OK
+
+
 @cert_app.command("issue")
 def issue_cmd(
     run_dir: Annotated[Path, typer.Argument(help="The run folder of a finished scale-test.")],
     valid_days: Annotated[
         int, typer.Option("--valid-days", min=1, help="Days until the certificates expire.")
     ] = service.DEFAULT_VALID_DAYS,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key", help="Sign with the Ed25519 private key in this file (mode 0600; cert keygen)."
+        ),
+    ] = None,
 ) -> int:
     """Certify each node whose every step passed: RUN_DIR/certs/NODE.json. Exit 1 when a node is refused."""
-    res = service.issue(run_dir, valid_days=valid_days)
+    res = service.issue(run_dir, valid_days=valid_days, key=key)
     for node, path in res.issued.items():
         out.print(styled("certified", "green"), f"{node}: {path}")
     for r in res.refused:
@@ -58,6 +82,11 @@ def _show(path: Path, cert: Certificate, problems: list[str]) -> None:
         out.print(f"stack {cert.stack.stack}: {cert.stack.compatibility}; {versions}")
     else:
         out.print("stack: no fingerprint was taken in this run")
+    if cert.signature is not None:
+        out.print(f"signed by {cert.signature.key_id} (orch cert verify FILE --pubkey KEY.pub checks it)",
+                  markup=False)  # fmt: skip
+    else:
+        out.print("unsigned: only the content hash guards it", markup=False)
     cols = [Col("step", whole=True), Col("ranks", whole=True), Col("collective", whole=True),
             Col("size", whole=True), Col("metric", whole=True), Col("limit", whole=True),
             Col("measured", whole=True), Col("", whole=True)]  # fmt: skip
@@ -83,11 +112,28 @@ def show_cmd(node: Annotated[str, typer.Argument(help="Node name.")], root: DirO
 
 
 @cert_app.command("verify")
-def verify_cmd(file: Annotated[Path, typer.Argument(help="A certificate file (NODE.json).")]) -> int:
-    """Check FILE's content hash; exit 1 naming what changed when it was edited."""
-    check = service.verify(file)
+def verify_cmd(
+    file: Annotated[Path, typer.Argument(help="A certificate file (NODE.json).")],
+    pubkey: Annotated[
+        Path | None,
+        typer.Option(
+            "--pubkey", help="Also require a valid signature by the Ed25519 public key in this file."
+        ),
+    ] = None,
+) -> int:
+    """Check FILE's content hash, and with --pubkey its signature; exit 1 naming what changed when
+    it was edited, or why the signature does not hold (an unsigned certificate fails with --pubkey)."""
+    check = service.verify(file, pubkey=pubkey)
     if check.ok:
-        out.print(styled("intact", "green"), f"{file}: certificate of {check.node}, content hash matches")
+        if check.signature_checked:
+            sig = f"signed by {check.signed_by}, signature valid"
+        elif check.signed_by:
+            sig = f"signed by {check.signed_by}, signature not checked (no --pubkey)"
+        else:
+            sig = "unsigned (only the content hash is checked: anyone can recompute it)"
+        out.print(
+            styled("intact", "green"), f"{file}: certificate of {check.node}, content hash matches; {sig}"
+        )
         return EXIT_OK
     for p in check.problems:
         err.print(f"{file}: {p}", style="red")

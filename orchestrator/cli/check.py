@@ -33,9 +33,18 @@ def check_cmd(
     root: Annotated[
         Path, typer.Option("--dir", help="The folder of run folders holding certificates.")
     ] = Path("runs"),
+    pubkey: Annotated[
+        Path | None,
+        typer.Option(
+            "--pubkey",
+            help="Require a valid signature by the Ed25519 public key in this file "
+            "(default: the inventory's orch_cert_pubkey; none: not checked).",
+        ),
+    ] = None,
 ) -> int:
-    """Exit 1 when NODE's newest certificate is missing, edited or expired, or its fingerprint
-    drifted against the stack; 0 otherwise (for a Slurm prolog or health-check program)."""
+    """Exit 1 when NODE's newest certificate is missing, edited, expired or (with a public key)
+    not signed by it, or its fingerprint drifted against the stack; 0 otherwise (for a Slurm prolog
+    or health-check program)."""
     import socket
 
     from orchestrator.certs.quick import quick_check
@@ -43,7 +52,7 @@ def check_cmd(
     if not quick:
         say("only --quick exists today", stream=sys.stderr)
         return EXIT_USAGE
-    res = quick_check(node or socket.gethostname().split(".")[0], inventory, root)
+    res = quick_check(node or socket.gethostname().split(".")[0], inventory, root, pubkey=pubkey)
     for p in res.problems:
         say(f"{res.node}: {p}", stream=sys.stderr)
     if res.ok:

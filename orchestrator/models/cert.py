@@ -5,7 +5,10 @@ folder alone (orchestrator.certs). Every figure in it is copied from the run's r
 in, and the content hash (orchestrator.certs.digest) lets `orch cert verify` find any later edit.
 
 The hash is integrity, not authenticity: anyone who can write the file can also recompute the hash.
-It tells an edited or damaged certificate from an intact one; it does not prove who issued it.
+It tells an edited or damaged certificate from an intact one; it does not prove who issued it. A
+certificate issued with `--key` also carries an Ed25519 signature (orchestrator.certs.sign) over a
+SignedPayload: the content hash, the fingerprint hash, the raw logs' hashes, the thresholds and
+where they came from, and the fleet baseline's hash. Only the holder of the private key can make it.
 """
 
 from __future__ import annotations
@@ -21,8 +24,15 @@ from orchestrator.models.fingerprint import FieldDrift
 from orchestrator.models.names import LongId, Name
 from orchestrator.models.results import Collective
 
-CERT_FORMAT: Literal[1] = 1
-"""Bumped when the fields change meaning; a reader refuses a format it does not know."""
+CERT_FORMAT: Literal[2] = 2
+"""Bumped when the fields change meaning; a reader refuses a format it does not know. Format 2 added
+raw_logs, thresholds_from, baseline_sha256 and signature; a format 1 file still reads (unsigned)."""
+
+SIGNED_PURPOSE: Literal["orch-certificate-signature-v1"] = "orch-certificate-signature-v1"
+"""Written into every signed payload, so a signature made for a certificate means nothing elsewhere."""
+
+SHA256_TEXT = r"^sha256:[0-9a-f]{64}$"
+KEY_ID = r"^ed25519:[0-9a-f]{32}$"
 
 Metric = Literal["busbw_gbs", "scaling_efficiency", "wrong"]
 
@@ -68,6 +78,61 @@ class CertTest(StrictModel):
     passed: bool
 
 
+class RawLog(StrictModel):
+    """One raw log of a step the node's figures came from, by its hash."""
+
+    step: Name
+    path: str = Field(description="the file, relative to the run folder (steps/<step>/rank-0.log)")
+    sha256: str = Field(pattern=SHA256_TEXT, description="'sha256:' + hex digest of the file's bytes")
+
+
+class CertSignature(StrictModel):
+    """An Ed25519 signature over the canonical JSON of the certificate's SignedPayload."""
+
+    algorithm: Literal["ed25519"] = "ed25519"
+    key_id: str = Field(
+        pattern=KEY_ID, description="'ed25519:' + the first 32 hex digits of sha256(raw public key)"
+    )
+    value: str = Field(pattern=r"^[A-Za-z0-9+/]*={0,2}$", description="the signature, base64")
+
+
+class SignedThreshold(StrictModel):
+    """A limit a figure of the certificate was held against (a test's threshold, with what it is for)."""
+
+    step: Name
+    collective: Collective
+    metric: Metric
+    size_bytes: int | None
+    threshold: float | None
+
+
+class SignedPayload(StrictModel):
+    """What the signature covers. Its canonical JSON (certs.digest.canonical) is the signed bytes.
+
+    content_hash already covers every field of the certificate; the other fields name again, on
+    their own, what a reader must be able to trust without re-deriving the hash's input: where the
+    figures came from (raw logs), what they were held against, and the node's stack and baseline.
+    """
+
+    purpose: Literal["orch-certificate-signature-v1"] = SIGNED_PURPOSE
+    node: Name
+    run_id: LongId
+    content_hash: str = Field(pattern=SHA256_TEXT)
+    fingerprint_sha256: str | None = Field(description="the stack fingerprint's hash; None: none taken")
+    raw_logs: list[RawLog]
+    thresholds: list[SignedThreshold]
+    thresholds_from: str | None
+    baseline_sha256: str | None = Field(description="the fleet baseline's hash; None: no baseline (today)")
+
+
+class KeyPair(StrictModel):
+    """What `orch cert keygen` wrote."""
+
+    private_key: str = Field(description="the private key file (PEM, PKCS#8, mode 0600)")
+    public_key: str = Field(description="the public key file (PEM, SubjectPublicKeyInfo)")
+    key_id: str = Field(pattern=KEY_ID)
+
+
 class SurvivedFault(StrictModel):
     """A fault injected while the node worked, and how the run came through it."""
 
@@ -83,7 +148,7 @@ class SurvivedFault(StrictModel):
 class Certificate(StrictModel):
     """What one node passed in one run. `content_hash` covers every other field (see certs.digest)."""
 
-    format: Literal[1] = CERT_FORMAT
+    format: Literal[1, 2] = CERT_FORMAT
     node: Name
     run_id: LongId
     plan: str
@@ -95,12 +160,25 @@ class Certificate(StrictModel):
     )
     tests: list[CertTest] = Field(min_length=1)
     faults: list[SurvivedFault] = Field(default_factory=list)
+    raw_logs: list[RawLog] = Field(
+        default_factory=list, description="the raw logs of the steps its figures came from, by hash"
+    )
+    thresholds_from: str | None = Field(
+        default=None, description="where the thresholds came from: the run's plan, and the hash of them"
+    )
+    baseline_sha256: str | None = Field(
+        default=None, description="the fleet baseline the node was judged against; None: none exists yet"
+    )
     field_digests: dict[str, str] = Field(
         default_factory=dict,
         description="sha256 of each other top-level field and of each item of a list field ('tests[3]'): "
         "names what an edit changed",
     )
     content_hash: str = Field(default="", description="'sha256:' + hex digest of the canonical JSON")
+    signature: CertSignature | None = Field(
+        default=None,
+        description="None: unsigned. Not under content_hash: it signs it (certs.sign, SignedPayload)",
+    )
 
     def expired(self, now: datetime) -> bool:
         """Whether valid_until has passed at now."""
@@ -129,6 +207,10 @@ class CertCheck(StrictModel):
     node: str | None = None
     ok: bool
     problems: list[str] = Field(default_factory=list, description="which field changed, or why it is invalid")
+    signed_by: str | None = Field(default=None, description="the key id of the signature; None: unsigned")
+    signature_checked: bool = Field(
+        default=False, description="the signature was verified against a public key given"
+    )
 
 
 class CertEntry(StrictModel):

@@ -187,6 +187,11 @@ class ClusterVars(StrictModel):
         default=None,
         description="each node's own folder for run data, <dir>/<run-id>/ (None: /var/tmp/orch)",
     )
+    orch_cert_pubkey: Path | None = Field(
+        default=None,
+        description="the Ed25519 public key (PEM) `orch check --quick` verifies certificates' signatures "
+        "with; None: signatures are not checked",
+    )
     orch_shared_dirs: list[Path] = Field(
         default_factory=list,
         description="folders every node sees at the same path (NFS): a run directory under one is "

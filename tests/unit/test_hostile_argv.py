@@ -23,8 +23,8 @@ from pydantic import ValidationError
 from test_injection import hostile as hostile50
 
 from orchestrator.errors import OrchError
-from orchestrator.faults.kinds import link, netfilter, tc
 from orchestrator.faults.base import RECORD_ROOT
+from orchestrator.faults.kinds import link, netfilter, tc
 from orchestrator.inventory import ssh_option_problem
 from orchestrator.models.cluster import Node
 from orchestrator.models.fault import FaultParams
