@@ -287,3 +287,16 @@ def test_collectives_in_file_name(name: str, names: list[str]) -> None:
     from orchestrator.parse import collectives_in_name
 
     assert collectives_in_name(Path(name)) == names
+
+
+def test_parse_shows_step_states_and_the_step_that_decided(capsys: pytest.CaptureFixture[str]) -> None:
+    """martius-lab/cluster_utils#87: jobs Slurm recorded COMPLETED whose srun step was CANCELLED."""
+    path = str(FIXTURES / "slurm/sacct-CANCELLED-srun-step-signal.txt")
+    rc, out, _ = _run(["parse", path], capsys)
+    assert rc == 0
+    assert out.count("CANCELLED (step 0)") == 4 and "0 CANCELLED" in out
+    rc, out, _ = _run(["parse", "--json", path], capsys)
+    jobs = json.loads(out)[0]["jobs"]
+    assert {j["status"] for j in jobs.values()} == {"CANCELLED"}
+    assert jobs["239023"]["raw_state"] == "COMPLETED" and jobs["239023"]["decided_by"] == "0"
+    assert jobs["239023"]["steps"]["0"] == "CANCELLED"
