@@ -528,14 +528,17 @@ def _guidellm_benchmark(
             fields[field] = _convert(
                 "int", _path(successful(metric), "total_sum"), f"{where}.{metric}.total_sum"
             )
-    totals = b.get("request_totals")
+    # schema version 2 (guidellm 0.4+): request_totals under metrics, the strategy, backend and
+    # profile under config; before it: request_totals, args and worker beside metrics
+    v2 = "request_totals" in metrics and "request_totals" not in b
+    totals = metrics.get("request_totals") if v2 else b.get("request_totals")
     if not isinstance(totals, dict):
-        raise ParseError(f"{where} has no request_totals")
+        raise ParseError(f"{where} has no request_totals (neither beside its metrics nor in them)")
     fields["completed"] = _convert("int", totals.get("successful"), f"{where}.request_totals.successful")
     fields["failed"] = _convert("int", totals.get("errored"), f"{where}.request_totals.errored")
     fields["incomplete"] = _convert("int", totals.get("incomplete"), f"{where}.request_totals.incomplete")
     fields["duration_s"] = _convert("float", b.get("duration"), f"{where}.duration")
-    strategy = _path(b, "args", "strategy")
+    strategy = _path(b, "config" if v2 else "args", "strategy")
     if not isinstance(strategy, dict):
         strategy = {}
     stype = _convert("str", strategy.get("type_"), f"{where}.args.strategy.type_")
@@ -551,26 +554,35 @@ def _guidellm_benchmark(
         )
     if rate is not None:
         fields["request_rate"] = _convert("rate", rate, f"{where}.args.strategy.rate")
-    label = f"{stype}@{rate:g}" if stype is not None and isinstance(rate, int | float) else stype
+    # as guidellm's console names its benchmarks: constant@2, concurrent@4
+    at = rate if isinstance(rate, int | float) else streams if v2 and isinstance(streams, int) else None
+    label = f"{stype}@{at:g}" if stype is not None and at is not None else stype
     start = _convert("float", b.get("start_time"), f"{where}.start_time")
     date = (
         datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if start is not None and 0 <= start < 1e11  # epoch seconds; anything else is not a date
         else None
     )
-    worker = _obj(b.get("worker"))
     loader = _obj(b.get("request_loader"))
     other: dict[str, FigureValue] = {}
-    target = worker.get("backend_target")
+    if v2:
+        worker = _obj(_path(b, "config", "backend"))
+        keys = {"backend_type": "kind", "backend_target": "target", "backend_model": "model"}
+        wpath, profile_key = f"{where}.config.backend", ("config", "profile", "kind")
+    else:
+        worker = _obj(b.get("worker"))
+        keys = {k: k for k in ("backend_type", "backend_target", "backend_model")}
+        wpath, profile_key = f"{where}.worker", ("args", "profile", "type_")
+    target = worker.get(keys["backend_target"])
     if target is not None:
-        other["backend_target"] = _convert("str", target, f"{where}.worker.backend_target")
-    profile = _path(b, "args", "profile", "type_")
+        other["backend_target"] = _convert("str", target, f"{wpath}.{keys['backend_target']}")
+    profile = _path(b, *profile_key)
     if profile is not None:
-        other["profile"] = _convert("str", profile, f"{where}.args.profile.type_")
+        other["profile"] = _convert("str", profile, f"{where}.{'.'.join(profile_key)}")
     return ServingSummary(
         tool="guidellm", tool_version=version, source_format=fmt, index=index, label=label, date=date,
-        backend=_convert("str", worker.get("backend_type"), f"{where}.worker.backend_type"),
-        model=_convert("str", worker.get("backend_model"), f"{where}.worker.backend_model"),
+        backend=_convert("str", worker.get(keys["backend_type"]), f"{wpath}.{keys['backend_type']}"),
+        model=_convert("str", worker.get(keys["backend_model"]), f"{wpath}.{keys['backend_model']}"),
         tokenizer=_convert("str", loader.get("processor"), f"{where}.request_loader.processor"),
         dataset=_convert("str", loader.get("data"), f"{where}.request_loader.data")
         if isinstance(loader.get("data"), str) else None,

@@ -105,6 +105,7 @@ DETECTED = {
     "serving/sglang-bench-issue12389-c16.jsonl": "sglang-bench-json",
     "serving/guidellm-benchmarks-stripped.json": "guidellm",
     "serving/guidellm-benchmarks-stripped.yaml": "guidellm",
+    "serving/guidellm-0.8.1-report-v2-c1-c4.json": "guidellm",
 }
 
 

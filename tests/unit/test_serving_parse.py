@@ -462,3 +462,54 @@ def test_every_serving_parser_keeps_the_raw_text() -> None:
 def test_serving_kinds_are_registered() -> None:
     assert {"vllm-bench", "vllm-bench-json", "sglang-bench", "sglang-bench-json", "guidellm"} <= set(PARSERS)
     assert detect_kind((FIX / "sglang-bench-llama70b-h200.jsonl").read_text()) == "sglang-bench-json"
+
+
+# --- guidellm 0.8's report (schema version 2) ------------------------------------------------------
+
+GUIDELLM_V2 = "guidellm-0.8.1-report-v2-c1-c4.json"
+
+
+def test_guidellm_v2_report_every_level() -> None:
+    """Generated with guidellm 0.8.1 against the stand-in server (command in its .source file):
+    request_totals sit in metrics, the strategy and backend in config. Each value below is the
+    one the JSON states."""
+    doc = json.loads((FIX / GUIDELLM_V2).read_text())
+    assert doc["metadata"]["version"] == 2
+    c1, c4 = _summaries(GUIDELLM_V2)
+    assert (c1.label, c1.max_concurrency, c1.request_rate) == ("concurrent@1", 1, None)
+    assert (c4.label, c4.max_concurrency, c4.request_rate) == ("concurrent@4", 4, None)
+    for s in (c1, c4):
+        assert (s.tool, s.tool_version, s.backend, s.model) == ("guidellm", "0.8.1", "openai_http", "m")
+        assert (s.completed, s.failed, s.incomplete) == (120, 0, 0)
+        assert (s.total_input_tokens, s.total_output_tokens) == (3480, 1920)
+        assert s.other == {"backend_target": "http://127.0.0.1:18731", "profile": "concurrent"}
+        assert s.ttft and s.ttft.n == 120 and s.e2e and s.e2e.n == 120 and s.itl is None
+    assert c1.duration_s == 13.347585678100586 and c4.duration_s == 3.4672305583953857
+    assert c1.output_throughput == 143.8462390355844 and c4.output_throughput == 553.7560792866815
+    assert c1.request_throughput == 8.990389939724025 and c4.request_throughput == 34.60975495541759
+    assert c1.mean_concurrency == 0.9496423181607146 and c4.mean_concurrency == 3.6644572755430094
+    assert c1.ttft is not None and c1.ttft.p("p99") == 44.258832931518555
+    assert c4.ttft is not None and c4.ttft.p("p99") == 44.96359825134277
+    for s, b in zip((c1, c4), doc["benchmarks"], strict=True):
+        m = b["metrics"]
+        assert s.ttft is not None and s.tpot is not None and s.tpot_with_first is not None
+        assert s.e2e is not None and s.ttft.median == m["time_to_first_token_ms"]["successful"]["median"]
+        assert s.tpot.p("p99") == m["inter_token_latency_ms"]["successful"]["percentiles"]["p99"]
+        assert s.tpot_with_first.mean == m["time_per_output_token_ms"]["successful"]["mean"]
+        assert s.e2e.p("p95") == m["request_latency"]["successful"]["percentiles"]["p95"] * 1000
+
+
+def test_guidellm_v2_figures_match_the_console_of_the_same_run() -> None:
+    """guidellm-0.8.1-console-c1-c4.txt is that run's stdout: TTFT Mdn/p95 21.2/36.6 and
+    21.7/33.5 ms, ITL (orch's TPOT) 5.3/6.6, TPOT 6.4/7.6 and 6.4/7.8, output tok/s 143.8, 553.8."""
+    c1, c4 = _summaries(GUIDELLM_V2)
+
+    def r(v: float | None) -> float:
+        return round(v or 0.0, 1)
+
+    assert c1.ttft and c1.tpot and c1.tpot_with_first and c4.ttft and c4.tpot and c4.tpot_with_first
+    assert (r(c1.ttft.median), r(c1.ttft.p("p95")), r(c4.ttft.median), r(c4.ttft.p("p95"))) == (
+        21.2, 36.6, 21.7, 33.5)  # fmt: skip
+    assert (r(c1.tpot.median), r(c1.tpot.p("p95"))) == (5.3, 6.6)
+    assert (r(c1.tpot_with_first.p("p95")), r(c4.tpot_with_first.p("p95"))) == (7.6, 7.8)
+    assert (r(c1.output_throughput), r(c4.output_throughput)) == (143.8, 553.8)
