@@ -176,6 +176,7 @@ PARSERS: dict[str, Parser] = {
     "sglang-bench": _serving("sglang-bench", servingbench.parse_console),
     "sglang-bench-json": _serving("sglang-bench-json", servingbench.parse_sglang_jsonl),
     "guidellm": _serving("guidellm", servingbench.parse_guidellm),
+    "mlperf-summary": _serving("mlperf-summary", servingbench.parse_mlperf_summary),
 }
 
 
@@ -239,6 +240,7 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
         _has(r"\A\s*\{", r'"benchmarks"\s*:', r'"generative_benchmark"'),
         _has(r"^benchmarks:", r"type_: generative_benchmark"),
     )),
+    ("mlperf-summary", _has(r"^MLPerf Results Summary[ \t]*$")),
     ("sacct", lambda t: _slurm_kind(t) == "sacct"),
     ("squeue", lambda t: _slurm_kind(t) == "squeue"),
 )  # fmt: skip

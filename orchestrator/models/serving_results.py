@@ -148,10 +148,11 @@ class ServingComparison(StrictModel):
 
 # --- results from elsewhere: what a serving benchmark tool states (orch parse) ----------------------
 
-ForeignServingTool = Literal["vllm bench serve", "sglang bench_serving", "guidellm"]
+ForeignServingTool = Literal["vllm bench serve", "sglang bench_serving", "guidellm", "mlperf loadgen"]
 """The tools whose outputs `orch parse` reads into a ServingSummary (docs/serving.md, "Results from
 elsewhere"). vLLM's `vllm bench serve` and its older benchmarks/benchmark_serving.py print and save
-the same figures, so both are "vllm bench serve"."""
+the same figures, so both are "vllm bench serve"; "mlperf loadgen" is MLPerf Inference's
+mlperf_log_summary.txt."""
 
 _LEVEL = re.compile(r"^(?:c(?P<c>\d+)|r(?P<r>\d+(?:\.\d+)?))$")
 
@@ -284,6 +285,8 @@ class ServingSummary(StrictModel):
             other={"goodput_share": level.goodput, "error_rate": level.error_rate,
                    "abort_rate": level.abort_rate},
         )  # fmt: skip
+
+
 EngineHealth = Literal["healthy", "timeout", "exited", "not started", "external"]
 """healthy: the health endpoint answered 200 within the bound; timeout: it did not; exited: the
 engine's job ended before it answered; not started: the job could not be submitted; external:

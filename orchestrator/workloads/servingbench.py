@@ -6,7 +6,8 @@ Read, each into one ServingSummary per load level (docs/serving.md, "Results fro
     the lines vLLM prints before it (request rate, burstiness, concurrency cap, the Namespace line);
   - vLLM's `--save-result` JSON (one object, or one per line with `--append-result`);
   - SGLang's `--output-file` JSONL (one object per line);
-  - guidellm's benchmarks report (JSON or YAML), one summary per benchmark.
+  - guidellm's benchmarks report (JSON or YAML), one summary per benchmark;
+  - MLPerf Inference loadgen's mlperf_log_summary.txt, one summary per file.
 
 Each reader knows the names its tool uses; a figure under another name is kept in `other`. The
 foreign JSON is checked only in what is read (the type of every known key); per-request lists
@@ -608,3 +609,112 @@ def parse_guidellm(text: str) -> list[ServingSummary]:
     version = _path(doc, "metadata", "guidellm_version")
     version = version if isinstance(version, str) and len(version) <= 100 else None
     return [_guidellm_benchmark(b, i, fmt, version) for i, b in enumerate(benchmarks)]
+
+
+# --- MLPerf Inference loadgen mlperf_log_summary.txt --------------------------------------------------
+
+MLPERF_HEADER = re.compile(r"^MLPerf Results Summary[ \t]*$", re.M)
+_MLPERF_RULE = re.compile(r"^={10,}[ \t]*$")
+_MLPERF_PCT = re.compile(
+    r"^(?P<q>\d{1,2}(?:\.\d{1,4})?) percentile (?P<what>latency|first token latency|"
+    r"time to output token) \(ns\)$"
+)
+_MLPERF_STAT = re.compile(
+    r"^(?P<stat>Min|Max|Mean) (?P<what>latency|First Token latency|Time to Output Token) \(ns\)$"
+)
+_MLPERF_METRIC = {"latency": "E2EL", "first token latency": "TTFT", "time to output token": "TPOT"}
+# loadgen label -> (ServingSummary field, kind); the rest of the summary goes to `other`
+_MLPERF_FIELDS: dict[str, tuple[str, Kind]] = {
+    "SUT name": ("backend", "str"),
+    "Completed samples per second": ("request_throughput", "float"),
+    "Samples per second": ("request_throughput", "float"),
+    "Completed tokens per second": ("output_throughput", "float"),
+    "Tokens per second": ("output_throughput", "float"),
+}
+_MLPERF_REQUIRED = ("Scenario", "Result is")
+
+
+def _mlperf_pairs(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """`label : value` pairs of the summary (the first repeat of a label is kept) and the blocks
+    loadgen writes as a heading line followed by ` * ` lines (the early-stopping results)."""
+    pairs: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    heading: str | None = None
+    for ln in lines:
+        stripped = ln.strip()
+        if not stripped or _MLPERF_RULE.match(stripped) or MLPERF_HEADER.match(stripped):
+            heading = None
+            continue
+        if heading is not None and (ln.startswith(" ") or stripped.startswith("*")):
+            text = stripped.removeprefix("*").strip()
+            notes[heading] = f"{notes[heading]} {text}".strip()[:_MAX_TEXT]
+            continue
+        label, sep, value = stripped.partition(":")
+        label, value = label.strip(), value.strip()
+        if not sep or not label:
+            heading = None
+            continue  # "No warnings encountered during test." and the like: prose
+        if not value:
+            heading = label[:200]  # "TTFT Early Stopping Result:", "Recommendations:"
+            notes.setdefault(heading, "")
+            continue
+        heading = None
+        pairs.setdefault(label[:200], value)
+    return pairs, notes
+
+
+@_raw_on_error
+def parse_mlperf_summary(text: str) -> list[ServingSummary]:
+    """The figures of one MLPerf Inference loadgen mlperf_log_summary.txt (any scenario).
+
+    Latencies are stated in ns and read in ms, from the `NN.NN percentile` and Min/Max/Mean
+    lines of its Additional Stats (the result's own `90.0th percentile latency` stays in
+    `other`): `latency` is E2E, `first token latency` TTFT and `time to output token` TPOT
+    (loadgen's per-sample figure, first token excluded). The Server scenario's `target_qps` is
+    the Poisson rate the run aimed at (request_rate); the scheduled and completed samples/s, the
+    result (VALID/INVALID), every `satisfied` line and the early-stopping results are kept in
+    `other` under loadgen's own words.
+    """
+    lines = _body(text).splitlines()
+    if not any(MLPERF_HEADER.match(ln) for ln in lines):
+        raise ParseError("no 'MLPerf Results Summary' heading",
+                         hint="give loadgen's mlperf_log_summary.txt")  # fmt: skip
+    pairs, notes = _mlperf_pairs(lines)
+    missing = [k for k in _MLPERF_REQUIRED if k not in pairs]
+    if missing:
+        raise ParseError(f"the summary states no {' and no '.join(repr(k) for k in missing)}",
+                         hint="the file is cut short; copy the whole mlperf_log_summary.txt")  # fmt: skip
+    result = pairs["Result is"]
+    if result not in ("VALID", "INVALID"):
+        raise ParseError(f"'Result is' is neither VALID nor INVALID: {_q(result)}")
+    fields: dict[str, Any] = {}
+    lat: dict[str, dict[str, Any]] = {}
+    other: dict[str, FigureValue] = {}
+    for label, value in pairs.items():
+        pm, sm = _MLPERF_PCT.match(label), _MLPERF_STAT.match(label)
+        if pm or sm:
+            ns = _convert("float", value, label)
+            ms = None if ns is None else ns / 1e6
+            if pm:
+                metric = _MLPERF_METRIC[pm.group("what")]
+                _latency_stat(lat, metric, f"p{float(pm.group('q')):g}", ms, label)
+            elif sm:
+                _latency_stat(lat, _MLPERF_METRIC[sm.group("what").lower()], sm.group("stat"), ms, label)
+        elif label in _MLPERF_FIELDS:
+            field, kind = _MLPERF_FIELDS[label]
+            fields[field] = _convert(kind, value, label)
+        else:
+            other[label] = _convert("num", value, label) if _NUMBER.match(value) else _scalar(value)
+    other.update({k: v for k, v in notes.items() if v})
+    scenario = pairs["Scenario"]
+    if scenario == "Server" and "target_qps" in pairs:
+        fields["request_rate"] = _convert("rate", pairs["target_qps"], "target_qps")
+    for entry in lat.values():  # loadgen states the median as its 50.00 percentile
+        entry.setdefault("median", entry["percentiles"].get("p50"))
+    return [
+        ServingSummary(
+            tool="mlperf loadgen", source_format="console", index=0,
+            label=f"{scenario} {pairs.get('Mode', '')}".strip()[:250] + f": {result}", **fields,
+            **{k: StatedLatency(**v) for k, v in lat.items()}, other=other,
+        )
+    ]  # fmt: skip

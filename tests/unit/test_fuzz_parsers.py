@@ -81,6 +81,7 @@ TOOL_SEEDS: dict[str, list[str]] = {
     "sglang-bench": _texts("serving/sglang-bench-*.txt"),
     "sglang-bench-json": _texts("serving/sglang-bench-*.jsonl"),
     "guidellm": _texts("serving/guidellm-*.json", "serving/guidellm-*.yaml"),
+    "mlperf-summary": _texts("serving/mlperf-summary-*.txt"),
 }
 
 

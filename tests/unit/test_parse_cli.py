@@ -106,6 +106,9 @@ DETECTED = {
     "serving/guidellm-benchmarks-stripped.json": "guidellm",
     "serving/guidellm-benchmarks-stripped.yaml": "guidellm",
     "serving/guidellm-0.8.1-report-v2-c1-c4.json": "guidellm",
+    "serving/mlperf-summary-llama2-70b-server-h100.txt": "mlperf-summary",
+    "serving/mlperf-summary-singlestream-early-stopping.txt": "mlperf-summary",
+    "slurm/sacct-CANCELLED-srun-step-signal.txt": "sacct",
 }
 
 

@@ -157,3 +157,15 @@ def test_run_against_a_guidellm_0_8_report(
     assert (ttft["b"], ttft["n_b"], ttft["change"]) == (44.258832931518555, 120, "worse")
     assert figs["E2E p99"]["b"] == 0.1490333080291748 * 1000 and figs["E2E p99"]["n_b"] == 120
     assert figs["ITL p99"]["change"] == "n/a"  # guidellm states no distribution of the gaps
+
+
+def test_an_mlperf_server_summary_is_read_and_matched_by_its_rate(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """loadgen's Server scenario runs Poisson arrivals at target_qps (75): only an orch level r75
+    would match; this run's c1 and c8 do not, and the refusal says what the file states."""
+    f = FIX / "mlperf-summary-llama2-70b-server-h100.txt"
+    code, _, err = run_cli(capsys, "compare", str(run), str(f))
+    assert code == 2 and "Traceback" not in err
+    line = one_error_line(err)
+    assert "the run has fake-r1 c1, fake-r1 c8" in line and "the file states #1 rate 75/s" in line

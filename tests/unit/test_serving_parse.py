@@ -513,3 +513,66 @@ def test_guidellm_v2_figures_match_the_console_of_the_same_run() -> None:
     assert (r(c1.tpot.median), r(c1.tpot.p("p95"))) == (5.3, 6.6)
     assert (r(c1.tpot_with_first.p("p95")), r(c4.tpot_with_first.p("p95"))) == (7.6, 7.8)
     assert (r(c1.output_throughput), r(c4.output_throughput)) == (143.8, 553.8)
+
+
+# --- MLPerf Inference loadgen mlperf_log_summary.txt ------------------------------------------------
+
+
+def test_mlperf_server_summary_every_figure() -> None:
+    """mlcommons/inference_results_v4.1, NVIDIA DGX-H100 llama2-70b-99.9 Server: the values as printed,
+    latencies in ns read in ms."""
+    (s,) = _summaries("mlperf-summary-llama2-70b-server-h100.txt")
+    assert (s.tool, s.label, s.backend) == ("mlperf loadgen", "Server PerformanceOnly: VALID",
+                                            "llama2-70b-Server-SUT-LoadGen")  # fmt: skip
+    assert (s.request_throughput, s.output_throughput, s.request_rate) == (74.42, 21605.79, 75.0)
+    assert s.other["Scheduled samples per second"] == 75.10 and s.other["Result is"] == "VALID"
+    assert s.other["Early stopping satisfied"] == "Yes"
+    assert s.other["Performance constraints satisfied"] == "Yes"
+    assert s.other["TTFT Early Stopping Result"] == s.other["TPOT Early Stopping Result"] == "Run successful."
+    assert s.other["ttft_latency (ns)"] == 2000000000 and s.other["tpot_latency (ns)"] == 200000000
+    assert s.ttft and s.tpot and s.e2e and s.itl is None
+    assert (s.ttft.min, s.ttft.mean, s.ttft.max) == (46375730 / 1e6, 275926440 / 1e6, 720249937 / 1e6)
+    assert s.ttft.percentiles == {
+        "p50": 272954995 / 1e6, "p90": 372923186 / 1e6, "p95": 401131365 / 1e6, "p97": 421577171 / 1e6,
+        "p99": 461278089 / 1e6, "p99.9": 540003020 / 1e6,
+    }  # fmt: skip
+    assert s.ttft.median == 272954995 / 1e6
+    assert (s.tpot.mean, s.tpot.p("p99"), s.tpot.p("p99.9")) == (154960329 / 1e6, 175354317 / 1e6,
+                                                                  186347793 / 1e6)  # fmt: skip
+    assert (s.e2e.min, s.e2e.p("p50"), s.e2e.p("p99")) == (345984753 / 1e6, 39053490745 / 1e6,
+                                                            144812821227 / 1e6)  # fmt: skip
+    assert s.completed is None and s.duration_s is None  # loadgen's summary states neither
+
+
+def test_mlperf_early_stopping_lines_are_kept() -> None:
+    """sgrad20Delft/inference: a SingleStream summary whose early-stopping block runs over lines."""
+    (s,) = _summaries("mlperf-summary-singlestream-early-stopping.txt")
+    assert s.label == "SingleStream PerformanceOnly: VALID" and s.request_rate is None
+    assert s.other["90.0th percentile latency (ns)"] == 50798000
+    assert s.other["Early Stopping Result"] == (
+        "Processed at least 64 queries (210). Would discard 10 highest latency queries. Early stopping "
+        "90.0th percentile estimate: 53600708 Not enough queries processed for 99.0th percentile early "
+        "stopping estimate (would need to process at least 662 total queries)."
+    )
+    assert s.e2e is not None and s.e2e.p("p90") == 50798000 / 1e6 and s.e2e.p("p99") == 73720458 / 1e6
+    assert s.other["QPS w/ loadgen overhead"] == 20.88 and s.ttft is None
+
+
+@pytest.mark.parametrize(
+    ("cut", "why"),
+    [
+        ("Result is : VALID\n", "states no 'Result is'"),
+        ("Result is : VALID", "Result is : MAYBE"),
+        ("Completed samples per second    : 74.42", "Completed samples per second : 7x.42"),
+    ],
+)
+def test_mlperf_summary_refusals(
+    cut: str, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (FIX / "mlperf-summary-llama2-70b-server-h100.txt").read_text()
+    assert cut in text
+    bad = text.replace(cut, "" if why.startswith("states") else why)
+    msg = _refused(tmp_path, bad, capsys)
+    expect = {"Result is : MAYBE": "neither VALID nor INVALID", "Completed samples per second : 7x.42":
+              "is not a number"}.get(why, why)  # fmt: skip
+    assert expect in msg
