@@ -177,6 +177,7 @@ PARSERS: dict[str, Parser] = {
     "sglang-bench-json": _serving("sglang-bench-json", servingbench.parse_sglang_jsonl),
     "guidellm": _serving("guidellm", servingbench.parse_guidellm),
     "mlperf-summary": _serving("mlperf-summary", servingbench.parse_mlperf_summary),
+    "genai-perf": _serving("genai-perf", servingbench.parse_genai_perf_console),
 }
 
 
@@ -241,6 +242,7 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
         _has(r"^benchmarks:", r"type_: generative_benchmark"),
     )),
     ("mlperf-summary", _has(r"^MLPerf Results Summary[ \t]*$")),
+    ("genai-perf", lambda t: bool(servingbench.GENAI_PERF_HEADER.search(t))),
     ("sacct", lambda t: _slurm_kind(t) == "sacct"),
     ("squeue", lambda t: _slurm_kind(t) == "squeue"),
 )  # fmt: skip

@@ -7,7 +7,8 @@ Read, each into one ServingSummary per load level (docs/serving.md, "Results fro
   - vLLM's `--save-result` JSON (one object, or one per line with `--append-result`);
   - SGLang's `--output-file` JSONL (one object per line);
   - guidellm's benchmarks report (JSON or YAML), one summary per benchmark;
-  - MLPerf Inference loadgen's mlperf_log_summary.txt, one summary per file.
+  - MLPerf Inference loadgen's mlperf_log_summary.txt, one summary per file;
+  - NVIDIA GenAI-Perf's console table ("NVIDIA GenAI-Perf | LLM Metrics"), one summary per table.
 
 Each reader knows the names its tool uses; a figure under another name is kept in `other`. The
 foreign JSON is checked only in what is read (the type of every known key); per-request lists
@@ -718,3 +719,109 @@ def parse_mlperf_summary(text: str) -> list[ServingSummary]:
             **{k: StatedLatency(**v) for k, v in lat.items()}, other=other,
         )
     ]  # fmt: skip
+
+
+# --- NVIDIA GenAI-Perf console table ------------------------------------------------------------------
+
+GENAI_PERF_HEADER = re.compile(r"^┃\s*Statistic\s*┃(?:\s*[a-z0-9]+\s*┃)+\s*$", re.M)
+_GENAI_STAT = re.compile(r"^(?:avg|min|max|std|p\d{1,2}(?:\.\d{1,4})?)$")
+# genai-perf row (lower case, unit words as printed) -> (latency, None) or (None, field)
+_GENAI_ROWS: dict[str, tuple[str | None, str | None]] = {
+    "time to first token (ms)": ("ttft", None),
+    # genai-perf's inter-token latency is per request, (request latency - TTFT) / (output tokens - 1)
+    # by its docs: orch's TPOT, not the pooled gaps between chunks
+    "inter token latency (ms)": ("tpot", None),
+    "request latency (ms)": ("e2e", None),
+    "output token throughput (per sec)": (None, "output_throughput"),
+    "output token throughput (tokens/sec)": (None, "output_throughput"),
+    "request throughput (per sec)": (None, "request_throughput"),
+    "request goodput (per sec)": (None, "request_goodput"),
+    "request count (count)": (None, "completed"),
+}
+_GENAI_NOT_STATED = ("N/A", "")
+
+
+def _genai_cell(value: str, name: str) -> float | None:
+    """A cell as printed: thousands separators dropped; N/A or empty is not stated."""
+    v = value.strip()
+    if v in _GENAI_NOT_STATED:
+        return None
+    if v.endswith("…"):
+        raise ParseError(f"{name} is cut by the table width: {_q(v)}", hint="print the table wider")
+    number: float | None = _convert("float", v.replace(",", ""), name)
+    return number
+
+
+@_raw_on_error
+def parse_genai_perf_console(text: str) -> list[ServingSummary]:
+    """The LLM Metrics table GenAI-Perf prints, with the `label: value` lines the 2024 layout
+    prints below it (throughputs, goodput). A row wrapped onto a second line (`Output Token
+    Throughput Per User` / `(tokens/sec/user)`) is joined; a row the table does not have (TTFT and
+    ITL without --streaming) leaves its field empty."""
+    lines = _body(text).splitlines()
+    starts = [i for i, ln in enumerate(lines) if GENAI_PERF_HEADER.match(ln.strip())]
+    if not starts:
+        raise ParseError("no '┃ Statistic ┃ avg ┃ …' table header",
+                         hint="give GenAI-Perf's console output (its LLM Metrics table)")  # fmt: skip
+    out: list[ServingSummary] = []
+    for index, start in enumerate(starts):
+        where = f"table {index + 1}"
+        stats = [c.strip() for c in lines[start].strip().strip("┃").split("┃")][1:]
+        bad = [c for c in stats if not _GENAI_STAT.match(c)]
+        if bad:
+            raise ParseError(f"{where}: column {_q(bad[0])} is not a statistic (avg, min, max, pNN)")
+        rows: list[tuple[str, list[str]]] = []
+        end = start + 1
+        for end in range(start + 1, len(lines)):
+            ln = lines[end].strip()
+            if ln.startswith("└"):
+                break
+            if not ln.startswith("│"):
+                continue  # the rule under the header
+            cells = [c.strip() for c in ln.strip("│").split("│")]
+            if len(cells) != len(stats) + 1:
+                raise ParseError(f"{where}, line {end + 1}: {len(cells)} cells, the header has "
+                                 f"{len(stats) + 1}: {_q(ln)}")  # fmt: skip
+            if rows and cells[0].startswith("(") and not any(cells[1:]):
+                label, values = rows[-1]
+                rows[-1] = (f"{label} {cells[0]}", values)  # a label wrapped onto the next line
+                continue
+            rows.append((cells[0], cells[1:]))
+        else:
+            raise ParseError(f"{where} is cut short: no closing └ line", hint="copy the whole table")
+        fields: dict[str, Any] = {}
+        lat: dict[str, dict[str, Any]] = {}
+        other: dict[str, FigureValue] = {}
+        for label, values in rows:
+            name = f"{where}: {label!r}"
+            key = label.lower()
+            known = _GENAI_ROWS.get(key)
+            read = {st: _genai_cell(v, f"{name} {st}") for st, v in zip(stats, values, strict=True)}
+            if known is not None and known[0] is not None:
+                metric = known[0]
+                if metric in lat:
+                    raise ParseError(f"{name} is stated twice")
+                lat[metric] = {
+                    "mean": read.get("avg"), "min": read.get("min"), "max": read.get("max"),
+                    "std": read.get("std"),
+                    "percentiles": {st: v for st, v in read.items() if st.startswith("p") and v is not None},
+                }  # fmt: skip
+            elif known is not None and known[1] is not None:
+                field = known[1]
+                fields[field] = _convert("int" if field == "completed" else "float", read.get("avg"), name)
+            else:
+                other.update({f"{label[:150]} {st}": v for st, v in read.items() if v is not None})
+        for ln in lines[end + 1 : starts[index + 1] if index + 1 < len(starts) else len(lines)]:
+            m = _LABEL_LINE.match(ln.strip())
+            below = _GENAI_ROWS.get(m.group("label").strip().lower()) if m and m.group("value") else None
+            if m and below is not None and below[1] is not None:
+                fields[below[1]] = _convert("float", m.group("value").replace(",", ""), m.group("label"))
+        for entry in lat.values():
+            entry["median"] = entry["percentiles"].get("p50")
+        out.append(
+            ServingSummary(
+                tool="genai-perf", source_format="console", index=index, **fields,
+                **{k: StatedLatency(**v) for k, v in lat.items()}, other=other,
+            )
+        )  # fmt: skip
+    return out

@@ -82,6 +82,7 @@ TOOL_SEEDS: dict[str, list[str]] = {
     "sglang-bench-json": _texts("serving/sglang-bench-*.jsonl"),
     "guidellm": _texts("serving/guidellm-*.json", "serving/guidellm-*.yaml"),
     "mlperf-summary": _texts("serving/mlperf-summary-*.txt"),
+    "genai-perf": _texts("serving/genai-perf-console-*.txt"),
 }
 
 

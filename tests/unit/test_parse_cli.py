@@ -109,6 +109,9 @@ DETECTED = {
     "serving/mlperf-summary-llama2-70b-server-h100.txt": "mlperf-summary",
     "serving/mlperf-summary-singlestream-early-stopping.txt": "mlperf-summary",
     "slurm/sacct-CANCELLED-srun-step-signal.txt": "sacct",
+    "serving/genai-perf-console-dynamo-streaming.txt": "genai-perf",
+    "serving/genai-perf-console-multiturn-no-ttft.txt": "genai-perf",
+    "serving/genai-perf-console-goodput-2024.txt": "genai-perf",
 }
 
 

@@ -576,3 +576,45 @@ def test_mlperf_summary_refusals(
     expect = {"Result is : MAYBE": "neither VALID nor INVALID", "Completed samples per second : 7x.42":
               "is not a number"}.get(why, why)  # fmt: skip
     assert expect in msg
+
+
+# --- NVIDIA GenAI-Perf console table ---------------------------------------------------------------
+
+
+def test_genai_perf_table_with_thousands_separators_and_a_wrapped_row() -> None:
+    """genai-perf/docs/dynamo.md: every figure as printed; 1,799.53 is 1799.53."""
+    (s,) = _summaries("genai-perf-console-dynamo-streaming.txt")
+    assert s.tool == "genai-perf" and s.ttft and s.tpot and s.e2e and s.itl is None
+    assert (s.e2e.mean, s.e2e.min, s.e2e.max) == (1799.53, 1783.41, 1802.41)
+    assert s.e2e.percentiles == {"p99": 1802.39, "p90": 1802.18, "p75": 1801.73}
+    assert (s.ttft.mean, s.ttft.min, s.ttft.max, s.ttft.p("p99")) == (39.13, 21.23, 41.49, 41.48)
+    # genai-perf's inter-token latency is per request: orch's TPOT
+    assert (s.tpot.mean, s.tpot.p("p99"), s.tpot.p("p75")) == (17.96, 17.98, 17.97)
+    assert (s.output_throughput, s.request_throughput, s.completed) == (54.52, 0.55, 10)
+    assert s.other["Output Token Throughput Per User (tokens/sec/user) avg"] == 55.67  # the wrapped row
+    assert s.other["Time To Second Token (ms) p99"] == 17.26
+    assert s.other["Input Sequence Length (tokens) avg"] == 128.00
+
+
+def test_genai_perf_rows_that_are_missing_stay_empty() -> None:
+    """genai-perf/docs/multi_turn.md, without --streaming: no TTFT and no ITL row."""
+    (s,) = _summaries("genai-perf-console-multiturn-no-ttft.txt")
+    assert s.ttft is None and s.tpot is None and s.e2e is not None
+    assert (s.e2e.mean, s.e2e.p("p99"), s.e2e.p("p75")) == (80.88, 123.21, 97.31)
+    assert (s.output_throughput, s.request_throughput, s.completed) == (315.70, 22.55, 5)
+
+
+def test_genai_perf_2024_layout_prints_throughputs_below_the_table() -> None:
+    """genai-perf/docs/goodput_tutorial.md: throughput and goodput as `label: value` lines."""
+    (s,) = _summaries("genai-perf-console-goodput-2024.txt")
+    assert (s.output_throughput, s.request_goodput, s.request_throughput) == (1205.26, 7.21, 10.82)
+    assert s.ttft and s.ttft.p("p99") == 12.69 and s.tpot and s.tpot.mean == 1.63
+    assert s.completed is None  # this layout prints no request count
+
+
+def test_genai_perf_cut_table_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (FIX / "genai-perf-console-dynamo-streaming.txt").read_text()
+    msg = _refused(tmp_path, text[: text.index("└")], capsys)
+    assert "table 1 is cut short" in msg
+    msg = _refused(tmp_path, text.replace("│ 1,799.53 │", "│ 1,7x9.53 │"), capsys)
+    assert "'Request Latency (ms)' avg is not a number" in msg
