@@ -178,6 +178,7 @@ PARSERS: dict[str, Parser] = {
     "guidellm": _serving("guidellm", servingbench.parse_guidellm),
     "mlperf-summary": _serving("mlperf-summary", servingbench.parse_mlperf_summary),
     "genai-perf": _serving("genai-perf", servingbench.parse_genai_perf_console),
+    "genai-perf-json": _serving("genai-perf-json", servingbench.parse_genai_perf_json),
 }
 
 
@@ -243,6 +244,7 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     )),
     ("mlperf-summary", _has(r"^MLPerf Results Summary[ \t]*$")),
     ("genai-perf", lambda t: bool(servingbench.GENAI_PERF_HEADER.search(t))),
+    ("genai-perf-json", _has(r"\A\s*\{", r'"(?:time_to_first_token|request_throughput)"\s*:\s*\{\s*"unit"')),
     ("sacct", lambda t: _slurm_kind(t) == "sacct"),
     ("squeue", lambda t: _slurm_kind(t) == "squeue"),
 )  # fmt: skip

@@ -8,7 +8,8 @@ Read, each into one ServingSummary per load level (docs/serving.md, "Results fro
   - SGLang's `--output-file` JSONL (one object per line);
   - guidellm's benchmarks report (JSON or YAML), one summary per benchmark;
   - MLPerf Inference loadgen's mlperf_log_summary.txt, one summary per file;
-  - NVIDIA GenAI-Perf's console table ("NVIDIA GenAI-Perf | LLM Metrics"), one summary per table.
+  - NVIDIA GenAI-Perf's console table ("NVIDIA GenAI-Perf | LLM Metrics"), one summary per table,
+    and its JSON export (profile_export_genai_perf.json), one summary per file.
 
 Each reader knows the names its tool uses; a figure under another name is kept in `other`. The
 foreign JSON is checked only in what is read (the type of every known key); per-request lists
@@ -825,3 +826,79 @@ def parse_genai_perf_console(text: str) -> list[ServingSummary]:
             )
         )  # fmt: skip
     return out
+
+
+# GenAI-Perf export key -> (latency, None) or (None, field); the same metrics as its console table
+_GENAI_JSON: dict[str, tuple[str | None, str | None]] = {
+    "time_to_first_token": ("ttft", None),
+    "inter_token_latency": ("tpot", None),  # per request: orch's TPOT (see _GENAI_ROWS)
+    "request_latency": ("e2e", None),
+    "output_token_throughput": (None, "output_throughput"),
+    "request_throughput": (None, "request_throughput"),
+    "request_goodput": (None, "request_goodput"),
+    "request_count": (None, "completed"),
+    "benchmark_duration": (None, "duration_s"),
+}
+_GENAI_UNITS = {"time_to_first_token": "ms", "inter_token_latency": "ms", "request_latency": "ms",
+                "benchmark_duration": "sec"}  # fmt: skip
+_GENAI_CONFIG: dict[str, tuple[str, Kind]] = {
+    "backend": ("backend", "str"),
+    "concurrency": ("max_concurrency", "cap"),
+    "request_rate": ("request_rate", "rate"),
+    "tokenizer": ("tokenizer", "str"),
+}
+
+
+@_raw_on_error
+def parse_genai_perf_json(text: str) -> list[ServingSummary]:
+    """GenAI-Perf's JSON export: each metric an object {unit, avg, min, max, std, pNN}, and the
+    run's settings in `input_config` (concurrency or request rate, model, backend). A latency in
+    another unit than ms, or a duration in another than sec, is refused, not scaled by guess."""
+    values = json_values(text)
+    if len(values) != 1 or not isinstance(values[0], dict):
+        raise ParseError("a GenAI-Perf export is one JSON object")
+    doc: dict[str, Any] = values[0]
+    if not any(isinstance(doc.get(k), dict) and "unit" in doc[k] for k in _GENAI_JSON):
+        raise ParseError("no metric object with a 'unit' (request_throughput, time_to_first_token, …)",
+                         hint="give GenAI-Perf's profile_export_genai_perf.json")  # fmt: skip
+    fields: dict[str, Any] = {}
+    lat: dict[str, dict[str, Any]] = {}
+    other: dict[str, FigureValue] = {}
+    for key, metric in doc.items():
+        if key == "input_config" or not isinstance(metric, dict) or "unit" not in metric:
+            continue
+        name = f"{key!s:.100}"
+        unit = metric.get("unit")
+        if key in _GENAI_UNITS and unit != _GENAI_UNITS[key]:
+            raise ParseError(f"{name} is in {_q(unit)}, not {_GENAI_UNITS[key]}")
+        stats = {str(k): _convert("float", v, f"{name}.{k}") for k, v in metric.items() if k != "unit"}
+        known = _GENAI_JSON.get(key)
+        if known is not None and known[0] is not None:
+            pct = {
+                k: v for k, v in stats.items() if re.fullmatch(r"p\d{1,2}(?:\.\d{1,4})?", k) and v is not None
+            }
+            lat[known[0]] = {
+                "mean": stats.get("avg"), "median": pct.get("p50"), "min": stats.get("min"),
+                "max": stats.get("max"), "std": stats.get("std"), "percentiles": pct,
+            }  # fmt: skip
+        elif known is not None and known[1] is not None:
+            kind: Kind = "int" if known[1] == "completed" else "float"
+            fields[known[1]] = _convert(kind, metric.get("avg"), f"{name}.avg")
+        else:
+            other.update({f"{name} {k}": v for k, v in stats.items() if v is not None})
+    config = _obj(doc.get("input_config"))
+    for key, (field, kind) in _GENAI_CONFIG.items():
+        if config.get(key) is not None:
+            fields[field] = _convert(kind, config[key], f"input_config.{key}")
+    model = config.get("model")
+    if isinstance(model, list) and model and isinstance(model[0], str):
+        fields["model"] = _convert("str", model[0], "input_config.model")
+    for key in ("streaming", "endpoint_type", "service_kind"):
+        if key in config:
+            other[f"input_config.{key}"] = _scalar(config[key])
+    return [
+        ServingSummary(
+            tool="genai-perf", source_format="json", index=0, **fields,
+            **{k: StatedLatency(**v) for k, v in lat.items()}, other=other,
+        )
+    ]  # fmt: skip

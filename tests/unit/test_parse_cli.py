@@ -112,6 +112,7 @@ DETECTED = {
     "serving/genai-perf-console-dynamo-streaming.txt": "genai-perf",
     "serving/genai-perf-console-multiturn-no-ttft.txt": "genai-perf",
     "serving/genai-perf-console-goodput-2024.txt": "genai-perf",
+    "serving/genai-perf-export-c100-streaming.json": "genai-perf-json",
 }
 
 

@@ -169,3 +169,12 @@ def test_an_mlperf_server_summary_is_read_and_matched_by_its_rate(
     assert code == 2 and "Traceback" not in err
     line = one_error_line(err)
     assert "the run has fake-r1 c1, fake-r1 c8" in line and "the file states #1 rate 75/s" in line
+
+
+def test_a_genai_perf_export_is_matched_by_its_concurrency(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = FIX / "genai-perf-export-c100-streaming.json"  # concurrency 100: not a level of this run
+    code, _, err = run_cli(capsys, "compare", str(run), str(f))
+    assert code == 2 and "Traceback" not in err
+    assert "the file states #1 concurrency 100" in one_error_line(err)

@@ -618,3 +618,27 @@ def test_genai_perf_cut_table_is_refused(tmp_path: Path, capsys: pytest.CaptureF
     assert "table 1 is cut short" in msg
     msg = _refused(tmp_path, text.replace("│ 1,799.53 │", "│ 1,7x9.53 │"), capsys)
     assert "'Request Latency (ms)' avg is not a number" in msg
+
+
+def test_genai_perf_json_export_every_figure() -> None:
+    """triton-inference-server/perf_analyzer#298: the export of a streaming run at concurrency 100."""
+    (s,) = _summaries("genai-perf-export-c100-streaming.json")
+    assert (s.tool, s.source_format, s.model, s.backend) == ("genai-perf", "json", "ensemble", "tensorrtllm")
+    assert (s.max_concurrency, s.request_rate) == (100, None)
+    assert (s.request_throughput, s.output_throughput) == (17.222547659562533, 44190.56002502682)
+    assert s.ttft and s.tpot and s.e2e
+    assert (s.ttft.mean, s.ttft.median, s.ttft.std) == (184.63779366666665, 172.8093975, 87.809553196227)
+    assert (s.ttft.p("p99"), s.ttft.min, s.ttft.max) == (425.02943662, 21.083577, 511.752837)
+    assert (s.tpot.mean, s.tpot.p("p99")) == (2.1767344516666665, 2.2631232999999997)
+    assert (s.e2e.p("p95"), s.e2e.p("p25")) == (5892.6711992499995, 5675.43159275)
+    assert s.other["output_sequence_length avg"] == 2565.855
+    assert s.other["input_config.streaming"] is True
+
+
+def test_genai_perf_json_in_another_unit_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = json.loads((FIX / "genai-perf-export-c100-streaming.json").read_text())
+    doc["time_to_first_token"]["unit"] = "ns"
+    msg = _refused(tmp_path, json.dumps(doc), capsys)
+    assert "time_to_first_token is in 'ns', not ms" in msg
