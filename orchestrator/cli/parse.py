@@ -123,6 +123,11 @@ def _show_serving(parsed: ParsedFile) -> None:
         )  # fmt: skip
     out.print(table)
     out.print("latencies in ms; empty: not stated by the output; every figure stated: --json", markup=False)
+    for s in parsed.serving:
+        if s.sections_aside:
+            names = ", ".join(repr(k) for k in s.sections_aside)
+            out.print(f"#{s.index + 1}: kept aside, not read: {names} (their text and figures: --json)",
+                      markup=False)  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

@@ -258,6 +258,12 @@ class ServingSummary(StrictModel):
         default_factory=dict,
         description="stated figures and settings without a field here, by the tool's name",
     )
+    sections_aside: dict[str, str] | None = Field(
+        default=None,
+        description="sections of a console summary orch does not know (vLLM's Speculative Decoding …), "
+        "by their heading, as printed (at most 1000 characters each); their `label: number` lines are "
+        "also in `other` as 'SECTION: label'",
+    )
 
     @classmethod
     def from_level(

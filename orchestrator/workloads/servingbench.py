@@ -80,6 +80,10 @@ _CONSOLE: dict[str, tuple[str, Kind]] = {
 # what vLLM prints before its summary block (the Namespace line is read for the model only)
 _PREAMBLE = {"Traffic request rate", "Burstiness factor", "Maximum request concurrency"}
 _REQUIRED_CONSOLE = ("Successful requests", "Benchmark duration (s)")
+# the sections of the summary block whose lines are read (vLLM's and SGLang's headings, lower case);
+# a section under any other heading is kept aside whole and named, never a reason to refuse
+_KNOWN_SECTIONS = {"time to first token", "time per output token (excl. 1st token)", "inter-token latency",
+                   "end-to-end latency"}  # fmt: skip
 
 # JSON key -> (ServingSummary field, kind), per tool
 _JSON_COMMON: dict[str, tuple[str, Kind]] = {
@@ -288,8 +292,19 @@ def parse_console(text: str) -> list[ServingSummary]:
     for index, (preamble, body) in enumerate(_blocks(lines)):
         where = f"summary {index + 1}"
         stated: dict[str, str] = {}
+        aside: dict[str, list[str]] = {}
+        section: str | None = None  # the unknown section the line is in, if any
         for no, ln in body:
-            if not ln.strip() or _SECTION.match(ln):
+            if _SECTION.match(ln):
+                name = ln.strip().strip("-").strip()
+                section = None if name.lower() in _KNOWN_SECTIONS else name[:100]
+                if section is not None:
+                    aside.setdefault(section, [])
+                continue
+            if section is not None:
+                aside[section].append(ln.rstrip())
+                continue
+            if not ln.strip():
                 continue
             m = _LABEL_LINE.match(ln)
             if m is None or m.group("value") is None:
@@ -330,6 +345,13 @@ def parse_console(text: str) -> list[ServingSummary]:
                 fields[field] = _convert(kind, value, label)
             else:
                 other[label] = _convert("num", value, label) if _NUMBER.match(value) else _scalar(value)
+        for name, kept in aside.items():
+            for ln in kept:
+                km = _LABEL_LINE.match(ln.strip())
+                if km and km.group("value") and _NUMBER.match(km.group("value")):
+                    other[f"{name}: {km.group('label').strip()}"[:200]] = _convert(
+                        "num", km.group("value"), name
+                    )
         model = _namespace_value(preamble, "model")
         out.append(
             ServingSummary(
@@ -340,6 +362,7 @@ def parse_console(text: str) -> list[ServingSummary]:
                 **fields,
                 **{k: StatedLatency(**v) for k, v in lat.items()},
                 other=other,
+                sections_aside={k: "\n".join(v)[:_MAX_TEXT] for k, v in aside.items()} or None,
             )
         )
     return out

@@ -642,3 +642,44 @@ def test_genai_perf_json_in_another_unit_is_refused(
     doc["time_to_first_token"]["unit"] = "ns"
     msg = _refused(tmp_path, json.dumps(doc), capsys)
     assert "time_to_first_token is in 'ns', not ms" in msg
+
+
+# --- a vLLM summary with a section orch does not know ------------------------------------------------
+
+# vLLM's Speculative Decoding section as printed in vllm-project/vllm PR #48892 (comment of
+# 2026-08-03, "MTP 1"); no whole published summary with it was at hand, so the test puts this
+# section, verbatim, into the Jetson Thor summary before its closing line: a CONSTRUCTED
+# combination that pins the mechanics, not a recorded output.
+SPEC_DECODE = (
+    "---------------Speculative Decoding---------------\n"
+    "Acceptance rate (%):                     83.39     \n"
+    "Acceptance length:                       1.83      \n"
+    "Drafts:                                  26407     \n"
+    "Draft tokens:                            26407     \n"
+    "Accepted tokens:                         22021     \n"
+    "Per-position acceptance (%):\n"
+    "  Position 0:                            83.39     \n"
+)
+
+
+def test_an_unknown_section_is_kept_aside_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (FIX / "vllm-bench-qwen3-8b-jetson-thor-c8.txt").read_text()
+    closing = text.rindex("=" * 50)
+    f = tmp_path / "spec.txt"
+    f.write_text(text[:closing] + SPEC_DECODE + text[closing:])
+    (plain,) = _summaries("vllm-bench-qwen3-8b-jetson-thor-c8.txt")
+    (s,) = parse_file(f).serving
+    assert plain.sections_aside is None
+    assert s.sections_aside is not None and list(s.sections_aside) == ["Speculative Decoding"]
+    assert "Per-position acceptance (%):" in s.sections_aside["Speculative Decoding"]
+    assert s.other["Speculative Decoding: Acceptance rate (%)"] == 83.39
+    assert s.other["Speculative Decoding: Position 0"] == 83.39
+    assert s.other["Speculative Decoding: Drafts"] == 26407
+    # everything else reads as without the section
+    assert s.model_dump(exclude={"sections_aside", "other"}) == plain.model_dump(
+        exclude={"sections_aside", "other"}
+    )
+    rc, out, _ = _run(["parse", str(f)], capsys)
+    assert rc == 0 and "kept aside, not read: 'Speculative Decoding'" in " ".join(out.split())
