@@ -179,6 +179,7 @@ PARSERS: dict[str, Parser] = {
     "mlperf-summary": _serving("mlperf-summary", servingbench.parse_mlperf_summary),
     "genai-perf": _serving("genai-perf", servingbench.parse_genai_perf_console),
     "genai-perf-json": _serving("genai-perf-json", servingbench.parse_genai_perf_json),
+    "guidellm-console": _serving("guidellm-console", servingbench.parse_guidellm_console),
 }
 
 
@@ -243,6 +244,7 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
         _has(r"^benchmarks:", r"type_: generative_benchmark"),
     )),
     ("mlperf-summary", _has(r"^MLPerf Results Summary[ \t]*$")),
+    ("guidellm-console", lambda t: bool(servingbench.GUIDELLM_CONSOLE.search(t))),
     ("genai-perf", lambda t: bool(servingbench.GENAI_PERF_HEADER.search(t))),
     ("genai-perf-json", _has(r"\A\s*\{", r'"(?:time_to_first_token|request_throughput)"\s*:\s*\{\s*"unit"')),
     ("sacct", lambda t: _slurm_kind(t) == "sacct"),

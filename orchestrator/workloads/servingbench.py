@@ -6,7 +6,8 @@ Read, each into one ServingSummary per load level (docs/serving.md, "Results fro
     the lines vLLM prints before it (request rate, burstiness, concurrency cap, the Namespace line);
   - vLLM's `--save-result` JSON (one object, or one per line with `--append-result`);
   - SGLang's `--output-file` JSONL (one object per line);
-  - guidellm's benchmarks report (JSON or YAML), one summary per benchmark;
+  - guidellm's benchmarks report (JSON or YAML), one summary per benchmark, and the console tables
+    of guidellm 0.4+ (`| Benchmark | … |||`), one summary per benchmark row;
   - MLPerf Inference loadgen's mlperf_log_summary.txt, one summary per file;
   - NVIDIA GenAI-Perf's console table ("NVIDIA GenAI-Perf | LLM Metrics"), one summary per table,
     and its JSON export (profile_export_genai_perf.json), one summary per file.
@@ -925,3 +926,148 @@ def parse_genai_perf_json(text: str) -> list[ServingSummary]:
             **{k: StatedLatency(**v) for k, v in lat.items()}, other=other,
         )
     ]  # fmt: skip
+
+
+# --- guidellm 0.4+ console tables ----------------------------------------------------------------------
+
+GUIDELLM_CONSOLE = re.compile(r"^\|\s*Benchmark\s*\|.*\n\|\s*Strategy\s*\|", re.M)
+# a table's title follows guidellm's status glyph (U+2139 information source, before "Request Latency
+# Statistics (Completed Requests)"; its check, warning and cross marks on other lines)
+_GL_TITLE = re.compile(r"^[\u2139\u2714\u26a0\u2716]\s+(?P<title>[A-Z][A-Za-z ]+?)\s*(?:\([^)]*\))?\s*$")
+_GL_LOAD = re.compile(r"^(?P<kind>[a-z_]+)(?:@(?P<at>\d+(?:\.\d+)?))?$")
+# (table, group, stat) -> ServingSummary field, from guidellm's Run Summary and Server Throughput tables
+_GL_FIELDS: dict[tuple[str, str, str], tuple[str, Kind]] = {
+    ("Run Summary Info", "Timings", "Dur Sec"): ("duration_s", "float"),
+    ("Run Summary Info", "Requests", "Comp Tot"): ("completed", "int"),
+    ("Run Summary Info", "Requests", "Inc Tot"): ("incomplete", "int"),
+    ("Run Summary Info", "Requests", "Err Tot"): ("failed", "int"),
+    ("Run Summary Info", "Input Tokens", "Comp Tot"): ("total_input_tokens", "int"),
+    ("Run Summary Info", "Output Tokens", "Comp Tot"): ("total_output_tokens", "int"),
+    ("Server Throughput Statistics", "Requests", "Concurrency Mean"): ("mean_concurrency", "float"),
+    ("Server Throughput Statistics", "Requests", "Per Sec Mean"): ("request_throughput", "float"),
+    ("Server Throughput Statistics", "Input Tokens", "Per Sec Mean"): ("input_throughput", "float"),
+    ("Server Throughput Statistics", "Output Tokens", "Per Sec Mean"): ("output_throughput", "float"),
+    ("Server Throughput Statistics", "Total Tokens", "Per Sec Mean"): ("total_token_throughput", "float"),
+}
+# Request Latency Statistics group -> (latency, factor to ms); as in the JSON report, guidellm's ITL is
+# orch's TPOT and its TPOT counts the first token
+_GL_LATENCY = {"Request Latency": ("e2e", 1000.0), "TTFT": ("ttft", 1.0), "ITL": ("tpot", 1.0),
+               "TPOT": ("tpot_with_first", 1.0)}  # fmt: skip
+
+
+def _gl_cells(line: str) -> list[str]:
+    """The cells of a `| a | b ||| c |` row; an empty string marks a cell spanned by the one before."""
+    parts = line.rstrip().split("|")
+    return [c if c == "" else c.strip() for c in parts[1:-1]]
+
+
+def _gl_fill(row: list[str]) -> list[str]:
+    out: list[str] = []
+    for c in row:
+        out.append(out[-1] if c == "" and out else c)
+    return out
+
+
+def _gl_tables(lines: list[str]) -> Iterator[tuple[str, list[str], list[str], list[list[str]]]]:
+    """(title, group per column, stat per column, data rows) of every header block of every table."""
+    title = ""
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        tm = _GL_TITLE.match(ln) if not ln.startswith("|") else None
+        if tm and ln.strip():
+            title = tm.group("title")
+        if not re.match(r"^\|\s*Benchmark\s*\|", ln):
+            i += 1
+            continue
+        header: list[list[str]] = []
+        while i < len(lines) and lines[i].startswith("|") and not re.match(r"^\|-+\|", lines[i]):
+            header.append(_gl_cells(lines[i]))
+            i += 1
+        if i >= len(lines) or len(header) < 2:
+            raise ParseError(f"table {title!r}: its header is not followed by a |---| rule",
+                             hint="the table is cut short; copy it whole")  # fmt: skip
+        i += 1
+        rows: list[list[str]] = []
+        while i < len(lines) and lines[i].startswith("|") and not lines[i].startswith("|="):
+            rows.append([c.strip() for c in _gl_cells(lines[i])])
+            i += 1
+        if i >= len(lines):
+            raise ParseError(f"table {title!r} is cut short: no closing |===| rule")
+        filled = [_gl_fill(r) for r in header]
+        width = len(filled[0])
+        if any(len(r) != width for r in [*filled, *rows]):
+            raise ParseError(f"table {title!r}: rows of different widths", hint="copy the table as printed")
+        groups = filled[0]
+        stats = [" ".join(w for w in col if w) for col in zip(*filled[1:], strict=True)]
+        yield title, groups, stats, rows
+
+
+def _gl_value(text: str, name: str) -> float | None:
+    """A guidellm cell: `25.9 ± 1.5` is the mean (its confidence half-width aside); empty: not stated."""
+    v = text.split("±")[0].strip()
+    if not v:
+        return None
+    number: float | None = _convert("float", v.replace(",", ""), name)
+    return number
+
+
+@_raw_on_error
+def parse_guidellm_console(text: str) -> list[ServingSummary]:
+    """guidellm 0.4+'s console tables, one ServingSummary per benchmark (its `concurrent@4` row)."""
+    lines = _body(text).splitlines()
+    per: dict[str, dict[str, Any]] = {}
+    lat: dict[str, dict[str, dict[str, Any]]] = {}
+    other: dict[str, dict[str, FigureValue]] = {}
+    for title, groups, stats, rows in _gl_tables(lines):
+        for row in rows:
+            bench = row[0]
+            if not _GL_LOAD.match(bench):
+                raise ParseError(f"table {title!r}: {_q(bench)} is not a benchmark name (concurrent@4 …)")
+            fields = per.setdefault(bench, {})
+            blat = lat.setdefault(bench, {})
+            bother = other.setdefault(bench, {})
+            for group, stat, cell in zip(groups[1:], stats[1:], row[1:], strict=True):
+                name = f"{title}: {group} {stat}".strip()
+                known = _GL_FIELDS.get((title, group, stat))
+                if title.startswith("Request Latency") and group in _GL_LATENCY:
+                    metric, factor = _GL_LATENCY[group]
+                    value = _gl_value(cell, name)
+                    word = stat.split()[-1] if stat else ""
+                    entry = blat.setdefault(metric, {"percentiles": {}})
+                    scaled = None if value is None else value * factor
+                    if word == "Mean":
+                        entry["mean"] = scaled
+                    elif word == "Mdn":
+                        entry["median"] = scaled
+                        if scaled is not None:
+                            entry["percentiles"]["p50"] = scaled
+                    elif re.fullmatch(r"p\d{1,2}(?:\.\d{1,4})?", word) and scaled is not None:
+                        entry["percentiles"][word] = scaled
+                elif known is not None:
+                    fields[known[0]] = _convert(known[1], _gl_value(cell, name), name)
+                elif cell:
+                    bother[name[:200]] = (
+                        _gl_value(cell, name) if _NUMBER.match(cell.replace(",", "")) else cell[:200]
+                    )
+    if not per:
+        raise ParseError("no guidellm benchmark row (| concurrent@4 | … |)",
+                         hint="give guidellm's console output, its Run Summary and tables")  # fmt: skip
+    out: list[ServingSummary] = []
+    for index, (bench, fields) in enumerate(per.items()):
+        m = _GL_LOAD.match(bench)
+        assert m is not None  # checked above
+        kind, at = m.group("kind"), m.group("at")
+        if kind == "synchronous":
+            fields["max_concurrency"] = 1
+        elif kind == "concurrent" and at is not None:
+            fields["max_concurrency"] = _convert("cap", at, bench)
+        elif kind in ("constant", "poisson") and at is not None:
+            fields["request_rate"] = _convert("rate", at, bench)
+        out.append(
+            ServingSummary(
+                tool="guidellm", source_format="console", index=index, label=bench, **fields,
+                **{k: StatedLatency(**v) for k, v in lat.get(bench, {}).items()}, other=other.get(bench, {}),
+            )
+        )  # fmt: skip
+    return out

@@ -84,6 +84,7 @@ TOOL_SEEDS: dict[str, list[str]] = {
     "mlperf-summary": _texts("serving/mlperf-summary-*.txt"),
     "genai-perf": _texts("serving/genai-perf-console-*.txt"),
     "genai-perf-json": _texts("serving/genai-perf-export-*.json"),
+    "guidellm-console": _texts("serving/guidellm-*-console-*.txt"),
 }
 
 

@@ -113,6 +113,7 @@ DETECTED = {
     "serving/genai-perf-console-multiturn-no-ttft.txt": "genai-perf",
     "serving/genai-perf-console-goodput-2024.txt": "genai-perf",
     "serving/genai-perf-export-c100-streaming.json": "genai-perf-json",
+    "serving/guidellm-0.8.1-console-c1-c4.txt": "guidellm-console",
 }
 
 

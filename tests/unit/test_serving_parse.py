@@ -683,3 +683,41 @@ def test_an_unknown_section_is_kept_aside_and_named(
     )
     rc, out, _ = _run(["parse", str(f)], capsys)
     assert rc == 0 and "kept aside, not read: 'Speculative Decoding'" in " ".join(out.split())
+
+
+# --- guidellm 0.4+ console tables -------------------------------------------------------------------
+
+
+def test_guidellm_console_tables_every_figure_read() -> None:
+    """guidellm 0.8.1's stdout of the same run as its report (status glyphs, Mdn/p95 columns, a
+    table of two header blocks): each value as printed, latencies in ms."""
+    c1, c4 = _summaries("guidellm-0.8.1-console-c1-c4.txt")
+    assert (c1.label, c1.max_concurrency, c4.label, c4.max_concurrency) == (
+        "concurrent@1",
+        1,
+        "concurrent@4",
+        4,
+    )
+    assert (c1.completed, c1.incomplete, c1.failed, c1.duration_s, c4.duration_s) == (120, 0, 0, 13.3, 3.5)
+    assert (c1.total_input_tokens, c1.total_output_tokens) == (3480, 1920)
+    assert (c1.mean_concurrency, c1.request_throughput, c4.request_throughput) == (0.9, 9.0, 34.6)
+    assert (c1.input_throughput, c1.output_throughput, c1.total_token_throughput) == (260.7, 143.8, 404.6)
+    assert c1.ttft and c1.tpot and c1.tpot_with_first and c1.e2e and c1.itl is None
+    assert (c1.ttft.mean, c1.ttft.median, c1.ttft.p("p95")) == (22.9, 21.2, 36.6)  # "22.9 ± 0.8"
+    assert (c1.tpot.mean, c1.tpot.median, c1.tpot.p("p95")) == (5.5, 5.3, 6.6)  # guidellm's ITL
+    assert (c1.tpot_with_first.median, c1.tpot_with_first.p("p95")) == (6.4, 7.6)  # its TPOT
+    assert (c1.e2e.mean, c1.e2e.p("p95")) == (0.1 * 1000, 0.1 * 1000)  # printed in s, one decimal
+    assert c4.tpot_with_first and c4.tpot_with_first.p("p95") == 7.8
+    assert c1.other["Text Metrics Statistics: Output Characters Per Second Mean"] == 489.3
+    assert c1.other["Run Summary Info: Timings Start"] == "23:30:29"
+
+
+def test_guidellm_console_agrees_with_its_report() -> None:
+    """The same run's JSON report, rounded to the one decimal the console prints."""
+    tables = _summaries("guidellm-0.8.1-console-c1-c4.txt")
+    report = _summaries(GUIDELLM_V2)
+    for t, r in zip(tables, report, strict=True):
+        assert t.label == r.label and t.completed == r.completed
+        assert t.ttft and r.ttft and t.ttft.median == round(r.ttft.median or 0, 1)
+        assert t.tpot and r.tpot and t.tpot.p("p95") == round(r.tpot.p("p95") or 0, 1)
+        assert t.output_throughput == round(r.output_throughput or 0, 1)
