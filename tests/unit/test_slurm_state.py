@@ -191,23 +191,11 @@ def test_wait_gone_waits_until_squeue_no_longer_lists_the_jobs() -> None:
         SlurmScheduler(runner=q).wait_gone(["41;x"], timeout=1)
 
 
-class _Sacct:
-    """A CommandRunner that answers every command with one recorded sacct output."""
+def _sacct(text: str) -> SlurmScheduler:
+    """orch's Slurm scheduler whose sacct answers with one recorded output (the shared fake runner)."""
+    from test_scheduler_errors import Runner
 
-    def __init__(self, stdout: str) -> None:
-        self.stdout = stdout
-        self.calls: list[list[str]] = []
-
-    def run(
-        self,
-        argv: list[str],
-        *,
-        timeout: float,
-        env: dict[str, str] | None = None,
-        input_text: str | None = None,
-    ) -> CmdResult:
-        self.calls.append(argv)
-        return CmdResult(argv=argv, rc=0, stdout=self.stdout, stderr="", elapsed_s=0.0)
+    return SlurmScheduler(runner=Runner({"sacct": (0, text, "")}), use_sacct=True)
 
 
 def test_a_completed_job_whose_srun_step_was_killed_did_not_complete() -> None:
@@ -249,13 +237,13 @@ def test_a_job_whose_own_record_is_not_completed_keeps_its_word() -> None:
 
 
 def test_orchs_scheduler_judges_its_jobs_by_their_steps() -> None:
-    killed = SlurmScheduler(runner=_Sacct(_recorded("sacct-CANCELLED-srun-step-signal.txt")), use_sacct=True)
+    killed = _sacct(_recorded("sacct-CANCELLED-srun-step-signal.txt"))
     got = killed.poll(["239023", "239026"])
     assert set(got) == {"239023", "239026"}
     assert all(s.status is JobStatus.CANCELLED and s.decided_by == "0" for s in got.values())
     # the lab's allocation cancelled by orch keeps CANCELLED; one whose step 1 exited 3 is FAILED
-    cancelled = SlurmScheduler(runner=_Sacct(_recorded("sacct-CANCELLED-alloc-scancel.txt")), use_sacct=True)
+    cancelled = _sacct(_recorded("sacct-CANCELLED-alloc-scancel.txt"))
     assert cancelled.poll(["77"])["77"].status is JobStatus.CANCELLED
-    failed = SlurmScheduler(runner=_Sacct(_recorded("sacct-FAILED-alloc-steps.txt")), use_sacct=True)
+    failed = _sacct(_recorded("sacct-FAILED-alloc-steps.txt"))
     st = failed.poll(["76"])["76"]
     assert (st.status, st.raw_state, st.decided_by) == (JobStatus.FAILED, "COMPLETED", "1")
