@@ -45,5 +45,5 @@ class JobState(StrictModel):
     decided_by: str | None = Field(
         default=None,
         description="sacct: the step whose state set `status` where the job's own record said "
-        "COMPLETED but that step did not complete (docs/scheduler.md, 'Job steps')",
+        "COMPLETED but that step did not complete (docs/parse.md, 'Job steps')",
     )
