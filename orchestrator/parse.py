@@ -177,6 +177,10 @@ PARSERS: dict[str, Parser] = {
     "sglang-bench": _serving("sglang-bench", servingbench.parse_console),
     "sglang-bench-json": _serving("sglang-bench-json", servingbench.parse_sglang_jsonl),
     "guidellm": _serving("guidellm", servingbench.parse_guidellm),
+    "mlperf-summary": _serving("mlperf-summary", servingbench.parse_mlperf_summary),
+    "genai-perf": _serving("genai-perf", servingbench.parse_genai_perf_console),
+    "genai-perf-json": _serving("genai-perf-json", servingbench.parse_genai_perf_json),
+    "guidellm-console": _serving("guidellm-console", servingbench.parse_guidellm_console),
 }
 
 
@@ -240,6 +244,10 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
         _has(r"\A\s*\{", r'"benchmarks"\s*:', r'"generative_benchmark"'),
         _has(r"^benchmarks:", r"type_: generative_benchmark"),
     )),
+    ("mlperf-summary", _has(r"^MLPerf Results Summary[ \t]*$")),
+    ("guidellm-console", lambda t: bool(servingbench.GUIDELLM_CONSOLE.search(t))),
+    ("genai-perf", lambda t: bool(servingbench.GENAI_PERF_HEADER.search(t))),
+    ("genai-perf-json", _has(r"\A\s*\{", r'"(?:time_to_first_token|request_throughput)"\s*:\s*\{\s*"unit"')),
     ("sacct", lambda t: _slurm_kind(t) == "sacct"),
     ("squeue", lambda t: _slurm_kind(t) == "squeue"),
 )  # fmt: skip

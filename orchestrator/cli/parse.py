@@ -51,15 +51,21 @@ def _show(parsed: ParsedFile) -> None:
         _show_serving(parsed)
     if parsed.jobs is not None:
         table = Table(title=f"{parsed.path} — {parsed.kind}")
-        for col in ("job", "status", "slurm state", "exit", "signal", "elapsed (s)", "reason", "nodes"):
+        cols = ("job", "status", "slurm state", "steps", "exit", "signal", "elapsed (s)", "reason", "nodes")
+        for col in cols:
             table.add_column(col)
         for job in parsed.jobs.values():
+            status = job.status.value + (f" (step {job.decided_by})" if job.decided_by else "")
+            steps = ", ".join(f"{k} {v}" for k, v in job.steps.items())
             table.add_row(
-                job.job_id, job.status.value, job.raw_state, str(job.exit_code or ""),
+                job.job_id, status, job.raw_state, steps, str(job.exit_code or ""),
                 str(job.signal or ""), "" if job.elapsed_s is None else f"{job.elapsed_s:g}",
                 job.reason or "", job.nodelist or "",
             )  # fmt: skip
         out.print(table)
+        if any(j.decided_by for j in parsed.jobs.values()):
+            out.print("status (step N): Slurm's record says COMPLETED, but that step did not complete "
+                      "(docs/parse.md, 'Job steps')", markup=False)  # fmt: skip
 
 
 def _show_run(parsed: ParsedFile, run: ParsedRun) -> None:
@@ -117,6 +123,11 @@ def _show_serving(parsed: ParsedFile) -> None:
         )  # fmt: skip
     out.print(table)
     out.print("latencies in ms; empty: not stated by the output; every figure stated: --json", markup=False)
+    for s in parsed.serving:
+        if s.sections_aside:
+            names = ", ".join(repr(k) for k in s.sections_aside)
+            out.print(f"#{s.index + 1}: kept aside, not read: {names} (their text and figures: --json)",
+                      markup=False)  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

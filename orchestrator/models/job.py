@@ -38,3 +38,12 @@ class JobState(StrictModel):
     elapsed_s: float | None = None
     nodelist: str | None = None
     name: str | None = Field(default=None, description="the job's (or job step's) name, where known")
+    steps: dict[str, str] = Field(
+        default_factory=dict,
+        description="sacct: the state of each step of the job (batch, extern, 0, 1 …) as Slurm words it",
+    )
+    decided_by: str | None = Field(
+        default=None,
+        description="sacct: the step whose state set `status` where the job's own record said "
+        "COMPLETED but that step did not complete (docs/parse.md, 'Job steps')",
+    )

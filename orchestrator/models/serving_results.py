@@ -133,10 +133,13 @@ class ServingComparison(StrictModel):
 
 # --- results from elsewhere: what a serving benchmark tool states (orch parse) ----------------------
 
-ForeignServingTool = Literal["vllm bench serve", "sglang bench_serving", "guidellm"]
+ForeignServingTool = Literal[
+    "vllm bench serve", "sglang bench_serving", "guidellm", "mlperf loadgen", "genai-perf"
+]
 """The tools whose outputs `orch parse` reads into a ServingSummary (docs/serving.md, "Results from
 elsewhere"). vLLM's `vllm bench serve` and its older benchmarks/benchmark_serving.py print and save
-the same figures, so both are "vllm bench serve"."""
+the same figures, so both are "vllm bench serve"; "mlperf loadgen" is MLPerf Inference's
+mlperf_log_summary.txt; "genai-perf" is NVIDIA GenAI-Perf's console table."""
 
 _LEVEL = re.compile(r"^(?:c(?P<c>\d+)|r(?P<r>\d+(?:\.\d+)?))$")
 
@@ -239,6 +242,12 @@ class ServingSummary(StrictModel):
     other: dict[str, FigureValue] = Field(
         default_factory=dict,
         description="stated figures and settings without a field here, by the tool's name",
+    )
+    sections_aside: dict[str, str] | None = Field(
+        default=None,
+        description="sections of a console summary orch does not know (vLLM's Speculative Decoding …), "
+        "by their heading, as printed (at most 1000 characters each); their `label: number` lines are "
+        "also in `other` as 'SECTION: label'",
     )
 
     @classmethod

@@ -169,11 +169,14 @@ def parse_sacct(
 ) -> dict[str, JobState]:
     """Job states from `sacct --parsable2` output in `fields` order (a header line is allowed).
 
-    Job steps (123.batch, 123.0, 123.extern) are folded into their job: the job's own line wins,
-    a step only fills in for a job whose own line is missing. The header, if present, decides the
-    field order, whatever order and case it has. Without a header and with `check_order`, every
-    line must fit `fields` (a job id, a Slurm state, N:M, a duration where those fields are), so
-    that output of another `-o` order is refused rather than read with fields in the wrong places.
+    Job steps (123.batch, 123.0, 123.extern) are folded into their job: the job's own line gives
+    its fields, a step only fills in for a job whose own line is missing, and every step's state is
+    kept in `steps`. A job whose own record says COMPLETED while one of its steps did not complete
+    takes the worst state among its steps (`step_verdict`; the rule is in its docstring). The
+    header, if present, decides the field order, whatever order and case it has. Without a
+    header and with `check_order`, every line must fit `fields` (a job id, a Slurm state, N:M, a
+    duration where those fields are), so that output of another `-o` order is refused rather than
+    read with fields in the wrong places.
     With `steps`, job steps are not folded: each line is kept under its own id (123, 123.batch,
     123.0), as the allocation mode needs to follow the ladder's steps inside one job.
     Raises ParseError when a line has too few fields, or no JobID/State column exists.
@@ -190,6 +193,7 @@ def parse_sacct(
                          hint="print JobID and State (sacct -P -o JobID,State,...)")  # fmt: skip
     states: dict[str, JobState] = {}
     from_step: set[str] = set()
+    step_states: dict[str, dict[str, str]] = {}
     for line in lines:
         parts = line.split("|")
         if len(parts) < len(fields):
@@ -214,6 +218,8 @@ def parse_sacct(
             job_id = m.group(1)
         if not job_id or not row["State"].strip():
             raise ParseError(f"sacct line without JobID or State: {line!r}", raw=text)
+        if step and m is not None:
+            step_states.setdefault(job_id, {})[m.group(2)] = row["State"].strip()
         if step and job_id in states and job_id not in from_step:
             continue
         states[job_id] = _state(
@@ -229,7 +235,43 @@ def parse_sacct(
             from_step.add(job_id)
         else:
             from_step.discard(job_id)
+    for job_id, steps_of in step_states.items():
+        if job_id in states:
+            states[job_id] = step_verdict(states[job_id], steps_of)
     return states
+
+
+# worst first: a job that ran on a node that failed says more than one whose program failed, which
+# says more than one that was cancelled
+_SEVERITY = (JobStatus.INFRA, JobStatus.FAILED, JobStatus.CANCELLED)
+# Slurm's own step for the processes it adopts into the job (PrologFlags=contain): Slurm ends it
+# when the job ends, so its state says how the job ended, not how its work did
+_IGNORED_STEPS = ("extern",)
+
+
+def step_verdict(job: JobState, steps: dict[str, str]) -> JobState:
+    """The job with its steps' states, its status the worst among them where its record said COMPLETED.
+
+    Slurm records a batch job COMPLETED when its batch script exits 0, even when an `srun` step
+    in it was CANCELLED, FAILED, NODE_FAIL or OUT_OF_MEMORY (a script that does not pass srun's
+    exit on; published in martius-lab/cluster_utils#87: `239023 COMPLETED`, `239023.0 CANCELLED
+    0:10`). Such a job did not complete: it takes the worst terminal state among its steps,
+    INFRA before FAILED before CANCELLED, and `decided_by` names that step. The `.batch` step
+    (the script) and `.interactive` (salloc) count like any srun step; `.extern` does not (Slurm
+    ends it itself with the job). A step still running or pending under a COMPLETED job is
+    accounting catching up and changes nothing. A job whose own record says anything other than
+    COMPLETED keeps it: CANCELLED (orch's own scancel of a serving engine, say), TIMEOUT or
+    NODE_FAIL name the cause, and the steps that ended with the job are its consequence.
+    """
+    counted = {k: v for k, v in steps.items() if k not in _IGNORED_STEPS}
+    updated = job.model_copy(update={"steps": dict(steps)})
+    if job.status is not JobStatus.COMPLETED:
+        return updated
+    for worst in _SEVERITY:
+        for step_id, raw in counted.items():
+            if classify(raw) is worst:
+                return updated.model_copy(update={"status": worst, "decided_by": step_id})
+    return updated
 
 
 def parse_squeue(text: str, fields: tuple[str, ...] = SQUEUE_FIELDS) -> dict[str, JobState]:

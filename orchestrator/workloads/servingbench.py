@@ -6,7 +6,11 @@ Read, each into one ServingSummary per load level (docs/serving.md, "Results fro
     the lines vLLM prints before it (request rate, burstiness, concurrency cap, the Namespace line);
   - vLLM's `--save-result` JSON (one object, or one per line with `--append-result`);
   - SGLang's `--output-file` JSONL (one object per line);
-  - guidellm's benchmarks report (JSON or YAML), one summary per benchmark.
+  - guidellm's benchmarks report (JSON or YAML), one summary per benchmark, and the console tables
+    of guidellm 0.4+ (`| Benchmark | … |||`), one summary per benchmark row;
+  - MLPerf Inference loadgen's mlperf_log_summary.txt, one summary per file;
+  - NVIDIA GenAI-Perf's console table ("NVIDIA GenAI-Perf | LLM Metrics"), one summary per table,
+    and its JSON export (profile_export_genai_perf.json), one summary per file.
 
 Each reader knows the names its tool uses; a figure under another name is kept in `other`. The
 foreign JSON is checked only in what is read (the type of every known key); per-request lists
@@ -77,6 +81,10 @@ _CONSOLE: dict[str, tuple[str, Kind]] = {
 # what vLLM prints before its summary block (the Namespace line is read for the model only)
 _PREAMBLE = {"Traffic request rate", "Burstiness factor", "Maximum request concurrency"}
 _REQUIRED_CONSOLE = ("Successful requests", "Benchmark duration (s)")
+# the sections of the summary block whose lines are read (vLLM's and SGLang's headings, lower case);
+# a section under any other heading is kept aside whole and named, never a reason to refuse
+_KNOWN_SECTIONS = {"time to first token", "time per output token (excl. 1st token)", "inter-token latency",
+                   "end-to-end latency"}  # fmt: skip
 
 # JSON key -> (ServingSummary field, kind), per tool
 _JSON_COMMON: dict[str, tuple[str, Kind]] = {
@@ -285,8 +293,19 @@ def parse_console(text: str) -> list[ServingSummary]:
     for index, (preamble, body) in enumerate(_blocks(lines)):
         where = f"summary {index + 1}"
         stated: dict[str, str] = {}
+        aside: dict[str, list[str]] = {}
+        section: str | None = None  # the unknown section the line is in, if any
         for no, ln in body:
-            if not ln.strip() or _SECTION.match(ln):
+            if _SECTION.match(ln):
+                name = ln.strip().strip("-").strip()
+                section = None if name.lower() in _KNOWN_SECTIONS else name[:100]
+                if section is not None:
+                    aside.setdefault(section, [])
+                continue
+            if section is not None:
+                aside[section].append(ln.rstrip())
+                continue
+            if not ln.strip():
                 continue
             m = _LABEL_LINE.match(ln)
             if m is None or m.group("value") is None:
@@ -327,6 +346,13 @@ def parse_console(text: str) -> list[ServingSummary]:
                 fields[field] = _convert(kind, value, label)
             else:
                 other[label] = _convert("num", value, label) if _NUMBER.match(value) else _scalar(value)
+        for name, kept in aside.items():
+            for ln in kept:
+                km = _LABEL_LINE.match(ln.strip())
+                if km and km.group("value") and _NUMBER.match(km.group("value")):
+                    other[f"{name}: {km.group('label').strip()}"[:200]] = _convert(
+                        "num", km.group("value"), name
+                    )
         model = _namespace_value(preamble, "model")
         out.append(
             ServingSummary(
@@ -337,6 +363,7 @@ def parse_console(text: str) -> list[ServingSummary]:
                 **fields,
                 **{k: StatedLatency(**v) for k, v in lat.items()},
                 other=other,
+                sections_aside={k: "\n".join(v)[:_MAX_TEXT] for k, v in aside.items()} or None,
             )
         )
     return out
@@ -528,14 +555,17 @@ def _guidellm_benchmark(
             fields[field] = _convert(
                 "int", _path(successful(metric), "total_sum"), f"{where}.{metric}.total_sum"
             )
-    totals = b.get("request_totals")
+    # schema version 2 (guidellm 0.4+): request_totals under metrics, the strategy, backend and
+    # profile under config; before it: request_totals, args and worker beside metrics
+    v2 = "request_totals" in metrics and "request_totals" not in b
+    totals = metrics.get("request_totals") if v2 else b.get("request_totals")
     if not isinstance(totals, dict):
-        raise ParseError(f"{where} has no request_totals")
+        raise ParseError(f"{where} has no request_totals (neither beside its metrics nor in them)")
     fields["completed"] = _convert("int", totals.get("successful"), f"{where}.request_totals.successful")
     fields["failed"] = _convert("int", totals.get("errored"), f"{where}.request_totals.errored")
     fields["incomplete"] = _convert("int", totals.get("incomplete"), f"{where}.request_totals.incomplete")
     fields["duration_s"] = _convert("float", b.get("duration"), f"{where}.duration")
-    strategy = _path(b, "args", "strategy")
+    strategy = _path(b, "config" if v2 else "args", "strategy")
     if not isinstance(strategy, dict):
         strategy = {}
     stype = _convert("str", strategy.get("type_"), f"{where}.args.strategy.type_")
@@ -551,26 +581,35 @@ def _guidellm_benchmark(
         )
     if rate is not None:
         fields["request_rate"] = _convert("rate", rate, f"{where}.args.strategy.rate")
-    label = f"{stype}@{rate:g}" if stype is not None and isinstance(rate, int | float) else stype
+    # as guidellm's console names its benchmarks: constant@2, concurrent@4
+    at = rate if isinstance(rate, int | float) else streams if v2 and isinstance(streams, int) else None
+    label = f"{stype}@{at:g}" if stype is not None and at is not None else stype
     start = _convert("float", b.get("start_time"), f"{where}.start_time")
     date = (
         datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if start is not None and 0 <= start < 1e11  # epoch seconds; anything else is not a date
         else None
     )
-    worker = _obj(b.get("worker"))
     loader = _obj(b.get("request_loader"))
     other: dict[str, FigureValue] = {}
-    target = worker.get("backend_target")
+    if v2:
+        worker = _obj(_path(b, "config", "backend"))
+        keys = {"backend_type": "kind", "backend_target": "target", "backend_model": "model"}
+        wpath, profile_key = f"{where}.config.backend", ("config", "profile", "kind")
+    else:
+        worker = _obj(b.get("worker"))
+        keys = {k: k for k in ("backend_type", "backend_target", "backend_model")}
+        wpath, profile_key = f"{where}.worker", ("args", "profile", "type_")
+    target = worker.get(keys["backend_target"])
     if target is not None:
-        other["backend_target"] = _convert("str", target, f"{where}.worker.backend_target")
-    profile = _path(b, "args", "profile", "type_")
+        other["backend_target"] = _convert("str", target, f"{wpath}.{keys['backend_target']}")
+    profile = _path(b, *profile_key)
     if profile is not None:
-        other["profile"] = _convert("str", profile, f"{where}.args.profile.type_")
+        other["profile"] = _convert("str", profile, f"{where}.{'.'.join(profile_key)}")
     return ServingSummary(
         tool="guidellm", tool_version=version, source_format=fmt, index=index, label=label, date=date,
-        backend=_convert("str", worker.get("backend_type"), f"{where}.worker.backend_type"),
-        model=_convert("str", worker.get("backend_model"), f"{where}.worker.backend_model"),
+        backend=_convert("str", worker.get(keys["backend_type"]), f"{wpath}.{keys['backend_type']}"),
+        model=_convert("str", worker.get(keys["backend_model"]), f"{wpath}.{keys['backend_model']}"),
         tokenizer=_convert("str", loader.get("processor"), f"{where}.request_loader.processor"),
         dataset=_convert("str", loader.get("data"), f"{where}.request_loader.data")
         if isinstance(loader.get("data"), str) else None,
@@ -596,3 +635,439 @@ def parse_guidellm(text: str) -> list[ServingSummary]:
     version = _path(doc, "metadata", "guidellm_version")
     version = version if isinstance(version, str) and len(version) <= 100 else None
     return [_guidellm_benchmark(b, i, fmt, version) for i, b in enumerate(benchmarks)]
+
+
+# --- MLPerf Inference loadgen mlperf_log_summary.txt --------------------------------------------------
+
+MLPERF_HEADER = re.compile(r"^MLPerf Results Summary[ \t]*$", re.M)
+_MLPERF_RULE = re.compile(r"^={10,}[ \t]*$")
+_MLPERF_PCT = re.compile(
+    r"^(?P<q>\d{1,2}(?:\.\d{1,4})?) percentile (?P<what>latency|first token latency|"
+    r"time to output token) \(ns\)$"
+)
+_MLPERF_STAT = re.compile(
+    r"^(?P<stat>Min|Max|Mean) (?P<what>latency|First Token latency|Time to Output Token) \(ns\)$"
+)
+_MLPERF_METRIC = {"latency": "E2EL", "first token latency": "TTFT", "time to output token": "TPOT"}
+# loadgen label -> (ServingSummary field, kind); the rest of the summary goes to `other`
+_MLPERF_FIELDS: dict[str, tuple[str, Kind]] = {
+    "SUT name": ("backend", "str"),
+    "Completed samples per second": ("request_throughput", "float"),
+    "Samples per second": ("request_throughput", "float"),
+    "Completed tokens per second": ("output_throughput", "float"),
+    "Tokens per second": ("output_throughput", "float"),
+}
+_MLPERF_REQUIRED = ("Scenario", "Result is")
+
+
+def _mlperf_pairs(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """`label : value` pairs of the summary (the first repeat of a label is kept) and the blocks
+    loadgen writes as a heading line followed by ` * ` lines (the early-stopping results)."""
+    pairs: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    heading: str | None = None
+    for ln in lines:
+        stripped = ln.strip()
+        if not stripped or _MLPERF_RULE.match(stripped) or MLPERF_HEADER.match(stripped):
+            heading = None
+            continue
+        if heading is not None and (ln.startswith(" ") or stripped.startswith("*")):
+            text = stripped.removeprefix("*").strip()
+            notes[heading] = f"{notes[heading]} {text}".strip()[:_MAX_TEXT]
+            continue
+        label, sep, value = stripped.partition(":")
+        label, value = label.strip(), value.strip()
+        if not sep or not label:
+            heading = None
+            continue  # "No warnings encountered during test." and the like: prose
+        if not value:
+            heading = label[:200]  # "TTFT Early Stopping Result:", "Recommendations:"
+            notes.setdefault(heading, "")
+            continue
+        heading = None
+        pairs.setdefault(label[:200], value)
+    return pairs, notes
+
+
+@_raw_on_error
+def parse_mlperf_summary(text: str) -> list[ServingSummary]:
+    """The figures of one MLPerf Inference loadgen mlperf_log_summary.txt (any scenario).
+
+    Latencies are stated in ns and read in ms, from the `NN.NN percentile` and Min/Max/Mean
+    lines of its Additional Stats (the result's own `90.0th percentile latency` stays in
+    `other`): `latency` is E2E, `first token latency` TTFT and `time to output token` TPOT
+    (loadgen's per-sample figure, first token excluded). The Server scenario's `target_qps` is
+    the Poisson rate the run aimed at (request_rate); the scheduled and completed samples/s, the
+    result (VALID/INVALID), every `satisfied` line and the early-stopping results are kept in
+    `other` under loadgen's own words.
+    """
+    lines = _body(text).splitlines()
+    if not any(MLPERF_HEADER.match(ln) for ln in lines):
+        raise ParseError("no 'MLPerf Results Summary' heading",
+                         hint="give loadgen's mlperf_log_summary.txt")  # fmt: skip
+    pairs, notes = _mlperf_pairs(lines)
+    missing = [k for k in _MLPERF_REQUIRED if k not in pairs]
+    if missing:
+        raise ParseError(f"the summary states no {' and no '.join(repr(k) for k in missing)}",
+                         hint="the file is cut short; copy the whole mlperf_log_summary.txt")  # fmt: skip
+    result = pairs["Result is"]
+    if result not in ("VALID", "INVALID"):
+        raise ParseError(f"'Result is' is neither VALID nor INVALID: {_q(result)}")
+    fields: dict[str, Any] = {}
+    lat: dict[str, dict[str, Any]] = {}
+    other: dict[str, FigureValue] = {}
+    for label, value in pairs.items():
+        pm, sm = _MLPERF_PCT.match(label), _MLPERF_STAT.match(label)
+        if pm or sm:
+            ns = _convert("float", value, label)
+            ms = None if ns is None else ns / 1e6
+            if pm:
+                metric = _MLPERF_METRIC[pm.group("what")]
+                _latency_stat(lat, metric, f"p{float(pm.group('q')):g}", ms, label)
+            elif sm:
+                _latency_stat(lat, _MLPERF_METRIC[sm.group("what").lower()], sm.group("stat"), ms, label)
+        elif label in _MLPERF_FIELDS:
+            field, kind = _MLPERF_FIELDS[label]
+            fields[field] = _convert(kind, value, label)
+        else:
+            other[label] = _convert("num", value, label) if _NUMBER.match(value) else _scalar(value)
+    other.update({k: v for k, v in notes.items() if v})
+    scenario = pairs["Scenario"]
+    if scenario == "Server" and "target_qps" in pairs:
+        fields["request_rate"] = _convert("rate", pairs["target_qps"], "target_qps")
+    for entry in lat.values():  # loadgen states the median as its 50.00 percentile
+        entry.setdefault("median", entry["percentiles"].get("p50"))
+    return [
+        ServingSummary(
+            tool="mlperf loadgen", source_format="console", index=0,
+            label=f"{scenario} {pairs.get('Mode', '')}".strip()[:250] + f": {result}", **fields,
+            **{k: StatedLatency(**v) for k, v in lat.items()}, other=other,
+        )
+    ]  # fmt: skip
+
+
+# --- NVIDIA GenAI-Perf console table ------------------------------------------------------------------
+
+GENAI_PERF_HEADER = re.compile(r"^┃\s*Statistic\s*┃(?:\s*[a-z0-9]+\s*┃)+\s*$", re.M)
+_GENAI_STAT = re.compile(r"^(?:avg|min|max|std|p\d{1,2}(?:\.\d{1,4})?)$")
+# genai-perf row (lower case, unit words as printed) -> (latency, None) or (None, field)
+_GENAI_ROWS: dict[str, tuple[str | None, str | None]] = {
+    "time to first token (ms)": ("ttft", None),
+    # genai-perf's inter-token latency is per request, (request latency - TTFT) / (output tokens - 1)
+    # by its docs: orch's TPOT, not the pooled gaps between chunks
+    "inter token latency (ms)": ("tpot", None),
+    "request latency (ms)": ("e2e", None),
+    "output token throughput (per sec)": (None, "output_throughput"),
+    "output token throughput (tokens/sec)": (None, "output_throughput"),
+    "request throughput (per sec)": (None, "request_throughput"),
+    "request goodput (per sec)": (None, "request_goodput"),
+    "request count (count)": (None, "completed"),
+}
+_GENAI_NOT_STATED = ("N/A", "")
+
+
+def _genai_cell(value: str, name: str) -> float | None:
+    """A cell as printed: thousands separators dropped; N/A or empty is not stated."""
+    v = value.strip()
+    if v in _GENAI_NOT_STATED:
+        return None
+    if v.endswith("…"):
+        raise ParseError(f"{name} is cut by the table width: {_q(v)}", hint="print the table wider")
+    number: float | None = _convert("float", v.replace(",", ""), name)
+    return number
+
+
+@_raw_on_error
+def parse_genai_perf_console(text: str) -> list[ServingSummary]:
+    """The LLM Metrics table GenAI-Perf prints, with the `label: value` lines the 2024 layout
+    prints below it (throughputs, goodput). A row wrapped onto a second line (`Output Token
+    Throughput Per User` / `(tokens/sec/user)`) is joined; a row the table does not have (TTFT and
+    ITL without --streaming) leaves its field empty."""
+    lines = _body(text).splitlines()
+    starts = [i for i, ln in enumerate(lines) if GENAI_PERF_HEADER.match(ln.strip())]
+    if not starts:
+        raise ParseError("no '┃ Statistic ┃ avg ┃ …' table header",
+                         hint="give GenAI-Perf's console output (its LLM Metrics table)")  # fmt: skip
+    out: list[ServingSummary] = []
+    for index, start in enumerate(starts):
+        where = f"table {index + 1}"
+        stats = [c.strip() for c in lines[start].strip().strip("┃").split("┃")][1:]
+        bad = [c for c in stats if not _GENAI_STAT.match(c)]
+        if bad:
+            raise ParseError(f"{where}: column {_q(bad[0])} is not a statistic (avg, min, max, pNN)")
+        rows: list[tuple[str, list[str]]] = []
+        end = start + 1
+        for end in range(start + 1, len(lines)):
+            ln = lines[end].strip()
+            if ln.startswith("└"):
+                break
+            if not ln.startswith("│"):
+                continue  # the rule under the header
+            cells = [c.strip() for c in ln.strip("│").split("│")]
+            if len(cells) != len(stats) + 1:
+                raise ParseError(f"{where}, line {end + 1}: {len(cells)} cells, the header has "
+                                 f"{len(stats) + 1}: {_q(ln)}")  # fmt: skip
+            if rows and cells[0].startswith("(") and not any(cells[1:]):
+                label, values = rows[-1]
+                rows[-1] = (f"{label} {cells[0]}", values)  # a label wrapped onto the next line
+                continue
+            rows.append((cells[0], cells[1:]))
+        else:
+            raise ParseError(f"{where} is cut short: no closing └ line", hint="copy the whole table")
+        fields: dict[str, Any] = {}
+        lat: dict[str, dict[str, Any]] = {}
+        other: dict[str, FigureValue] = {}
+        for label, values in rows:
+            name = f"{where}: {label!r}"
+            key = label.lower()
+            known = _GENAI_ROWS.get(key)
+            read = {st: _genai_cell(v, f"{name} {st}") for st, v in zip(stats, values, strict=True)}
+            if known is not None and known[0] is not None:
+                metric = known[0]
+                if metric in lat:
+                    raise ParseError(f"{name} is stated twice")
+                lat[metric] = {
+                    "mean": read.get("avg"), "min": read.get("min"), "max": read.get("max"),
+                    "std": read.get("std"),
+                    "percentiles": {st: v for st, v in read.items() if st.startswith("p") and v is not None},
+                }  # fmt: skip
+            elif known is not None and known[1] is not None:
+                field = known[1]
+                fields[field] = _convert("int" if field == "completed" else "float", read.get("avg"), name)
+            else:
+                other.update({f"{label[:150]} {st}": v for st, v in read.items() if v is not None})
+        for ln in lines[end + 1 : starts[index + 1] if index + 1 < len(starts) else len(lines)]:
+            m = _LABEL_LINE.match(ln.strip())
+            below = _GENAI_ROWS.get(m.group("label").strip().lower()) if m and m.group("value") else None
+            if m and below is not None and below[1] is not None:
+                fields[below[1]] = _convert("float", m.group("value").replace(",", ""), m.group("label"))
+        for entry in lat.values():
+            entry["median"] = entry["percentiles"].get("p50")
+        out.append(
+            ServingSummary(
+                tool="genai-perf", source_format="console", index=index, **fields,
+                **{k: StatedLatency(**v) for k, v in lat.items()}, other=other,
+            )
+        )  # fmt: skip
+    return out
+
+
+# GenAI-Perf export key -> (latency, None) or (None, field); the same metrics as its console table
+_GENAI_JSON: dict[str, tuple[str | None, str | None]] = {
+    "time_to_first_token": ("ttft", None),
+    "inter_token_latency": ("tpot", None),  # per request: orch's TPOT (see _GENAI_ROWS)
+    "request_latency": ("e2e", None),
+    "output_token_throughput": (None, "output_throughput"),
+    "request_throughput": (None, "request_throughput"),
+    "request_goodput": (None, "request_goodput"),
+    "request_count": (None, "completed"),
+    "benchmark_duration": (None, "duration_s"),
+}
+_GENAI_UNITS = {"time_to_first_token": "ms", "inter_token_latency": "ms", "request_latency": "ms",
+                "benchmark_duration": "sec"}  # fmt: skip
+_GENAI_CONFIG: dict[str, tuple[str, Kind]] = {
+    "backend": ("backend", "str"),
+    "concurrency": ("max_concurrency", "cap"),
+    "request_rate": ("request_rate", "rate"),
+    "tokenizer": ("tokenizer", "str"),
+}
+
+
+@_raw_on_error
+def parse_genai_perf_json(text: str) -> list[ServingSummary]:
+    """GenAI-Perf's JSON export: each metric an object {unit, avg, min, max, std, pNN}, and the
+    run's settings in `input_config` (concurrency or request rate, model, backend). A latency in
+    another unit than ms, or a duration in another than sec, is refused, not scaled by guess."""
+    values = json_values(text)
+    if len(values) != 1 or not isinstance(values[0], dict):
+        raise ParseError("a GenAI-Perf export is one JSON object")
+    doc: dict[str, Any] = values[0]
+    if not any(isinstance(doc.get(k), dict) and "unit" in doc[k] for k in _GENAI_JSON):
+        raise ParseError("no metric object with a 'unit' (request_throughput, time_to_first_token, …)",
+                         hint="give GenAI-Perf's profile_export_genai_perf.json")  # fmt: skip
+    fields: dict[str, Any] = {}
+    lat: dict[str, dict[str, Any]] = {}
+    other: dict[str, FigureValue] = {}
+    for key, metric in doc.items():
+        if key == "input_config" or not isinstance(metric, dict) or "unit" not in metric:
+            continue
+        name = f"{key!s:.100}"
+        unit = metric.get("unit")
+        if key in _GENAI_UNITS and unit != _GENAI_UNITS[key]:
+            raise ParseError(f"{name} is in {_q(unit)}, not {_GENAI_UNITS[key]}")
+        stats = {str(k): _convert("float", v, f"{name}.{k}") for k, v in metric.items() if k != "unit"}
+        known = _GENAI_JSON.get(key)
+        if known is not None and known[0] is not None:
+            pct = {
+                k: v for k, v in stats.items() if re.fullmatch(r"p\d{1,2}(?:\.\d{1,4})?", k) and v is not None
+            }
+            lat[known[0]] = {
+                "mean": stats.get("avg"), "median": pct.get("p50"), "min": stats.get("min"),
+                "max": stats.get("max"), "std": stats.get("std"), "percentiles": pct,
+            }  # fmt: skip
+        elif known is not None and known[1] is not None:
+            kind: Kind = "int" if known[1] == "completed" else "float"
+            fields[known[1]] = _convert(kind, metric.get("avg"), f"{name}.avg")
+        else:
+            other.update({f"{name} {k}": v for k, v in stats.items() if v is not None})
+    config = _obj(doc.get("input_config"))
+    for key, (field, kind) in _GENAI_CONFIG.items():
+        if config.get(key) is not None:
+            fields[field] = _convert(kind, config[key], f"input_config.{key}")
+    model = config.get("model")
+    if isinstance(model, list) and model and isinstance(model[0], str):
+        fields["model"] = _convert("str", model[0], "input_config.model")
+    for key in ("streaming", "endpoint_type", "service_kind"):
+        if key in config:
+            other[f"input_config.{key}"] = _scalar(config[key])
+    return [
+        ServingSummary(
+            tool="genai-perf", source_format="json", index=0, **fields,
+            **{k: StatedLatency(**v) for k, v in lat.items()}, other=other,
+        )
+    ]  # fmt: skip
+
+
+# --- guidellm 0.4+ console tables ----------------------------------------------------------------------
+
+GUIDELLM_CONSOLE = re.compile(r"^\|\s*Benchmark\s*\|.*\n\|\s*Strategy\s*\|", re.M)
+# a table's title follows guidellm's status glyph (U+2139 information source, before "Request Latency
+# Statistics (Completed Requests)"; its check, warning and cross marks on other lines)
+_GL_TITLE = re.compile(r"^[\u2139\u2714\u26a0\u2716]\s+(?P<title>[A-Z][A-Za-z ]+?)\s*(?:\([^)]*\))?\s*$")
+_GL_LOAD = re.compile(r"^(?P<kind>[a-z_]+)(?:@(?P<at>\d+(?:\.\d+)?))?$")
+# (table, group, stat) -> ServingSummary field, from guidellm's Run Summary and Server Throughput tables
+_GL_FIELDS: dict[tuple[str, str, str], tuple[str, Kind]] = {
+    ("Run Summary Info", "Timings", "Dur Sec"): ("duration_s", "float"),
+    ("Run Summary Info", "Requests", "Comp Tot"): ("completed", "int"),
+    ("Run Summary Info", "Requests", "Inc Tot"): ("incomplete", "int"),
+    ("Run Summary Info", "Requests", "Err Tot"): ("failed", "int"),
+    ("Run Summary Info", "Input Tokens", "Comp Tot"): ("total_input_tokens", "int"),
+    ("Run Summary Info", "Output Tokens", "Comp Tot"): ("total_output_tokens", "int"),
+    ("Server Throughput Statistics", "Requests", "Concurrency Mean"): ("mean_concurrency", "float"),
+    ("Server Throughput Statistics", "Requests", "Per Sec Mean"): ("request_throughput", "float"),
+    ("Server Throughput Statistics", "Input Tokens", "Per Sec Mean"): ("input_throughput", "float"),
+    ("Server Throughput Statistics", "Output Tokens", "Per Sec Mean"): ("output_throughput", "float"),
+    ("Server Throughput Statistics", "Total Tokens", "Per Sec Mean"): ("total_token_throughput", "float"),
+}
+# Request Latency Statistics group -> (latency, factor to ms); as in the JSON report, guidellm's ITL is
+# orch's TPOT and its TPOT counts the first token
+_GL_LATENCY = {"Request Latency": ("e2e", 1000.0), "TTFT": ("ttft", 1.0), "ITL": ("tpot", 1.0),
+               "TPOT": ("tpot_with_first", 1.0)}  # fmt: skip
+
+
+def _gl_cells(line: str) -> list[str]:
+    """The cells of a `| a | b ||| c |` row; an empty string marks a cell spanned by the one before."""
+    parts = line.rstrip().split("|")
+    return [c if c == "" else c.strip() for c in parts[1:-1]]
+
+
+def _gl_fill(row: list[str]) -> list[str]:
+    out: list[str] = []
+    for c in row:
+        out.append(out[-1] if c == "" and out else c)
+    return out
+
+
+def _gl_tables(lines: list[str]) -> Iterator[tuple[str, list[str], list[str], list[list[str]]]]:
+    """(title, group per column, stat per column, data rows) of every header block of every table."""
+    title = ""
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        tm = _GL_TITLE.match(ln) if not ln.startswith("|") else None
+        if tm and ln.strip():
+            title = tm.group("title")
+        if not re.match(r"^\|\s*Benchmark\s*\|", ln):
+            i += 1
+            continue
+        header: list[list[str]] = []
+        while i < len(lines) and lines[i].startswith("|") and not re.match(r"^\|-+\|", lines[i]):
+            header.append(_gl_cells(lines[i]))
+            i += 1
+        if i >= len(lines) or len(header) < 2:
+            raise ParseError(f"table {title!r}: its header is not followed by a |---| rule",
+                             hint="the table is cut short; copy it whole")  # fmt: skip
+        i += 1
+        rows: list[list[str]] = []
+        while i < len(lines) and lines[i].startswith("|") and not lines[i].startswith("|="):
+            rows.append([c.strip() for c in _gl_cells(lines[i])])
+            i += 1
+        if i >= len(lines):
+            raise ParseError(f"table {title!r} is cut short: no closing |===| rule")
+        filled = [_gl_fill(r) for r in header]
+        width = len(filled[0])
+        if any(len(r) != width for r in [*filled, *rows]):
+            raise ParseError(f"table {title!r}: rows of different widths", hint="copy the table as printed")
+        groups = filled[0]
+        stats = [" ".join(w for w in col if w) for col in zip(*filled[1:], strict=True)]
+        yield title, groups, stats, rows
+
+
+def _gl_value(text: str, name: str) -> float | None:
+    """A guidellm cell: `25.9 ± 1.5` is the mean (its confidence half-width aside); empty: not stated."""
+    v = text.split("±")[0].strip()
+    if not v:
+        return None
+    number: float | None = _convert("float", v.replace(",", ""), name)
+    return number
+
+
+@_raw_on_error
+def parse_guidellm_console(text: str) -> list[ServingSummary]:
+    """guidellm 0.4+'s console tables, one ServingSummary per benchmark (its `concurrent@4` row)."""
+    lines = _body(text).splitlines()
+    per: dict[str, dict[str, Any]] = {}
+    lat: dict[str, dict[str, dict[str, Any]]] = {}
+    other: dict[str, dict[str, FigureValue]] = {}
+    for title, groups, stats, rows in _gl_tables(lines):
+        for row in rows:
+            bench = row[0]
+            if not _GL_LOAD.match(bench):
+                raise ParseError(f"table {title!r}: {_q(bench)} is not a benchmark name (concurrent@4 …)")
+            fields = per.setdefault(bench, {})
+            blat = lat.setdefault(bench, {})
+            bother = other.setdefault(bench, {})
+            for group, stat, cell in zip(groups[1:], stats[1:], row[1:], strict=True):
+                name = f"{title}: {group} {stat}".strip()
+                known = _GL_FIELDS.get((title, group, stat))
+                if title.startswith("Request Latency") and group in _GL_LATENCY:
+                    metric, factor = _GL_LATENCY[group]
+                    value = _gl_value(cell, name)
+                    word = stat.split()[-1] if stat else ""
+                    entry = blat.setdefault(metric, {"percentiles": {}})
+                    scaled = None if value is None else value * factor
+                    if word == "Mean":
+                        entry["mean"] = scaled
+                    elif word == "Mdn":
+                        entry["median"] = scaled
+                        if scaled is not None:
+                            entry["percentiles"]["p50"] = scaled
+                    elif re.fullmatch(r"p\d{1,2}(?:\.\d{1,4})?", word) and scaled is not None:
+                        entry["percentiles"][word] = scaled
+                elif known is not None:
+                    fields[known[0]] = _convert(known[1], _gl_value(cell, name), name)
+                elif cell:
+                    bother[name[:200]] = (
+                        _gl_value(cell, name) if _NUMBER.match(cell.replace(",", "")) else cell[:200]
+                    )
+    if not per:
+        raise ParseError("no guidellm benchmark row (| concurrent@4 | … |)",
+                         hint="give guidellm's console output, its Run Summary and tables")  # fmt: skip
+    out: list[ServingSummary] = []
+    for index, (bench, fields) in enumerate(per.items()):
+        m = _GL_LOAD.match(bench)
+        assert m is not None  # checked above
+        kind, at = m.group("kind"), m.group("at")
+        if kind == "synchronous":
+            fields["max_concurrency"] = 1
+        elif kind == "concurrent" and at is not None:
+            fields["max_concurrency"] = _convert("cap", at, bench)
+        elif kind in ("constant", "poisson") and at is not None:
+            fields["request_rate"] = _convert("rate", at, bench)
+        out.append(
+            ServingSummary(
+                tool="guidellm", source_format="console", index=index, label=bench, **fields,
+                **{k: StatedLatency(**v) for k, v in lat.get(bench, {}).items()}, other=other.get(bench, {}),
+            )
+        )  # fmt: skip
+    return out

@@ -53,7 +53,7 @@ def poll_recorded(name: str) -> dict[str, JobState]:
 
 
 def test_step_lines_are_kept_apart_from_their_job() -> None:
-    text = recorded("sacct-COMPLETED-alloc-steps.txt")
+    text = recorded("sacct-FAILED-alloc-steps.txt")
     alloc = alloc_id(text)
     states = parse_sacct(text, steps=True)
     assert {f"{alloc}", f"{alloc}.batch", f"{alloc}.0", f"{alloc}.1", f"{alloc}.2"} <= set(states)
@@ -62,7 +62,7 @@ def test_step_lines_are_kept_apart_from_their_job() -> None:
 
 
 def test_finished_ladder_each_step_its_own_outcome() -> None:
-    got = poll_recorded("sacct-COMPLETED-alloc-steps.txt")
+    got = poll_recorded("sacct-FAILED-alloc-steps.txt")
     assert [s.status for s in got.values()] == [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.COMPLETED]
     assert got["orch-rec-n2xg1"].exit_code == 3
     assert got["orch-rec-n2xg1"].nodelist == "node[1-2]"
@@ -85,7 +85,7 @@ def test_cancelled_allocation_ends_the_steps_it_never_ran() -> None:
 
 
 def test_steps_are_matched_by_name_not_number() -> None:
-    text = recorded("sacct-COMPLETED-alloc-steps.txt")
+    text = recorded("sacct-FAILED-alloc-steps.txt")
     alloc = alloc_id(text)
     sched = AllocationScheduler(runner=Replay(text))  # type: ignore[arg-type]
     # as if the first srun never started: Slurm numbered the next one .0
@@ -126,7 +126,7 @@ def test_step_still_running_in_sacct_after_its_driver_completed_is_not_ended() -
 
 
 def test_step_line_without_its_name_yet_is_taken_by_its_number() -> None:
-    text = recorded("sacct-COMPLETED-alloc-steps.txt")
+    text = recorded("sacct-FAILED-alloc-steps.txt")
     alloc = alloc_id(text)
     unnamed = text.replace("|orch-rec-n2xg1\n", "|\n")
     assert unnamed != text
@@ -149,7 +149,7 @@ def test_failing_sacct_is_retried_then_an_infrastructure_error_naming_per_step_m
 
 
 def test_a_sacct_that_answers_again_resets_the_count() -> None:
-    text = recorded("sacct-COMPLETED-alloc-steps.txt")
+    text = recorded("sacct-FAILED-alloc-steps.txt")
     alloc = alloc_id(text)
     now = [0.0]
     replay = Replay("", sacct_rc=1)

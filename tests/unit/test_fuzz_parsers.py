@@ -81,6 +81,10 @@ TOOL_SEEDS: dict[str, list[str]] = {
     "sglang-bench": _texts("serving/sglang-bench-*.txt"),
     "sglang-bench-json": _texts("serving/sglang-bench-*.jsonl"),
     "guidellm": _texts("serving/guidellm-*.json", "serving/guidellm-*.yaml"),
+    "mlperf-summary": _texts("serving/mlperf-summary-*.txt"),
+    "genai-perf": _texts("serving/genai-perf-console-*.txt"),
+    "genai-perf-json": _texts("serving/genai-perf-export-*.json"),
+    "guidellm-console": _texts("serving/guidellm-*-console-*.txt"),
 }
 
 

@@ -105,6 +105,15 @@ DETECTED = {
     "serving/sglang-bench-issue12389-c16.jsonl": "sglang-bench-json",
     "serving/guidellm-benchmarks-stripped.json": "guidellm",
     "serving/guidellm-benchmarks-stripped.yaml": "guidellm",
+    "serving/guidellm-0.8.1-report-v2-c1-c4.json": "guidellm",
+    "serving/mlperf-summary-llama2-70b-server-h100.txt": "mlperf-summary",
+    "serving/mlperf-summary-singlestream-early-stopping.txt": "mlperf-summary",
+    "slurm/sacct-CANCELLED-srun-step-signal.txt": "sacct",
+    "serving/genai-perf-console-dynamo-streaming.txt": "genai-perf",
+    "serving/genai-perf-console-multiturn-no-ttft.txt": "genai-perf",
+    "serving/genai-perf-console-goodput-2024.txt": "genai-perf",
+    "serving/genai-perf-export-c100-streaming.json": "genai-perf-json",
+    "serving/guidellm-0.8.1-console-c1-c4.txt": "guidellm-console",
 }
 
 
@@ -287,3 +296,16 @@ def test_collectives_in_file_name(name: str, names: list[str]) -> None:
     from orchestrator.parse import collectives_in_name
 
     assert collectives_in_name(Path(name)) == names
+
+
+def test_parse_shows_step_states_and_the_step_that_decided(capsys: pytest.CaptureFixture[str]) -> None:
+    """martius-lab/cluster_utils#87: jobs Slurm recorded COMPLETED whose srun step was CANCELLED."""
+    path = str(FIXTURES / "slurm/sacct-CANCELLED-srun-step-signal.txt")
+    rc, out, _ = _run(["parse", path], capsys)
+    assert rc == 0
+    assert out.count("CANCELLED (step 0)") == 4 and "0 CANCELLED" in out
+    rc, out, _ = _run(["parse", "--json", path], capsys)
+    jobs = json.loads(out)[0]["jobs"]
+    assert {j["status"] for j in jobs.values()} == {"CANCELLED"}
+    assert jobs["239023"]["raw_state"] == "COMPLETED" and jobs["239023"]["decided_by"] == "0"
+    assert jobs["239023"]["steps"]["0"] == "CANCELLED"

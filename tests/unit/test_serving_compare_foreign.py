@@ -136,3 +136,45 @@ def test_both_sides_files_or_kind_without_a_file_are_refused(
     assert code == 2 and "apply to a FILE side only" in one_error_line(err)
     code, _, err = run_cli(capsys, "compare", str(run), str(JETSON_C8), "--repeat-b", str(run))
     assert code == 2 and "one result without repeats" in one_error_line(err)
+
+
+def test_run_against_a_guidellm_0_8_report(
+    run: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """guidellm 0.8.1's report (schema version 2: concurrent@1 and @4 on a stand-in paced 20 ms to
+    the first token): c1 matches concurrent@1; the figures are the ones its JSON states."""
+    f = FIX / "guidellm-0.8.1-report-v2-c1-c4.json"
+    out_json = tmp_path / "g.json"
+    code, _, err = run_cli(capsys, "compare", str(run), str(f), "--json", str(out_json))
+    assert code == EXIT_THRESHOLDS, err  # the file's 20 ms TTFT against the run's 2 ms
+    c = json.loads(out_json.read_text())
+    assert c["tool"] == "guidellm" and c["unmatched"] == ["fake-r1 c8"]
+    (row,) = c["rows"]
+    assert (row["level"], row["result"]) == ("c1", 1)
+    figs = {x["figure"]: x for x in row["figures"]}
+    assert figs["output tokens/s"]["b"] == 143.8462390355844
+    ttft = figs["TTFT p99"]
+    assert (ttft["b"], ttft["n_b"], ttft["change"]) == (44.258832931518555, 120, "worse")
+    assert figs["E2E p99"]["b"] == 0.1490333080291748 * 1000 and figs["E2E p99"]["n_b"] == 120
+    assert figs["ITL p99"]["change"] == "n/a"  # guidellm states no distribution of the gaps
+
+
+def test_an_mlperf_server_summary_is_read_and_matched_by_its_rate(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """loadgen's Server scenario runs Poisson arrivals at target_qps (75): only an orch level r75
+    would match; this run's c1 and c8 do not, and the refusal says what the file states."""
+    f = FIX / "mlperf-summary-llama2-70b-server-h100.txt"
+    code, _, err = run_cli(capsys, "compare", str(run), str(f))
+    assert code == 2 and "Traceback" not in err
+    line = one_error_line(err)
+    assert "the run has fake-r1 c1, fake-r1 c8" in line and "the file states #1 rate 75/s" in line
+
+
+def test_a_genai_perf_export_is_matched_by_its_concurrency(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = FIX / "genai-perf-export-c100-streaming.json"  # concurrency 100: not a level of this run
+    code, _, err = run_cli(capsys, "compare", str(run), str(f))
+    assert code == 2 and "Traceback" not in err
+    assert "the file states #1 concurrency 100" in one_error_line(err)

@@ -462,3 +462,262 @@ def test_every_serving_parser_keeps_the_raw_text() -> None:
 def test_serving_kinds_are_registered() -> None:
     assert {"vllm-bench", "vllm-bench-json", "sglang-bench", "sglang-bench-json", "guidellm"} <= set(PARSERS)
     assert detect_kind((FIX / "sglang-bench-llama70b-h200.jsonl").read_text()) == "sglang-bench-json"
+
+
+# --- guidellm 0.8's report (schema version 2) ------------------------------------------------------
+
+GUIDELLM_V2 = "guidellm-0.8.1-report-v2-c1-c4.json"
+
+
+def test_guidellm_v2_report_every_level() -> None:
+    """Generated with guidellm 0.8.1 against the stand-in server (command in its .source file):
+    request_totals sit in metrics, the strategy and backend in config. Each value below is the
+    one the JSON states."""
+    doc = json.loads((FIX / GUIDELLM_V2).read_text())
+    assert doc["metadata"]["version"] == 2
+    c1, c4 = _summaries(GUIDELLM_V2)
+    assert (c1.label, c1.max_concurrency, c1.request_rate) == ("concurrent@1", 1, None)
+    assert (c4.label, c4.max_concurrency, c4.request_rate) == ("concurrent@4", 4, None)
+    for s in (c1, c4):
+        assert (s.tool, s.tool_version, s.backend, s.model) == ("guidellm", "0.8.1", "openai_http", "m")
+        assert (s.completed, s.failed, s.incomplete) == (120, 0, 0)
+        assert (s.total_input_tokens, s.total_output_tokens) == (3480, 1920)
+        assert s.other == {"backend_target": "http://127.0.0.1:18731", "profile": "concurrent"}
+        assert s.ttft and s.ttft.n == 120 and s.e2e and s.e2e.n == 120 and s.itl is None
+    assert c1.duration_s == 13.347585678100586 and c4.duration_s == 3.4672305583953857
+    assert c1.output_throughput == 143.8462390355844 and c4.output_throughput == 553.7560792866815
+    assert c1.request_throughput == 8.990389939724025 and c4.request_throughput == 34.60975495541759
+    assert c1.mean_concurrency == 0.9496423181607146 and c4.mean_concurrency == 3.6644572755430094
+    assert c1.ttft is not None and c1.ttft.p("p99") == 44.258832931518555
+    assert c4.ttft is not None and c4.ttft.p("p99") == 44.96359825134277
+    for s, b in zip((c1, c4), doc["benchmarks"], strict=True):
+        m = b["metrics"]
+        assert s.ttft is not None and s.tpot is not None and s.tpot_with_first is not None
+        assert s.e2e is not None and s.ttft.median == m["time_to_first_token_ms"]["successful"]["median"]
+        assert s.tpot.p("p99") == m["inter_token_latency_ms"]["successful"]["percentiles"]["p99"]
+        assert s.tpot_with_first.mean == m["time_per_output_token_ms"]["successful"]["mean"]
+        assert s.e2e.p("p95") == m["request_latency"]["successful"]["percentiles"]["p95"] * 1000
+
+
+def test_guidellm_v2_figures_match_the_console_of_the_same_run() -> None:
+    """guidellm-0.8.1-console-c1-c4.txt is that run's stdout: TTFT Mdn/p95 21.2/36.6 and
+    21.7/33.5 ms, ITL (orch's TPOT) 5.3/6.6, TPOT 6.4/7.6 and 6.4/7.8, output tok/s 143.8, 553.8."""
+    c1, c4 = _summaries(GUIDELLM_V2)
+
+    def r(v: float | None) -> float:
+        return round(v or 0.0, 1)
+
+    assert c1.ttft and c1.tpot and c1.tpot_with_first and c4.ttft and c4.tpot and c4.tpot_with_first
+    assert (r(c1.ttft.median), r(c1.ttft.p("p95")), r(c4.ttft.median), r(c4.ttft.p("p95"))) == (
+        21.2, 36.6, 21.7, 33.5)  # fmt: skip
+    assert (r(c1.tpot.median), r(c1.tpot.p("p95"))) == (5.3, 6.6)
+    assert (r(c1.tpot_with_first.p("p95")), r(c4.tpot_with_first.p("p95"))) == (7.6, 7.8)
+    assert (r(c1.output_throughput), r(c4.output_throughput)) == (143.8, 553.8)
+
+
+# --- MLPerf Inference loadgen mlperf_log_summary.txt ------------------------------------------------
+
+
+def test_mlperf_server_summary_every_figure() -> None:
+    """mlcommons/inference_results_v4.1, NVIDIA DGX-H100 llama2-70b-99.9 Server: the values as printed,
+    latencies in ns read in ms."""
+    (s,) = _summaries("mlperf-summary-llama2-70b-server-h100.txt")
+    assert (s.tool, s.label, s.backend) == ("mlperf loadgen", "Server PerformanceOnly: VALID",
+                                            "llama2-70b-Server-SUT-LoadGen")  # fmt: skip
+    assert (s.request_throughput, s.output_throughput, s.request_rate) == (74.42, 21605.79, 75.0)
+    assert s.other["Scheduled samples per second"] == 75.10 and s.other["Result is"] == "VALID"
+    assert s.other["Early stopping satisfied"] == "Yes"
+    assert s.other["Performance constraints satisfied"] == "Yes"
+    assert s.other["TTFT Early Stopping Result"] == s.other["TPOT Early Stopping Result"] == "Run successful."
+    assert s.other["ttft_latency (ns)"] == 2000000000 and s.other["tpot_latency (ns)"] == 200000000
+    assert s.ttft and s.tpot and s.e2e and s.itl is None
+    assert (s.ttft.min, s.ttft.mean, s.ttft.max) == (46375730 / 1e6, 275926440 / 1e6, 720249937 / 1e6)
+    assert s.ttft.percentiles == {
+        "p50": 272954995 / 1e6, "p90": 372923186 / 1e6, "p95": 401131365 / 1e6, "p97": 421577171 / 1e6,
+        "p99": 461278089 / 1e6, "p99.9": 540003020 / 1e6,
+    }  # fmt: skip
+    assert s.ttft.median == 272954995 / 1e6
+    assert (s.tpot.mean, s.tpot.p("p99"), s.tpot.p("p99.9")) == (154960329 / 1e6, 175354317 / 1e6,
+                                                                  186347793 / 1e6)  # fmt: skip
+    assert (s.e2e.min, s.e2e.p("p50"), s.e2e.p("p99")) == (345984753 / 1e6, 39053490745 / 1e6,
+                                                            144812821227 / 1e6)  # fmt: skip
+    assert s.completed is None and s.duration_s is None  # loadgen's summary states neither
+
+
+def test_mlperf_early_stopping_lines_are_kept() -> None:
+    """sgrad20Delft/inference: a SingleStream summary whose early-stopping block runs over lines."""
+    (s,) = _summaries("mlperf-summary-singlestream-early-stopping.txt")
+    assert s.label == "SingleStream PerformanceOnly: VALID" and s.request_rate is None
+    assert s.other["90.0th percentile latency (ns)"] == 50798000
+    assert s.other["Early Stopping Result"] == (
+        "Processed at least 64 queries (210). Would discard 10 highest latency queries. Early stopping "
+        "90.0th percentile estimate: 53600708 Not enough queries processed for 99.0th percentile early "
+        "stopping estimate (would need to process at least 662 total queries)."
+    )
+    assert s.e2e is not None and s.e2e.p("p90") == 50798000 / 1e6 and s.e2e.p("p99") == 73720458 / 1e6
+    assert s.other["QPS w/ loadgen overhead"] == 20.88 and s.ttft is None
+
+
+@pytest.mark.parametrize(
+    ("cut", "why"),
+    [
+        ("Result is : VALID\n", "states no 'Result is'"),
+        ("Result is : VALID", "Result is : MAYBE"),
+        ("Completed samples per second    : 74.42", "Completed samples per second : 7x.42"),
+    ],
+)
+def test_mlperf_summary_refusals(
+    cut: str, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (FIX / "mlperf-summary-llama2-70b-server-h100.txt").read_text()
+    assert cut in text
+    bad = text.replace(cut, "" if why.startswith("states") else why)
+    msg = _refused(tmp_path, bad, capsys)
+    expect = {"Result is : MAYBE": "neither VALID nor INVALID", "Completed samples per second : 7x.42":
+              "is not a number"}.get(why, why)  # fmt: skip
+    assert expect in msg
+
+
+# --- NVIDIA GenAI-Perf console table ---------------------------------------------------------------
+
+
+def test_genai_perf_table_with_thousands_separators_and_a_wrapped_row() -> None:
+    """genai-perf/docs/dynamo.md: every figure as printed; 1,799.53 is 1799.53."""
+    (s,) = _summaries("genai-perf-console-dynamo-streaming.txt")
+    assert s.tool == "genai-perf" and s.ttft and s.tpot and s.e2e and s.itl is None
+    assert (s.e2e.mean, s.e2e.min, s.e2e.max) == (1799.53, 1783.41, 1802.41)
+    assert s.e2e.percentiles == {"p99": 1802.39, "p90": 1802.18, "p75": 1801.73}
+    assert (s.ttft.mean, s.ttft.min, s.ttft.max, s.ttft.p("p99")) == (39.13, 21.23, 41.49, 41.48)
+    # genai-perf's inter-token latency is per request: orch's TPOT
+    assert (s.tpot.mean, s.tpot.p("p99"), s.tpot.p("p75")) == (17.96, 17.98, 17.97)
+    assert (s.output_throughput, s.request_throughput, s.completed) == (54.52, 0.55, 10)
+    assert s.other["Output Token Throughput Per User (tokens/sec/user) avg"] == 55.67  # the wrapped row
+    assert s.other["Time To Second Token (ms) p99"] == 17.26
+    assert s.other["Input Sequence Length (tokens) avg"] == 128.00
+
+
+def test_genai_perf_rows_that_are_missing_stay_empty() -> None:
+    """genai-perf/docs/multi_turn.md, without --streaming: no TTFT and no ITL row."""
+    (s,) = _summaries("genai-perf-console-multiturn-no-ttft.txt")
+    assert s.ttft is None and s.tpot is None and s.e2e is not None
+    assert (s.e2e.mean, s.e2e.p("p99"), s.e2e.p("p75")) == (80.88, 123.21, 97.31)
+    assert (s.output_throughput, s.request_throughput, s.completed) == (315.70, 22.55, 5)
+
+
+def test_genai_perf_2024_layout_prints_throughputs_below_the_table() -> None:
+    """genai-perf/docs/goodput_tutorial.md: throughput and goodput as `label: value` lines."""
+    (s,) = _summaries("genai-perf-console-goodput-2024.txt")
+    assert (s.output_throughput, s.request_goodput, s.request_throughput) == (1205.26, 7.21, 10.82)
+    assert s.ttft and s.ttft.p("p99") == 12.69 and s.tpot and s.tpot.mean == 1.63
+    assert s.completed is None  # this layout prints no request count
+
+
+def test_genai_perf_cut_table_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (FIX / "genai-perf-console-dynamo-streaming.txt").read_text()
+    msg = _refused(tmp_path, text[: text.index("└")], capsys)
+    assert "table 1 is cut short" in msg
+    msg = _refused(tmp_path, text.replace("│ 1,799.53 │", "│ 1,7x9.53 │"), capsys)
+    assert "'Request Latency (ms)' avg is not a number" in msg
+
+
+def test_genai_perf_json_export_every_figure() -> None:
+    """triton-inference-server/perf_analyzer#298: the export of a streaming run at concurrency 100."""
+    (s,) = _summaries("genai-perf-export-c100-streaming.json")
+    assert (s.tool, s.source_format, s.model, s.backend) == ("genai-perf", "json", "ensemble", "tensorrtllm")
+    assert (s.max_concurrency, s.request_rate) == (100, None)
+    assert (s.request_throughput, s.output_throughput) == (17.222547659562533, 44190.56002502682)
+    assert s.ttft and s.tpot and s.e2e
+    assert (s.ttft.mean, s.ttft.median, s.ttft.std) == (184.63779366666665, 172.8093975, 87.809553196227)
+    assert (s.ttft.p("p99"), s.ttft.min, s.ttft.max) == (425.02943662, 21.083577, 511.752837)
+    assert (s.tpot.mean, s.tpot.p("p99")) == (2.1767344516666665, 2.2631232999999997)
+    assert (s.e2e.p("p95"), s.e2e.p("p25")) == (5892.6711992499995, 5675.43159275)
+    assert s.other["output_sequence_length avg"] == 2565.855
+    assert s.other["input_config.streaming"] is True
+
+
+def test_genai_perf_json_in_another_unit_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = json.loads((FIX / "genai-perf-export-c100-streaming.json").read_text())
+    doc["time_to_first_token"]["unit"] = "ns"
+    msg = _refused(tmp_path, json.dumps(doc), capsys)
+    assert "time_to_first_token is in 'ns', not ms" in msg
+
+
+# --- a vLLM summary with a section orch does not know ------------------------------------------------
+
+# vLLM's Speculative Decoding section as printed in vllm-project/vllm PR #48892 (comment of
+# 2026-08-03, "MTP 1"); no whole published summary with it was at hand, so the test puts this
+# section, verbatim, into the Jetson Thor summary before its closing line: a CONSTRUCTED
+# combination that pins the mechanics, not a recorded output.
+SPEC_DECODE = (
+    "---------------Speculative Decoding---------------\n"
+    "Acceptance rate (%):                     83.39     \n"
+    "Acceptance length:                       1.83      \n"
+    "Drafts:                                  26407     \n"
+    "Draft tokens:                            26407     \n"
+    "Accepted tokens:                         22021     \n"
+    "Per-position acceptance (%):\n"
+    "  Position 0:                            83.39     \n"
+)
+
+
+def test_an_unknown_section_is_kept_aside_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (FIX / "vllm-bench-qwen3-8b-jetson-thor-c8.txt").read_text()
+    closing = text.rindex("=" * 50)
+    f = tmp_path / "spec.txt"
+    f.write_text(text[:closing] + SPEC_DECODE + text[closing:])
+    (plain,) = _summaries("vllm-bench-qwen3-8b-jetson-thor-c8.txt")
+    (s,) = parse_file(f).serving
+    assert plain.sections_aside is None
+    assert s.sections_aside is not None and list(s.sections_aside) == ["Speculative Decoding"]
+    assert "Per-position acceptance (%):" in s.sections_aside["Speculative Decoding"]
+    assert s.other["Speculative Decoding: Acceptance rate (%)"] == 83.39
+    assert s.other["Speculative Decoding: Position 0"] == 83.39
+    assert s.other["Speculative Decoding: Drafts"] == 26407
+    # everything else reads as without the section
+    assert s.model_dump(exclude={"sections_aside", "other"}) == plain.model_dump(
+        exclude={"sections_aside", "other"}
+    )
+    rc, out, _ = _run(["parse", str(f)], capsys)
+    assert rc == 0 and "kept aside, not read: 'Speculative Decoding'" in " ".join(out.split())
+
+
+# --- guidellm 0.4+ console tables -------------------------------------------------------------------
+
+
+def test_guidellm_console_tables_every_figure_read() -> None:
+    """guidellm 0.8.1's stdout of the same run as its report (status glyphs, Mdn/p95 columns, a
+    table of two header blocks): each value as printed, latencies in ms."""
+    c1, c4 = _summaries("guidellm-0.8.1-console-c1-c4.txt")
+    assert (c1.label, c1.max_concurrency, c4.label, c4.max_concurrency) == (
+        "concurrent@1",
+        1,
+        "concurrent@4",
+        4,
+    )
+    assert (c1.completed, c1.incomplete, c1.failed, c1.duration_s, c4.duration_s) == (120, 0, 0, 13.3, 3.5)
+    assert (c1.total_input_tokens, c1.total_output_tokens) == (3480, 1920)
+    assert (c1.mean_concurrency, c1.request_throughput, c4.request_throughput) == (0.9, 9.0, 34.6)
+    assert (c1.input_throughput, c1.output_throughput, c1.total_token_throughput) == (260.7, 143.8, 404.6)
+    assert c1.ttft and c1.tpot and c1.tpot_with_first and c1.e2e and c1.itl is None
+    assert (c1.ttft.mean, c1.ttft.median, c1.ttft.p("p95")) == (22.9, 21.2, 36.6)  # "22.9 ± 0.8"
+    assert (c1.tpot.mean, c1.tpot.median, c1.tpot.p("p95")) == (5.5, 5.3, 6.6)  # guidellm's ITL
+    assert (c1.tpot_with_first.median, c1.tpot_with_first.p("p95")) == (6.4, 7.6)  # its TPOT
+    assert (c1.e2e.mean, c1.e2e.p("p95")) == (0.1 * 1000, 0.1 * 1000)  # printed in s, one decimal
+    assert c4.tpot_with_first and c4.tpot_with_first.p("p95") == 7.8
+    assert c1.other["Text Metrics Statistics: Output Characters Per Second Mean"] == 489.3
+    assert c1.other["Run Summary Info: Timings Start"] == "23:30:29"
+
+
+def test_guidellm_console_agrees_with_its_report() -> None:
+    """The same run's JSON report, rounded to the one decimal the console prints."""
+    tables = _summaries("guidellm-0.8.1-console-c1-c4.txt")
+    report = _summaries(GUIDELLM_V2)
+    for t, r in zip(tables, report, strict=True):
+        assert t.label == r.label and t.completed == r.completed
+        assert t.ttft and r.ttft and t.ttft.median == round(r.ttft.median or 0, 1)
+        assert t.tpot and r.tpot and t.tpot.p("p95") == round(r.tpot.p("p95") or 0, 1)
+        assert t.output_throughput == round(r.output_throughput or 0, 1)

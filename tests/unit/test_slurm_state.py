@@ -14,7 +14,7 @@ import pytest
 from fakes import Answer, ScriptedRunner
 
 from orchestrator.errors import ConfigError, ParseError
-from orchestrator.scheduler.base import JobStatus
+from orchestrator.scheduler.base import JobState, JobStatus
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.scheduler.slurm_state import (
     SACCT_FIELDS,
@@ -180,3 +180,59 @@ def test_wait_gone_waits_until_squeue_no_longer_lists_the_jobs() -> None:
     assert SlurmScheduler(runner=stuck).wait_gone(["41", "42"], timeout=0.2) == ["41", "42"]
     with pytest.raises(ConfigError):
         SlurmScheduler(runner=q).wait_gone(["41;x"], timeout=1)
+
+
+def _sacct(text: str) -> SlurmScheduler:
+    """orch's Slurm scheduler whose sacct answers with one recorded output (the shared fake runner)."""
+    return SlurmScheduler(runner=ScriptedRunner({"sacct": (0, text, "")}), use_sacct=True)
+
+
+def test_a_completed_job_whose_srun_step_was_killed_did_not_complete() -> None:
+    # published: martius-lab/cluster_utils#87, four jobs COMPLETED 0:0 whose step .0 is CANCELLED 0:10
+    states = parse_sacct(_recorded("sacct-CANCELLED-srun-step-signal.txt"))
+    assert list(states) == ["239023", "239024", "239025", "239026"]
+    for st in states.values():
+        assert st.raw_state == "COMPLETED" and (st.exit_code, st.signal) == (0, 0)
+        assert st.status is JobStatus.CANCELLED and st.decided_by == "0"
+        assert st.steps == {"batch": "COMPLETED", "extern": "COMPLETED", "0": "CANCELLED"}
+
+
+def test_the_worst_step_decides_and_extern_does_not_count() -> None:
+    # constructed lines in SACCT_FIELDS order, to pin the order INFRA > FAILED > CANCELLED
+    def job(*steps: tuple[str, str]) -> JobState:
+        rows = ["5|COMPLETED|0:0|00:00:09|n1|None|t|t|t|j"]
+        rows += [f"5.{k}|{state}|0:0|00:00:09|n1||t|t|t|s" for k, state in steps]
+        return parse_sacct("\n".join(rows))["5"]
+
+    mixed = job(("batch", "COMPLETED"), ("0", "CANCELLED"), ("1", "OUT_OF_MEMORY"), ("2", "COMPLETED"))
+    assert (mixed.status, mixed.decided_by) == (JobStatus.FAILED, "1")
+    assert job(("0", "FAILED"), ("1", "NODE_FAIL")).status is JobStatus.INFRA
+    assert job(("batch", "FAILED")).status is JobStatus.FAILED  # the script counts like a step
+    ext = job(("batch", "COMPLETED"), ("extern", "CANCELLED"), ("0", "COMPLETED"))
+    assert (ext.status, ext.decided_by) == (JobStatus.COMPLETED, None)
+    late = job(("0", "RUNNING"))  # accounting catching up: no change
+    assert late.status is JobStatus.COMPLETED
+
+
+def test_a_job_whose_own_record_is_not_completed_keeps_its_word() -> None:
+    # orch's scancel of an allocation (and of a serving engine): CANCELLED by 0 stays CANCELLED
+    (alloc,) = parse_sacct(_recorded("sacct-CANCELLED-alloc-scancel.txt")).values()
+    assert alloc.status is JobStatus.CANCELLED and alloc.decided_by is None
+    assert alloc.steps == {"batch": "CANCELLED", "0": "COMPLETED", "1": "CANCELLED"}
+    (timeout,) = parse_sacct(_recorded("sacct-FAILED-timeout.txt")).values()
+    assert timeout.status is JobStatus.FAILED and timeout.raw_state == "TIMEOUT"
+    (nodefail,) = parse_sacct(_recorded("sacct-INFRA-node-fail.txt")).values()
+    assert nodefail.status is JobStatus.INFRA
+
+
+def test_orchs_scheduler_judges_its_jobs_by_their_steps() -> None:
+    killed = _sacct(_recorded("sacct-CANCELLED-srun-step-signal.txt"))
+    got = killed.poll(["239023", "239026"])
+    assert set(got) == {"239023", "239026"}
+    assert all(s.status is JobStatus.CANCELLED and s.decided_by == "0" for s in got.values())
+    # the lab's allocation cancelled by orch keeps CANCELLED; one whose step 1 exited 3 is FAILED
+    cancelled = _sacct(_recorded("sacct-CANCELLED-alloc-scancel.txt"))
+    assert cancelled.poll(["77"])["77"].status is JobStatus.CANCELLED
+    failed = _sacct(_recorded("sacct-FAILED-alloc-steps.txt"))
+    st = failed.poll(["76"])["76"]
+    assert (st.status, st.raw_state, st.decided_by) == (JobStatus.FAILED, "COMPLETED", "1")
