@@ -65,12 +65,13 @@ def test_one_bad_node_is_found_in_log_rounds(n: int) -> None:
         assert _disjoint(res.rounds)
         worst = max(worst, len(res.rounds))
     ROUNDS[n] = worst
-    assert worst <= round_bound(n)  # 1 + ceil(log2 n): singles, then one halving per round
+    assert worst <= round_bound(n)  # 2 + ceil(log2 n): singles, one halving per round, the repeat
 
 
 def test_the_round_bound_is_log2() -> None:
-    assert [round_bound(n) for n in (4, 8, 16, 32, 64)] == [3, 4, 5, 6, 7]
-    # the bar for the 8-node lab: ceil(log2 8) + 2 rounds
+    assert [round_bound(n) for n in (4, 8, 16, 32, 64)] == [4, 5, 6, 7, 8]
+    assert [round_bound(n, confirm=False) for n in (4, 8, 16, 32, 64)] == [3, 4, 5, 6, 7]
+    # the bar for the 8-node lab: ceil(log2 8) + 2 rounds, the confirmation round included
     assert round_bound(8) <= 3 + 2
 
 
@@ -79,7 +80,12 @@ def test_a_node_that_fails_alone_is_named_in_the_first_round() -> None:
     res = isolate(c.nodes, c.test)
     assert _named(res) == [("node", ["node3"])]
     assert res.culprits[0].evidence[0].round == 1 and res.culprits[0].evidence[0].kind == "single"
-    assert "node3" not in {n for r in res.rounds[1:] for t in r.trials for n in t.group}
+    assert "node3" not in {n for r in res.rounds[1:-1] for t in r.trials for n in t.group}
+    # the last round is its repeat, alone: it failed again, so node3 is named
+    assert [(t.purpose, t.group, t.outcome.passed) for t in res.rounds[-1].trials] == [
+        ("confirm", ["node3"], False)
+    ]
+    assert res.culprits[0].evidence[-1].purpose == "confirm" and res.unconfirmed == []
 
 
 @pytest.mark.parametrize(("a", "b"), [("node2", "node5"), ("node1", "node2"), ("node7", "node8")])
@@ -113,7 +119,7 @@ def test_known_good_partners_are_used_and_not_searched() -> None:
     res = isolate(c.nodes, c.test, known_good=["node1", "node2", "node3", "node4"])
     assert _named(res) == [("node", ["node5"])]
     assert all(g != ("node1",) for g in c.calls)  # known-good nodes take no single test
-    assert len(res.rounds) <= 3
+    assert len(res.rounds) <= 3 + 1  # and the confirmation round
 
 
 def test_a_round_runner_gets_each_rounds_groups_at_once() -> None:
@@ -218,7 +224,7 @@ def test_three_nodes_one_throttled_nic_is_named_as_a_node_not_a_link(bad: str) -
     res = isolate(c.nodes, c.test)
     assert _named(res) == [("node", [bad])]
     assert sorted(res.good) == sorted(set(c.nodes) - {bad})
-    assert len(res.rounds) <= 5
+    assert len(res.rounds) <= 5 + 1  # and the confirmation round
 
 
 def test_three_clean_nodes_clear_the_lone_node_with_a_partner() -> None:
