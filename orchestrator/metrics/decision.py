@@ -297,11 +297,6 @@ def beyond_band_below(value: float, limit: float, band: float) -> bool:
     return value < limit / (1.0 + band)
 
 
-def within_band_below(value: float, limit: float, band: float) -> bool:
-    """Under the limit, but within its noise band: reported, not judged."""
-    return value < limit and not beyond_band_below(value, limit, band)
-
-
 def single_ratio(figures: Iterable[float], tolerance: float, k: float = K) -> float:
     """The least share of its kind's median a single figure must reach: min(1 - tolerance,
     exp(-k x sigma)), sigma the robust spread (1.4826 x MAD) of the kind's log figures (0 for fewer

@@ -233,3 +233,79 @@ def test_three_clean_nodes_clear_the_lone_node_with_a_partner() -> None:
     assert res.culprits == [] and res.undecided == []
     assert sorted(res.good) == c.nodes
     assert ("node1", "node2") in c.calls and any("node3" in g and len(g) == 2 for g in c.calls)
+
+
+@dataclass
+class Noisy(Cluster):
+    """As Cluster, and healthy nodes whose first test alone gives one low figure (noise, as node1
+    and node2 on the loaded 8-node lab: 0.35 against a median single of 0.55), then pass."""
+
+    once: set[str] = field(default_factory=set)
+
+    def test(self, group: Group) -> Outcome:
+        if len(group) == 1 and group[0] in self.once:
+            self.once.discard(group[0])
+            self.calls.append(group)
+            return Outcome(passed=False, figure=0.35)
+        return super().test(group)
+
+
+def test_one_low_sample_of_a_healthy_node_is_unconfirmed_not_named() -> None:
+    c = Noisy(8, once={"node1"})
+    res = isolate(c.nodes, c.test)
+    assert res.culprits == [] and res.undecided == []
+    (u,) = res.unconfirmed
+    assert (u.kind, u.nodes) == ("node", ["node1"])
+    # both figures: the failing single of round 1 and its repeat, which passed
+    assert (u.first.round, u.first.kind, u.first.outcome.passed, u.first.outcome.figure) == (
+        1,
+        "single",
+        False,
+        0.35,
+    )
+    assert (u.repeat.purpose, u.repeat.group, u.repeat.outcome.passed, u.repeat.outcome.figure) == (
+        "confirm", ["node1"], True, 10.0
+    )  # fmt: skip
+    assert u.repeat.round == len(res.rounds) and "node1" in u.line() and "0.35" in u.line()
+    assert len(res.rounds) <= round_bound(8)
+    # without the repeat, the one low sample names a healthy node (the lab's false culprit)
+    old = Noisy(8, once={"node1"})
+    assert _named(isolate(old.nodes, old.test, confirm=False)) == [("node", ["node1"])]
+
+
+@pytest.mark.parametrize("bad", ["node1", "node4", "node6", "node8"])
+@pytest.mark.parametrize("noisy", ["node2", "node5", "node7"])
+def test_a_bad_node_is_named_after_its_repeat_and_a_noisy_one_is_not(bad: str, noisy: str) -> None:
+    c = Noisy(8, bad_nic={bad}, once={noisy})
+    res = isolate(c.nodes, c.test)
+    assert _named(res) == [("node", [bad])]
+    assert [u.nodes for u in res.unconfirmed] == [[noisy]]
+    repeat = res.culprits[0].evidence[-1]  # the repeat failed again: it is in the evidence
+    assert repeat.purpose == "confirm" and bad in repeat.group and not repeat.outcome.passed
+    assert _disjoint(res.rounds)
+    assert len(res.rounds) <= round_bound(8)  # both repeats share the one confirmation round
+    assert [t.purpose for t in res.rounds[-1].trials].count("confirm") == 2
+
+
+def test_a_link_is_named_only_when_its_pair_fails_again() -> None:
+    c = Cluster(8, bad_links={frozenset({"node2", "node5"})})
+    res = isolate(c.nodes, c.test)
+    assert _named(res) == [("link", ["node2", "node5"])]
+    assert res.culprits[0].evidence[-1].group == ["node2", "node5"]
+    assert res.culprits[0].evidence[-1].purpose == "confirm"
+    # a link whose pair passes when tested again is unconfirmed
+    flaky = {"left": 1}
+
+    def test(group: Group) -> Outcome:
+        if set(group) >= {"node2", "node5"} and len(group) == 2 and flaky["left"] == 0:
+            return Outcome(passed=True, figure=10.0)
+        out = c.test(group)
+        if set(group) >= {"node2", "node5"} and len(group) == 2:
+            flaky["left"] -= 1
+        return out
+
+    c = Cluster(8, bad_links={frozenset({"node2", "node5"})})
+    res = isolate(c.nodes, test)
+    assert res.culprits == [] and [(u.kind, u.nodes) for u in res.unconfirmed] == [
+        ("link", ["node2", "node5"])
+    ]
