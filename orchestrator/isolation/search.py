@@ -34,11 +34,14 @@ whose other members are disjoint is bad (one link cannot be in both); a pair tha
 each of its nodes passed with other partners is a bad link. The search takes outcomes as
 repeatable; one noisy low figure is not, so:
 
-6. confirmation: after the search, each suspect's failing test (a node's last failing group, a
-   link's pair) runs once more, through the same round runner, in one more round (more only when
-   two repeat groups share a node; the groups of a round stay disjoint). A suspect whose repeat
-   fails again is a culprit; one whose repeat passes is "unconfirmed", reported with both tests,
-   not named. This adds one round and one test per suspect, and nothing when there is none.
+6. confirmation: no node or link is named on one failing test. A node that fails alone is tested
+   alone again in round 2 (one round, one test per such node), before the others are split: failing
+   again, it is bad; passing, it is "unconfirmed" (both tests kept) and searched with the others.
+   After the search, each other suspect's failing test (a node's last failing group, one without
+   another suspect first; a link's pair) runs once more, in one more round (more only when two
+   repeat groups share a node; a round's groups stay disjoint). Failing again, it is a culprit;
+   passing, it is unconfirmed and not named. One bad node thus costs one round more than the
+   search: 2 + ceil(log2 N) (round_bound); nodes that fail alone add round 2 to the search.
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ def _confirm(
 class _Task:
     """A suspect set and what is known of it (see the module doc)."""
 
-    kind: Literal["split", "part", "whole", "cross", "grow", "pair", "confirm", "mix"]
+    kind: Literal["split", "part", "whole", "cross", "grow", "pair", "confirm", "mix", "recheck"]
     a: Group
     b: Group = ()
     known_fail: bool = False
@@ -161,6 +164,7 @@ class _State:
     trials: list[Trial] = field(default_factory=list)
     culprits: list[Culprit] = field(default_factory=list)
     undecided: list[str] = field(default_factory=list)
+    unconfirmed: list[Unconfirmed] = field(default_factory=list)
 
 
 def _kind(group: Group) -> Kind:
@@ -179,8 +183,9 @@ def _cross(a: Group, b: Group, sides: tuple[Group, Group] | None = None) -> _Tas
 
 
 class _Search:
-    def __init__(self, candidates: Group, known_good: Iterable[str]) -> None:
+    def __init__(self, candidates: Group, known_good: Iterable[str], confirm: bool = True) -> None:
         self.candidates = candidates
+        self.confirm = confirm
         self.s = _State(good=set(known_good))
         self.rounds: list[Round] = []
         self._mixed_at = -1  # how many nodes were known good at the last mix round
@@ -211,11 +216,24 @@ class _Search:
     def search(self) -> _Rounds:
         alone = [_Request((n,), "single", _Task("split", (n,))) for n in self.candidates]
         singles = yield from self._run(alone)
-        ok: list[str] = []
-        for t in singles:
-            if t.outcome.passed:
-                ok.append(t.group[0])
-            else:
+        ok = [t.group[0] for t in singles if t.outcome.passed]
+        failed = [t for t in singles if not t.outcome.passed]
+        if failed and self.confirm:  # each alone again, before the others are split
+            again = yield from self._run(
+                [_Request(tuple(t.group), "confirm", _Task("recheck", tuple(t.group))) for t in failed]
+            )
+            for first, t in zip(failed, again, strict=True):
+                node = first.group[0]
+                if t.outcome.passed:  # the first figure was noise: searched with the others
+                    self.s.unconfirmed.append(
+                        Unconfirmed(kind="node", nodes=[node], why="fails alone", first=first, repeat=t)
+                    )
+                    ok.append(node)
+                else:
+                    self._convict_node(node, "fails alone, and again when tested alone again", [first, t])
+            ok = [n for n in self.candidates if n in ok]
+        else:
+            for t in failed:
                 self._convict_node(t.group[0], "fails alone", [t])
         tasks = [_Task("split", tuple(ok))] if len(ok) >= 2 or (ok and self.s.good - set(ok)) else []
         while tasks:
@@ -522,7 +540,7 @@ def isolate_partitioned(
         raise ValueError("node names repeat across parts")
     searches: list[_Search] = []
     for nodes, good in parts:
-        searches.append(_Search(tuple(n for n in nodes if n not in good), good))
+        searches.append(_Search(tuple(n for n in nodes if n not in good), good, confirm))
     pending: list[tuple[_Search, _Rounds, list[Group]]] = []
     for search in searches:
         gen = search.search()
@@ -548,9 +566,13 @@ def isolate_partitioned(
             on_round(rnd)
         pending = nxt
     culprits = [c for search in searches for c in search.s.culprits]
-    unconfirmed: list[Unconfirmed] = []
-    if confirm and culprits:
-        culprits, unconfirmed, extra = _confirm(culprits, run_round, len(rounds))
+    unconfirmed = [u for search in searches for u in search.s.unconfirmed]
+    done = [c for c in culprits if any(t.purpose == "confirm" for t in c.evidence)]  # repeated already
+    todo = [c for c in culprits if c not in done]
+    if confirm and todo:
+        confirmed, more, extra = _confirm(todo, run_round, len(rounds))
+        culprits = [*done, *confirmed]
+        unconfirmed += more
         for rnd in extra:
             rounds.append(rnd)
             if on_round is not None:

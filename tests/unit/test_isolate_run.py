@@ -426,7 +426,9 @@ def test_drain_bad_drains_the_confirmed_culprit_not_the_unconfirmed_node(
     u = result.isolation.unconfirmed[0]
     assert not u.first.outcome.passed and u.repeat.outcome.passed and u.repeat.purpose == "confirm"
     assert result.drained == ["node6"] and [c[2] for c in rec.calls] == ["nodename=node6"]
-    assert len(result.isolation.rounds) <= result.round_bound  # the search and its repeat round
+    # the search and its confirmation round, and round 2: node2 alone again
+    assert len(result.isolation.rounds) <= result.round_bound + 1
+    assert [t.group for t in result.isolation.rounds[1].trials] == [["node2"]]
     assert result.exit_code == 1
     report = (result.run_dir / "report.md").read_text()
     assert "unconfirmed node node2" in report and "passed the repeat" in report

@@ -80,11 +80,11 @@ def test_a_node_that_fails_alone_is_named_in_the_first_round() -> None:
     res = isolate(c.nodes, c.test)
     assert _named(res) == [("node", ["node3"])]
     assert res.culprits[0].evidence[0].round == 1 and res.culprits[0].evidence[0].kind == "single"
-    assert "node3" not in {n for r in res.rounds[1:-1] for t in r.trials for n in t.group}
-    # the last round is its repeat, alone: it failed again, so node3 is named
-    assert [(t.purpose, t.group, t.outcome.passed) for t in res.rounds[-1].trials] == [
+    # round 2 repeats it alone, beside the bisection of the others: it fails again, so node3 is named
+    assert [(t.purpose, t.group, t.outcome.passed) for t in res.rounds[1].trials if "node3" in t.group] == [
         ("confirm", ["node3"], False)
     ]
+    assert "node3" not in {n for r in res.rounds[2:] for t in r.trials for n in t.group}
     assert res.culprits[0].evidence[-1].purpose == "confirm" and res.unconfirmed == []
 
 
@@ -266,7 +266,8 @@ def test_one_low_sample_of_a_healthy_node_is_unconfirmed_not_named() -> None:
     assert (u.repeat.purpose, u.repeat.group, u.repeat.outcome.passed, u.repeat.outcome.figure) == (
         "confirm", ["node1"], True, 10.0
     )  # fmt: skip
-    assert u.repeat.round == len(res.rounds) and "node1" in u.line() and "0.35" in u.line()
+    assert u.repeat.round == 2 and "node1" in u.line() and "0.35" in u.line()
+    assert "node1" in res.good  # searched with partners after its repeat, as the others were
     assert len(res.rounds) <= round_bound(8)
     # without the repeat, the one low sample names a healthy node (the lab's false culprit)
     old = Noisy(8, once={"node1"})
@@ -283,8 +284,16 @@ def test_a_bad_node_is_named_after_its_repeat_and_a_noisy_one_is_not(bad: str, n
     repeat = res.culprits[0].evidence[-1]  # the repeat failed again: it is in the evidence
     assert repeat.purpose == "confirm" and bad in repeat.group and not repeat.outcome.passed
     assert _disjoint(res.rounds)
-    assert len(res.rounds) <= round_bound(8)  # both repeats share the one confirmation round
-    assert [t.purpose for t in res.rounds[-1].trials].count("confirm") == 2
+    assert len(res.rounds) <= round_bound(8) + 1  # the noisy node's repeat adds round 2
+    # the noisy node is tested alone again in round 2, then searched with partners and cleared
+    assert res.unconfirmed[0].repeat.round == 2 and noisy in res.good
+
+
+def test_a_noisy_end_of_a_bad_link_is_still_searched_and_the_link_named() -> None:
+    c = Noisy(8, bad_links={frozenset({"node2", "node5"})}, once={"node5"})
+    res = isolate(c.nodes, c.test)
+    assert _named(res) == [("link", ["node2", "node5"])]
+    assert [u.nodes for u in res.unconfirmed] == [["node5"]]
 
 
 def test_a_link_is_named_only_when_its_pair_fails_again() -> None:
