@@ -203,24 +203,23 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
     ]
     rows: list[list[str]] = []
     lines: list[str] = []
+
+    def evidence(name: str, why: str, t: Trial) -> list[str]:
+        sid = timing.step_of.get((t.round, tuple(t.group)), "-")
+        return [name, why, str(t.round), f"{t.kind} ({t.purpose}), step {sid}", "+".join(t.group),
+                _verdict(t), _gbs(t.outcome.figure), compared_with(t.outcome, min_gbs),
+                t.outcome.detail]  # fmt: skip
+
     for c in found.culprits:
         name = f"{c.kind} {'+'.join(c.nodes)}"
         lines.append(f"**{name}**: {c.why}")
-        for t in c.evidence:
-            sid = timing.step_of.get((t.round, tuple(t.group)), "-")
-            rows.append([name, c.why, str(t.round), f"{t.kind} ({t.purpose}), step {sid}", "+".join(t.group),
-                         _verdict(t), _gbs(t.outcome.figure), compared_with(t.outcome, min_gbs),
-                         t.outcome.detail])  # fmt: skip
+        rows += [evidence(name, c.why, t) for t in c.evidence]
     if not found.culprits:
         lines.append("no culprit")
     for u in found.unconfirmed:  # failed once, passed its repeat: both tests, not named
         name = f"unconfirmed {u.kind} {'+'.join(u.nodes)}"
         lines.append(f"{name}: {u.line()}")
-        for t in (u.first, u.repeat):
-            sid = timing.step_of.get((t.round, tuple(t.group)), "-")
-            rows.append([name, u.why, str(t.round), f"{t.kind} ({t.purpose}), step {sid}", "+".join(t.group),
-                         _verdict(t), _gbs(t.outcome.figure), compared_with(t.outcome, min_gbs),
-                         t.outcome.detail])  # fmt: skip
+        rows += [evidence(name, u.why, t) for t in (u.first, u.repeat)]
     out.append(Section("Culprits and their evidence", "isolation-culprits", lines,
                        head if rows else [], rows, "culprit"))  # fmt: skip
 
