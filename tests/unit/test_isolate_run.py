@@ -12,6 +12,7 @@ import yaml
 
 import orchestrator.pipeline as pipeline
 import orchestrator.runs.isolate as iso
+from orchestrator.cli.isolate import render_isolation
 from orchestrator.errors import ConfigError
 from orchestrator.faults.safety import SafetyError
 from orchestrator.models.isolation import Culprit, Isolation
@@ -437,7 +438,7 @@ def test_drain_bad_drains_the_confirmed_culprit_not_the_unconfirmed_node(
 
 
 def test_a_clean_cluster_with_one_bad_sample_names_no_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake = FlakyStandIn(set(), {"node1"})
     monkeypatch.setattr(iso, "make_scheduler", lambda *_a, **_k: fake)
@@ -447,3 +448,8 @@ def test_a_clean_cluster_with_one_bad_sample_names_no_one(
     assert result.isolation.culprits == [] and result.isolation.undecided == []
     assert [u.nodes for u in result.isolation.unconfirmed] == [["node1"]]
     assert result.exit_code == 0 and result.status == "accepted"
+    assert "node1" in result.isolation.good  # searched with partners after its repeat
+    render_isolation(result)
+    printed = capsys.readouterr().out
+    assert "no culprit" in printed and "unconfirmed node node1: failed once" in printed
+    assert "passed the repeat" in printed and "in round 2" in printed
