@@ -91,6 +91,8 @@ def _repeats(c: Culprit, suspects: set[str]) -> list[tuple[Group, Trial]]:
     repeats: a link's pair; a node's failing tests, those without another suspect first, the
     latest first."""
     failing = [t for t in c.evidence if not t.outcome.passed and set(c.nodes) <= set(t.group)]
+    if not failing:  # every verdict rests on a failing test that holds the culprit
+        return []
     if c.kind == "link":
         exact = [t for t in failing if sorted(t.group) == sorted(c.nodes)]
         return [(tuple(c.nodes), (exact or failing)[-1])]
@@ -119,6 +121,9 @@ def _confirm(
             if pick is not None:
                 batch.append((i, c, *pick))
                 busy.update(pick[0])
+        if not batch:  # no failing test to repeat (not expected): kept as the search named them
+            confirmed.update({i: c for i, c, _ in todo})
+            break
         taken = {item[0] for item in batch}
         todo = [item for item in todo if item[0] not in taken]
         outcomes = list(run_round([g for _, _, g, _ in batch]))
@@ -567,7 +572,15 @@ def isolate_partitioned(
         pending = nxt
     culprits = [c for search in searches for c in search.s.culprits]
     unconfirmed = [u for search in searches for u in search.s.unconfirmed]
-    done = [c for c in culprits if any(t.purpose == "confirm" for t in c.evidence)]  # repeated already
+    # a node that failed alone twice (round 2) is confirmed already
+    done = [
+        c
+        for c in culprits
+        if any(
+            t.purpose == "confirm" and not t.outcome.passed and set(c.nodes) <= set(t.group)
+            for t in c.evidence
+        )
+    ]
     todo = [c for c in culprits if c not in done]
     if confirm and todo:
         confirmed, more, extra = _confirm(todo, run_round, len(rounds))

@@ -294,6 +294,11 @@ def test_a_noisy_end_of_a_bad_link_is_still_searched_and_the_link_named() -> Non
     res = isolate(c.nodes, c.test)
     assert _named(res) == [("link", ["node2", "node5"])]
     assert [u.nodes for u in res.unconfirmed] == [["node5"]]
+    # node5's passing repeat (round 2) does not confirm the link: the pair itself is repeated
+    last = res.culprits[0].evidence[-1]
+    assert (last.purpose, last.group, last.outcome.passed, last.round) == (
+        "confirm", ["node2", "node5"], False, len(res.rounds)
+    )  # fmt: skip
 
 
 def test_a_link_is_named_only_when_its_pair_fails_again() -> None:
