@@ -45,6 +45,8 @@ def render_isolation(r: IsolationRun) -> None:
             out.print(f"    {t.line()}", markup=False)
     if not iso.culprits:
         out.print(styled("no culprit", "green"), markup=False)
+    for u in iso.unconfirmed:  # failed once, passed its repeat: not named
+        out.print(styled(f"unconfirmed {u.line()}", "yellow"), "— not named: its repeat passed", markup=False)
     if iso.undecided:
         out.print(f"undecided: {', '.join(iso.undecided)}", markup=False)
     if r.drained:
@@ -69,7 +71,11 @@ def isolate_cmd(
     ] = MAX_TIMEOUT_S,
     iters: Annotated[int, typer.Option("--iters", min=1, help="Timed iterations per test.")] = 5,
     tolerance: Annotated[
-        float, typer.Option("--tolerance", help="A single node passes within this of the median single.")
+        float,
+        typer.Option(
+            "--tolerance",
+            help="A single node passes within this of the median single (a repeat: or in the noise band).",
+        ),
     ] = 0.2,
     min_efficiency: Annotated[
         float, typer.Option("--min-efficiency", help="A group passes at this share of the median single.")
@@ -78,7 +84,9 @@ def isolate_cmd(
     concurrent: Annotated[
         bool, typer.Option("--concurrent", help="Run a round's disjoint tests together (real clusters).")
     ] = False,
-    drain_bad: Annotated[bool, typer.Option("--drain-bad", help="Drain the culprit nodes in Slurm.")] = False,
+    drain_bad: Annotated[
+        bool, typer.Option("--drain-bad", help="Drain the culprit nodes (confirmed by a repeat) in Slurm.")
+    ] = False,
     force: Annotated[bool, typer.Option("--force", help="Drain past the plan's max_share.")] = False,
     out_dir: OutOpt = None,
 ) -> int:

@@ -31,8 +31,17 @@ its groups are disjoint, so on a real cluster they run at the same time):
 
 Who is to blame is the fewest faults that explain every outcome: a node that failed in two tests
 whose other members are disjoint is bad (one link cannot be in both); a pair that failed while
-each of its nodes passed with other partners is a bad link. Outcomes are taken as repeatable
-(a flaky test is the caller's to repeat).
+each of its nodes passed with other partners is a bad link. The search takes outcomes as
+repeatable; one noisy low figure is not, so:
+
+6. confirmation: no node or link is named on one failing test. A node that fails alone is tested
+   alone again in round 2 (one round, one test per such node), before the others are split: failing
+   again, it is bad; passing, it is "unconfirmed" (both tests kept) and searched with the others.
+   After the search, each other suspect's failing test (a node's last failing group, one without
+   another suspect first; a link's pair) runs once more, in one more round (more only when two
+   repeat groups share a node; a round's groups stay disjoint). Failing again, it is a culprit;
+   passing, it is unconfirmed and not named. One bad node thus costs one round more than the
+   search: 2 + ceil(log2 N) (round_bound); nodes that fail alone add round 2 to the search.
 """
 
 from __future__ import annotations
@@ -43,7 +52,17 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.models.isolation import Culprit, Group, Isolation, Kind, Outcome, Purpose, Round, Trial
+from orchestrator.models.isolation import (
+    Culprit,
+    Group,
+    Isolation,
+    Kind,
+    Outcome,
+    Purpose,
+    Round,
+    Trial,
+    Unconfirmed,
+)
 
 RoundRunner = Callable[[Sequence[Group]], Sequence[Outcome]]
 # A search runs as a generator: it yields a round's groups and is sent their outcomes, so that the
@@ -56,16 +75,79 @@ def sequential(test: Callable[[Group], Outcome]) -> RoundRunner:
     return lambda groups: [test(g) for g in groups]
 
 
-def round_bound(n: int) -> int:
-    """The most rounds one bad node among n takes: singles, then one halving per round."""
-    return 1 + math.ceil(math.log2(n)) if n > 1 else 1
+CONFIRM_ROUNDS = 1
+"""Rounds the confirmation adds when suspects were found (their repeat groups are disjoint)."""
+
+
+def round_bound(n: int, *, confirm: bool = True) -> int:
+    """The most rounds one bad node among n takes: singles, then one halving per round, then its
+    repeat test (confirm)."""
+    search = 1 + math.ceil(math.log2(n)) if n > 1 else 1
+    return search + (CONFIRM_ROUNDS if confirm else 0)
+
+
+def _repeats(c: Culprit, suspects: set[str]) -> list[tuple[Group, Trial]]:
+    """The groups a suspect may be tested again with, best first, each with the failing test it
+    repeats: a link's pair; a node's failing tests, those without another suspect first, the
+    latest first."""
+    failing = [t for t in c.evidence if not t.outcome.passed and set(c.nodes) <= set(t.group)]
+    if not failing:  # every verdict rests on a failing test that holds the culprit
+        return []
+    if c.kind == "link":
+        exact = [t for t in failing if sorted(t.group) == sorted(c.nodes)]
+        return [(tuple(c.nodes), (exact or failing)[-1])]
+    others = suspects - set(c.nodes)
+    ranked = sorted(reversed(failing), key=lambda t: bool(others & set(t.group)))
+    return [(tuple(t.group), t) for t in ranked]
+
+
+def _confirm(
+    culprits: list[Culprit], run_round: RoundRunner, start: int
+) -> tuple[list[Culprit], list[Unconfirmed], list[Round]]:
+    """Each suspect's failing test once more (module doc, 6.): (confirmed culprits, with the repeat
+    in their evidence; unconfirmed; the rounds it took, numbered from start + 1). A suspect takes
+    the best of its failing groups that is disjoint from the round's others; one whose groups all
+    overlap them waits for the next round."""
+    suspects = {n for c in culprits for n in c.nodes}
+    todo = [(i, c, _repeats(c, suspects)) for i, c in enumerate(culprits)]
+    confirmed: dict[int, Culprit] = {}
+    unconfirmed: list[Unconfirmed] = []
+    rounds: list[Round] = []
+    while todo:
+        batch: list[tuple[int, Culprit, Group, Trial]] = []
+        busy: set[str] = set()
+        for i, c, options in todo:
+            pick = next(((g, t) for g, t in options if busy.isdisjoint(g)), None)
+            if pick is not None:
+                batch.append((i, c, *pick))
+                busy.update(pick[0])
+        if not batch:  # no failing test to repeat (not expected): kept as the search named them
+            confirmed.update({i: c for i, c, _ in todo})
+            break
+        taken = {item[0] for item in batch}
+        todo = [item for item in todo if item[0] not in taken]
+        outcomes = list(run_round([g for _, _, g, _ in batch]))
+        if len(outcomes) != len(batch):
+            raise ValueError(f"the round runner gave {len(outcomes)} outcomes for {len(batch)} groups")
+        index = start + len(rounds) + 1
+        trials = [
+            Trial(round=index, group=list(g), kind=_kind(g), purpose="confirm", outcome=o)
+            for (_, _, g, _), o in zip(batch, outcomes, strict=True)
+        ]
+        rounds.append(Round(index=index, trials=trials))
+        for (i, c, _, first), t in zip(batch, trials, strict=True):
+            if t.outcome.passed:
+                unconfirmed.append(Unconfirmed(kind=c.kind, nodes=c.nodes, why=c.why, first=first, repeat=t))
+            else:
+                confirmed[i] = c.model_copy(update={"evidence": [*c.evidence, t]})
+    return [confirmed[i] for i in sorted(confirmed)], unconfirmed, rounds
 
 
 @dataclass
 class _Task:
     """A suspect set and what is known of it (see the module doc)."""
 
-    kind: Literal["split", "part", "whole", "cross", "grow", "pair", "confirm", "mix"]
+    kind: Literal["split", "part", "whole", "cross", "grow", "pair", "confirm", "mix", "recheck"]
     a: Group
     b: Group = ()
     known_fail: bool = False
@@ -87,6 +169,7 @@ class _State:
     trials: list[Trial] = field(default_factory=list)
     culprits: list[Culprit] = field(default_factory=list)
     undecided: list[str] = field(default_factory=list)
+    unconfirmed: list[Unconfirmed] = field(default_factory=list)
 
 
 def _kind(group: Group) -> Kind:
@@ -105,8 +188,9 @@ def _cross(a: Group, b: Group, sides: tuple[Group, Group] | None = None) -> _Tas
 
 
 class _Search:
-    def __init__(self, candidates: Group, known_good: Iterable[str]) -> None:
+    def __init__(self, candidates: Group, known_good: Iterable[str], confirm: bool = True) -> None:
         self.candidates = candidates
+        self.confirm = confirm
         self.s = _State(good=set(known_good))
         self.rounds: list[Round] = []
         self._mixed_at = -1  # how many nodes were known good at the last mix round
@@ -137,11 +221,24 @@ class _Search:
     def search(self) -> _Rounds:
         alone = [_Request((n,), "single", _Task("split", (n,))) for n in self.candidates]
         singles = yield from self._run(alone)
-        ok: list[str] = []
-        for t in singles:
-            if t.outcome.passed:
-                ok.append(t.group[0])
-            else:
+        ok = [t.group[0] for t in singles if t.outcome.passed]
+        failed = [t for t in singles if not t.outcome.passed]
+        if failed and self.confirm:  # each alone again, before the others are split
+            again = yield from self._run(
+                [_Request(tuple(t.group), "confirm", _Task("recheck", tuple(t.group))) for t in failed]
+            )
+            for first, t in zip(failed, again, strict=True):
+                node = first.group[0]
+                if t.outcome.passed:  # the first figure was noise: searched with the others
+                    self.s.unconfirmed.append(
+                        Unconfirmed(kind="node", nodes=[node], why="fails alone", first=first, repeat=t)
+                    )
+                    ok.append(node)
+                else:
+                    self._convict_node(node, "fails alone, and again when tested alone again", [first, t])
+            ok = [n for n in self.candidates if n in ok]
+        else:
+            for t in failed:
                 self._convict_node(t.group[0], "fails alone", [t])
         tasks = [_Task("split", tuple(ok))] if len(ok) >= 2 or (ok and self.s.good - set(ok)) else []
         while tasks:
@@ -405,8 +502,10 @@ def isolate(
     known_good: Iterable[str] = (),
     run_round: RoundRunner | None = None,
     on_round: Callable[[Round], None] | None = None,
+    confirm: bool = True,
 ) -> Isolation:
-    """Search nodes for bad nodes or links (see the module doc).
+    """Search nodes for bad nodes or links (see the module doc; confirm: test each suspect again,
+    step 6).
 
     test is called once per group (groups of a round one after another), unless run_round is given:
     then it gets each round's disjoint groups at once and returns their outcomes in order. Known-good
@@ -418,7 +517,7 @@ def isolate(
         if test is None:
             raise ValueError("isolate needs a test or a round runner")
         run_round = sequential(test)
-    return isolate_partitioned([(nodes, known_good)], run_round=run_round, on_round=on_round)
+    return isolate_partitioned([(nodes, known_good)], run_round=run_round, on_round=on_round, confirm=confirm)
 
 
 def isolate_partitioned(
@@ -426,8 +525,10 @@ def isolate_partitioned(
     *,
     run_round: RoundRunner,
     on_round: Callable[[Round], None] | None = None,
+    confirm: bool = True,
 ) -> Isolation:
-    """Search each part (its suspects, its known-good partners) on its own, in the same rounds.
+    """Search each part (its suspects, its known-good partners) on its own, in the same rounds;
+    then (confirm) every part's suspects are tested again in the same round(s) (module doc, 6.).
 
     A part's nodes are only ever tested with nodes of the same part (a cluster of two GPU models:
     one part each), so no node is judged against, or cleared by, a node of another kind. Round k
@@ -444,7 +545,7 @@ def isolate_partitioned(
         raise ValueError("node names repeat across parts")
     searches: list[_Search] = []
     for nodes, good in parts:
-        searches.append(_Search(tuple(n for n in nodes if n not in good), good))
+        searches.append(_Search(tuple(n for n in nodes if n not in good), good, confirm))
     pending: list[tuple[_Search, _Rounds, list[Group]]] = []
     for search in searches:
         gen = search.search()
@@ -470,12 +571,32 @@ def isolate_partitioned(
             on_round(rnd)
         pending = nxt
     culprits = [c for search in searches for c in search.s.culprits]
+    unconfirmed = [u for search in searches for u in search.s.unconfirmed]
+    # a node that failed alone twice (round 2) is confirmed already
+    done = [
+        c
+        for c in culprits
+        if any(
+            t.purpose == "confirm" and not t.outcome.passed and set(c.nodes) <= set(t.group)
+            for t in c.evidence
+        )
+    ]
+    todo = [c for c in culprits if c not in done]
+    if confirm and todo:
+        confirmed, more, extra = _confirm(todo, run_round, len(rounds))
+        culprits = [*done, *confirmed]
+        unconfirmed += more
+        for rnd in extra:
+            rounds.append(rnd)
+            if on_round is not None:
+                on_round(rnd)
     culprit_nodes = {n for c in culprits for n in c.nodes if c.kind == "node"}
     good = {n for search in searches for n in search.s.good}
     undecided = [n for search in searches for n in search.s.undecided]
     return Isolation(
         rounds=rounds,
         culprits=culprits,
+        unconfirmed=unconfirmed,
         good=sorted(good - culprit_nodes),
         undecided=[n for n in undecided if n not in culprit_nodes],
     )

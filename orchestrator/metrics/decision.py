@@ -23,6 +23,17 @@ Rules.
   throughput is "worse"; better without anything worse is "better"; else "same"; "n/a" when the
   throughput or every p99 is missing. Batch service (a migration's `interactive: false`) goes by
   throughput, and by the p99s only when throughput is the same.
+
+Thresholds (a figure against a limit, not B against A; metrics/verdict.py and runs/isolate.py
+gather the figures and word the reasons):
+- an absolute limit (a plan's busbw threshold, a published gate): fails below it (below);
+- a share of a reference (a baseline's min_fraction, an isolation group's min_efficiency of the
+  median single): fails below share x reference (below_share);
+- a limit with a noise band (scaling efficiency): fails only below limit / (1 + band)
+  (beyond_band_below); under the limit but within the band is not judged;
+- one figure among its kind (an isolation single against the median single): fails below
+  median x exp(-h), h = max(ln(1 / (1 - tolerance)), K x 1.4826 x MAD of the kind's log figures)
+  (single_ratio, then below_share): the tolerance is the least band, the kind's own noise widens it.
 """
 
 from __future__ import annotations
@@ -265,3 +276,30 @@ def serving_verdict(
     if better or t == "better":
         return "better", "; ".join(describe(c) for c in [throughput, *better] if c.change == "better")
     return "same", f"{describe(throughput)}; every p99 compared within its band"
+
+
+# --- thresholds ---------------------------------------------------------------------------------
+
+
+def below(value: float, limit: float) -> bool:
+    """An absolute limit: the value fails strictly below it."""
+    return value < limit
+
+
+def below_share(value: float, reference: float, share: float) -> bool:
+    """A share of a reference: the value fails strictly below share x reference."""
+    return value < share * reference
+
+
+def beyond_band_below(value: float, limit: float, band: float) -> bool:
+    """A limit with a relative noise band (e.g. 0.12 = +-12%): the value fails only beyond it,
+    strictly below limit / (1 + band)."""
+    return value < limit / (1.0 + band)
+
+
+def single_ratio(figures: Iterable[float], tolerance: float, k: float = K) -> float:
+    """The least share of its kind's median a single figure must reach: min(1 - tolerance,
+    exp(-k x sigma)), sigma the robust spread (1.4826 x MAD) of the kind's log figures (0 for fewer
+    than 2). The tolerance is the least band; a noisy kind widens it (module docstring)."""
+    sigma = noise.mad_sigma(noise.log_values(figures)) or 0.0
+    return min(1.0 - tolerance, math.exp(-k * sigma))

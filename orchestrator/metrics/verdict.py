@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from orchestrator.metrics import noise
+from orchestrator.metrics import decision, noise
 from orchestrator.metrics.busbw import scaling_efficiency
 from orchestrator.models.base import StrictModel
 from orchestrator.models.plan import BaselineThreshold, BusbwThreshold, Plan, Step
@@ -23,9 +23,10 @@ __all__ = ["CollSummary", "Scaling", "Verdict"]
 
 # Worst first: a node or run takes the worst verdict of its parts.
 _SEVERITY: dict[str, int] = {"infra": 3, "fail": 2, "skipped": 1, "pass": 0}
-# Scaling efficiency is judged only beyond its noise band: max(ln(1 + EFF_FLOOR), EFF_K x se).
-EFF_FLOOR = 0.05
-EFF_K = 3.0
+# Scaling efficiency is judged only beyond its noise band: max(ln(1 + EFF_FLOOR), EFF_K x se)
+# (the decision module's floor and k; its threshold rules judge, metrics/decision.py).
+EFF_FLOOR = decision.FLOOR
+EFF_K = decision.K
 
 
 def worst(verdicts: list[Verdict]) -> Verdict:
@@ -109,7 +110,7 @@ def threshold_failures(plan: Plan, rows: list[CollRow], summary: dict[Collective
         m = busbw_measured(th, rows, summary)
         if m.busbw_gbs is None:
             reasons.append(f"{m.where}: no measurement for the busbw threshold {th.min_gbs:g} GB/s")
-        elif m.busbw_gbs < th.min_gbs:
+        elif decision.below(m.busbw_gbs, th.min_gbs):
             reasons.append(f"{m.where}: busbw {m.busbw_gbs:.3f} GB/s < threshold {th.min_gbs:g} GB/s")
     return reasons
 
@@ -193,14 +194,14 @@ def efficiency_failures(plan: Plan, summary: dict[Collective, CollSummary]) -> t
     fails: list[str] = []
     notes: list[str] = []
     for c, s in summary.items():
-        if s.efficiency is None or s.efficiency >= limit:
+        if s.efficiency is None or not decision.below(s.efficiency, limit):
             continue
         what = (
             f"{c}: {s.scaling} scaling efficiency {s.efficiency:.2f} against {s.reference} "
             f"(busbw {s.busbw_gbs:.3g} / {s.reference_busbw_gbs or 0:.3g} GB/s)"
         )
         band = s.noise or 0.0
-        if s.efficiency < limit / (1.0 + band):
+        if decision.beyond_band_below(s.efficiency, limit, band):
             fails.append(f"{what} < {limit:g} beyond the noise band +-{band:.0%}")
         else:
             notes.append(f"{what} is under {limit:g} but within the noise band +-{band:.0%}: not judged")
@@ -226,7 +227,7 @@ def baseline_failures(
         if ref is None or ref <= 0:
             continue
         got = row.out_of_place.busbw_gbs
-        if got < th.min_fraction * ref:
+        if decision.below_share(got, ref, th.min_fraction):
             reasons.append(
                 f"{row.collective} at {row.size_bytes} B: busbw {got:.3f} GB/s < {th.min_fraction:g} x "
                 f"baseline {th.name!r} ({ref:.3f} GB/s)"

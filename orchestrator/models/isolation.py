@@ -15,7 +15,7 @@ from orchestrator.models.results import PlanCollective
 
 Group = tuple[str, ...]
 Kind = Literal["single", "pair", "set"]
-Purpose = Literal["single", "whole", "half", "cross", "link", "grow", "mix"]
+Purpose = Literal["single", "whole", "half", "cross", "link", "grow", "mix", "confirm"]
 
 
 class Outcome(StrictModel):
@@ -60,11 +60,37 @@ class Culprit(StrictModel):
     evidence: list[Trial] = Field(description="the tests that convicted it, failing and clearing")
 
 
+class Unconfirmed(StrictModel):
+    """A node or link the search would have named, whose repeat test passed: not named (noise),
+    reported with both figures."""
+
+    kind: Literal["node", "link"]
+    nodes: list[str]
+    why: str = Field(description="what the search would have named it for")
+    first: Trial = Field(description="the failing test")
+    repeat: Trial = Field(description="the same group tested again: it passed")
+
+    def line(self) -> str:
+        """'node node1: failed once (0.35), passed the repeat (0.52)'."""
+
+        def fig(t: Trial) -> str:
+            return f" ({t.outcome.figure:.4g})" if t.outcome.figure is not None else ""
+
+        return (
+            f"{self.kind} {'+'.join(self.nodes)}: failed once{fig(self.first)} in round {self.first.round}, "
+            f"passed the repeat{fig(self.repeat)} in round {self.repeat.round}"
+        )
+
+
 class Isolation(StrictModel):
-    """The result of a search: rounds in order, culprits, and the nodes cleared."""
+    """The result of a search: rounds in order, culprits (each confirmed by a repeat test), the
+    suspects whose repeat passed, and the nodes cleared."""
 
     rounds: list[Round]
     culprits: list[Culprit]
+    unconfirmed: list[Unconfirmed] = Field(
+        default_factory=list, description="failed once, passed the repeat: not named"
+    )
     good: list[str] = Field(description="nodes that passed a test with others (or were known good)")
     undecided: list[str] = Field(default_factory=list, description="suspects the tests could not settle")
 
@@ -112,7 +138,9 @@ class IsolationRun(StrictModel):
     reference_gbs: float | None = Field(
         default=None, description="median busbw of the single nodes that passed in the run"
     )
-    round_bound: int = Field(description="1 + ceil(log2 N): the rounds one bad node should take")
+    round_bound: int = Field(
+        description="2 + ceil(log2 N): the rounds one bad node should take (the search, then its repeat)"
+    )
     partitions: list[Partition] = Field(
         default_factory=list, description="kinds of node isolated apart, in the same rounds"
     )

@@ -129,15 +129,11 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
         {n for r in found.rounds for t in r.trials for n in t.group}
     )
     summary = [
-        (
-            f"linked isolate run {iso.run_id}, after this scale-test"
-            if linked
-            else f"isolate run {iso.run_id}"
-        )
+        (f"linked isolate run {iso.run_id}, after this scale-test" if linked else f"isolate run {iso.run_id}")
         + (f" after scale-test run {iso.parent_run}" if iso.parent_run and not linked else ""),
         f"mode: {mode}",
-        f"{iso.collective} at {format_size(iso.size_bytes)} bytes; {len(found.rounds)} rounds (the bar "
-        f"for one bad node, ceil(log2 N) + 2: {iso.round_bound + 1}); {iso.wall_s:.0f} s; "
+        f"{iso.collective} at {format_size(iso.size_bytes)} bytes; {len(found.rounds)} rounds (the bound "
+        f"for one bad node, the search and its repeat: {iso.round_bound}); {iso.wall_s:.0f} s; "
         f"{iso.status}, exit {iso.exit_code}",
         "reference: median busbw of the single nodes that passed in the run: "
         + (f"{iso.reference_gbs:.4g} GB/s" if iso.reference_gbs is not None else "none"),
@@ -154,6 +150,7 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
         )
     else:
         summary.append("culprits: " + "; ".join(f"{c.kind} {'+'.join(c.nodes)}" for c in found.culprits))
+    summary += [f"unconfirmed (not named): {u.line()}" for u in found.unconfirmed]
     if folder is None:
         summary.append("the isolate run's folder is not beside this one: round and test times unknown")
     summary += [f"not read: {w}" for w in timing.warnings]
@@ -168,7 +165,8 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
              "each busbw figure is the mean of the timed iterations"],
             ["step timeout", f"{rp.timeout_s} s", "a test running longer fails"],
             ["tolerance", f"{rp.tolerance:g}",
-             f"a single passes at >= {1 - rp.tolerance:.0%} of the round's median single (its kind)"],
+             f"a single passes at >= {1 - rp.tolerance:.0%} of the round's median single (its kind); "
+             "a repeat also within its kind's noise band (3 x 1.4826 x MAD of log busbw)"],
             ["min_efficiency", f"{rp.min_efficiency:g}",
              f"a group passes at >= {rp.min_efficiency:.0%} of the median single of the run so far "
              "(its kind)"],
@@ -194,16 +192,23 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
     ]
     rows: list[list[str]] = []
     lines: list[str] = []
+
+    def evidence(name: str, why: str, t: Trial) -> list[str]:
+        sid = timing.step_of.get((t.round, tuple(t.group)), "-")
+        return [name, why, str(t.round), f"{t.kind} ({t.purpose}), step {sid}", "+".join(t.group),
+                _verdict(t), _gbs(t.outcome.figure), compared_with(t.outcome, min_gbs),
+                t.outcome.detail]  # fmt: skip
+
     for c in found.culprits:
         name = f"{c.kind} {'+'.join(c.nodes)}"
         lines.append(f"**{name}**: {c.why}")
-        for t in c.evidence:
-            sid = timing.step_of.get((t.round, tuple(t.group)), "-")
-            rows.append([name, c.why, str(t.round), f"{t.kind} ({t.purpose}), step {sid}", "+".join(t.group),
-                         _verdict(t), _gbs(t.outcome.figure), compared_with(t.outcome, min_gbs),
-                         t.outcome.detail])  # fmt: skip
+        rows += [evidence(name, c.why, t) for t in c.evidence]
     if not found.culprits:
         lines.append("no culprit")
+    for u in found.unconfirmed:  # failed once, passed its repeat: both tests, not named
+        name = f"unconfirmed {u.kind} {'+'.join(u.nodes)}"
+        lines.append(f"{name}: {u.line()}")
+        rows += [evidence(name, u.why, t) for t in (u.first, u.repeat)]
     out.append(Section("Culprits and their evidence", "isolation-culprits", lines,
                        head if rows else [], rows, "culprit"))  # fmt: skip
 
@@ -211,6 +216,8 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
     node_rows += [[n, "undecided", "the tests could not settle it"] for n in found.undecided]
     for c in found.culprits:
         node_rows += [[n, f"culprit ({c.kind})", c.why] for n in c.nodes]
+    for u in found.unconfirmed:
+        node_rows += [[n, f"unconfirmed ({u.kind})", u.line()] for n in u.nodes if n not in found.good]
     node_lines = [
         f"cleared: {', '.join(found.good) or 'none'}",
         f"undecided: {', '.join(found.undecided) or 'none'}",

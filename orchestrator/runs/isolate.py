@@ -8,9 +8,13 @@ isolation test is run, collected and kept exactly as a ladder step is. A round's
 concurrently where their nodes are disjoint (plan.concurrent_steps, `--concurrent`) or one after
 another (the default: in the lab they share 2 cores); the mode is journaled and printed.
 
-The pass rule (docs/isolation.md):
+The pass rule (docs/isolation.md, "The pass rule"; the rules are metrics/decision.py's):
 - a single node passes when its step passed (completed, every row, #wrong 0) and its busbw is at
-  least (1 - tolerance) x the median single-node busbw of the round, and at least --min-gbs;
+  least (1 - tolerance) x the median single-node busbw of its kind in the round, and at least
+  --min-gbs. A single that fails is a suspect; its repeat (the search's confirmation round) is
+  held against the singles of its kind that passed before, at r x their median, r = min(1 -
+  tolerance, exp(-3 x sigma)), sigma their robust spread (1.4826 x MAD of log busbw): the node
+  is named only when the repeat fails too, beyond the tolerance and beyond its kind's noise band;
 - a multi-node group passes when its step passed and its busbw is at least min_efficiency x the
   reference, the median busbw of the single nodes that passed in the run (the intra-node figure:
   inter-node efficiency against the node alone), and at least --min-gbs. With no single-node
@@ -24,7 +28,8 @@ its run_started and isolation.json, and a copy of isolation.json in the scale-te
 
 Results: `isolation_round` and `isolation_result` journal lines, isolation.json in the run folder
 (IsolationRun), each test's step folder (steps/<id>/, result.json as a ladder step), and
-report.md. `--drain-bad` drains the culprit nodes (runs/drain.py).
+report.md. `--drain-bad` drains the culprit nodes (runs/drain.py): those confirmed by a repeat
+test only; an unconfirmed suspect (failed once, passed its repeat) is reported, never drained.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from typing import Protocol
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE, ConfigError
 from orchestrator.inventory import load_inventory
 from orchestrator.isolation.search import isolate_partitioned, round_bound
+from orchestrator.metrics import decision
 from orchestrator.models.cluster import Cluster, gpu_model_problem, same_gpu_model
 from orchestrator.models.events import Listener, RunStarted
 from orchestrator.models.fingerprint import FingerprintSet, Gpu
@@ -137,9 +143,10 @@ def isolation_plan(req: IsolateRequest, base: Plan | None = None) -> Plan:
 def rule_text(req: IsolateRequest) -> str:
     floor = f", and >= {req.min_gbs} GB/s" if req.min_gbs else ""
     return (
-        f"single node: completes and busbw >= {1 - req.tolerance:.0%} of the round's median single"
-        f"{floor}; group: completes and busbw >= {req.min_efficiency:.0%} of the median busbw of the "
-        f"single nodes that passed in the run{floor}"
+        f"single node: completes and busbw >= {1 - req.tolerance:.0%} of the round's median single{floor} "
+        "(a repeat: or within its kind's noise band, 3 x 1.4826 x MAD of log busbw); named only when "
+        f"a repeat of the failing test fails too; group: completes and busbw >= {req.min_efficiency:.0%} "
+        f"of the median busbw of the single nodes that passed in the run{floor}"
     )
 
 
@@ -174,6 +181,10 @@ def judge(results: Sequence[StepResult], req: IsolateRequest, prior: Sequence[fl
         for r, f in zip(results, figures, strict=True)
         if r.step.nnodes == 1 and r.verdict == "pass" and f is not None
     ]
+    ratio = 1.0 - req.tolerance
+    if singles and prior:  # a repeat (the confirmation round): against the kind's earlier singles,
+        ratio = decision.single_ratio(prior, req.tolerance)  # beyond their noise band too
+        singles += prior
     mid = statistics.median(singles) if singles else None
     why_of: list[list[str]] = []
     for res, fig in zip(results, figures, strict=True):
@@ -183,10 +194,10 @@ def judge(results: Sequence[StepResult], req: IsolateRequest, prior: Sequence[fl
         elif fig is None:
             why.append("no busbw figure")
         else:
-            if req.min_gbs is not None and fig < req.min_gbs:
+            if req.min_gbs is not None and decision.below(fig, req.min_gbs):
                 why.append(f"busbw {fig:.4g} < {req.min_gbs} GB/s")
-            if res.step.nnodes == 1 and mid and fig < (1 - req.tolerance) * mid:
-                why.append(f"busbw {fig:.4g} < {1 - req.tolerance:.0%} of the median single ({mid:.4g})")
+            if res.step.nnodes == 1 and mid and decision.below_share(fig, mid, ratio):
+                why.append(f"busbw {fig:.4g} < {ratio:.0%} of the median single ({mid:.4g})")
         why_of.append(why)
     passed = [f for r, f, w in zip(results, figures, why_of, strict=True) if r.step.nnodes == 1 and not w]
     pool = [*prior, *(f for f in passed if f is not None)]
@@ -198,7 +209,7 @@ def judge(results: Sequence[StepResult], req: IsolateRequest, prior: Sequence[fl
             and res.verdict == "pass"
             and fig is not None
             and ref
-            and fig < req.min_efficiency * ref
+            and decision.below_share(fig, ref, req.min_efficiency)
         ):
             why.append(
                 f"efficiency {fig / ref:.1%} < {req.min_efficiency:.0%} of the median single ({ref:.4g})"
@@ -206,7 +217,7 @@ def judge(results: Sequence[StepResult], req: IsolateRequest, prior: Sequence[fl
         # What the figure was held against, kept with the outcome for the report.
         if res.step.nnodes == 1:
             basis = Outcome(passed=True, against="the round's median single", reference=mid,
-                            samples=len(singles), min_ratio=1 - req.tolerance)  # fmt: skip
+                            samples=len(singles), min_ratio=ratio)  # fmt: skip
         else:
             basis = Outcome(passed=True, against="the median single of the run so far", reference=ref,
                             samples=len(pool), min_ratio=req.min_efficiency)  # fmt: skip
@@ -405,6 +416,7 @@ def run_isolation(
         life.journal(
             "isolation_result",
             culprits=[c.model_dump(mode="json") for c in found.culprits],
+            unconfirmed=[u.model_dump(mode="json") for u in found.unconfirmed],
             good=found.good,
             undecided=found.undecided,
             rounds=len(found.rounds),

@@ -9,16 +9,20 @@ and brings the 3-node lab back at the end (as test_lab.py's `restore`). On it:
   /opt lost a package (torch's metadata moved away) and still passes on the others;
 - a 20 mbit tbf throttle on node6's fab0 (the fault engine, reverted in finally and by its timer):
   the short plan's 8-node step fails, `scale-test --isolate --drain-bad` names node6 and no other
-  node in at most ceil(log2 8) + 2 = 5 rounds, the evidence is in the isolate run's report, node6
+  node in at most ceil(log2 8) + 3 = 6 rounds (the search, round 2 for nodes that failed alone
+  and are tested alone again, the confirmation round), the evidence is in the isolate run's
+  report, node6
   is drained with the run id in the reason, and `orch cert resume node6` brings it back once the
   throttle is gone;
 - a rule in node2's namespace that drops what node2 sends to node5's fabric address: the link
   node2+node5 is named, not one node.
 
-The lab's nodes share 2 CPUs: the short plan loosens isolate's pass rule (singles within 70 % of
-the median single, groups at 2 % of it: on 2 cores a group's busbw falls with its ranks, a clean
-6-node set gave 0.074 GB/s against singles of 0.55-2.1, median 1.0); a 20 mbit link (0.0024 GB/s)
-is still ten times below it.
+The lab's nodes share 2 CPUs: the short plan loosens isolate's group rule (groups at 2 % of the
+median single: on 2 cores a group's busbw falls with its ranks, a clean 6-node set gave 0.074 GB/s
+against singles of 0.55-2.1, median 1.0); a 20 mbit link (0.0024 GB/s) is still ten times below
+it. Singles go by isolate's one rule (docs/isolation.md, "The pass rule"): a single under 80 % of
+the median is tested alone again, and named only when the repeat fails too, beyond its kind's
+noise band; one that passes its repeat is "unconfirmed", not named.
 """
 
 from __future__ import annotations
@@ -48,8 +52,10 @@ pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
 ORCH = [sys.executable, "-m", "orchestrator"]
 NODES = 8
-ROUND_BAR = math.ceil(math.log2(NODES)) + 2
-LOOSE = ["--size", "2M", "--iters", "3", "--timeout", "30", "--tolerance", "0.7", "--min-efficiency", "0.02"]
+# the search's 1 + ceil(log2 8), round 2 (nodes that failed alone, tested alone again) and the
+# confirmation round (orchestrator/isolation/search.py, round_bound(8) + 1)
+ROUND_BAR = math.ceil(math.log2(NODES)) + 3
+LOOSE = ["--size", "2M", "--iters", "3", "--timeout", "30", "--min-efficiency", "0.02"]
 TORCH_META = "/opt/orch/venv/lib/python3.11/site-packages/torch-2.13.0+cpu.dist-info"
 # The short scale-test plan: a 2-node step (node1, node2) and the 8-node step; busbw at least
 # 0.02 GB/s (the lab's 4- and 5-node all_reduce at 4M gave 0.15-0.2 GB/s; a 20 mbit link 0.0024). 2M, not
@@ -64,7 +70,7 @@ iters: 3
 step_timeout_s: 60
 thresholds:
   busbw: [{collective: all_reduce, min_gbs: 0.02}]
-isolation: {size: 2M, iters: 3, timeout_s: 30, tolerance: 0.7, min_efficiency: 0.02}
+isolation: {size: 2M, iters: 3, timeout_s: 30, min_efficiency: 0.02}
 """
 
 
@@ -174,10 +180,16 @@ def test_throttled_node6_is_found_drained_and_resumed(lab8: Lab, tmp_path: Path)
     assert found["isolation"]["undecided"] == []
     rounds = len(found["isolation"]["rounds"])
     assert rounds <= ROUND_BAR, found["isolation"]["rounds"]
-    # docs/isolation.md: 4 rounds and 14 tests, as the search gives on the simulated 8 nodes
-    # (tests/unit/test_isolation_search.py::test_the_8_node_labs_cases_take_the_rounds_measured_on_the_lab)
+    # docs/isolation.md: 5 rounds and 15 tests (the confirmation included), as the search gives on
+    # the simulated 8 nodes (tests/unit/test_isolation_search.py::
+    # test_the_8_node_labs_cases_take_the_rounds_measured_on_the_lab); a healthy node that failed
+    # alone by noise adds round 2 and its repeat (reported unconfirmed, never named)
     tests = sum(len(r["trials"]) for r in found["isolation"]["rounds"])
-    assert (rounds, tests) == (4, 14), found["isolation"]["rounds"]
+    noisy = len(found["isolation"].get("unconfirmed", []))
+    if noisy == 0:
+        assert (rounds, tests) == (5, 15), found["isolation"]["rounds"]
+    else:
+        assert rounds == 6 and tests >= 15 + noisy, found["isolation"]["rounds"]
     assert "round 1: single node1" in proc.stderr  # the rounds were printed as they went
     # the evidence: a failing test with node6 whose other members pass elsewhere, in the report
     evidence = culprits[0]["evidence"]
@@ -216,7 +228,11 @@ def test_a_dropped_link_names_the_pair(lab8: Lab, tmp_path: Path) -> None:
     assert found["isolation"]["undecided"] == []
     rounds = len(found["isolation"]["rounds"])
     tests = sum(len(r["trials"]) for r in found["isolation"]["rounds"])
-    assert (rounds, tests) == (7, 15), found["isolation"]["rounds"]  # docs/isolation.md, as simulated
+    noisy = len(found["isolation"].get("unconfirmed", []))
+    if noisy == 0:  # docs/isolation.md, as simulated (the confirmation included)
+        assert (rounds, tests) == (8, 16), found["isolation"]["rounds"]
+    else:  # a node failing alone by noise adds round 2 and its repeat
+        assert rounds == 9 and tests >= 16 + noisy, found["isolation"]["rounds"]
     print(f"isolate (link node2->node5 dropped): {rounds} rounds, {found['wall_s']:.1f} s")
 
 

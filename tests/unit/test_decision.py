@@ -320,3 +320,21 @@ def test_one_direction_literal_and_the_old_recovery_spellings_only_in_models_dec
     assert spelled == [], (
         "better/same/worse is models/decision.py's Direction; old recovery words are read there"
     )
+
+
+def test_threshold_rules_fail_strictly_beyond_their_limit() -> None:
+    assert decision.below(0.99, 1.0) and not decision.below(1.0, 1.0)
+    assert decision.below_share(0.49, 1.0, 0.5) and not decision.below_share(0.5, 1.0, 0.5)
+    # efficiency 0.80 against a limit of 0.9 with a band of +-10%: 0.9 / 1.1 = 0.818 -> beyond it
+    assert decision.beyond_band_below(0.80, 0.9, 0.10)
+    assert not decision.beyond_band_below(0.85, 0.9, 0.10)  # under the limit, within the band
+
+
+def test_a_single_must_reach_the_tolerance_or_its_kinds_noise_band() -> None:
+    # quiet: fewer than 2 figures or no spread -> 1 - tolerance
+    assert decision.single_ratio([1.0], 0.2) == pytest.approx(0.8)
+    assert decision.single_ratio([1.0, 1.0, 1.0], 0.2) == pytest.approx(0.8)
+    # noisy: log figures -0.2..0.2 in steps of 0.1 have MAD 0.1 -> exp(-3 x 1.4826 x 0.1) = 0.64
+    figures = [math.exp(x) for x in (-0.2, -0.1, 0.0, 0.1, 0.2)]
+    assert decision.single_ratio(figures, 0.2) == pytest.approx(math.exp(-3 * 1.4826 * 0.1))
+    assert decision.single_ratio(figures, 0.5) == pytest.approx(0.5)  # the tolerance is the least band
