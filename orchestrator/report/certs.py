@@ -1,18 +1,16 @@
-"""Report sections for certificates and stragglers: Markdown and HTML fragments.
+"""Report sections for certificates: Markdown and HTML fragments.
 
-The HTML report calls stragglers_html (report/html.py, for a run with 2-node steps); the
-certificate sections are functions only, not called by the report generators yet. Every value
-is data and goes through report/escape.py (md) or html.escape.
+The certificate sections are functions only, not called by the report generators yet (the
+straggler sections are in report/stragglers.py). Every value is data and goes through
+report/escape.py (md) or html.escape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from orchestrator.metrics.stragglers import StragglerReport
 from orchestrator.models.cert import Certificate, Refusal
 from orchestrator.report.escape import html_text, md
-from orchestrator.report.heatmap import heatmap
 
 
 def _counts(cert: Certificate) -> str:
@@ -52,34 +50,3 @@ def certificates_html(certs: Sequence[Certificate], refused: Sequence[Refusal]) 
         out.append(f'<h3>Refused</h3><ul class="refused">{items}</ul>')
     out.append("</section>")
     return "\n".join(out)
-
-
-def stragglers_html(
-    rep: StragglerReport,
-    nodes: Sequence[str],
-    matrix: Mapping[tuple[str, str], float],
-    *,
-    kind: str | None = None,
-    section_id: str = "stragglers",
-) -> str:
-    """The straggler section: the heatmap, the rule's numbers, and each straggler's evidence
-    (kind: the kind of node the matrix holds, in the heading, when a cluster has several)."""
-    slow = [s.node for s in rep.stragglers]
-    title = f"pair {rep.metric}" + (f", {kind}" if kind else "")
-    svg = heatmap(nodes, matrix, title=title, unit=rep.metric, flagged=slow)
-    rule = (
-        f"straggler: median of its pairs &gt; {rep.bound:.4g} = median {rep.centre:.4g} + "
-        f"max({rep.k:g} &times; {rep.sigma:.4g}, {rep.floor:.0%} &times; median)"
-    )
-    items = "".join(
-        f"<li>{html_text(s.node)}: median {s.score:.4g} "
-        f"({'-' if s.excess is None else f'{s.excess:.2f}'}&times;), "
-        f"pairs {html_text(', '.join(f'{p} {v:.4g}' for p, v in sorted(s.pairs.items())))}</li>"
-        for s in rep.stragglers
-    )
-    verdict = f'<ul class="stragglers">{items}</ul>' if items else "<p>no straggler</p>"
-    head = "Stragglers" + (f" ({html_text(kind)})" if kind else "")
-    return (
-        f'<section id="{html_text(section_id)}" class="stragglers-section"><h2>{head}</h2>\n{svg}\n'
-        f"<p>{rule}</p>\n{verdict}</section>"
-    )

@@ -33,6 +33,7 @@ from orchestrator.report.common import (
 from orchestrator.report.escape import md, xml_text
 from orchestrator.report.isolation import isolate_folder, isolation_markdown
 from orchestrator.report.serving import serving_cases, serving_families, serving_markdown
+from orchestrator.report.stragglers import stragglers_markdown
 
 Format = str
 """A report format's name: a key of REPORT_FORMATS."""
@@ -130,6 +131,7 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
     reasons = [(s.step.id, r) for s in rec.steps for r in step_notes(s)]
     if reasons:
         lines += ["", "## Reasons and warnings", ""] + [f"- {md(sid)}: {md(r)}" for sid, r in reasons]
+    lines += stragglers_markdown(rec)
     if rec.recovery:
         lines += ["", "## Recovery", ""]
         lines += ["| fault | target | repeat | detect s | recover s | restore s | outcome | notes |"]

@@ -13,14 +13,11 @@ import jinja2
 from markupsafe import Markup
 
 from orchestrator import __version__
-from orchestrator.metrics.stragglers import pair_matrix, split_by_kind, stragglers
-from orchestrator.models.cluster import kind_label, same_gpu_model
 from orchestrator.models.plan import format_size
 from orchestrator.models.results import COLLECTIVES
 from orchestrator.models.run import RunRecord
 from orchestrator.plan import plan_to_yaml
 from orchestrator.report import svg
-from orchestrator.report.certs import stragglers_html
 from orchestrator.report.common import (
     ScalingPoint,
     efficiency_cell,
@@ -32,9 +29,9 @@ from orchestrator.report.common import (
     step_wrong,
     threshold_rows,
 )
-from orchestrator.report.heatmap import heatmap
 from orchestrator.report.isolation import isolate_folder, isolation_html
 from orchestrator.report.serving import serving_html
+from orchestrator.report.stragglers import stragglers_html
 from orchestrator.text import plural
 
 _CSS = """
@@ -281,39 +278,8 @@ def _recovery(rec: RunRecord) -> list[Markup]:
 
 
 def _stragglers(rec: RunRecord) -> list[Markup]:
-    """A straggler section (heatmap, rule, verdict) per kind of node, from the run's 2-node steps;
-    none when the run has none. Pairs across kinds are left out and said so; a kind with too few
-    pairs for the rule gets a line instead."""
-    metric, matrix = pair_matrix(rec.steps)
-    if not matrix:
-        return []
-    nodes = rec.cluster.nodes if rec.cluster else []
-    keys = {n.name: (n.gpu_vendor, same_gpu_model(n.gpu_model)) for n in nodes}
-    labels: dict[tuple[str, str], str] = {}
-    for n in nodes:
-        labels.setdefault(keys[n.name], kind_label(n.gpu_vendor, n.gpu_model))
-    kind_of = {name: labels[k] for name, k in keys.items()}
-    per, across = split_by_kind(matrix, kind_of)
-    order = {n.name: i for i, n in enumerate(nodes)}
-    out: list[Markup] = []
-    for i, (kind, sub) in enumerate(sorted(per.items())):
-        names = sorted({n for pair in sub for n in pair}, key=lambda n: (order.get(n, len(order)), n))
-        shown = kind if len(per) > 1 else None
-        try:
-            rep = stragglers(sub, metric=metric)
-        except ValueError as e:  # too few nodes to judge: the matrix is still drawn, nobody flagged
-            head = f"Stragglers ({kind})" if shown else "Stragglers"
-            title = f"pair {metric}" + (f", {kind}" if shown else "")
-            drawn = _svg(heatmap(names, sub, title=title, unit=metric))
-            section = Markup('<h2 class="stragglers-section">{}</h2>{}<p class="muted">not judged: {}</p>')
-            out.append(section.format(head, drawn, str(e)))
-            continue
-        out.append(_svg(stragglers_html(rep, names, sub, kind=shown, section_id=f"stragglers-{i + 1}")))
-    if across:
-        out.append(
-            Markup('<p class="muted">{} pairs across kinds of node are not compared.</p>').format(len(across))
-        )
-    return out
+    """The straggler sections (report/stragglers.py escapes every value it embeds)."""
+    return [Markup(s) for s in stragglers_html(rec)]  # noqa: S704
 
 
 def _isolation(rec: RunRecord) -> Markup | None:

@@ -19,8 +19,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.models.isolation import IsolationRun, Outcome, Trial, partitions_line
 from orchestrator.models.names import is_name
 from orchestrator.models.plan import format_size
-from orchestrator.report.escape import html_text, md
-from orchestrator.report.sections import Section, html_table, md_table
+from orchestrator.report.sections import Section, sections_html, sections_markdown
 from orchestrator.store.rundir import RunDir
 
 
@@ -210,7 +209,7 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
         lines.append(f"{name}: {u.line()}")
         rows += [evidence(name, u.why, t) for t in (u.first, u.repeat)]
     out.append(Section("Culprits and their evidence", "isolation-culprits", lines,
-                       head if rows else [], rows, "culprit"))  # fmt: skip
+                       head if rows else [], rows, "culprit", named_class="culprit-name"))  # fmt: skip
 
     node_rows = [[n, "cleared", "passed a test with others, or known good"] for n in found.good]
     node_rows += [[n, "undecided", "the tests could not settle it"] for n in found.undecided]
@@ -256,39 +255,9 @@ def isolation_markdown(
     iso: IsolationRun, folder: Path | None, *, linked: bool = False, level: int = 2
 ) -> str:
     """The section as Markdown (its title at `level`), every value through escape.md()."""
-    lines: list[str] = []
-    for i, s in enumerate(isolation_sections(iso, folder, linked=linked)):
-        lines += [f"{'#' * (level if i == 0 else level + 1)} {md(s.title)}", ""]
-        for x in s.lines:
-            if x.startswith("**") and "**:" in x:  # a culprit: its name bold, then why
-                name, why = x[2:].split("**:", 1)
-                lines.append(f"- **{md(name)}**: {md(why.strip())}")
-            else:
-                lines.append(f"- {md(x)}")
-        if s.lines:
-            lines.append("")
-        if s.head:
-            lines += [*md_table(s.head, s.rows), ""]
-    return "\n".join(lines)
+    return "\n".join(sections_markdown(isolation_sections(iso, folder, linked=linked), level=level))
 
 
 def isolation_html(iso: IsolationRun, folder: Path | None, *, linked: bool = False) -> str:
     """The section as `<section id="isolation">`, every value through escape.html_text()."""
-    h = html_text
-    parts = ['<section id="isolation">']
-    for i, s in enumerate(isolation_sections(iso, folder, linked=linked)):
-        tag = "h2" if i == 0 else "h3"
-        parts.append(f'<{tag} id="{h(s.ident)}">{h(s.title)}</{tag}>')
-        if s.lines:
-            items = []
-            for x in s.lines:
-                if x.startswith("**") and "**:" in x:
-                    name, why = x[2:].split("**:", 1)
-                    items.append(f'<li class="culprit-name"><b>{h(name)}</b>: {h(why.strip())}</li>')
-                else:
-                    items.append(f"<li>{h(x)}</li>")
-            parts.append("<ul>" + "".join(items) + "</ul>")
-        if s.head:
-            parts += html_table(s.head, s.rows, ident=s.ident, row_class=s.row_class)
-    parts.append("</section>")
-    return "\n".join(parts)
+    return sections_html(isolation_sections(iso, folder, linked=linked), ident="isolation")

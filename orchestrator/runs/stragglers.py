@@ -55,6 +55,7 @@ from orchestrator.models.plan import Plan, Step
 from orchestrator.models.requests import MIN_PARTNERS, StragglersRequest
 from orchestrator.models.results import PlanCollective
 from orchestrator.models.run import StepResult
+from orchestrator.report.sections import Section, sections_markdown
 from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler, steps_json
 from orchestrator.runs.isolate import one_size_plan, partition_nodes, test_step
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
@@ -343,26 +344,17 @@ def straggler_lines(r: MatrixRun) -> list[str]:
 
 
 def matrix_markdown(r: MatrixRun) -> str:
-    """report.md of a stragglers run: the verdict, then every pair."""
-    lines = [
-        f"# orch stragglers {r.run_id}",
-        "",
-        f"- {r.collective} at {r.size_bytes} bytes, 2-node steps; rounds ran **{r.mode}**; {r.wall_s:.0f} s",
-        f"- {r.sample_line()}",
-        f"- metric: {r.metric} (larger is worse)",
-        "",
-        "## Verdict",
-        "",
-        *[f"- {line}" for line in straggler_lines(r)],
-        "",
-        "## Pairs",
-        "",
-        "| pair | step | verdict | latency (us) |",
-        "|---|---|---|---|",
-        *[
-            f"| {p.a}+{p.b} | {p.step} | {p.verdict} | {'-' if p.figure is None else _us(p.figure)} |"
-            for p in r.pairs
-        ],
-        "",
+    """report.md of a stragglers run: the verdict, then every pair, as report Sections (rendered by
+    report/sections.py, every value escaped)."""
+    summary = [
+        f"{r.collective} at {r.size_bytes} bytes, 2-node steps; rounds ran {r.mode}; {r.wall_s:.0f} s",
+        r.sample_line(),
+        f"metric: {r.metric} (larger is worse)",
     ]
-    return "\n".join(lines)
+    rows = [[f"{p.a}+{p.b}", p.step, p.verdict, "-" if p.figure is None else _us(p.figure)] for p in r.pairs]
+    sections = [
+        Section(f"orch stragglers {r.run_id}", lines=summary),
+        Section("Verdict", lines=straggler_lines(r)),
+        Section("Pairs", head=["pair", "step", "verdict", "latency (us)"], rows=rows),
+    ]
+    return "\n".join(sections_markdown(sections, level=1))

@@ -140,3 +140,34 @@ def test_a_run_without_2_node_steps_has_no_straggler_section(tmp_path: Path) -> 
     run = make_run(tmp_path, "r1")
     html = render(load_run(run), "html", run)
     assert "Stragglers" not in html and 'data-kind="heatmap"' not in html
+
+
+def test_the_markdown_report_shows_each_pair_and_names_the_slow_node(tmp_path: Path) -> None:
+    run = make_pair_run(tmp_path, "p1")
+    rec = load_run(run)
+    text = render(rec, "md", run)
+    part = text.split("## Stragglers\n", 1)[1].split("\n## ", 1)[0]
+    assert "- node4: median" in part and "no straggler" not in part
+    named = [line for line in part.splitlines() if re.match(r"- node\d: median", line)]
+    assert [line.split(":")[0] for line in named] == ["- node4"]
+    _, m = pair_matrix(rec.steps)
+    rows = {
+        tuple(c.strip() for c in line.strip("|").split("|"))
+        for line in part.splitlines()
+        if re.match(r"\| node\d ", line)
+    }
+    assert len(rows) == len(m) == 15
+    for (a, b), v in m.items():
+        flagged = ", ".join(n for n in (a, b) if n == "node4")
+        assert (a, b, f"{v:.4g}", flagged) in rows or (b, a, f"{v:.4g}", flagged) in rows
+
+
+def test_a_kind_too_small_to_judge_is_said_in_both_formats(tmp_path: Path) -> None:
+    spec: Spec = {f"n{i}": ("none", None, 1.0) for i in range(1, 4)}
+    run = make_pair_run(tmp_path, "small", spec)
+    rec = load_run(run)
+    text = render(rec, "md", run)
+    assert "## Stragglers" in text and "- not judged: " in text and "| n1 | n2 |" in text
+    html = render(rec, "html", run)
+    (section,) = re.findall(r'<section id="stragglers-1".*?</section>', html, flags=re.S)
+    assert 'data-kind="heatmap"' in section and "not judged: " in section and "flagged" not in section

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -102,9 +103,40 @@ def test_heatmap_labels_are_text_whatever_the_names() -> None:
 
 
 def test_the_report_section_shows_the_heatmap_and_the_evidence() -> None:
-    from orchestrator.report.certs import stragglers_html
+    from orchestrator.report.sections import sections_html
+    from orchestrator.report.stragglers import straggler_section
 
     m = _matrix({"node3": 4.0})
-    html = stragglers_html(stragglers(m), NODES, m)
+    html = sections_html([straggler_section(stragglers(m), NODES, m)], ident="s")
     assert 'data-kind="heatmap"' in html and "<li>node3: median" in html
-    assert "no straggler" in stragglers_html(stragglers(_matrix({})), NODES, _matrix({}))
+    calm = sections_html([straggler_section(stragglers(_matrix({})), NODES, _matrix({}))], ident="s")
+    assert "<li>no straggler</li>" in calm and "flagged" not in calm
+
+
+def test_a_hostile_node_name_is_text_in_both_formats() -> None:
+    """The straggler section of names that are markup, Markdown or control characters: HTML holds
+    only the section's own tags, Markdown's pair table keeps its columns, the slow node is named
+    escaped in both."""
+    from orchestrator.report.escape import html_text, md
+    from orchestrator.report.sections import sections_html, sections_markdown
+    from orchestrator.report.stragglers import straggler_section
+
+    names = MARKUP[:8]
+    slow = names[0]  # <script>
+    values = {(a, b): 20.0 * (4.0 if slow in (a, b) else 1.0) for a, b in itertools.combinations(names, 2)}
+    rep = stragglers(values)
+    assert [s.node for s in rep.stragglers] == [slow]
+    section = straggler_section(rep, names, values)
+    html = sections_html([section], ident="stragglers-1")
+    p = _Svg()
+    p.feed(html)
+    assert p.tags.count("svg") == 1 and "script" not in p.tags and "img" not in p.tags
+    assert set(p.tags) <= {"section", "h2", "ul", "li", "svg", "text", "rect", "title"}
+    assert f"<li>{html_text(slow)}: median" in html
+    text = "\n".join(sections_markdown([section]))
+    assert "<script" not in text and "<img" not in text and "\x1b" not in text
+    assert f"- {md(slow)}: median" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + 8 * 7 // 2  # the head, then one row a pair
+    assert all(len(re.split(r"(?<!\\)\|", r)) == 4 + 2 for r in rows)  # 4 cells: no name added one
+    assert sum(r.endswith(f"| {md(slow)} |") for r in rows) == 7  # each of its pairs flags it
