@@ -30,9 +30,9 @@ class PairFigure:
 
 @dataclass
 class Section:
-    """A titled part: lines of text (a list; "**NAME**: text" names an item, in list_class's list,
-    each named item of class named_class in HTML), a figure, then a table (head, rows, each row's
-    class), then lines after."""
+    """A titled part: lines of text (a list, of class list_class in HTML; a line "**NAME**: text"
+    names an item: NAME bold, the item of class named_class in HTML), a figure, a table (head, rows,
+    each row's class), then lines after."""
 
     title: str
     ident: str = ""
@@ -85,9 +85,9 @@ def _pairs(fig: PairFigure) -> list[list[str]]:
 
 
 def sections_markdown(sections: list[Section], *, level: int = 2) -> list[str]:
-    """Sections as Markdown lines: the first title at `level`, the others one deeper; lines as a
-    list ("**NAME**: text" with NAME bold), a figure as the table of its pairs, then the table, then
-    the lines after. Every value goes through escape.md()."""
+    """Sections as Markdown lines: the first title at `level`, the others one deeper; the lines as a
+    list, then the figure as the table of its pairs (after the lines: a verdict before a long
+    table), the table, the lines after. Every value goes through escape.md()."""
     out: list[str] = []
     for i, s in enumerate(sections):
         out += [f"{'#' * (level if i == 0 else level + 1)} {md(s.title)}", ""]
@@ -107,9 +107,10 @@ def sections_markdown(sections: list[Section], *, level: int = 2) -> list[str]:
 
 
 def sections_html(sections: list[Section], *, ident: str, cls: str = "") -> str:
-    """Sections as one `<section id="IDENT">`: the first title an h2, the others h3 (each with its
-    Section's ident as id, when given and not IDENT); lines as a list, a figure drawn as a heatmap (report/
-    heatmap.py), the table, the lines after. Every value goes through escape.html_text()."""
+    """Sections as one `<section id="IDENT" class="CLS">`: the first title an h2, the others h3
+    (each with its Section's ident as id, when given and not IDENT); the figure drawn as a heatmap
+    (report/heatmap.py) under its title, as the report's charts are; then the lines as a list, the
+    table, the lines after. Every value goes through escape.html_text()."""
     h = html_text
     klass = f' class="{h(cls)}"' if cls else ""
     parts = [f'<section id="{h(ident)}"{klass}>']

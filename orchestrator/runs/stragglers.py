@@ -16,7 +16,7 @@ disjoint pairs.
 
 The whole schedule is known before the first job: it is written as the run's steps.json, so the
 report (`orch report RUN --format html`) reads the pairs' results (steps/<id>/result.json) from
-the run folder alone and draws the heatmap (report/html.py::_stragglers, metrics.stragglers).
+the run folder alone and draws the heatmap (report/stragglers.py, metrics.stragglers).
 The verdict uses the same functions: pair_matrix over the pair steps, split_by_kind, and the
 robust rule (median + max(k x 1.4826 MAD, 5 % of the median) of the nodes' median pair latency).
 
