@@ -11,6 +11,7 @@ summaries built from records made in the test.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -154,7 +155,12 @@ def test_run_against_a_guidellm_0_8_report(
     figs = {x["figure"]: x for x in row["figures"]}
     assert figs["output tokens/s"]["b"] == 143.8462390355844
     ttft = figs["TTFT p99"]
-    assert (ttft["b"], ttft["n_b"], ttft["change"]) == (44.258832931518555, 120, "worse")
+    assert (ttft["b"], ttft["n_b"]) == (44.258832931518555, 120)
+    # The run's side is measured here, its band from its own noise: on a loaded machine its TTFT
+    # p99 and band vary, so the call is checked against its own figures (beyond the band: worse).
+    assert ttft["ratio"] == pytest.approx(ttft["b"] / ttft["a"])
+    d, half = math.log(ttft["ratio"]), math.log1p(ttft["band"])
+    assert ttft["change"] == ("worse" if d > half else "better" if d < -half else "same"), ttft
     assert figs["E2E p99"]["b"] == 0.1490333080291748 * 1000 and figs["E2E p99"]["n_b"] == 120
     assert figs["ITL p99"]["change"] == "n/a"  # guidellm states no distribution of the gaps
 
