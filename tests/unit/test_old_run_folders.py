@@ -49,6 +49,10 @@ RUN_KIND = {
     "migrate": "migrate",
 }
 FORMATS = ("html", "md", "json", "junit", "openmetrics")
+OLD_REPORTS = {kind: ("md", "html") if kind == "migrate" else ("md", "junit", "openmetrics") for kind in RUNS}
+"""The reports the old code made of each folder (<kind>/<run id>.<format>); the html of the other
+kinds is not kept (it carries the time it was made)."""
+OLD_REPORT_ROOT = "/tmp/oldrep"  # where the old code made them (SOURCE.md)
 CURRENT_WORDS = {"recovered", "no-interruption", "not-recovered", "not-detected", "no-data", "aborted"}
 OLD_WORDS = {"no_interruption", "no-impact", "not_recovered", "not_detected"}
 
@@ -91,7 +95,8 @@ def _status(run_dir: Path) -> str:
 def test_one_old_folder_of_each_kind_with_its_source() -> None:
     assert {p.name for p in OLD.iterdir() if p.is_dir()} == set(RUNS)
     for kind, run_id in RUNS.items():
-        assert [p.name for p in (OLD / kind).iterdir()] == [run_id]
+        reports = [f"{run_id}.{fmt}" for fmt in OLD_REPORTS[kind]]
+        assert sorted(p.name for p in (OLD / kind).iterdir()) == sorted([run_id, *reports])
         assert run_kind(OLD / kind / run_id) == RUN_KIND[kind]
     source = (OLD / "SOURCE.md").read_text()
     assert OLD_COMMIT in source and "orch.db" in source
@@ -295,6 +300,23 @@ def test_a_migrate_folder_reports_in_its_own_formats(
     for fmt in ("junit", "openmetrics"):
         code, _, err = _cli(capsys, "report", str(d), "--format", fmt, "--out", str(tmp_path / "x"))
         assert code == 2 and f"a migrate run has no {fmt} report" in err
+
+
+@pytest.mark.parametrize("kind", list(RUNS))
+def test_each_report_is_the_one_the_old_code_made(
+    kind: str, old: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Byte for byte, but for the folder's path and the recovery status words in their one spelling
+    (`no-impact` was the old word of a serving fault that did not interrupt the service)."""
+    d = _dir(old, kind)
+    for fmt in OLD_REPORTS[kind]:
+        out = d.parent / f"{d.name}.{fmt}"  # where the old one was written: relative links are alike
+        out.unlink()
+        code, _, err = _cli(capsys, "report", str(d), "--format", fmt, "--out", str(out))
+        assert code == 0, err
+        before = (OLD / kind / out.name).read_text().replace(OLD_REPORT_ROOT, str(old))
+        before = re.sub("|".join(OLD_WORDS), lambda m: str(recovery_word(m.group())), before)
+        assert out.read_text() == before, f"{kind} {fmt}"
 
 
 # --- the results store ----------------------------------------------------------------------------
