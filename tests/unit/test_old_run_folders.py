@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.certs.service import latest, verify
 from orchestrator.models.decision import recovery_word
 from orchestrator.models.migrate import MigrateRun
 from orchestrator.runs.migrate import migrate_report
@@ -38,7 +39,11 @@ RUNS = {
     "isolate": "20261204T235933Z-isolate-6ab3",
     "stragglers": "20261204T235938Z-stragglers-6429",
     "migrate": "20261204T235943Z-migrate-2947",
+    "migrate-interrupted": "20261205T001020Z-migrate-99ba",
+    "rollback": "20261205T001020Z-rollback-076f",
+    "certificate": "r1",
 }
+MIGRATE_KINDS = ("migrate", "migrate-interrupted", "rollback")
 RUN_KIND = {
     "scale-test": "scale-test",
     "serving": "scale-test",
@@ -47,9 +52,14 @@ RUN_KIND = {
     "isolate": "isolate",
     "stragglers": "stragglers",
     "migrate": "migrate",
+    "migrate-interrupted": "migrate",
+    "rollback": "rollback",
+    "certificate": "scale-test",
 }
 FORMATS = ("html", "md", "json", "junit", "openmetrics")
-OLD_REPORTS = {kind: ("md", "html") if kind == "migrate" else ("md", "junit", "openmetrics") for kind in RUNS}
+OLD_REPORTS = {
+    kind: ("md", "html") if kind in MIGRATE_KINDS else ("md", "junit", "openmetrics") for kind in RUNS
+}
 """The reports the old code made of each folder (<kind>/<run id>.<format>); the html of the other
 kinds is not kept (it carries the time it was made)."""
 OLD_REPORT_ROOT = "/tmp/oldrep"  # where the old code made them (SOURCE.md)
@@ -81,12 +91,9 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 
 
 def _status(run_dir: Path) -> str:
-    """The status the old code recorded: result.json, the kind's own file, or run_finished."""
-    for name in ("result.json", "isolation.json", "stragglers.json", "migrate.json"):
-        if (run_dir / name).exists():
-            return str(_raw(run_dir / name)["status"])
-    finished = [json.loads(x) for x in (run_dir / "journal.jsonl").read_text().splitlines()]
-    return {0: "accepted"}.get(finished[-1]["exit_code"], "failed")
+    """The status the old code journaled at the run's end (run_finished)."""
+    events = [json.loads(x) for x in (run_dir / "journal.jsonl").read_text().splitlines()]
+    return str(next(e for e in reversed(events) if e["event"] == "run_finished")["status"])
 
 
 # --- the fixtures themselves ----------------------------------------------------------------------
@@ -214,6 +221,45 @@ def test_migrate_folder_reads_log_ratio_and_direction(old: Path) -> None:
     assert MigrateRun.model_validate_json(migrate_report(d, "json")) == state
 
 
+def test_an_interrupted_migrate_folder_and_the_rollback_to_its_reference(old: Path) -> None:
+    d = _dir(old, "migrate-interrupted")
+    raw = _raw(d / "migrate.json")
+    state = require_model(MigrateRun, d, d / "migrate.json")
+    assert state.status == raw["status"] == "running" and _status(d) == "interrupted"
+    assert [(p.phase, p.state) for p in state.phases] == [(p["phase"], p["state"]) for p in raw["phases"]]
+    assert state.phases[-1].phase == "compare" and state.phases[-1].state == "failed"
+    r = _dir(old, "rollback")
+    back = require_model(MigrateRun, r, r / "migrate.json")
+    assert back.kind == "rollback" and back.status == "accepted" and back.from_stack == "cpu-gloo"
+    assert [p.phase for p in back.phases] == ["rollback", "certify"]
+    cert = back.certification
+    assert (
+        cert is not None
+        and cert.against == "reference"
+        and cert.reference_from == RUNS["migrate-interrupted"]
+    )
+    assert [n.ok for n in cert.nodes] == [True, True, True]
+
+
+def test_an_old_certificate_verifies_is_found_and_still_catches_an_edit(
+    old: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = old / "certificate"
+    path = _dir(old, "certificate") / "certs" / "localhost.json"
+    raw = _raw(path)
+    assert verify(path).ok
+    found, cert, problems = latest("localhost", root)
+    assert found == path and problems == [] and cert.run_id == "r1" and cert.run_status == "accepted"
+    assert len(cert.tests) == len(raw["tests"]) > 0 and cert.tests[0].measured == raw["tests"][0]["measured"]
+    assert load_run(_dir(old, "certificate")).status == "accepted"
+    code, out, err = _cli(capsys, "cert", "verify", str(path))
+    assert code == 0 and "intact" in out + err
+    raw["tests"][0]["measured"] += 1
+    path.write_text(json.dumps(raw))
+    check = verify(path)
+    assert not check.ok and "tests[0] changed" in check.problems
+
+
 # --- reports in every format, from the folder alone -----------------------------------------------
 
 
@@ -243,7 +289,7 @@ def _check_report(fmt: str, text: str, rec: RunRecord) -> None:
         )
 
 
-@pytest.mark.parametrize("kind", [k for k in RUNS if k != "migrate"])
+@pytest.mark.parametrize("kind", [k for k in RUNS if k not in MIGRATE_KINDS])
 def test_every_report_format_is_rebuilt_from_an_old_folder(
     kind: str, old: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
