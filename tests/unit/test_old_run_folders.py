@@ -27,12 +27,13 @@ from orchestrator.models.migrate import MigrateRun
 from orchestrator.runs.migrate import migrate_report
 from orchestrator.runs.stragglers import MatrixRun
 from orchestrator.store.db import SCHEMA_VERSION, ResultsStore
-from orchestrator.store.load import RunRecord, load_run, require_model, run_kind
+from orchestrator.store.load import RunRecord, finished_steps, load_run, require_model, run_kind
 
 OLD = Path(__file__).resolve().parents[1] / "fixtures" / "old_runs"
 OLD_COMMIT = "12fd743"
 RUNS = {
     "scale-test": "20261204T235814Z-tiny-9754",
+    "scale-test-interrupted": "20261205T001500Z-smoke-killed",
     "serving": "20261204T235843Z-serve-test-f7ca",
     "serving-faults": "20261204T235916Z-serve-fault-4605",
     "recovery": "20261205T000500Z-recovery-kill-worker",
@@ -46,6 +47,7 @@ RUNS = {
 MIGRATE_KINDS = ("migrate", "migrate-interrupted", "rollback")
 RUN_KIND = {
     "scale-test": "scale-test",
+    "scale-test-interrupted": "scale-test",
     "serving": "scale-test",
     "serving-faults": "scale-test",
     "recovery": "recovery-test",
@@ -91,9 +93,11 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 
 
 def _status(run_dir: Path) -> str:
-    """The status the old code journaled at the run's end (run_finished)."""
+    """The status the old code journaled at the run's end (run_finished); interrupted without one
+    (the run's process is gone)."""
     events = [json.loads(x) for x in (run_dir / "journal.jsonl").read_text().splitlines()]
-    return str(next(e for e in reversed(events) if e["event"] == "run_finished")["status"])
+    end = [e for e in events if e["event"] == "run_finished"]
+    return str(end[-1]["status"]) if end else "interrupted"
 
 
 # --- the fixtures themselves ----------------------------------------------------------------------
@@ -132,6 +136,23 @@ def test_scale_test_folder(old: Path) -> None:
     assert busbw == raw["steps"][1]["summary"]["all_reduce"]["busbw_gbs"]
     assert len(rec.steps[1].rows) == len(raw["steps"][1]["rows"]) == 6
     assert rec.nodes == {"localhost": "fail"}
+
+
+def test_a_killed_scale_test_folder_is_interrupted_with_its_steps_left(
+    old: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = _dir(old, "scale-test-interrupted")
+    events = [json.loads(x)["event"] for x in (d / "journal.jsonl").read_text().splitlines()]
+    assert events == ["run_started", "step_done"] and not (d / "result.json").exists()
+    rec = load_run(d)
+    assert rec.status == "interrupted" and rec.exit_code is None
+    assert rec.step_ids == ["n1xg1", "n1xg2", "n1xg4"] and [s.step.id for s in rec.steps] == ["n1xg1"]
+    assert list(finished_steps(d, rec.step_ids)) == ["n1xg1"]
+    raw = _raw(d / "steps" / "n1xg1" / "result.json")
+    assert rec.steps[0].summary["all_reduce"].busbw_gbs == raw["summary"]["all_reduce"]["busbw_gbs"] > 0
+    code, out, err = _cli(capsys, "runs", "show", str(d))
+    assert code == 0, err
+    assert "interrupted" in out and "n1xg2" in out and "n1xg4" in out
 
 
 def test_scale_test_with_serving_steps_folder(old: Path) -> None:
