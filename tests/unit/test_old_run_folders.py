@@ -24,7 +24,6 @@ import pytest
 from orchestrator.certs.service import latest, verify
 from orchestrator.models.decision import recovery_word
 from orchestrator.models.migrate import MigrateRun
-from orchestrator.runs.migrate import migrate_report
 from orchestrator.runs.stragglers import MatrixRun
 from orchestrator.store.db import SCHEMA_VERSION, ResultsStore
 from orchestrator.store.load import RunRecord, finished_steps, load_run, require_model, run_kind
@@ -223,7 +222,7 @@ def test_stragglers_folder(old: Path) -> None:
     assert len(slow) == 5 and min(slow) > 2 * max(others) > 0  # the old latencies, node4's doubled
 
 
-def test_migrate_folder_reads_log_ratio_and_direction(old: Path) -> None:
+def test_migrate_folder_reads_log_ratio_and_direction(old: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = _dir(old, "migrate")
     raw = _raw(d / "migrate.json")
     state = require_model(MigrateRun, d, d / "migrate.json")
@@ -239,7 +238,9 @@ def test_migrate_folder_reads_log_ratio_and_direction(old: Path) -> None:
         assert size.change.band == pytest.approx(math.expm1(old_change["band"]))
     assert [s.change.change for s in coll.sizes].count("worse") == 6
     # written again in the current form, it reads back the same
-    assert MigrateRun.model_validate_json(migrate_report(d, "json")) == state
+    code, _, err = _cli(capsys, "report", str(d), "--format", "json", "--out", str(d.parent / "again.json"))
+    assert code == 0, err
+    assert MigrateRun.model_validate_json((d.parent / "again.json").read_text()) == state
 
 
 def test_an_interrupted_migrate_folder_and_the_rollback_to_its_reference(old: Path) -> None:
