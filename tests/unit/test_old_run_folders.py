@@ -64,7 +64,6 @@ OLD_REPORTS = {
 """The reports the old code made of each folder (<kind>/<run id>.<format>); the html of the other
 kinds is not kept (it carries the time it was made)."""
 OLD_REPORT_ROOT = "/tmp/oldrep"  # where the old code made them (SOURCE.md)
-CURRENT_WORDS = {"recovered", "no-interruption", "not-recovered", "not-detected", "no-data", "aborted"}
 OLD_WORDS = {"no_interruption", "no-impact", "not_recovered", "not_detected"}
 
 
