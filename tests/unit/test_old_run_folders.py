@@ -398,6 +398,8 @@ def test_every_old_folder_ingests_into_a_new_store_and_reads_back(old: Path, tmp
         assert set(rows) == set(RUNS.values())
         for kind, run_id in RUNS.items():
             assert rows[run_id].status == _status(_dir(old, kind)), kind
+            got = store.run(run_id)
+            assert got is not None and got.run_dir == _dir(old, kind)
         assert rows[RUNS["stragglers"]].steps_done == rows[RUNS["stragglers"]].steps_planned == 15
         assert rows[RUNS["serving"]].steps_done == 2
     with sqlite3.connect(db) as c:
@@ -427,9 +429,19 @@ def test_the_old_store_opens_and_lists_its_runs(
             assert rows[run_id].status == _status(_dir(old, kind)), kind
         assert rows[RUNS["scale-test"]].plan == "tiny" and rows[RUNS["scale-test"]].steps_done == 2
         assert [r.run_id for r in store.runs(plan="recovery-kill-worker")] == [RUNS["recovery"]]
+        raw = _raw(_dir(old, "scale-test") / "result.json")
+        assert store.busbw(RUNS["scale-test"]) == {
+            (st["step"]["id"], r["collective"], r["size_bytes"]): r["out_of_place"]["busbw_gbs"]
+            for st in raw["steps"]
+            for r in st["rows"]
+        }
     monkeypatch.setenv("COLUMNS", "250")
     code, out, err = _cli(capsys, "runs", "list", "--store", str(db))
     assert code == 0, err
     for kind, run_id in RUNS.items():
         line = next(x for x in out.splitlines() if run_id in x)
         assert f" {_status(_dir(old, kind))} " in line
+    code, out, err = _cli(capsys, "history", "--plan", "tiny", "--store", str(db))
+    assert code == 0, err
+    n1xg2 = next(st for st in raw["steps"] if st["step"]["id"] == "n1xg2")
+    assert f"{n1xg2['summary']['all_reduce']['busbw_gbs']:.4g}" in out and RUNS["scale-test"] in out
