@@ -102,7 +102,7 @@ def _status(run_dir: Path) -> str:
 
 
 def test_one_old_folder_of_each_kind_with_its_source() -> None:
-    assert {p.name for p in OLD.iterdir() if p.is_dir()} == set(RUNS)
+    assert {p.name for p in OLD.iterdir() if p.is_dir()} == {*RUNS, "compare"}
     for kind, run_id in RUNS.items():
         reports = [f"{run_id}.{fmt}" for fmt in OLD_REPORTS[kind]]
         assert sorted(p.name for p in (OLD / kind).iterdir()) == sorted([run_id, *reports])
@@ -384,6 +384,26 @@ def test_each_report_is_the_one_the_old_code_made(
         before = (OLD / kind / out.name).read_text().replace(OLD_REPORT_ROOT, str(old))
         before = re.sub("|".join(OLD_WORDS), lambda m: str(recovery_word(m.group())), before)
         assert out.read_text() == before, f"{kind} {fmt}"
+
+
+COMPARES = {  # A, B, the old exit code: a serving A/B (worse), a ladder against a killed run (same)
+    "20261204T235843Z-serve-test-f7ca--20261204T235916Z-serve-fault-4605": ("serving", "serving-faults", 1),
+    "r1--20261205T001500Z-smoke-killed": ("certificate", "scale-test-interrupted", 0),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPARES))
+def test_compare_of_two_old_folders_says_what_the_old_code_said(
+    name: str, old: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, old_code = COMPARES[name]
+    monkeypatch.setenv("COLUMNS", "200")  # as the old output was made (SOURCE.md)
+    code, out, err = _cli(
+        capsys, "compare", str(_dir(old, a)), str(_dir(old, b)), "--store", str(old / "none.db")
+    )
+    assert code == old_code
+    assert out == (OLD / "compare" / f"{name}.out").read_text()
+    assert err == (OLD / "compare" / f"{name}.err").read_text()
 
 
 # --- the results store ----------------------------------------------------------------------------
