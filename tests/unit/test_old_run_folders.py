@@ -369,12 +369,64 @@ def test_a_migrate_folder_reports_in_its_own_formats(
         assert code == 2 and f"a migrate run has no {fmt} report" in err
 
 
+CLIENT_COUNT = (
+    " (client-side count; closed loop: each worker retries 50 ms after a refused connection, so the count"
+    " while the engine is down is the client's retry pace, not a rate of the service)"
+)
+REWORDED: dict[tuple[str, str], dict[str, str]] = {
+    # Wording changed on purpose since 12fd743, old text -> new text (the figures and verdicts stay).
+    # Columns added to a table need no entry (the old cells must still be there, in order).
+    ("serving-faults", "md"): {"| failed |": "| failed (client-side count) |"},
+    ("serving-faults", "junit"): {"0 failed, 0 aborted;": f"0 failed, 0 aborted{CLIENT_COUNT};"},
+    ("isolate", "md"): {  # the isolation search's confirmation round (docs/isolation.md)
+        "(the bar for one bad node, ceil(log2 N) + 2: 4)": (
+            "(the bound for one bad node, the search and its repeat: 3)"
+        ),
+        "median single (its kind) |": (
+            "median single (its kind); a repeat also within its kind&#x27;s noise band"
+            " (3 x 1.4826 x MAD of log busbw) |"
+        ),
+    },
+}
+BOX = set("━┏┓┗┛┡┩┣┫┳┻╇╋└┘┴┬├┤─│┃ ")
+
+
+def _cells(line: str) -> list[str] | None:
+    """The cells of a Markdown or terminal table row; None for any other line."""
+    if line.startswith("|"):
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+    if line[:1] in ("│", "┃"):
+        return [c.strip() for c in re.split("[│┃]", line.strip())[1:-1]]
+    return None
+
+
+def _subsequence(small: list[str], big: list[str]) -> bool:
+    rest = iter(big)
+    return all(any(c == x for x in rest) for c in small)
+
+
+def _same_to_the_user(before: str, after: str, reworded: dict[str, str]) -> None:
+    """after says what before said, line for line: equal, but for the wording in reworded and for
+    columns added to a table (every old cell is still there, in order); table borders are free."""
+    old_lines, new_lines = before.splitlines(), after.splitlines()
+    assert len(new_lines) == len(old_lines), "lines added or removed"
+    for old_line, new_line in zip(old_lines, new_lines, strict=True):
+        for was, now in reworded.items():
+            old_line = old_line.replace(was, now)
+        if old_line == new_line or (set(old_line) <= BOX and set(new_line) <= BOX):
+            continue
+        old_cells, new_cells = _cells(old_line), _cells(new_line)
+        assert old_cells is not None and new_cells is not None, (old_line, new_line)
+        assert _subsequence(old_cells, new_cells), (old_line, new_line)
+
+
 @pytest.mark.parametrize("kind", list(RUNS))
-def test_each_report_is_the_one_the_old_code_made(
+def test_each_report_says_what_the_old_code_said(
     kind: str, old: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Byte for byte, but for the folder's path and the recovery status words in their one spelling
-    (`no-impact` was the old word of a serving fault that did not interrupt the service)."""
+    """Every line as the old code wrote it, but for the folder's path, the recovery status words in
+    their one spelling (`no-impact` was the old word of a serving fault that did not interrupt the
+    service), the rewording listed in REWORDED and columns added to tables."""
     d = _dir(old, kind)
     for fmt in OLD_REPORTS[kind]:
         out = d.parent / f"{d.name}.{fmt}"  # where the old one was written: relative links are alike
@@ -383,7 +435,7 @@ def test_each_report_is_the_one_the_old_code_made(
         assert code == 0, err
         before = (OLD / kind / out.name).read_text().replace(OLD_REPORT_ROOT, str(old))
         before = re.sub("|".join(OLD_WORDS), lambda m: str(recovery_word(m.group())), before)
-        assert out.read_text() == before, f"{kind} {fmt}"
+        _same_to_the_user(before, out.read_text(), REWORDED.get((kind, fmt), {}))
 
 
 COMPARES = {  # A, B, the old exit code: a serving A/B (worse), a ladder against a killed run (same)
@@ -402,7 +454,7 @@ def test_compare_of_two_old_folders_says_what_the_old_code_said(
         capsys, "compare", str(_dir(old, a)), str(_dir(old, b)), "--store", str(old / "none.db")
     )
     assert code == old_code
-    assert out == (OLD / "compare" / f"{name}.out").read_text()
+    _same_to_the_user((OLD / "compare" / f"{name}.out").read_text(), out, {})
     assert err == (OLD / "compare" / f"{name}.err").read_text()
 
 
