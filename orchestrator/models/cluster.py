@@ -84,12 +84,19 @@ def host_name_problem(name: str) -> str | None:
     Allowed: ASCII letters, digits, '.', '_', '-', ':' and '%' (IPv6 and its zone), not starting
     with '-'. Anything else could be read by a shell or by ssh. Raises nothing.
     """
-    if not name:
+    return shell_word_problem(name, _SAFE_NAME)
+
+
+def shell_word_problem(word: str, allowed: re.Pattern[str]) -> str | None:
+    """Say why `word` cannot stand as one word on a command line, or None: it must be non-empty,
+    not start with '-' (it would be read as an option) and match `allowed` (a character class
+    with '+'), which leaves out what a shell could read as syntax. Raises nothing."""
+    if not word:
         return "is empty"
-    if name.startswith("-"):
+    if word.startswith("-"):
         return "starts with '-' (it would be read as an option)"
-    if not _SAFE_NAME.fullmatch(name):
-        bad = sorted({ch for ch in name if not _SAFE_NAME.fullmatch(ch)})
+    if not allowed.fullmatch(word):
+        bad = sorted({ch for ch in word if not allowed.fullmatch(ch)})
         return "contains " + " ".join(repr(ch) for ch in bad) + " (shell metacharacters are refused)"
     return None
 

@@ -19,7 +19,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
-from orchestrator.models.cluster import host_name_problem, interface_name_problem
+from orchestrator.models.cluster import host_name_problem, interface_name_problem, shell_word_problem
 from orchestrator.models.decision import RecoveryStatus
 
 FaultKind = Literal[
@@ -76,14 +76,7 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
 def plain_word_problem(value: str) -> str | None:
     """Say why ``value`` cannot be a word on orch's command lines, or None; raises nothing."""
-    if not value:
-        return "is empty"
-    if value.startswith("-"):
-        return "starts with '-' (it would be read as an option)"
-    if not _PLAIN.fullmatch(value):
-        bad = sorted({ch for ch in value if not _PLAIN.fullmatch(ch)})
-        return "contains " + " ".join(repr(ch) for ch in bad) + " (shell metacharacters are refused)"
-    return None
+    return shell_word_problem(value, _PLAIN)
 
 
 def parse_duration(text: str | float | int) -> float:
