@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import Col, InventoryOpt, err, fitted_table, out
+from orchestrator.cli.common import Col, InventoryOpt, OutDirOpt, err, fitted_table, out
 from orchestrator.errors import EXIT_INFRA
 from orchestrator.faults import service
 from orchestrator.faults.catalog import CATALOG, fault_info
@@ -116,7 +116,7 @@ def recovery_test(
     pg_timeout: Annotated[float, typer.Option("--pg-timeout", help="process-group timeout (s)")] = 30.0,
     window: Annotated[float, typer.Option("--window", help="max wait for recovery per repeat (s)")] = 60.0,
     force: Annotated[bool, typer.Option("--force", help="allow non-RDMA interfaces / many nodes")] = False,
-    out_dir: Annotated[Path, typer.Option("--out", help="Root of the run directories.")] = Path("runs"),
+    out_dir: OutDirOpt = Path("runs"),
     runs: Annotated[Path | None, typer.Option("--runs", hidden=True, help="deprecated: --out")] = None,
     launcher: Annotated[
         Literal["auto", "ssh", "slurm"],
