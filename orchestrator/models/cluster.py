@@ -9,7 +9,7 @@ in code or in a test cannot carry a value the loader would have refused.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from ipaddress import IPv4Address, IPv6Address
 from pathlib import Path
 from typing import Literal
@@ -101,16 +101,16 @@ def shell_word_problem(word: str, allowed: re.Pattern[str]) -> str | None:
     return None
 
 
+def checked(value: str, problem: Callable[[str], str | None], label: str = "") -> str:
+    """value, for a model's validator; raises ValueError "LABEL 'value' WHY" where problem (one of
+    the *_problem functions) says why it is refused."""
+    if (why := problem(value)) is not None:
+        raise ValueError(f"{label} {value!r} {why}" if label else f"{value!r} {why}")
+    return value
+
+
 def _check_ifname(value: str) -> str:
-    if (why := interface_name_problem(value)) is not None:
-        raise ValueError(f"interface name {value!r} {why}")
-    return value
-
-
-def _check_hostname(value: str) -> str:
-    if (why := host_name_problem(value)) is not None:
-        raise ValueError(f"{value!r} {why}")
-    return value
+    return checked(value, interface_name_problem, "interface name")
 
 
 class Node(StrictModel):
@@ -140,14 +140,12 @@ class Node(StrictModel):
     @field_validator("name", "address")
     @classmethod
     def _safe_name(cls, value: str) -> str:
-        return _check_hostname(value)
+        return checked(value, host_name_problem)
 
     @field_validator("gpu_model")
     @classmethod
     def _gpu_model(cls, value: str | None) -> str | None:
-        if value is not None and (why := gpu_model_problem(value)) is not None:
-            raise ValueError(f"gpu_model {value!r} {why}")
-        return value
+        return None if value is None else checked(value, gpu_model_problem, "gpu_model")
 
     @field_validator("rdma_ifaces")
     @classmethod
