@@ -989,9 +989,142 @@ GUIDELLM03_CONSOLE = re.compile(r"^Benchmarks (?:Info|Stats):[ \t]*\n=+[ \t]*\nM
 _GL03_RULE = re.compile(r"^-+(?:\|-+)+\s*$")
 
 
+GUIDELLM01_CONSOLE = re.compile(r"^\s*│ │ (?:Requests Data|Performance Summary) by Benchmark\b", re.M)
+# guidellm 0.1's rich boxes: Performance Stats' percentile lists (`Request Latency [1%, …, 99%] (sec)`,
+# its ITL every gap between tokens pooled, orch's ITL) and Performance Summary's means, with units
+_GL01_LIST = re.compile(r"^(?P<name>[A-Za-z ]+?) \[(?P<pcts>[^\]]*)\] \((?P<unit>sec|ms)\)$")
+_GL01_METRIC = {"Request Latency": "e2e", "Time to First Token": "ttft", "Inter Token Latency": "itl"}
+_GL01_TO_MS = {"sec": 1000.0, "ms": 1.0}
+# Performance Summary column -> (field or latency, the unit it is printed in)
+_GL01_SUMMARY = {"Requests per Second": ("request_throughput", "req/sec"), "Request Latency": ("e2e", "sec"),
+                 "Time to First Token": ("ttft", "ms"), "Inter Token Latency": ("itl", "ms"),
+                 "Output Token Throughput": ("output_throughput", "tokens/sec")}  # fmt: skip
+_GL01_LOAD = re.compile(r"^(?P<kind>[a-z_]+)(?:@(?P<at>\d+(?:\.\d+)?) req/sec)?$")
+
+
 def is_guidellm_console(text: str) -> bool:
-    """guidellm's console report: 0.4+'s `| Benchmark |` over `| Strategy |`, or 0.3's pipe tables."""
-    return bool(GUIDELLM_CONSOLE.search(text) or GUIDELLM03_CONSOLE.search(text))
+    """guidellm's console report: 0.4+'s `| Benchmark |` over `| Strategy |`, 0.3's pipe tables, or
+    0.1's rich boxes."""
+    return bool(
+        GUIDELLM_CONSOLE.search(text) or GUIDELLM03_CONSOLE.search(text) or GUIDELLM01_CONSOLE.search(text)
+    )
+
+
+def _gl01_tables(text: str) -> Iterator[tuple[str, list[str], list[list[str]]]]:
+    """(title, column headers, rows) of each table inside guidellm 0.1's report box: the two frames
+    (`│ │ … │ │`) taken off, header lines (┃) joined per column, a row whose first cell is empty
+    (a value wrapped onto the next line) joined to the row before."""
+    inner = [ln.strip()[3:-3].strip() for ln in text.splitlines() if re.match(r"^\s*│ │.*│ │\s*$", ln)]
+    title = ""
+    i = 0
+    while i < len(inner):
+        if not inner[i].startswith("┏"):
+            title = inner[i] if inner[i] and inner[i][0] not in "┃│┡└" else title
+            i += 1
+            continue
+        heads: list[list[str]] = []
+        rows: list[list[str]] = []
+        i += 1
+        while i < len(inner) and inner[i].startswith("┃"):
+            heads.append([c.strip() for c in inner[i].strip("┃").split("┃")])
+            i += 1
+        if i >= len(inner) or not inner[i].startswith("┡") or not heads:
+            raise ParseError(
+                f"table {title!r}: its header is not followed by a ┡ rule", hint="copy the table whole"
+            )
+        i += 1
+        while i < len(inner) and inner[i].startswith("│"):
+            cells = [c.strip() for c in inner[i].strip("│").split("│")]
+            if rows and not cells[0] and len(cells) == len(rows[-1]):
+                rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+            else:
+                rows.append(cells)
+            i += 1
+        if i >= len(inner) or not inner[i].startswith("└"):
+            raise ParseError(f"table {title!r} is cut short: no closing └ line", hint="copy the table whole")
+        if any(len(r) != len(heads[0]) for r in [*heads, *rows]):
+            raise ParseError(f"table {title!r}: rows of different widths", hint="copy the table as printed")
+        yield title, [" ".join(h[k] for h in heads if h[k]) for k in range(len(heads[0]))], rows
+
+
+def _gl01_unit(cell: str, unit: str, name: str) -> float | None:
+    """`113.56 sec` read in its unit, which must be the one guidellm prints there."""
+    value, _, printed = cell.partition(" ")
+    if printed != unit:
+        raise ParseError(f"{name} is not in {unit}: {_q(cell)}")
+    number: float | None = _convert("float", value, name)
+    return number
+
+
+def _guidellm01(text: str) -> list[ServingSummary]:
+    """guidellm 0.1's report: one ServingSummary per benchmark row (synchronous, asynchronous@0.85 req/sec,
+    throughput) from its Requests Data, Tokens Data, Performance Stats and Performance Summary tables."""
+    per: dict[str, dict[str, Any]] = {}
+    lat: dict[str, dict[str, dict[str, Any]]] = {}
+    other: dict[str, dict[str, FigureValue]] = {}
+    for title, heads, rows in _gl01_tables(text):
+        for row in rows:
+            bench = row[0]
+            if not _GL01_LOAD.match(bench):
+                raise ParseError(f"table {title!r}: {_q(bench)} is not a benchmark name (synchronous …)")
+            fields, blat, bother = (
+                per.setdefault(bench, {}),
+                lat.setdefault(bench, {}),
+                other.setdefault(bench, {}),
+            )
+            for head, cell in zip(heads[1:], row[1:], strict=True):
+                name = f"{title}: {head}"[:200]
+                lm = _GL01_LIST.match(head)
+                if title.startswith("Performance Stats") and lm and lm.group("name") in _GL01_METRIC:
+                    pcts = re.findall(r"(\d+(?:\.\d+)?)%", lm.group("pcts"))
+                    values = [v.strip() for v in cell.split(",")]
+                    if len(values) != len(pcts):
+                        raise ParseError(
+                            f"{bench}: {name} has {len(values)} values for {len(pcts)} percentiles"
+                        )
+                    entry = blat.setdefault(_GL01_METRIC[lm.group("name")], {"percentiles": {}})
+                    for q, v in zip(pcts, values, strict=True):
+                        ms = _convert("float", v, f"{bench}: {name} {q}%")
+                        entry["percentiles"][f"p{float(q):g}"] = ms * _GL01_TO_MS[lm.group("unit")]
+                    entry["median"] = entry["percentiles"].get("p50")
+                elif title.startswith("Performance Summary") and head in _GL01_SUMMARY:
+                    target, unit = _GL01_SUMMARY[head]
+                    value = _gl01_unit(cell, unit, f"{bench}: {name}")
+                    if target in _GL01_METRIC.values():
+                        blat.setdefault(target, {"percentiles": {}})["mean"] = (
+                            None if value is None else value * _GL01_TO_MS[unit]
+                        )
+                    else:
+                        fields[target] = value
+                elif title.startswith("Requests Data") and head in ("Requests Completed", "Request Failed"):
+                    count = re.fullmatch(r"(\d+)/(\d+)", cell)
+                    if count is None:
+                        raise ParseError(f"{bench}: {name} is not a count N/M: {_q(cell)}")
+                    fields["completed" if head == "Requests Completed" else "failed"] = int(count.group(1))
+                elif title.startswith("Requests Data") and head == "Duration":
+                    fields["duration_s"] = _gl01_unit(cell, "sec", f"{bench}: {name}")
+                elif cell:
+                    bother[name] = _convert("num", cell, name) if _NUMBER.match(cell) else cell[:200]
+    if not per:
+        raise ParseError("no guidellm 0.1 benchmark row", hint="give guidellm's whole Benchmarks Report box")
+    model = re.search(r"^\s*│ │ Backend\([^)]*\bmodel=(?P<m>[^,)\s]+)", text, re.M)
+    out: list[ServingSummary] = []
+    for index, (bench, fields) in enumerate(per.items()):
+        m = _GL01_LOAD.match(bench)
+        assert m is not None  # checked above
+        if m.group("kind") == "synchronous":
+            fields["max_concurrency"] = 1
+        elif m.group("at") is not None:
+            fields["request_rate"] = _convert("rate", m.group("at"), bench)
+        if model:
+            fields["model"] = _convert("str", model.group("m"), "Backend model")
+        out.append(
+            ServingSummary(
+                tool="guidellm", source_format="console", index=index, label=bench, **fields,
+                **{k: StatedLatency(**v) for k, v in lat.get(bench, {}).items()}, other=other.get(bench, {}),
+            )
+        )  # fmt: skip
+    return out
 
 
 def _gl_latency(title: str, group: str) -> tuple[str, float] | None:
@@ -1086,7 +1219,9 @@ def _gl_value(text: str, name: str) -> float | None:
 @_raw_on_error
 def parse_guidellm_console(text: str) -> list[ServingSummary]:
     """guidellm 0.4+'s console tables, and 0.3's pipe tables, one ServingSummary per benchmark (its
-    `concurrent@4` row)."""
+    `concurrent@4` row); 0.1's rich boxes by _guidellm01."""
+    if not GUIDELLM_CONSOLE.search(text) and GUIDELLM01_CONSOLE.search(text):
+        return _guidellm01(_body(text))
     lines = _body(text).splitlines()
     tables = _gl_tables(lines) if GUIDELLM_CONSOLE.search(text) else _gl03_tables(lines)
     per: dict[str, dict[str, Any]] = {}

@@ -815,3 +815,45 @@ def test_mlperf_invalid_server_summary_with_its_early_stopping_lines() -> None:
     )
     assert s.other["TTFT Early Stopping Result"] == ""
     assert str(s.other["Recommendations"]).startswith("The test exited early")
+
+
+# --- guidellm 0.1's rich boxes -----------------------------------------------------------------------
+
+GUIDELLM_01 = "guidellm-0.1.0-console-inf2-sweep.txt"
+
+
+def test_guidellm_01_rich_boxes_every_figure_read() -> None:
+    """huggingface/optimum-neuron's benchmark guide: guidellm 0.1.0's report of a sweep (three
+    benchmarks, four tables inside two frames, TTFT lists wrapped onto a second line)."""
+    sync, rate, thr = _summaries(GUIDELLM_01)
+    assert [s.label for s in (sync, rate, thr)] == ["synchronous", "asynchronous@0.85 req/sec", "throughput"]
+    assert (sync.max_concurrency, rate.request_rate, thr.max_concurrency, thr.request_rate) == (
+        1,
+        0.85,
+        None,
+        None,
+    )
+    assert sync.model == "meta-llama/Meta-Llama-3.1-8B-Instruct"
+    assert [(s.completed, s.failed, s.duration_s) for s in (sync, rate, thr)] == [
+        (11, 0, 113.56), (88, 0, 114.59), (55, 0, 64.83),
+    ]  # fmt: skip
+    assert [(s.request_throughput, s.output_throughput) for s in (sync, rate, thr)] == [
+        (0.10, 28.39), (0.77, 221.75), (0.85, 249.64),
+    ]  # fmt: skip
+    assert sync.ttft and sync.itl and sync.e2e and sync.tpot is None
+    assert sync.ttft.mean == 1585.08 and sync.ttft.percentiles == {
+        "p1": 1563.3, "p5": 1569.2, "p10": 1576.5, "p50": 1589.4, "p90": 1594.0, "p95": 1595.3,
+        "p99": 1596.4,  # the value wrapped onto the next line
+    }  # fmt: skip
+    assert (sync.itl.mean, sync.itl.median, sync.itl.p("p99")) == (29.81, 29.8, 36.5)  # every gap pooled
+    assert (sync.e2e.mean, sync.e2e.p("p1"), sync.e2e.p("p99")) == (10.32 * 1000, 3.68 * 1000, 14.87 * 1000)
+    assert rate.itl and (rate.itl.p("p1"), rate.itl.p("p99")) == (0.2, 1613.9)
+    assert thr.ttft and (thr.ttft.mean, thr.ttft.p("p95"), thr.ttft.p("p99")) == (24624.46, 45329.8, 51276.9)
+    assert thr.other["Tokens Data by Benchmark: Output"] == 294.24
+    assert sync.other["Requests Data by Benchmark: Start Time"] == "15:02:17"
+
+
+def test_guidellm_01_cut_box_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = (FIX / GUIDELLM_01).read_text().splitlines()
+    msg = _refused(tmp_path, "\n".join(lines[:-4]), capsys)  # the summary table's └ line and after
+    assert "'Performance Summary by Benchmark' is cut short: no closing └ line" in msg
