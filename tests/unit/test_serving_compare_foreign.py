@@ -184,3 +184,22 @@ def test_a_genai_perf_export_is_matched_by_its_concurrency(
     code, _, err = run_cli(capsys, "compare", str(run), str(f))
     assert code == 2 and "Traceback" not in err
     assert "the file states #1 concurrency 100" in one_error_line(err)
+
+
+def test_an_aiperf_export_is_matched_by_its_concurrency(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = FIX / "aiperf-export-gpt-oss-20b-c100.json"  # concurrency 100: not a level of this run
+    code, _, err = run_cli(capsys, "compare", str(run), str(f))
+    assert code == 2 and "Traceback" not in err
+    assert "the file states #1 concurrency 100" in one_error_line(err)
+
+
+def test_guidellm_03_tables_match_the_runs_c1(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """guidellm 0.3's synchronous benchmark is concurrency 1: set beside this run's c1."""
+    f = FIX / "guidellm-0.3.0-console-stripped.txt"
+    code, out, err = run_cli(capsys, "compare", str(run), str(f))
+    assert code == 0 and "Traceback" not in err, err
+    flat = " ".join(out.split())
+    assert "│ fake-r1 │ c1 │ 1 │" in flat and "TTFT p99 of the file (result #1) rests on n=46 < 100" in flat
+    assert "not compared (no result at that load in" in flat and "): fake-r1 c8" in flat
