@@ -245,9 +245,13 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
         _has(r"^benchmarks:", r"type_: generative_benchmark"),
     )),
     ("mlperf-summary", _has(r"^MLPerf Results Summary[ \t]*$")),
-    ("guidellm-console", lambda t: bool(servingbench.GUIDELLM_CONSOLE.search(t))),
+    ("guidellm-console", servingbench.is_guidellm_console),
     ("genai-perf", lambda t: bool(servingbench.GENAI_PERF_HEADER.search(t))),
-    ("genai-perf-json", _has(r"\A\s*\{", r'"(?:time_to_first_token|request_throughput)"\s*:\s*\{\s*"unit"')),
+    # GenAI-Perf's metric objects; AIPerf's carry their tag before the unit
+    ("genai-perf-json", _has(
+        r"\A\s*\{",
+        r'"(?:time_to_first_token|request_throughput)"\s*:\s*\{\s*(?:"tag"\s*:\s*"\w+"\s*,\s*)?"unit"',
+    )),
     ("sacct", lambda t: _slurm_kind(t) == "sacct"),
     ("squeue", lambda t: _slurm_kind(t) == "squeue"),
 )  # fmt: skip

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from orchestrator.certs import service
-from orchestrator.cli.common import Cell, Col, err, fitted_table, out, styled
+from orchestrator.cli.common import Cell, Col, OutDirOpt, err, fitted_table, out, styled
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
 from orchestrator.models.cert import Certificate, CertTest
 from orchestrator.models.plan import format_size, parse_size
@@ -167,7 +167,7 @@ def list_cmd(
 def resume_cmd(
     node: Annotated[str, typer.Argument(help="A node drained in Slurm (by --drain-bad).")],
     inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory.")],
-    out_dir: Annotated[Path, typer.Option("--out", help="Root of the run directories.")] = Path("runs"),
+    out_dir: OutDirOpt = Path("runs"),
     size: Annotated[str, typer.Option("--size", help="Message size of the re-test, e.g. 64M.")] = "64M",
     min_efficiency: Annotated[
         float, typer.Option("--min-efficiency", help="The pair passes at this share of the node alone.")

@@ -31,6 +31,8 @@ InventoryOpt = Annotated[
     typer.Option("--inventory", "-i", help="Ansible inventory.", show_default="inventories/local.ini"),
 ]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Root of the run directories.")]
+OutDirOpt = Annotated[Path, typer.Option("--out", help="Root of the run directories.")]
+"""--out for commands whose default is spelled in their signature (`= Path("runs")`)."""
 
 
 def name_list(text: str | None) -> list[str] | None:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import InventoryOpt, out
+from orchestrator.cli.common import InventoryOpt, OutDirOpt, out
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.plan import expand_serving_steps, expand_steps, load_plan
 from orchestrator.remote.local import LocalRunner
@@ -24,7 +24,6 @@ _HELP = (
     "scrontab binary is missing (Debian's Slurm 22.05)."
 )
 cron_app = typer.Typer(name="cron", help=_HELP, no_args_is_help=True)
-OutDirOpt = Annotated[Path, typer.Option("--out", help="Root of the run directories.")]
 ModeOpt = Annotated[
     str | None, typer.Option("--mode", help="scrontab or sbatch-begin (default: scrontab when installed).")
 ]

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from orchestrator.cli.common import Col, InventoryOpt, err, fitted_table, out
+from orchestrator.cli.common import Col, InventoryOpt, OutDirOpt, err, fitted_table, out
 from orchestrator.errors import EXIT_INFRA
 from orchestrator.faults import service
 from orchestrator.faults.catalog import CATALOG, fault_info
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
+from orchestrator.models.container import ContainerChoice
 from orchestrator.models.fault import (
     IFACE_KINDS,
     FaultKind,
@@ -22,6 +23,7 @@ from orchestrator.models.fault import (
     RecoverySummary,
     parse_duration,
 )
+from orchestrator.models.recovery_request import Launcher
 from orchestrator.remote.shells import node_shells
 from orchestrator.runs.recovery import run_recovery_test, summary_ending
 from orchestrator.runs.recovery_request import RecoveryTestRequest
@@ -116,10 +118,10 @@ def recovery_test(
     pg_timeout: Annotated[float, typer.Option("--pg-timeout", help="process-group timeout (s)")] = 30.0,
     window: Annotated[float, typer.Option("--window", help="max wait for recovery per repeat (s)")] = 60.0,
     force: Annotated[bool, typer.Option("--force", help="allow non-RDMA interfaces / many nodes")] = False,
-    out_dir: Annotated[Path, typer.Option("--out", help="Root of the run directories.")] = Path("runs"),
+    out_dir: OutDirOpt = Path("runs"),
     runs: Annotated[Path | None, typer.Option("--runs", hidden=True, help="deprecated: --out")] = None,
     launcher: Annotated[
-        Literal["auto", "ssh", "slurm"],
+        Launcher,
         typer.Option(
             "--launcher",
             help="slurm: one sbatch --requeue job; ssh: torchrun over SSH; auto: slurm when the inventory"
@@ -127,7 +129,7 @@ def recovery_test(
         ),
     ] = "auto",
     container: Annotated[
-        Literal["auto", "on", "off"],
+        ContainerChoice,
         typer.Option(
             "--container",
             help="on: the probe runs in the stack's image with each node's container_runtime;"

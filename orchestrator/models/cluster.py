@@ -9,7 +9,7 @@ in code or in a test cannot carry a value the loader would have refused.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from ipaddress import IPv4Address, IPv6Address
 from pathlib import Path
 from typing import Literal
@@ -84,26 +84,33 @@ def host_name_problem(name: str) -> str | None:
     Allowed: ASCII letters, digits, '.', '_', '-', ':' and '%' (IPv6 and its zone), not starting
     with '-'. Anything else could be read by a shell or by ssh. Raises nothing.
     """
-    if not name:
+    return shell_word_problem(name, _SAFE_NAME)
+
+
+def shell_word_problem(word: str, allowed: re.Pattern[str]) -> str | None:
+    """Say why `word` cannot stand as one word on a command line, or None: it must be non-empty,
+    not start with '-' (it would be read as an option) and match `allowed` (a character class
+    with '+'), which leaves out what a shell could read as syntax. Raises nothing."""
+    if not word:
         return "is empty"
-    if name.startswith("-"):
+    if word.startswith("-"):
         return "starts with '-' (it would be read as an option)"
-    if not _SAFE_NAME.fullmatch(name):
-        bad = sorted({ch for ch in name if not _SAFE_NAME.fullmatch(ch)})
+    if not allowed.fullmatch(word):
+        bad = sorted({ch for ch in word if not allowed.fullmatch(ch)})
         return "contains " + " ".join(repr(ch) for ch in bad) + " (shell metacharacters are refused)"
     return None
 
 
+def checked(value: str, problem: Callable[[str], str | None], label: str = "") -> str:
+    """value, for a model's validator; raises ValueError "LABEL 'value' WHY" where problem (one of
+    the *_problem functions) says why it is refused."""
+    if (why := problem(value)) is not None:
+        raise ValueError(f"{label} {value!r} {why}" if label else f"{value!r} {why}")
+    return value
+
+
 def _check_ifname(value: str) -> str:
-    if (why := interface_name_problem(value)) is not None:
-        raise ValueError(f"interface name {value!r} {why}")
-    return value
-
-
-def _check_hostname(value: str) -> str:
-    if (why := host_name_problem(value)) is not None:
-        raise ValueError(f"{value!r} {why}")
-    return value
+    return checked(value, interface_name_problem, "interface name")
 
 
 class Node(StrictModel):
@@ -133,14 +140,12 @@ class Node(StrictModel):
     @field_validator("name", "address")
     @classmethod
     def _safe_name(cls, value: str) -> str:
-        return _check_hostname(value)
+        return checked(value, host_name_problem)
 
     @field_validator("gpu_model")
     @classmethod
     def _gpu_model(cls, value: str | None) -> str | None:
-        if value is not None and (why := gpu_model_problem(value)) is not None:
-            raise ValueError(f"gpu_model {value!r} {why}")
-        return value
+        return None if value is None else checked(value, gpu_model_problem, "gpu_model")
 
     @field_validator("rdma_ifaces")
     @classmethod

@@ -19,7 +19,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
-from orchestrator.models.cluster import host_name_problem, interface_name_problem
+from orchestrator.models.cluster import checked, host_name_problem, interface_name_problem, shell_word_problem
 from orchestrator.models.decision import RecoveryStatus
 
 FaultKind = Literal[
@@ -76,14 +76,7 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
 def plain_word_problem(value: str) -> str | None:
     """Say why ``value`` cannot be a word on orch's command lines, or None; raises nothing."""
-    if not value:
-        return "is empty"
-    if value.startswith("-"):
-        return "starts with '-' (it would be read as an option)"
-    if not _PLAIN.fullmatch(value):
-        bad = sorted({ch for ch in value if not _PLAIN.fullmatch(ch)})
-        return "contains " + " ".join(repr(ch) for ch in bad) + " (shell metacharacters are refused)"
-    return None
+    return shell_word_problem(value, _PLAIN)
 
 
 def parse_duration(text: str | float | int) -> float:
@@ -117,9 +110,7 @@ class FaultTarget(StrictModel):
     @field_validator("node")
     @classmethod
     def _node(cls, v: str) -> str:
-        if (why := host_name_problem(v)) is not None:
-            raise ValueError(f"target node {v!r} {why}")
-        return v
+        return checked(v, host_name_problem, "target node")
 
     @field_validator("iface")
     @classmethod
@@ -134,9 +125,7 @@ class FaultTarget(StrictModel):
     @field_validator("container")
     @classmethod
     def _container(cls, v: str | None) -> str | None:
-        if v is not None and (why := plain_word_problem(v)) is not None:
-            raise ValueError(f"target container {v!r} {why}")
-        return v
+        return None if v is None else checked(v, plain_word_problem, "target container")
 
     @classmethod
     def parse(cls, text: str, kind: FaultKind) -> FaultTarget:

@@ -13,6 +13,9 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.container import StackContainer
 from orchestrator.models.fault import FaultKind, FaultParams, Transport
 
+Launcher = Literal["auto", "ssh", "slurm"]
+"""How the recovery probe is started (RecoveryTestRequest.launcher; recovery-test --launcher)."""
+
 
 class ProbeSettings(StrictModel):
     """How the probe runs; recorded in every start line and in the recovery summary."""
@@ -70,7 +73,7 @@ class RecoveryTestRequest(StrictModel):
         " is restart-container (resolve_container)",
     )
     container: StackContainer | None = Field(default=None, description="the image, resolved from the stack")
-    launcher: Literal["auto", "ssh", "slurm"] = Field(
+    launcher: Launcher = Field(
         default="ssh",
         description="ssh: torchrun agents over the kept-open shells; slurm: sbatch --requeue;"
         " auto: slurm when the inventory has Slurm (resolve_launcher)",

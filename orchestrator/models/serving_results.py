@@ -134,12 +134,13 @@ class ServingComparison(StrictModel):
 # --- results from elsewhere: what a serving benchmark tool states (orch parse) ----------------------
 
 ForeignServingTool = Literal[
-    "vllm bench serve", "sglang bench_serving", "guidellm", "mlperf loadgen", "genai-perf"
+    "vllm bench serve", "sglang bench_serving", "guidellm", "mlperf loadgen", "genai-perf", "aiperf"
 ]
 """The tools whose outputs `orch parse` reads into a ServingSummary (docs/serving.md, "Results from
 elsewhere"). vLLM's `vllm bench serve` and its older benchmarks/benchmark_serving.py print and save
 the same figures, so both are "vllm bench serve"; "mlperf loadgen" is MLPerf Inference's
-mlperf_log_summary.txt; "genai-perf" is NVIDIA GenAI-Perf's console table."""
+mlperf_log_summary.txt; "genai-perf" is NVIDIA GenAI-Perf's console table and JSON export; "aiperf" is
+its successor AIPerf's JSON export (profile_export_aiperf.json)."""
 
 _LEVEL = re.compile(r"^(?:c(?P<c>\d+)|r(?P<r>\d+(?:\.\d+)?))$")
 

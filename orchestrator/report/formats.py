@@ -18,6 +18,7 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.models.plan import format_size
+from orchestrator.models.results import Verdict
 from orchestrator.models.run import RunRecord
 from orchestrator.report.common import (
     Case,
@@ -152,9 +153,31 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+_RUN_OUTCOME: dict[str, Verdict] = {
+    "accepted": "pass",
+    "failed": "fail",
+    "infra": "infra",
+    "interrupted": "infra",
+    "running": "skipped",
+}
+
+
+def _run_case(rec: RunRecord) -> Case:
+    """The run itself as one case, for a run with no step or threshold cases (recovery-test,
+    isolate, a run refused before its steps): a CI that reads the file then fails a failed run
+    (it read tests="0" failures="0" before)."""
+    return Case(
+        classname=f"orch.{rec.plan_name}",
+        name=f"{rec.kind} {rec.run_id}",
+        outcome=_RUN_OUTCOME[rec.status],
+        message=f"run {rec.status}, exit {rec.exit_code}",
+        time_s=rec.wall_s,
+    )
+
+
 def render_junit(rec: RunRecord) -> str:
     """JUnit XML: one testsuite per run, one testcase per step and per threshold of each step."""
-    cases: list[Case] = threshold_cases(rec) + serving_cases(rec)
+    cases: list[Case] = threshold_cases(rec) + serving_cases(rec) or [_run_case(rec)]
     failures = sum(c.outcome == "fail" for c in cases)
     errors = sum(c.outcome == "infra" for c in cases)
     skipped = sum(c.outcome == "skipped" for c in cases)

@@ -731,7 +731,8 @@ def parse_mlperf_summary(text: str) -> list[ServingSummary]:
             fields[field] = _convert(kind, value, label)
         else:
             other[label] = _convert("num", value, label) if _NUMBER.match(value) else _scalar(value)
-    other.update({k: v for k, v in notes.items() if v})
+    # an early-stopping heading with nothing under it is kept, empty: loadgen printed no result for it
+    other.update({k: v for k, v in notes.items() if v or k.endswith("Early Stopping Result")})
     scenario = pairs["Scenario"]
     if scenario == "Server" and "target_qps" in pairs:
         fields["request_rate"] = _convert("rate", pairs["target_qps"], "target_qps")
@@ -862,9 +863,14 @@ _GENAI_JSON: dict[str, tuple[str | None, str | None]] = {
     "request_goodput": (None, "request_goodput"),
     "request_count": (None, "completed"),
     "benchmark_duration": (None, "duration_s"),
+    "error_request_count": (None, "failed"),  # AIPerf's; its cancelled requests among them
 }
 _GENAI_UNITS = {"time_to_first_token": "ms", "inter_token_latency": "ms", "request_latency": "ms",
                 "benchmark_duration": "sec"}  # fmt: skip
+# AIPerf's profile_export_aiperf.json: the metric objects under "records", keyed by tag, with the tag and
+# a header beside the statistics; the same metrics, some under shorter tags
+_AIPERF_TAGS = {"ttft": "time_to_first_token", "ttst": "time_to_second_token"}
+_AIPERF_TEXT = ("tag", "header")
 _GENAI_CONFIG: dict[str, tuple[str, Kind]] = {
     "backend": ("backend", "str"),
     "concurrency": ("max_concurrency", "cap"),
@@ -876,12 +882,18 @@ _GENAI_CONFIG: dict[str, tuple[str, Kind]] = {
 @_raw_on_error
 def parse_genai_perf_json(text: str) -> list[ServingSummary]:
     """GenAI-Perf's JSON export: each metric an object {unit, avg, min, max, std, pNN}, and the
-    run's settings in `input_config` (concurrency or request rate, model, backend). A latency in
-    another unit than ms, or a duration in another than sec, is refused, not scaled by guess."""
+    run's settings in `input_config` (concurrency or request rate, model, backend). AIPerf's export
+    (profile_export_aiperf.json) holds the same objects under `records`, each with its tag, header
+    and count, and its settings under `input_config.endpoint`/`.loadgen`. A latency in another unit
+    than ms, or a duration in another than sec, is refused, not scaled by guess."""
     values = json_values(text)
     if len(values) != 1 or not isinstance(values[0], dict):
         raise ParseError("a GenAI-Perf export is one JSON object")
-    doc: dict[str, Any] = values[0]
+    top: dict[str, Any] = values[0]
+    aiperf = isinstance(top.get("records"), dict)
+    doc: dict[str, Any] = (
+        {_AIPERF_TAGS.get(str(k), str(k)): v for k, v in top["records"].items()} if aiperf else top
+    )
     if not any(isinstance(doc.get(k), dict) and "unit" in doc[k] for k in _GENAI_JSON):
         raise ParseError("no metric object with a 'unit' (request_throughput, time_to_first_token, …)",
                          hint="give GenAI-Perf's profile_export_genai_perf.json")  # fmt: skip
@@ -895,7 +907,8 @@ def parse_genai_perf_json(text: str) -> list[ServingSummary]:
         unit = metric.get("unit")
         if key in _GENAI_UNITS and unit != _GENAI_UNITS[key]:
             raise ParseError(f"{name} is in {_q(unit)}, not {_GENAI_UNITS[key]}")
-        stats = {str(k): _convert("float", v, f"{name}.{k}") for k, v in metric.items() if k != "unit"}
+        skip = ("unit", *_AIPERF_TEXT) if aiperf else ("unit",)
+        stats = {str(k): _convert("float", v, f"{name}.{k}") for k, v in metric.items() if k not in skip}
         known = _GENAI_JSON.get(key)
         if known is not None and known[0] is not None:
             pct = {
@@ -904,13 +917,18 @@ def parse_genai_perf_json(text: str) -> list[ServingSummary]:
             lat[known[0]] = {
                 "mean": stats.get("avg"), "median": pct.get("p50"), "min": stats.get("min"),
                 "max": stats.get("max"), "std": stats.get("std"), "percentiles": pct,
+                "n": _convert("int", metric.get("count"), f"{name}.count"),
             }  # fmt: skip
         elif known is not None and known[1] is not None:
             kind: Kind = "int" if known[1] == "completed" else "float"
             fields[known[1]] = _convert(kind, metric.get("avg"), f"{name}.avg")
         else:
             other.update({f"{name} {k}": v for k, v in stats.items() if v is not None})
-    config = _obj(doc.get("input_config"))
+    config = _obj(top.get("input_config"))
+    if aiperf:  # its settings grouped: endpoint (model_names, type, streaming), loadgen (concurrency …)
+        endpoint, loadgen = _obj(config.get("endpoint")), _obj(config.get("loadgen"))
+        config = {**loadgen, "model": endpoint.get("model_names"), "endpoint_type": endpoint.get("type"),
+                  "streaming": endpoint.get("streaming")}  # fmt: skip
     for key, (field, kind) in _GENAI_CONFIG.items():
         if config.get(key) is not None:
             fields[field] = _convert(kind, config[key], f"input_config.{key}")
@@ -918,11 +936,11 @@ def parse_genai_perf_json(text: str) -> list[ServingSummary]:
     if isinstance(model, list) and model and isinstance(model[0], str):
         fields["model"] = _convert("str", model[0], "input_config.model")
     for key in ("streaming", "endpoint_type", "service_kind"):
-        if key in config:
+        if config.get(key) is not None:
             other[f"input_config.{key}"] = _scalar(config[key])
     return [
         ServingSummary(
-            tool="genai-perf", source_format="json", index=0, **fields,
+            tool="aiperf" if aiperf else "genai-perf", source_format="json", index=0, **fields,
             **{k: StatedLatency(**v) for k, v in lat.items()}, other=other,
         )
     ]  # fmt: skip
@@ -948,11 +966,171 @@ _GL_FIELDS: dict[tuple[str, str, str], tuple[str, Kind]] = {
     ("Server Throughput Statistics", "Input Tokens", "Per Sec Mean"): ("input_throughput", "float"),
     ("Server Throughput Statistics", "Output Tokens", "Per Sec Mean"): ("output_throughput", "float"),
     ("Server Throughput Statistics", "Total Tokens", "Per Sec Mean"): ("total_token_throughput", "float"),
+    # guidellm 0.3's pipe tables (Benchmarks Info, Benchmarks Stats)
+    ("Benchmarks Info", "Metadata", "Duration (s)"): ("duration_s", "float"),
+    ("Benchmarks Info", "Requests Made", "Comp"): ("completed", "int"),
+    ("Benchmarks Info", "Requests Made", "Inc"): ("incomplete", "int"),
+    ("Benchmarks Info", "Requests Made", "Err"): ("failed", "int"),
+    ("Benchmarks Info", "Prompt Tok Total", "Comp"): ("total_input_tokens", "int"),
+    ("Benchmarks Info", "Output Tok Total", "Comp"): ("total_output_tokens", "int"),
+    ("Benchmarks Stats", "Request Stats", "Per Second"): ("request_throughput", "float"),
+    ("Benchmarks Stats", "Request Stats", "Concurrency"): ("mean_concurrency", "float"),
+    ("Benchmarks Stats", "Out Tok/sec", "mean"): ("output_throughput", "float"),
+    ("Benchmarks Stats", "Tot Tok/sec", "mean"): ("total_token_throughput", "float"),
 }
 # Request Latency Statistics group -> (latency, factor to ms); as in the JSON report, guidellm's ITL is
 # orch's TPOT and its TPOT counts the first token
 _GL_LATENCY = {"Request Latency": ("e2e", 1000.0), "TTFT": ("ttft", 1.0), "ITL": ("tpot", 1.0),
                "TPOT": ("tpot_with_first", 1.0)}  # fmt: skip
+# the same in guidellm 0.3's Benchmarks Stats table, its groups named with their units
+_GL03_LATENCY = {"Req Latency (sec)": ("e2e", 1000.0), "TTFT (ms)": ("ttft", 1.0), "ITL (ms)": ("tpot", 1.0),
+                 "TPOT (ms)": ("tpot_with_first", 1.0)}  # fmt: skip
+GUIDELLM03_CONSOLE = re.compile(r"^Benchmarks (?:Info|Stats):[ \t]*\n=+[ \t]*\nMetadata +\|", re.M)
+_GL03_RULE = re.compile(r"^-+(?:\|-+)+\s*$")
+
+
+GUIDELLM01_CONSOLE = re.compile(r"^\s*│ │ (?:Requests Data|Performance Summary) by Benchmark\b", re.M)
+# guidellm 0.1's rich boxes: Performance Stats' percentile lists (`Request Latency [1%, …, 99%] (sec)`,
+# its ITL every gap between tokens pooled, orch's ITL) and Performance Summary's means, with units
+_GL01_LIST = re.compile(r"^(?P<name>[A-Za-z ]+?) \[(?P<pcts>[^\]]*)\] \((?P<unit>sec|ms)\)$")
+_GL01_METRIC = {"Request Latency": "e2e", "Time to First Token": "ttft", "Inter Token Latency": "itl"}
+_GL01_TO_MS = {"sec": 1000.0, "ms": 1.0}
+# Performance Summary column -> (field or latency, the unit it is printed in)
+_GL01_SUMMARY = {"Requests per Second": ("request_throughput", "req/sec"), "Request Latency": ("e2e", "sec"),
+                 "Time to First Token": ("ttft", "ms"), "Inter Token Latency": ("itl", "ms"),
+                 "Output Token Throughput": ("output_throughput", "tokens/sec")}  # fmt: skip
+_GL01_LOAD = re.compile(r"^(?P<kind>[a-z_]+)(?:@(?P<at>\d+(?:\.\d+)?) req/sec)?$")
+
+
+def is_guidellm_console(text: str) -> bool:
+    """guidellm's console report: 0.4+'s `| Benchmark |` over `| Strategy |`, 0.3's pipe tables, or
+    0.1's rich boxes."""
+    return bool(
+        GUIDELLM_CONSOLE.search(text) or GUIDELLM03_CONSOLE.search(text) or GUIDELLM01_CONSOLE.search(text)
+    )
+
+
+def _gl01_tables(text: str) -> Iterator[tuple[str, list[str], list[list[str]]]]:
+    """(title, column headers, rows) of each table inside guidellm 0.1's report box: the two frames
+    (`│ │ … │ │`) taken off, header lines (┃) joined per column, a row whose first cell is empty
+    (a value wrapped onto the next line) joined to the row before."""
+    inner = [ln.strip()[3:-3].strip() for ln in text.splitlines() if re.match(r"^\s*│ │.*│ │\s*$", ln)]
+    title = ""
+    i = 0
+    while i < len(inner):
+        if not inner[i].startswith("┏"):
+            title = inner[i] if inner[i] and inner[i][0] not in "┃│┡└" else title
+            i += 1
+            continue
+        heads: list[list[str]] = []
+        rows: list[list[str]] = []
+        i += 1
+        while i < len(inner) and inner[i].startswith("┃"):
+            heads.append([c.strip() for c in inner[i].strip("┃").split("┃")])
+            i += 1
+        if i >= len(inner) or not inner[i].startswith("┡") or not heads:
+            raise ParseError(
+                f"table {title!r}: its header is not followed by a ┡ rule", hint="copy the table whole"
+            )
+        i += 1
+        while i < len(inner) and inner[i].startswith("│"):
+            cells = [c.strip() for c in inner[i].strip("│").split("│")]
+            if rows and not cells[0] and len(cells) == len(rows[-1]):
+                rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+            else:
+                rows.append(cells)
+            i += 1
+        if i >= len(inner) or not inner[i].startswith("└"):
+            raise ParseError(f"table {title!r} is cut short: no closing └ line", hint="copy the table whole")
+        if any(len(r) != len(heads[0]) for r in [*heads, *rows]):
+            raise ParseError(f"table {title!r}: rows of different widths", hint="copy the table as printed")
+        yield title, [" ".join(h[k] for h in heads if h[k]) for k in range(len(heads[0]))], rows
+
+
+def _gl01_unit(cell: str, unit: str, name: str) -> float | None:
+    """`113.56 sec` read in its unit, which must be the one guidellm prints there."""
+    value, _, printed = cell.partition(" ")
+    if printed != unit:
+        raise ParseError(f"{name} is not in {unit}: {_q(cell)}")
+    number: float | None = _convert("float", value, name)
+    return number
+
+
+def _guidellm01(text: str) -> list[ServingSummary]:
+    """guidellm 0.1's report: one ServingSummary per benchmark row (synchronous, asynchronous@0.85 req/sec,
+    throughput) from its Requests Data, Tokens Data, Performance Stats and Performance Summary tables."""
+    per: dict[str, dict[str, Any]] = {}
+    lat: dict[str, dict[str, dict[str, Any]]] = {}
+    other: dict[str, dict[str, FigureValue]] = {}
+    for title, heads, rows in _gl01_tables(text):
+        for row in rows:
+            bench = row[0]
+            if not _GL01_LOAD.match(bench):
+                raise ParseError(f"table {title!r}: {_q(bench)} is not a benchmark name (synchronous …)")
+            fields, blat, bother = (
+                per.setdefault(bench, {}),
+                lat.setdefault(bench, {}),
+                other.setdefault(bench, {}),
+            )
+            for head, cell in zip(heads[1:], row[1:], strict=True):
+                name = f"{title}: {head}"[:200]
+                lm = _GL01_LIST.match(head)
+                if title.startswith("Performance Stats") and lm and lm.group("name") in _GL01_METRIC:
+                    pcts = re.findall(r"(\d+(?:\.\d+)?)%", lm.group("pcts"))
+                    values = [v.strip() for v in cell.split(",")]
+                    if len(values) != len(pcts):
+                        raise ParseError(
+                            f"{bench}: {name} has {len(values)} values for {len(pcts)} percentiles"
+                        )
+                    entry = blat.setdefault(_GL01_METRIC[lm.group("name")], {"percentiles": {}})
+                    for q, v in zip(pcts, values, strict=True):
+                        ms = _convert("float", v, f"{bench}: {name} {q}%")
+                        entry["percentiles"][f"p{float(q):g}"] = ms * _GL01_TO_MS[lm.group("unit")]
+                    entry["median"] = entry["percentiles"].get("p50")
+                elif title.startswith("Performance Summary") and head in _GL01_SUMMARY:
+                    target, unit = _GL01_SUMMARY[head]
+                    value = _gl01_unit(cell, unit, f"{bench}: {name}")
+                    if target in _GL01_METRIC.values():
+                        blat.setdefault(target, {"percentiles": {}})["mean"] = (
+                            None if value is None else value * _GL01_TO_MS[unit]
+                        )
+                    else:
+                        fields[target] = value
+                elif title.startswith("Requests Data") and head in ("Requests Completed", "Request Failed"):
+                    count = re.fullmatch(r"(\d+)/(\d+)", cell)
+                    if count is None:
+                        raise ParseError(f"{bench}: {name} is not a count N/M: {_q(cell)}")
+                    fields["completed" if head == "Requests Completed" else "failed"] = int(count.group(1))
+                elif title.startswith("Requests Data") and head == "Duration":
+                    fields["duration_s"] = _gl01_unit(cell, "sec", f"{bench}: {name}")
+                elif cell:
+                    bother[name] = _convert("num", cell, name) if _NUMBER.match(cell) else cell[:200]
+    if not per:
+        raise ParseError("no guidellm 0.1 benchmark row", hint="give guidellm's whole Benchmarks Report box")
+    model = re.search(r"^\s*│ │ Backend\([^)]*\bmodel=(?P<m>[^,)\s]+)", text, re.M)
+    out: list[ServingSummary] = []
+    for index, (bench, fields) in enumerate(per.items()):
+        m = _GL01_LOAD.match(bench)
+        assert m is not None  # checked above
+        if m.group("kind") == "synchronous":
+            fields["max_concurrency"] = 1
+        elif m.group("at") is not None:
+            fields["request_rate"] = _convert("rate", m.group("at"), bench)
+        if model:
+            fields["model"] = _convert("str", model.group("m"), "Backend model")
+        out.append(
+            ServingSummary(
+                tool="guidellm", source_format="console", index=index, label=bench, **fields,
+                **{k: StatedLatency(**v) for k, v in lat.get(bench, {}).items()}, other=other.get(bench, {}),
+            )
+        )  # fmt: skip
+    return out
+
+
+def _gl_latency(title: str, group: str) -> tuple[str, float] | None:
+    if title.startswith("Request Latency"):
+        return _GL_LATENCY.get(group)
+    return _GL03_LATENCY.get(group) if title == "Benchmarks Stats" else None
 
 
 def _gl_cells(line: str) -> list[str]:
@@ -1003,6 +1181,32 @@ def _gl_tables(lines: list[str]) -> Iterator[tuple[str, list[str], list[str], li
         yield title, groups, stats, rows
 
 
+def _gl03_tables(lines: list[str]) -> Iterator[tuple[str, list[str], list[str], list[list[str]]]]:
+    """guidellm 0.3's pipe tables as _gl_tables gives 0.4's: a `Benchmarks Info:` title, a ==== rule,
+    a group row (`Metadata |||| Requests Made |||`: a group spans the empty cells after it), a stat
+    row, a ---|--- rule, one row per benchmark, a closing ==== rule."""
+    for i, ln in enumerate(lines):
+        m = re.match(r"^(Benchmarks (?:Info|Stats)):\s*$", ln)
+        if not m or i + 4 >= len(lines) or not re.match(r"^=+\s*$", lines[i + 1]):
+            continue
+        title = m.group(1)
+        groups = _gl_fill([c.strip() for c in lines[i + 2].rstrip().split("|")])
+        stats = [c.strip() for c in lines[i + 3].split("|")]
+        if not _GL03_RULE.match(lines[i + 4]):
+            raise ParseError(f"table {title!r}: its header is not followed by a ---|--- rule",
+                             hint="the table is cut short; copy it whole")  # fmt: skip
+        rows: list[list[str]] = []
+        j = i + 5
+        while j < len(lines) and not re.match(r"^=+\s*$", lines[j]):
+            rows.append([c.strip() for c in lines[j].split("|")])
+            j += 1
+        if j >= len(lines):
+            raise ParseError(f"table {title!r} is cut short: no closing ==== rule")
+        if any(len(r) != len(groups) for r in [stats, *rows]):
+            raise ParseError(f"table {title!r}: rows of different widths", hint="copy the table as printed")
+        yield title, groups, stats, rows
+
+
 def _gl_value(text: str, name: str) -> float | None:
     """A guidellm cell: `25.9 ± 1.5` is the mean (its confidence half-width aside); empty: not stated."""
     v = text.split("±")[0].strip()
@@ -1014,12 +1218,16 @@ def _gl_value(text: str, name: str) -> float | None:
 
 @_raw_on_error
 def parse_guidellm_console(text: str) -> list[ServingSummary]:
-    """guidellm 0.4+'s console tables, one ServingSummary per benchmark (its `concurrent@4` row)."""
+    """guidellm 0.4+'s console tables, and 0.3's pipe tables, one ServingSummary per benchmark (its
+    `concurrent@4` row); 0.1's rich boxes by _guidellm01."""
+    if not GUIDELLM_CONSOLE.search(text) and GUIDELLM01_CONSOLE.search(text):
+        return _guidellm01(_body(text))
     lines = _body(text).splitlines()
+    tables = _gl_tables(lines) if GUIDELLM_CONSOLE.search(text) else _gl03_tables(lines)
     per: dict[str, dict[str, Any]] = {}
     lat: dict[str, dict[str, dict[str, Any]]] = {}
     other: dict[str, dict[str, FigureValue]] = {}
-    for title, groups, stats, rows in _gl_tables(lines):
+    for title, groups, stats, rows in tables:
         for row in rows:
             bench = row[0]
             if not _GL_LOAD.match(bench):
@@ -1030,15 +1238,16 @@ def parse_guidellm_console(text: str) -> list[ServingSummary]:
             for group, stat, cell in zip(groups[1:], stats[1:], row[1:], strict=True):
                 name = f"{title}: {group} {stat}".strip()
                 known = _GL_FIELDS.get((title, group, stat))
-                if title.startswith("Request Latency") and group in _GL_LATENCY:
-                    metric, factor = _GL_LATENCY[group]
+                latency = _gl_latency(title, group)
+                if latency is not None:
+                    metric, factor = latency
                     value = _gl_value(cell, name)
                     word = stat.split()[-1] if stat else ""
                     entry = blat.setdefault(metric, {"percentiles": {}})
                     scaled = None if value is None else value * factor
-                    if word == "Mean":
+                    if word in ("Mean", "mean"):
                         entry["mean"] = scaled
-                    elif word == "Mdn":
+                    elif word in ("Mdn", "median"):
                         entry["median"] = scaled
                         if scaled is not None:
                             entry["percentiles"]["p50"] = scaled

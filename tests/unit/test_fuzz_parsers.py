@@ -83,7 +83,7 @@ TOOL_SEEDS: dict[str, list[str]] = {
     "guidellm": _texts("serving/guidellm-*.json", "serving/guidellm-*.yaml"),
     "mlperf-summary": _texts("serving/mlperf-summary-*.txt"),
     "genai-perf": _texts("serving/genai-perf-console-*.txt"),
-    "genai-perf-json": _texts("serving/genai-perf-export-*.json"),
+    "genai-perf-json": _texts("serving/genai-perf-export-*.json", "serving/aiperf-export-*.json"),
     "guidellm-console": _texts("serving/guidellm-*-console-*.txt"),
 }
 

@@ -114,6 +114,10 @@ DETECTED = {
     "serving/genai-perf-console-goodput-2024.txt": "genai-perf",
     "serving/genai-perf-export-c100-streaming.json": "genai-perf-json",
     "serving/guidellm-0.8.1-console-c1-c4.txt": "guidellm-console",
+    "serving/guidellm-0.3.0-console-stripped.txt": "guidellm-console",
+    "serving/guidellm-0.1.0-console-inf2-sweep.txt": "guidellm-console",
+    "serving/aiperf-export-gpt-oss-20b-c100.json": "genai-perf-json",
+    "serving/mlperf-summary-server-invalid-issue1788.txt": "mlperf-summary",
 }
 
 

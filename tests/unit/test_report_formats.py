@@ -72,3 +72,25 @@ def test_section_tables_escape_every_cell_in_both_formats() -> None:
     assert html[0] == '<table id="rounds-table"><tr><th>node</th><th>why</th></tr>'
     assert html[1] == '<tr class="trial"><td>node1</td><td>a|b &lt;i&gt;</td></tr>' and html[-1] == "</table>"
     assert html_table(head, [])[0].startswith("<table><tr>")  # no ident: no id
+
+
+def test_a_run_without_step_cases_is_one_case_with_its_verdict(tmp_path: Path) -> None:
+    """An isolate run (old_runs: node3 named, exit 1) has no step or threshold cases: its JUnit
+    holds the run as one failed case, so that a CI reading the file fails it (it said tests="0"
+    failures="0" before)."""
+    import shutil
+    import xml.etree.ElementTree as ET
+
+    src = Path(__file__).parents[1] / "fixtures" / "old_runs" / "isolate" / "20261204T235933Z-isolate-6ab3"
+    run_dir = Path(shutil.copytree(src, tmp_path / src.name))
+    rec = load_run(run_dir)
+    assert rec.status == "failed" and rec.steps == []
+    root = ET.fromstring(render(rec, "junit"))
+    (case,) = list(root.iter("testcase"))
+    assert case.get("name") == f"isolate {rec.run_id}"
+    assert (root.get("tests"), root.get("failures")) == ("1", "1")
+    failure = case.find("failure")
+    assert failure is not None and "run failed, exit 1" in (failure.get("message") or "")
+    accepted = rec.model_copy(update={"status": "accepted", "exit_code": 0})
+    root = ET.fromstring(render(accepted, "junit"))
+    assert (root.get("tests"), root.get("failures")) == ("1", "0")

@@ -721,3 +721,139 @@ def test_guidellm_console_agrees_with_its_report() -> None:
         assert t.ttft and r.ttft and t.ttft.median == round(r.ttft.median or 0, 1)
         assert t.tpot and r.tpot and t.tpot.p("p95") == round(r.tpot.p("p95") or 0, 1)
         assert t.output_throughput == round(r.output_throughput or 0, 1)
+
+
+# --- guidellm 0.3's pipe tables ----------------------------------------------------------------------
+
+GUIDELLM_03 = "guidellm-0.3.0-console-stripped.txt"
+
+
+def test_guidellm_03_pipe_tables_every_figure_read() -> None:
+    """guidellm v0.3.0's own test asset: its console report of guidellm-benchmarks-stripped.json
+    (Benchmarks Info and Benchmarks Stats, `Metadata ||||` group spans); each value as printed."""
+    (s,) = _summaries(GUIDELLM_03)
+    assert (s.tool, s.source_format, s.label, s.max_concurrency) == ("guidellm", "console", "synchronous", 1)
+    assert (s.duration_s, s.completed, s.incomplete, s.failed) == (30.0, 46, 1, 0)
+    assert (s.total_input_tokens, s.total_output_tokens) == (11827, 5888)
+    assert (s.request_throughput, s.mean_concurrency) == (1.55, 1.00)
+    assert (s.output_throughput, s.total_token_throughput) == (198.1, 992.7)
+    assert s.ttft and s.tpot and s.tpot_with_first and s.e2e and s.itl is None
+    assert (s.ttft.mean, s.ttft.median, s.ttft.p("p99")) == (16.8, 16.4, 21.3)
+    assert (s.tpot.mean, s.tpot.median, s.tpot.p("p99")) == (4.9, 4.9, 5.3)  # guidellm's ITL (ms)
+    assert (s.tpot_with_first.mean, s.tpot_with_first.p("p99")) == (4.9, 5.2)  # its TPOT (ms)
+    assert (s.e2e.mean, s.e2e.median, s.e2e.p("p99")) == (0.64 * 1000, 0.64 * 1000, 0.69 * 1000)  # in s
+    assert s.other["Benchmarks Info: Metadata Start Time"] == "16:59:28"
+    assert s.other["Benchmarks Info: Prompt Tok/Req Comp"] == 257.1
+    assert s.other["Benchmarks Info: Output Tok Total Inc"] == 0
+
+
+def test_guidellm_03_tables_agree_with_the_report_they_render() -> None:
+    """The console renders guidellm-benchmarks-stripped.json: its figures rounded as printed."""
+    (t,) = _summaries(GUIDELLM_03)
+    (r,) = _summaries("guidellm-benchmarks-stripped.json")
+    assert (t.completed, t.incomplete, t.failed) == (r.completed, r.incomplete, r.failed)
+    assert t.ttft and r.ttft and r.ttft.median and t.ttft.median == round(r.ttft.median, 1)
+    assert t.tpot and r.tpot and r.tpot.p("p99") and t.tpot.p("p99") == round(r.tpot.p("p99") or 0, 1)
+    assert r.output_throughput and t.output_throughput == round(r.output_throughput, 1)
+    assert r.e2e and r.e2e.median and t.e2e and t.e2e.median == round(r.e2e.median / 1000, 2) * 1000
+
+
+def test_guidellm_03_cut_table_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (FIX / GUIDELLM_03).read_text()
+    msg = _refused(tmp_path, text[: text.rstrip().rindex("\n")], capsys)  # without its closing rule
+    assert "'Benchmarks Stats' is cut short: no closing ==== rule" in msg
+
+
+# --- AIPerf's JSON export ----------------------------------------------------------------------------
+
+
+def test_aiperf_json_export_every_figure() -> None:
+    """ai-dynamo/aiperf's example profile_export_aiperf.json (gpt-oss-20b, concurrency 100, 10 %
+    of requests cancelled): metric objects under `records`, keyed by tag."""
+    (s,) = _summaries("aiperf-export-gpt-oss-20b-c100.json")
+    assert (s.tool, s.source_format, s.model) == ("aiperf", "json", "openai/gpt-oss-20b")
+    assert (s.max_concurrency, s.request_rate, s.completed, s.failed) == (100, None, 89, 11)
+    assert (s.duration_s, s.request_throughput) == (9.317788951, 9.551622221540914)
+    assert s.output_throughput == 2320.7222350404572
+    assert s.ttft and s.tpot and s.e2e and s.itl is None
+    assert (s.ttft.mean, s.ttft.median, s.ttft.std, s.ttft.n) == (
+        2343.219436988764, 2369.317693, 1049.8164554204095, 89,
+    )  # fmt: skip
+    assert (s.ttft.min, s.ttft.max, s.ttft.p("p1"), s.ttft.p("p99")) == (
+        464.66410099999996, 3853.857423, 581.1957117999999, 3833.3894000399996,
+    )  # fmt: skip
+    assert (s.tpot.mean, s.tpot.p("p90")) == (27.763065454471807, 32.87232279340302)  # its ITL
+    assert (s.e2e.median, s.e2e.p("p95"), s.e2e.max) == (9097.345014999999, 9288.605606, 9299.772642)
+    assert s.other["time_to_second_token avg"] == 120.16625153932584  # its tag ttst
+    assert s.other["total_osl avg"] == 21624.0
+    assert s.other["input_config.streaming"] is True and s.other["input_config.endpoint_type"] == "chat"
+
+
+def test_aiperf_json_in_another_unit_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = json.loads((FIX / "aiperf-export-gpt-oss-20b-c100.json").read_text())
+    doc["records"]["ttft"]["unit"] = "ns"
+    msg = _refused(tmp_path, json.dumps(doc), capsys)
+    assert "time_to_first_token is in 'ns', not ms" in msg
+
+
+# --- an INVALID MLPerf Server summary ----------------------------------------------------------------
+
+
+def test_mlperf_invalid_server_summary_with_its_early_stopping_lines() -> None:
+    """mlcommons/inference#1788: a Server run that exited early; INVALID, a TPOT early-stopping
+    result that failed, and a TTFT one that loadgen left empty."""
+    (s,) = _summaries("mlperf-summary-server-invalid-issue1788.txt")
+    assert (s.tool, s.label, s.backend) == ("mlperf loadgen", "Server PerformanceOnly: INVALID", "PySUT")
+    assert (s.request_throughput, s.output_throughput) == (0.11, 43.45)
+    assert s.ttft is None and s.e2e is None and s.request_rate is None  # the issue prints no more
+    assert s.other["Result is"] == "INVALID"
+    assert s.other["Performance constraints satisfied"] == "Yes"
+    assert (s.other["Min queries satisfied"], s.other["Early stopping satisfied"]) == ("NO", "NO")
+    assert s.other["TPOT Early Stopping Result"] == (
+        "Run unsuccessful. Processed 33 queries. Would need to run at least 805 more queries, "
+        "with the run being successful if every additional query were under latency."
+    )
+    assert s.other["TTFT Early Stopping Result"] == ""
+    assert str(s.other["Recommendations"]).startswith("The test exited early")
+
+
+# --- guidellm 0.1's rich boxes -----------------------------------------------------------------------
+
+GUIDELLM_01 = "guidellm-0.1.0-console-inf2-sweep.txt"
+
+
+def test_guidellm_01_rich_boxes_every_figure_read() -> None:
+    """huggingface/optimum-neuron's benchmark guide: guidellm 0.1.0's report of a sweep (three
+    benchmarks, four tables inside two frames, TTFT lists wrapped onto a second line)."""
+    sync, rate, thr = _summaries(GUIDELLM_01)
+    assert [s.label for s in (sync, rate, thr)] == ["synchronous", "asynchronous@0.85 req/sec", "throughput"]
+    assert (sync.max_concurrency, rate.request_rate, thr.max_concurrency, thr.request_rate) == (
+        1,
+        0.85,
+        None,
+        None,
+    )
+    assert sync.model == "meta-llama/Meta-Llama-3.1-8B-Instruct"
+    assert [(s.completed, s.failed, s.duration_s) for s in (sync, rate, thr)] == [
+        (11, 0, 113.56), (88, 0, 114.59), (55, 0, 64.83),
+    ]  # fmt: skip
+    assert [(s.request_throughput, s.output_throughput) for s in (sync, rate, thr)] == [
+        (0.10, 28.39), (0.77, 221.75), (0.85, 249.64),
+    ]  # fmt: skip
+    assert sync.ttft and sync.itl and sync.e2e and sync.tpot is None
+    assert sync.ttft.mean == 1585.08 and sync.ttft.percentiles == {
+        "p1": 1563.3, "p5": 1569.2, "p10": 1576.5, "p50": 1589.4, "p90": 1594.0, "p95": 1595.3,
+        "p99": 1596.4,  # the value wrapped onto the next line
+    }  # fmt: skip
+    assert (sync.itl.mean, sync.itl.median, sync.itl.p("p99")) == (29.81, 29.8, 36.5)  # every gap pooled
+    assert (sync.e2e.mean, sync.e2e.p("p1"), sync.e2e.p("p99")) == (10.32 * 1000, 3.68 * 1000, 14.87 * 1000)
+    assert rate.itl and (rate.itl.p("p1"), rate.itl.p("p99")) == (0.2, 1613.9)
+    assert thr.ttft and (thr.ttft.mean, thr.ttft.p("p95"), thr.ttft.p("p99")) == (24624.46, 45329.8, 51276.9)
+    assert thr.other["Tokens Data by Benchmark: Output"] == 294.24
+    assert sync.other["Requests Data by Benchmark: Start Time"] == "15:02:17"
+
+
+def test_guidellm_01_cut_box_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = (FIX / GUIDELLM_01).read_text().splitlines()
+    msg = _refused(tmp_path, "\n".join(lines[:-4]), capsys)  # the summary table's └ line and after
+    assert "'Performance Summary by Benchmark' is cut short: no closing └ line" in msg
