@@ -28,8 +28,8 @@ def straggler_section(
     kind: str | None = None,
     ident: str = "stragglers",
 ) -> Section:
-    """One matrix's section: the figure (stragglers flagged), the rule's numbers, and each
-    straggler's evidence (kind: the kind of node the matrix holds, in the title, when a cluster
+    """One matrix's section: the figure (stragglers flagged), each straggler's evidence, then the
+    rule's numbers (kind: the kind of node the matrix holds, in the title, when a cluster
     has several)."""
     slow = [s.node for s in rep.stragglers]
     title = f"pair {rep.metric}" + (f", {kind}" if kind else "")
@@ -44,7 +44,7 @@ def straggler_section(
     ]
     return Section(
         "Stragglers" + (f" ({kind})" if kind else ""),
-        lines=[rule, *(items or ["no straggler"])],
+        lines=[*(items or ["no straggler"]), rule],
         figure=PairFigure(list(nodes), matrix, title, rep.metric, slow),
         list_class="stragglers",
         ident=ident,
