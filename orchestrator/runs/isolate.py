@@ -74,6 +74,7 @@ from orchestrator.store.rundir import atomic_write, new_run_id
 # Kept here for the callers that import them from this module (cli/isolate, runs/node_resume, bench).
 __all__ = ["IsolationRun", "Partition"]
 
+
 def partition_nodes(
     cluster: Cluster, nodes: Sequence[str], known_good: Sequence[str], models: Mapping[str, str] | None = None
 ) -> list[Partition]:
@@ -171,10 +172,17 @@ def test_step(group: Group, cluster: Cluster, plan: Plan, round_no: int, i: int)
     )
 
 
-def judge(results: Sequence[StepResult], req: IsolateRequest, prior: Sequence[float] = ()) -> list[Outcome]:
+def judge(
+    results: Sequence[StepResult],
+    req: IsolateRequest,
+    prior: Sequence[float] = (),
+    spread: Sequence[float] = (),
+) -> list[Outcome]:
     """Each step's outcome by the pass rule (module doc); prior: the busbw of the single nodes that
     passed in earlier rounds (the round's own singles are compared with their median first, and
-    those that pass join the groups' reference)."""
+    those that pass join the groups' reference); spread: every single figure of the kind measured
+    in earlier rounds, the suspects' included, whose robust spread (MAD) is the kind's noise band
+    at a repeat (prior when empty)."""
     figures = [_busbw(r) for r in results]
     singles = [
         f
@@ -183,7 +191,7 @@ def judge(results: Sequence[StepResult], req: IsolateRequest, prior: Sequence[fl
     ]
     ratio = 1.0 - req.tolerance
     if singles and prior:  # a repeat (the confirmation round): against the kind's earlier singles,
-        ratio = decision.single_ratio(prior, req.tolerance)  # beyond their noise band too
+        ratio = decision.single_ratio(spread or prior, req.tolerance)  # beyond their noise band too
         singles += prior
     mid = statistics.median(singles) if singles else None
     why_of: list[list[str]] = []
@@ -243,10 +251,12 @@ def judge_by_kind(
     req: IsolateRequest,
     singles: dict[str, list[float]],
     kind_of: Mapping[str, str],
+    measured: dict[str, list[float]] | None = None,
 ) -> list[Outcome]:
     """judge() within each partition: a node's single is compared with the singles of its kind,
     a group with the median single of its kind (singles: partition label -> the busbw of its
-    single nodes that passed so far, extended here with each round's). A round's groups never mix
+    single nodes that passed so far, extended here with each round's; measured: the same for every
+    single figure, passed or not, the kind's noise sample at a repeat). A round's groups never mix
     kinds (partition_nodes)."""
     outcomes: list[Outcome | None] = [None] * len(results)
     by_kind: dict[str, list[int]] = {}
@@ -254,8 +264,15 @@ def judge_by_kind(
         by_kind.setdefault(kind_of[res.step.nodes[0]], []).append(i)
     for kind, idx in by_kind.items():
         mine = [results[i] for i in idx]
-        judged = judge(mine, req, singles.get(kind, []))
+        noise = measured.get(kind, []) if measured is not None else []
+        judged = judge(mine, req, singles.get(kind, []), noise)
         singles.setdefault(kind, []).extend(passed_singles(mine, judged))
+        if measured is not None:
+            measured.setdefault(kind, []).extend(
+                o.figure
+                for r, o in zip(mine, judged, strict=True)
+                if r.step.nnodes == 1 and o.figure is not None
+            )
         for i, o in zip(idx, judged, strict=True):
             outcomes[i] = o
     return [o for o in outcomes if o is not None]
@@ -295,6 +312,7 @@ class _Rounds:
         self.kind_of = {n: p.label for p in parts for n in (*p.nodes, *p.known_good)}
         # per kind of node: busbw of the single nodes that passed, for the groups' reference
         self.singles: dict[str, list[float]] = {}
+        self.measured: dict[str, list[float]] = {}  # every single figure, suspects' too: the noise
         self.mode: Mode = "concurrent" if plan.concurrent_steps else "sequential"
 
     def __call__(self, groups: Sequence[Group]) -> list[Outcome]:
@@ -311,7 +329,7 @@ class _Rounds:
             self.plan, self.cluster, steps, self.sched, self.backend, self.life, self.python, self.env
         )
         runner.run()
-        return judge_by_kind(runner.results, self.req, self.singles, self.kind_of)
+        return judge_by_kind(runner.results, self.req, self.singles, self.kind_of, self.measured)
 
     @property
     def reference(self) -> float | None:

@@ -154,8 +154,11 @@ class SallocScheduler(AllocationScheduler):
         return [srun[0], f"--jobid={alloc}", f"--chdir={spec.workdir}", *srun[1:]]
 
     def base_env(self) -> dict[str, str]:
-        """What salloc and every srun get of this process's environment: the jobs' allow-list."""
-        return {**{k: os.environ[k] for k in JOB_ENV_ALLOW if k in os.environ}, **self.env}
+        """What salloc and every srun get of this process's environment: the jobs' allow-list, and
+        SLURM_CONF: the scheduler's own (the inventory's orch_slurm_conf), else orch's (a run
+        resumed without an inventory takes orch's own configuration, never the run folder's)."""
+        own = {"SLURM_CONF": os.environ["SLURM_CONF"]} if "SLURM_CONF" in os.environ else {}
+        return {**{k: os.environ[k] for k in JOB_ENV_ALLOW if k in os.environ}, **own, **self.env}
 
     def step_env(self, spec: JobSpec) -> dict[str, str]:
         """An srun's environment: base_env and the step's exports, as the driver exported them."""

@@ -332,3 +332,21 @@ def test_cancelling_no_step_stops_nothing(tmp_path: Path) -> None:
     launch.next_srun().exit(0)
     launch.next_srun().exit(0)
     sched.release()
+
+
+def test_salloc_and_srun_get_orchs_own_slurm_conf_unless_the_scheduler_has_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run resumed without --inventory takes orch's own SLURM_CONF (never the run folder's): the
+    lab's resume met "salloc: fatal: Could not establish a configuration source" when salloc's
+    allow-listed environment dropped it."""
+    from orchestrator.scheduler.salloc import SallocScheduler
+
+    monkeypatch.setenv("SLURM_CONF", "/etc/orch-test/slurm.conf")
+    monkeypatch.setenv("SLURM_JOB_ID", "99")  # an enclosing job's: never passed on
+    assert SallocScheduler().base_env()["SLURM_CONF"] == "/etc/orch-test/slurm.conf"
+    assert "SLURM_JOB_ID" not in SallocScheduler().base_env()
+    given = SallocScheduler(slurm_conf=Path("/var/lib/orch-lab/slurm.conf")).base_env()
+    assert given["SLURM_CONF"] == "/var/lib/orch-lab/slurm.conf"
+    monkeypatch.delenv("SLURM_CONF")
+    assert "SLURM_CONF" not in SallocScheduler().base_env()
