@@ -13,7 +13,8 @@ The pass rule (docs/isolation.md, "The pass rule"; the rules are metrics/decisio
   least (1 - tolerance) x the median single-node busbw of its kind in the round, and at least
   --min-gbs. A single that fails is a suspect; its repeat (the search's confirmation round) is
   held against the singles of its kind that passed before, at r x their median, r = min(1 -
-  tolerance, exp(-3 x sigma)), sigma their robust spread (1.4826 x MAD of log busbw): the node
+  tolerance, exp(-3 x sigma)), sigma the robust spread (1.4826 x MAD of log busbw) of every
+  single its kind gave before, the suspects' first figures included: the node
   is named only when the repeat fails too, beyond the tolerance and beyond its kind's noise band;
 - a multi-node group passes when its step passed and its busbw is at least min_efficiency x the
   reference, the median busbw of the single nodes that passed in the run (the intra-node figure:
