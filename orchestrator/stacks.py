@@ -49,6 +49,13 @@ def stack_path(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Path:
     )
 
 
+def _packaged_manifest(name: str, stacks_dir: Path) -> Path | None:
+    """The manifest file of the packaged stack `name`; None when name is no plain name or ships no
+    such stack."""
+    path = stacks_dir / f"{name}.yaml"
+    return path if is_name(name) and path.is_file() else None
+
+
 def packaged_stack(name: str, stacks_dir: Path = STACKS_DIR) -> Stack:
     """The stack `name` from the package's own stacks (stacks_dir), never a path: what a
     certificate or another file from others names is loaded only this way.
@@ -59,8 +66,8 @@ def packaged_stack(name: str, stacks_dir: Path = STACKS_DIR) -> Stack:
         raise ConfigError(
             f"stack {name[:80]!r} is not a stack name (a path is never loaded from a certificate)"
         )
-    path = stacks_dir / f"{name}.yaml"
-    if not path.is_file():
+    path = _packaged_manifest(name, stacks_dir)
+    if path is None:
         raise ConfigError(
             f"no stack named {name!r}", hint=f"stacks are: {', '.join(list_stacks(stacks_dir))}"
         )
@@ -69,10 +76,8 @@ def packaged_stack(name: str, stacks_dir: Path = STACKS_DIR) -> Stack:
 
 def manifest_sha256(name: str, stacks_dir: Path = STACKS_DIR) -> str | None:
     """sha256 of the packaged stack `name`'s manifest file; None when name is no packaged stack."""
-    path = stacks_dir / f"{name}.yaml"
-    if not is_name(name) or not path.is_file():
-        return None
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    path = _packaged_manifest(name, stacks_dir)
+    return None if path is None else hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_stack(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Stack:

@@ -177,19 +177,13 @@ def test_an_mlperf_server_summary_is_read_and_matched_by_its_rate(
     assert "the run has fake-r1 c1, fake-r1 c8" in line and "the file states #1 rate 75/s" in line
 
 
-def test_a_genai_perf_export_is_matched_by_its_concurrency(
-    run: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "name", ["genai-perf-export-c100-streaming.json", "aiperf-export-gpt-oss-20b-c100.json"]
+)
+def test_a_genai_perf_or_aiperf_export_is_matched_by_its_concurrency(
+    run: Path, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
-    f = FIX / "genai-perf-export-c100-streaming.json"  # concurrency 100: not a level of this run
-    code, _, err = run_cli(capsys, "compare", str(run), str(f))
-    assert code == 2 and "Traceback" not in err
-    assert "the file states #1 concurrency 100" in one_error_line(err)
-
-
-def test_an_aiperf_export_is_matched_by_its_concurrency(
-    run: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    f = FIX / "aiperf-export-gpt-oss-20b-c100.json"  # concurrency 100: not a level of this run
+    f = FIX / name  # concurrency 100: not a level of this run
     code, _, err = run_cli(capsys, "compare", str(run), str(f))
     assert code == 2 and "Traceback" not in err
     assert "the file states #1 concurrency 100" in one_error_line(err)
