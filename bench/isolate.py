@@ -136,6 +136,7 @@ class StandIn:
         self.parts: list[Partition] = partition_nodes(cluster, cluster.names, [])
         self.kind_of = {n: p.label for p in self.parts for n in p.nodes}
         self.singles: dict[str, list[float]] = {}
+        self.measured: dict[str, list[float]] = {}  # every single figure: the noise (as _Rounds)
         self.single: dict[str, float] = {}
         self.link: dict[frozenset[str], float] = {}
         self.round_walls: list[list[float]] = []
@@ -181,7 +182,7 @@ class StandIn:
             algbw = busbw * st.world_size / (2 * (st.world_size - 1))
             summary = CollSummary(collective="all_reduce", size_bytes=SIZE, busbw_gbs=busbw, algbw_gbs=algbw)
             results.append(StepResult(step=st, summary={"all_reduce": summary}, verdict="pass"))
-        outcomes = judge_by_kind(results, self.req, self.singles, self.kind_of)
+        outcomes = judge_by_kind(results, self.req, self.singles, self.kind_of, self.measured)
         self.round_walls.append(walls)
         return outcomes
 

@@ -252,7 +252,7 @@ def judge_by_kind(
     req: IsolateRequest,
     singles: dict[str, list[float]],
     kind_of: Mapping[str, str],
-    measured: dict[str, list[float]] | None = None,
+    measured: dict[str, list[float]],
 ) -> list[Outcome]:
     """judge() within each partition: a node's single is compared with the singles of its kind,
     a group with the median single of its kind (singles: partition label -> the busbw of its
@@ -265,15 +265,11 @@ def judge_by_kind(
         by_kind.setdefault(kind_of[res.step.nodes[0]], []).append(i)
     for kind, idx in by_kind.items():
         mine = [results[i] for i in idx]
-        noise = measured.get(kind, []) if measured is not None else []
-        judged = judge(mine, req, singles.get(kind, []), noise)
+        judged = judge(mine, req, singles.get(kind, []), measured.get(kind, []))
         singles.setdefault(kind, []).extend(passed_singles(mine, judged))
-        if measured is not None:
-            measured.setdefault(kind, []).extend(
-                o.figure
-                for r, o in zip(mine, judged, strict=True)
-                if r.step.nnodes == 1 and o.figure is not None
-            )
+        measured.setdefault(kind, []).extend(
+            o.figure for r, o in zip(mine, judged, strict=True) if r.step.nnodes == 1 and o.figure is not None
+        )
         for i, o in zip(idx, judged, strict=True):
             outcomes[i] = o
     return [o for o in outcomes if o is not None]

@@ -134,7 +134,7 @@ def test_each_kind_is_judged_against_its_own_singles() -> None:
     singles = [_result(["h1"], 100.0), _result(["h2"], 98.0), _result(["h3"], 99.0),
                _result(["a1"], 40.0), _result(["a2"], 39.0), _result(["a3"], 41.0)]  # fmt: skip
     refs: dict[str, list[float]] = {}
-    assert [o.passed for o in iso.judge_by_kind(singles, req, refs, kind)] == [True] * 6
+    assert [o.passed for o in iso.judge_by_kind(singles, req, refs, kind, {})] == [True] * 6
     unlike = iso.judge(singles, req)  # every single against the median of both kinds together
     assert [o.passed for o in unlike] == [True, True, True, False, False, False]
     assert {k: sorted(v) for k, v in refs.items()} == {
@@ -142,7 +142,7 @@ def test_each_kind_is_judged_against_its_own_singles() -> None:
         "A100": [39.0, 40.0, 41.0],
     }
     pairs = [_result(["h1", "h2"], 45.0), _result(["a1", "a2"], 30.0)]
-    got = iso.judge_by_kind(pairs, req, refs, kind)
+    got = iso.judge_by_kind(pairs, req, refs, kind, {})
     assert [o.passed for o in got] == [False, True]  # 45 % of the H100 median; 75 % of the A100's
 
 
