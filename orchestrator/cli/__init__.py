@@ -63,6 +63,9 @@ COMMANDS: dict[str, Command] = {
     "compare": Command(
         "compare", "Compare run B against run A, or a run against a vLLM/SGLang/guidellm result."
     ),
+    "decide": Command(
+        "decide", "The decision between run A and run B on one page: a buyer's rows, better/same/worse."
+    ),
     "history": Command(
         "history", "Key figures over the runs of a plan; exit 1 when the latest run regressed."
     ),

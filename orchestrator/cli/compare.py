@@ -28,7 +28,7 @@ from orchestrator.store.rundir import atomic_write
 _COLOUR = {"better": "green", "same": "white", "worse": "red", "worse for interactive": "red"}
 
 
-def _load(ref: str, store: str | None) -> RunRecord:
+def load_ref(ref: str, store: str | None) -> RunRecord:
     return load_run(resolve_run_dir(ref, store_path(store)))
 
 
@@ -105,17 +105,19 @@ def _secs(v: float | None) -> str:
     return f"{v:.3f}" if v is not None else "-"
 
 
+RepeatA = Annotated[list[str] | None, typer.Option("--repeat-a", help="Another run of A's setup (noise).")]
+RepeatB = Annotated[list[str] | None, typer.Option("--repeat-b", help="Another run of B's setup (noise).")]
+FloorOpt = Annotated[float, typer.Option("--floor", min=0.0, help="Smallest band, relative.")]
+KOpt = Annotated[float, typer.Option("--k", min=0.0, help="Band = k x estimated noise.")]
+
+
 def compare_cmd(
     run_a: RunArg,
     run_b: RunArg,
-    repeat_a: Annotated[
-        list[str] | None, typer.Option("--repeat-a", help="Another run of A's setup (noise).")
-    ] = None,
-    repeat_b: Annotated[
-        list[str] | None, typer.Option("--repeat-b", help="Another run of B's setup (noise).")
-    ] = None,
-    floor: Annotated[float, typer.Option("--floor", min=0.0, help="Smallest band, relative.")] = FLOOR,
-    k: Annotated[float, typer.Option("--k", min=0.0, help="Band = k x estimated noise.")] = K,
+    repeat_a: RepeatA = None,
+    repeat_b: RepeatB = None,
+    floor: FloorOpt = FLOOR,
+    k: KOpt = K,
     only_changed: Annotated[bool, typer.Option("--changed", help="Show only rows not 'same'.")] = False,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the comparison as JSON.")
@@ -147,7 +149,7 @@ def compare_cmd(
             "--kind and --result apply to a FILE side only (a vLLM/SGLang/guidellm result); "
             f"{run_a!r} and {run_b!r} are runs"
         )
-    a, b = _load(run_a, store), _load(run_b, store)
+    a, b = load_ref(run_a, store), load_ref(run_b, store)
     for rec in (a, b):
         levels = any(lv.summary for s in rec.serving for lv in s.levels)
         if not any(s.rows for s in rec.steps) and not rec.recovery and not levels:
@@ -159,8 +161,8 @@ def compare_cmd(
     c = compare_runs(
         a,
         b,
-        repeats_a=[_load(r, store) for r in repeat_a or []],
-        repeats_b=[_load(r, store) for r in repeat_b or []],
+        repeats_a=[load_ref(r, store) for r in repeat_a or []],
+        repeats_b=[load_ref(r, store) for r in repeat_b or []],
         floor=floor,
         k=k,
     )
@@ -255,8 +257,8 @@ def _compare_file(
             f"{path} is {parsed.kind}, not a serving benchmark result",
             hint="compare with a vLLM, SGLang or guidellm output (orch parse reads it)",
         )
-    rec = _load(run_ref, store)
-    runs = [rec, *(_load(r, store) for r in (repeat_b if file_side == "a" else repeat_a) or [])]
+    rec = load_ref(run_ref, store)
+    runs = [rec, *(load_ref(r, store) for r in (repeat_b if file_side == "a" else repeat_a) or [])]
     levels = _orch_levels(runs)
     if not levels:
         raise ConfigError(

@@ -1,0 +1,148 @@
+"""orch decide: one page, a buyer's rows; a missing row makes the call undecided and is named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_store_build import make_run
+
+from orchestrator.models.decide import DecidePage, DecideRow
+from orchestrator.models.run import RunRecord
+from orchestrator.report.decide import ROWS, decide, decide_overall, page_html, page_markdown
+from orchestrator.store.load import load_run
+
+OLD = Path(__file__).parent.parent / "fixtures" / "old_runs"
+SERVING = OLD / "serving" / "20261204T235843Z-serve-test-f7ca"
+FAULTS = OLD / "serving-faults" / "20261204T235916Z-serve-fault-4605"
+
+
+def _slower_ttft(rec: RunRecord, factor: float) -> RunRecord:
+    """The run with every level's TTFT percentiles multiplied by factor."""
+    rec = rec.model_copy(deep=True)
+    for sv in rec.serving:
+        for lv in sv.levels:
+            s = lv.summary
+            if s is not None:
+                t = s.ttft_ms
+                lv.summary = s.model_copy(update={"ttft_ms": t.model_copy(update={
+                    q: getattr(t, q) * factor for q in ("mean", "p50", "p95", "p99") if getattr(t, q)
+                })})  # fmt: skip
+    return rec
+
+
+def _slower_steady(rec: RunRecord, factor: float) -> RunRecord:
+    rec = rec.model_copy(deep=True)
+    for sv in rec.serving:
+        for f in sv.faults:
+            if f.recovery is not None and f.recovery.to_steady_s is not None:
+                f.recovery = f.recovery.model_copy(update={"to_steady_s": f.recovery.to_steady_s * factor})
+    return rec
+
+
+def _row(page: DecidePage, name: str) -> DecideRow:
+    return next(r for r in page.rows if r.row == name)
+
+
+def test_a_against_itself_is_same_where_measured_and_undecided_naming_every_missing_row() -> None:
+    a = load_run(SERVING)
+    page = decide([a], [a])
+    assert [r.row for r in page.rows] == list(ROWS)
+    assert _row(page, "latency").verdict == "same"
+    net = _row(page, "network")  # its one step ran one rank: busbw 0, nothing to judge
+    assert net.verdict == "missing" and "2 shared, each n/a" in net.why
+    missing = {"model compatibility", "output quality", "capacity at SLO", "cost per 1M tokens at capacity",
+               "fault behaviour", "network", "operational effort"}  # fmt: skip
+    assert set(page.missing) == missing
+    assert page.overall == "undecided"
+    assert all(m in page.why for m in missing)
+    # every missing row says why, and shows no figure it does not have
+    assert all(r.why and r.a is None and r.b is None for r in page.rows if r.verdict == "missing")
+    # the measured rows show both figures with the samples behind them
+    lat = _row(page, "latency")
+    assert lat.a is not None and "n=100" in lat.a and lat.b is not None
+
+
+def test_a_slower_first_token_is_worse_latency_with_the_levels_named() -> None:
+    a = load_run(SERVING)
+    page = decide([a], [_slower_ttft(a, 4.0)])
+    lat = _row(page, "latency")
+    assert lat.verdict == "worse"
+    assert "worse at" in lat.why and "c4" in lat.why
+    assert any("TTFT p99" in d for d in lat.details)
+    # the same run twice is not
+    assert _row(decide([a], [_slower_ttft(a, 1.0)]), "latency").verdict == "same"
+
+
+def test_network_is_the_collective_compare_of_the_shared_steps(tmp_path: Path) -> None:
+    a = load_run(make_run(tmp_path, "a"))
+    same = _row(decide([a], [load_run(make_run(tmp_path, "b"))]), "network")
+    assert same.verdict == "same" and "GB/s" in (same.a or "") and "worse" not in same.why.split(":")[0]
+    slow = _row(decide([a], [load_run(make_run(tmp_path, "c", factor=0.5))]), "network")
+    assert slow.verdict == "worse"
+    assert slow.details and all("-> worse" in d or "-> n/a" in d for d in slow.details)
+
+
+def test_fault_behaviour_compares_time_to_steady_with_its_repeats() -> None:
+    a = load_run(FAULTS)
+    same = _row(decide([a], [a]), "fault behaviour")
+    assert same.verdict == "same" and "n=3" in (same.a or "")
+    worse = _row(decide([a], [_slower_steady(a, 5.0)]), "fault behaviour")
+    assert worse.verdict == "worse"
+    assert any("pause-worker to steady" in d and "-> worse" in d for d in worse.details)
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "overall"),
+    [
+        (["same", "better", "same"], "better"),
+        (["better", "worse", "same"], "worse"),
+        (["same", "same"], "same"),
+        (["better", "missing", "worse"], "undecided"),
+    ],
+)
+def test_the_overall_rule(verdicts: list[str], overall: str) -> None:
+    names = list(ROWS)
+    rows = [DecideRow(row=names[i], a="1", b="2", verdict=v, why="x") for i, v in enumerate(verdicts)]
+    got, why = decide_overall(rows)
+    assert got == overall
+    if overall == "undecided":
+        assert why == f"undecided: no figure for {names[1]}"
+    elif overall in ("better", "worse"):
+        assert names[verdicts.index(overall)] in why
+
+
+def test_every_format_escapes_what_it_prints() -> None:
+    a = load_run(SERVING)
+    page = decide([a], [a])
+    hostile = "<script>alert(1)</script>|**x**"
+    first = page.rows[0].model_copy(update={"why": hostile})
+    page = page.model_copy(update={"rows": [first, *page.rows[1:]]})
+    html = page_html(page)
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    md = page_markdown(page)
+    assert "<script>" not in md and "\\|" in md
+    assert "overall" in md and "undecided" in md
+    assert DecidePage.model_validate_json(page.model_dump_json()) == page
+
+
+def test_orch_decide_writes_every_format_and_exits_1_when_undecided(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(SERVING, a)
+    shutil.copytree(SERVING, b)
+    out = [tmp_path / f"page.{x}" for x in ("html", "md", "json")]
+    r = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "decide", str(a), str(b), "--store", str(tmp_path / "s.db"),
+         "--html", str(out[0]), "--md", str(out[1]), "--json", str(out[2])],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert "overall: undecided" in r.stdout
+    page = DecidePage.model_validate(json.loads(out[2].read_text()))
+    assert page.overall == "undecided" and "capacity at SLO" in page.missing
+    assert 'class="overall-undecided"' in out[0].read_text()
+    assert "**overall**: undecided" in out[1].read_text()
