@@ -88,3 +88,28 @@ def test_the_straggler_heatmap_is_in_the_dom_with_the_slow_node_marked(tmp_path:
     flagged = re.findall(r'<text class="tick (row|col) flagged"[^>]*>([^<]+)</text>', svg)
     assert sorted(flagged) == [("col", "node4"), ("row", "node4")]
     assert "node4: median" in section
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_the_decide_page_shows_every_row_with_its_figure_or_why_it_is_missing(tmp_path: Path) -> None:
+    from orchestrator.report.decide import ROWS, decide, page_html
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "old_runs"
+    a = load_run(fixtures / "serving" / "20261204T235843Z-serve-test-f7ca")
+    page = tmp_path / "decide.html"
+    page.write_text(page_html(decide([a], [a])))
+    dom = _chromium(["--dump-dom", page.as_uri()], tmp_path / "p3")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert [line for line in dom.stderr.splitlines() if "CONSOLE" in line] == []
+    (section,) = re.findall(r'<section id="decide" class="overall-undecided">.*?</section>', dom.stdout,
+                            flags=re.S)  # fmt: skip
+    rows = [
+        [html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", r, flags=re.S)]
+        for r in re.findall(r'<tr class="row">(.*?)</tr>', section, flags=re.S)
+    ]
+    assert [r[0] for r in rows] == list(ROWS)
+    for name, a_fig, b_fig, verdict, why in rows:
+        assert why, name  # every row says why: its band and n, or what is missing
+        assert (a_fig == b_fig == "-") == (verdict == "missing"), name
+    assert {r[0] for r in rows if r[3] == "missing"} >= {"capacity at SLO", "output quality"}
+    assert "undecided: no figure for" in section and "capacity at SLO" in section
