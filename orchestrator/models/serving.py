@@ -244,6 +244,13 @@ class ServingLoad(StrictModel):
         description="open loop: requests beyond this in flight are counted as errors",
     )
     seed: int = Field(default=0, ge=0, description="seed of arrivals and uniform lengths")
+    burstiness: float = Field(
+        default=1.0,
+        gt=0,
+        le=100,
+        description="open loop: 1 is Poisson; otherwise gamma-distributed gaps of this shape with the "
+        "same mean (vLLM's --burstiness): below 1 burstier, above 1 more even",
+    )
 
     @field_validator("concurrency", "rates")
     @classmethod
@@ -258,6 +265,8 @@ class ServingLoad(StrictModel):
             raise ValueError("give concurrency levels, request rates, or both")
         if self.requests is None and self.duration_s is None:
             raise ValueError("give requests (per level), duration_s, or both")
+        if self.burstiness != 1.0 and not self.rates:
+            raise ValueError(f"burstiness {self.burstiness:g} shapes open-loop arrivals: give rates too")
         return self
 
 

@@ -94,6 +94,7 @@ class LoadSpec:
     seed: int = 0
     ignore_eos: bool = False
     extra: dict[str, object] = field(default_factory=dict)
+    burstiness: float = 1.0
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -160,7 +161,9 @@ class LoadGenerator:
         self._next = 0
         self._in_flight = 0
         self._clock = _Clock()
-        self._arrivals = arrival_offsets(spec.rate, spec.seed) if spec.rate is not None else iter(())
+        self._arrivals = (
+            arrival_offsets(spec.rate, spec.seed, spec.burstiness) if spec.rate is not None else iter(())
+        )
         self._deadline: float | None = None
         self.counted = threading.Event()
         self.counted_at: float | None = None
@@ -432,14 +435,19 @@ def _event_token(event: str) -> tuple[bool, bool, dict[str, int]]:
     return token, finish, u
 
 
-def arrival_offsets(rate: float, seed: int) -> Iterator[float]:
-    """Poisson arrivals at `rate` per second: the cumulative offsets (s) of exponential gaps drawn
-    from random.Random(seed), without end. One seed gives one schedule."""
+def arrival_offsets(rate: float, seed: int, burstiness: float = 1.0) -> Iterator[float]:
+    """Arrivals at `rate` per second on average: the cumulative offsets (s) of gaps drawn from
+    random.Random(seed), without end. One seed gives one schedule. burstiness 1 is a Poisson
+    process (exponential gaps); otherwise the gaps are gamma-distributed with shape `burstiness`
+    and mean 1/rate, as vLLM's `bench serve --burstiness`: below 1 burstier, above 1 more even."""
     if rate <= 0:
         raise ValueError(f"rate must be > 0, got {rate}")
+    if burstiness <= 0:
+        raise ValueError(f"burstiness must be > 0, got {burstiness}")
     rng, t = random.Random(seed), 0.0  # noqa: S311 (a load schedule, not a secret)
+    scale = 1.0 / (rate * burstiness)  # the gamma's scale: its mean, shape x scale, is 1/rate
     while True:
-        t += rng.expovariate(rate)
+        t += rng.expovariate(rate) if burstiness == 1.0 else rng.gammavariate(burstiness, scale)
         yield t
 
 
@@ -514,7 +522,7 @@ def level_specs(
             targets=list(targets), model=w.model.served_name, input_tokens=inputs, output_tokens=outputs,
             concurrency=concurrency, rate=rate, requests=load.requests, duration_s=load.duration_s,
             warmup=load.warmup_requests, api=load.api, timeout_s=load.request_timeout_s,
-            max_in_flight=load.max_in_flight, seed=load.seed,
+            max_in_flight=load.max_in_flight, seed=load.seed, burstiness=load.burstiness,
         )  # fmt: skip
 
     return [spec(concurrency=c) for c in load.concurrency] + [spec(rate=r) for r in load.rates]
@@ -550,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--api", choices=("completions", "chat"), default="completions")
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--burstiness", type=float, default=1.0, help="with --rate: 1 Poisson, else gamma gaps")
     ap.add_argument("--ignore-eos", action="store_true", help="send ignore_eos (vLLM, SGLang)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
@@ -558,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             targets=a.target, model=a.model, input_tokens=[a.input_tokens], output_tokens=[a.output_tokens],
             concurrency=a.concurrency, rate=a.rate, requests=a.requests, duration_s=a.duration,
             warmup=a.warmup, api=a.api, timeout_s=a.timeout, seed=a.seed, ignore_eos=a.ignore_eos,
+            burstiness=a.burstiness,
         )  # fmt: skip
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -195,6 +195,25 @@ def test_poisson_schedule_is_seeded_and_has_the_rate() -> None:
     assert statistics.pvariance(counts) / statistics.fmean(counts) == pytest.approx(1.0, abs=0.35)
 
 
+@pytest.mark.parametrize("burstiness", [0.25, 4.0])
+def test_bursty_arrivals_keep_the_rate_and_change_the_spread_as_vllms_gamma_gaps(burstiness: float) -> None:
+    rate, n = 20.0, 4000
+    a = list(itertools.islice(arrival_offsets(rate, seed=7, burstiness=burstiness), n))
+    assert a == list(itertools.islice(arrival_offsets(rate, seed=7, burstiness=burstiness), n))
+    gaps = [a[0], *(y - x for x, y in itertools.pairwise(a))]
+    mean = statistics.fmean(gaps)
+    # gamma gaps of shape k and mean 1/rate: standard deviation (1/rate)/sqrt(k), CV 1/sqrt(k)
+    cv = 1 / math.sqrt(burstiness)
+    assert abs(mean - 1 / rate) < 5 * cv * (1 / rate) / math.sqrt(n)
+    assert statistics.pstdev(gaps) / mean == pytest.approx(cv, rel=0.15)
+    # burstiness 1 is the Poisson schedule itself, draw for draw
+    assert list(itertools.islice(arrival_offsets(rate, seed=7, burstiness=1.0), 50)) == list(
+        itertools.islice(arrival_offsets(rate, seed=7), 50)
+    )
+    with pytest.raises(ValueError, match="burstiness must be > 0"):
+        next(arrival_offsets(rate, seed=7, burstiness=0.0))
+
+
 def test_open_loop_sends_every_request_and_warmup() -> None:
     with sse_server(Behaviour(ttft_s=0.01)) as url:
         recs = run_level(spec(url, concurrency=None, rate=200.0, requests=30, warmup=3, seed=1))
@@ -292,6 +311,14 @@ def test_level_specs_follow_the_plan(tmp_path: Path) -> None:
     assert s.output_tokens[:4] == [5, 7, 5, 7] and s.model == "m" and s.warmup == 2 and s.requests == 20
     with pytest.raises(ValueError, match=r"no lengths read from /data/lens\.jsonl"):
         level_specs(w, targets)
+    assert {x.burstiness for x in specs} == {1.0}
+    load = w.load.model_dump()
+    bursty = w.model_copy(update={"load": type(w.load).model_validate({**load, "burstiness": 0.5})})
+    lens = {("/data/lens.jsonl", "out"): [5]}
+    assert [x.burstiness for x in level_specs(bursty, targets, datasets=lens)] == [0.5] * 3
+    closed = {**load, "rates": [], "burstiness": 0.5}
+    with pytest.raises(ValueError, match=r"burstiness 0\.5 shapes open-loop arrivals: give rates too"):
+        type(w.load).model_validate(closed)
 
 
 def test_serving_smoke_level_against_the_double_gives_its_figures() -> None:
