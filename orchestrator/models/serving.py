@@ -160,6 +160,13 @@ class ServedModel(StrictModel):
         default=None,
         description="the model name sent in requests (vLLM, SGLang: --served-model-name; default: the path)",
     )
+    max_model_len: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000_000,
+        description="the model's context length in tokens: load lengths that cannot fit are refused with "
+        "the plan, and a request (of a dataset's lengths) whose input + output exceed it is not sent",
+    )
 
     @model_validator(mode="after")
     def _named(self) -> ServedModel:
@@ -207,6 +214,13 @@ class DatasetLengths(StrictModel):
 
 
 TokenLengths = Annotated[FixedLengths | UniformLengths | DatasetLengths, Field(discriminator="kind")]
+
+
+def _longest(spec: TokenLengths) -> int | None:
+    """The largest token count a length spec gives; None for a dataset's (known once read)."""
+    if isinstance(spec, FixedLengths):
+        return spec.tokens
+    return spec.max if isinstance(spec, UniformLengths) else None
 
 
 class ServingLoad(StrictModel):
@@ -401,6 +415,13 @@ class ServingWorkload(StrictModel):
                     f"serving {self.name}: model.name {self.model.name!r}: transformers serve answers only "
                     "to the model's path; leave model.name out"
                 )
+        n_in, n_out = _longest(self.load.input_tokens), _longest(self.load.output_tokens)
+        limit = self.model.max_model_len
+        if limit is not None and n_in is not None and n_out is not None and n_in + n_out > limit:
+            raise ValueError(
+                f"serving {self.name}: input up to {n_in} + output up to {n_out} tokens exceed "
+                f"model.max_model_len {limit}: lower the lengths (a long-context level stays within it)"
+            )
         p99 = self.thresholds.p99_fields() + [
             f"slos.{n}"
             for n in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")

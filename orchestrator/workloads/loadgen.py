@@ -75,6 +75,10 @@ class Target:
     url: str
 
 
+REFUSED = "refused before sending"
+"""The start of a record's error when orch did not send the request (it cannot fit the model)."""
+
+
 @dataclass
 class LoadSpec:
     """One load level. Exactly one of concurrency and rate is set; requests and/or duration_s."""
@@ -95,6 +99,7 @@ class LoadSpec:
     ignore_eos: bool = False
     extra: dict[str, object] = field(default_factory=dict)
     burstiness: float = 1.0
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -293,6 +298,11 @@ class LoadGenerator:
     def _request(self, i: int, warmup: bool) -> bool:
         s, target = self.spec, self._target(i)
         n_in, n_out = self._lengths(i)
+        if s.max_model_len is not None and n_in + n_out > s.max_model_len:
+            now = self._clock.now()
+            why = f"{REFUSED}: input {n_in} + output {n_out} tokens > max_model_len {s.max_model_len}"
+            self._record(i, warmup, target, now, now, "error", error=why, n_in=n_in, n_out=n_out)
+            return True
         parts = urlsplit(target.url)
         path = parts.path.rstrip("/") + ("/v1/chat/completions" if s.api == "chat" else "/v1/completions")
         conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
@@ -523,6 +533,7 @@ def level_specs(
             concurrency=concurrency, rate=rate, requests=load.requests, duration_s=load.duration_s,
             warmup=load.warmup_requests, api=load.api, timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, seed=load.seed, burstiness=load.burstiness,
+            max_model_len=w.model.max_model_len,
         )  # fmt: skip
 
     return [spec(concurrency=c) for c in load.concurrency] + [spec(rate=r) for r in load.rates]

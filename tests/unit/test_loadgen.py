@@ -9,6 +9,7 @@ import math
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -314,7 +315,7 @@ def test_level_specs_follow_the_plan(tmp_path: Path) -> None:
     assert {x.burstiness for x in specs} == {1.0}
     load = w.load.model_dump()
     bursty = w.model_copy(update={"load": type(w.load).model_validate({**load, "burstiness": 0.5})})
-    lens = {("/data/lens.jsonl", "out"): [5]}
+    lens: dict[tuple[str, str], Sequence[int]] = {("/data/lens.jsonl", "out"): [5]}
     assert [x.burstiness for x in level_specs(bursty, targets, datasets=lens)] == [0.5] * 3
     closed = {**load, "rates": [], "burstiness": 0.5}
     with pytest.raises(ValueError, match=r"burstiness 0\.5 shapes open-loop arrivals: give rates too"):
@@ -336,3 +337,40 @@ def test_serving_smoke_level_against_the_double_gives_its_figures() -> None:
     assert len(recs) == w.load.requests + w.load.warmup_requests
     assert s.ttft_ms.p99 is not None and s.ttft_ms.p99 >= b.ttft_s * 1e3 - 1
     assert s.goodput == 1.0 and all(c.met for c in s.slos)
+
+
+def test_a_request_longer_than_the_model_is_refused_before_it_is_sent() -> None:
+    from orchestrator.workloads.loadgen import REFUSED
+
+    b = Behaviour()
+    with sse_server(b) as url:
+        recs = run_level(spec(url, input_tokens=[8, 500, 8], output_tokens=[5], requests=6, max_model_len=64))
+    refused = [r for r in recs if r.status == "error"]
+    assert len(recs) == 6 and len(refused) == 2  # requests 1 and 4 carry 500 input tokens
+    assert all(r.input_tokens == 500 and r.error is not None and r.error.startswith(REFUSED) for r in refused)
+    assert "500 + output 5 tokens > max_model_len 64" in (refused[0].error or "")
+    assert b.requests == 4  # the engine saw only the 4 that fit
+    assert all(r.status == "ok" for r in recs if r.input_tokens == 8)
+
+
+def test_a_plan_whose_lengths_cannot_fit_the_model_is_refused_naming_them() -> None:
+    from orchestrator.models.serving import ServingWorkload
+
+    doc = {
+        "name": "long",
+        "engine": "external",
+        "url": "http://127.0.0.1:1",
+        "model": {"name": "m", "max_model_len": 512},
+        "load": {
+            "concurrency": [1],
+            "input_tokens": {"kind": "uniform", "min": 400, "max": 500},
+            "output_tokens": {"kind": "fixed", "tokens": 16},
+            "requests": 10,
+        },
+    }
+    too_long = r"input up to 500 \+ output up to 16 tokens exceed model\.max_model_len 512"
+    with pytest.raises(ValueError, match=too_long):
+        ServingWorkload.model_validate(doc)
+    doc["load"]["input_tokens"]["max"] = 496  # type: ignore[index]
+    w = ServingWorkload.model_validate(doc)
+    assert level_specs(w, [Target("node1", "http://127.0.0.1:1")])[0].max_model_len == 512
