@@ -1,4 +1,4 @@
-"""CLI commands: per-node certificates (`orch cert keygen/issue/show/verify/list/resume`)."""
+"""CLI commands: per-node certificates (`orch cert keygen/issue/show/verify/list/resume/readmit`)."""
 
 from __future__ import annotations
 
@@ -187,6 +187,67 @@ def resume_cmd(
         return EXIT_OK
     out.print(styled("still drained", "red"), f"{node}: re-test {res.retest.run_id} did not pass")
     return EXIT_THRESHOLDS
+
+
+@cert_app.command("readmit")
+def readmit_cmd(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory.")],
+    out_dir: OutDirOpt = Path("runs"),
+    delay: Annotated[
+        str, typer.Option("--delay", help="Re-test a node this long after orch drained it, e.g. 10m.")
+    ] = "10m",
+    max_unavailable: Annotated[
+        int | None,
+        typer.Option(
+            "--max-unavailable",
+            min=0,
+            help="Re-test none at this many unavailable nodes (default: orch_max_unavailable, else the "
+            "plans' max_share of the nodes).",
+        ),
+    ] = None,
+    every: Annotated[
+        str | None, typer.Option("--every", help="Loop in the foreground: a pass this often, e.g. 1h.")
+    ] = None,
+) -> int:
+    """Drain, test again, re-admit: each node orch drained is re-tested after --delay (alone, then
+    with a known-good partner) and returned on pass; a failing one stays drained with the re-test
+    as evidence. Nodes drained by others are left alone. Exit 1 when a node stays drained."""
+    import math
+    import time
+
+    from orchestrator.faults.safety import DEFAULT_MAX_SHARE
+    from orchestrator.inventory import load_inventory
+    from orchestrator.models.fault import parse_duration
+    from orchestrator.runs.readmit import ReadmitPolicy, readmit_pass
+
+    cluster = load_inventory(inventory)
+    budget = max_unavailable if max_unavailable is not None else cluster.vars.orch_max_unavailable
+    if budget is None:
+        budget = max(1, math.floor(DEFAULT_MAX_SHARE * len(cluster.nodes)))
+    policy = ReadmitPolicy(delay_s=parse_duration(delay), max_unavailable=budget)
+    period = parse_duration(every) if every is not None else None
+    while True:
+        done = readmit_pass(inventory, out_dir, policy)
+        out.print(
+            f"readmit: {len(done.unavailable)} of {len(cluster.nodes)} nodes unavailable, budget "
+            f"max_unavailable {policy.max_unavailable}, delay {policy.delay_s:g} s",
+            markup=False,
+        )
+        cols = [Col("node", whole=True), Col("action", whole=True), Col("detail"),
+                Col("re-test", whole=True, optional=True), Col("was", optional=True)]  # fmt: skip
+        colour = {"returned": "green", "kept drained": "red", "budget reached": "red"}
+        rows: list[list[Cell]] = [
+            [e.node, styled(e.action, colour.get(e.action, "yellow")), e.detail, e.retest or "-",
+             f"{e.state} ({e.reason})"]
+            for e in done.entries
+        ]  # fmt: skip
+        if rows:
+            out.print(fitted_table(None, cols, rows, out.width))
+        else:
+            out.print("no node drained", markup=False)
+        if period is None:
+            return EXIT_THRESHOLDS if done.kept else EXIT_OK
+        time.sleep(period)
 
 
 def register(app: typer.Typer) -> None:

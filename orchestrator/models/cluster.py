@@ -197,6 +197,12 @@ class ClusterVars(StrictModel):
         description="the Ed25519 public key (PEM) `orch check --quick` verifies certificates' signatures "
         "with; None: signatures are not checked",
     )
+    orch_max_unavailable: int | None = Field(
+        default=None,
+        ge=0,
+        description="the failure budget: at this many unavailable nodes, `orch cert readmit` re-tests none "
+        "(None: the plans' max_share of the nodes)",
+    )
     orch_shared_dirs: list[Path] = Field(
         default_factory=list,
         description="folders every node sees at the same path (NFS): a run directory under one is "

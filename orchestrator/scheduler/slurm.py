@@ -455,13 +455,22 @@ class SlurmScheduler:
 
     def node_state(self, node: str) -> tuple[str, str]:
         """(state, reason) of one node from `scontrol show node -o`; raises SchedulerError."""
+        state, reason, _ = self.node_status(node)
+        return state, reason
+
+    def node_status(self, node: str) -> tuple[str, str, datetime | None]:
+        """(state, reason, when the reason was set) of one node from `scontrol show node -o` (the
+        reason's `[user@YYYY-MM-DDTHH:MM:SS]`, the controller's local time; None when absent);
+        raises SchedulerError."""
         _check_word("node", node)
         res = self._run(["scontrol", "show", "node", "-o", node])
         if not res.ok:
             raise SchedulerError(f"scontrol show node {node} failed: {res.brief()}")
         state = re.search(r"\bState=(\S+)", res.stdout)
         reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", res.stdout.strip())
-        return (state.group(1) if state else "", reason.group(1) if reason else "")
+        since = re.search(r"\bReason=.*? \[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]", res.stdout)
+        when = datetime.fromisoformat(since.group(1)) if since else None
+        return (state.group(1) if state else "", reason.group(1) if reason else "", when)
 
     def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
         """Nodes sinfo shows drained, down, failed, in maintenance or not responding (state ends in *)."""
