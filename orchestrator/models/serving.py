@@ -216,6 +216,15 @@ class DatasetLengths(StrictModel):
 TokenLengths = Annotated[FixedLengths | UniformLengths | DatasetLengths, Field(discriminator="kind")]
 
 
+class ArrivalTrace(StrictModel):
+    """Arrival times replayed from a JSONL file (one object per line, `field` a number): the gaps
+    between them, in the file's order, scaled so that their mean rate is each level's rate."""
+
+    path: AbsPath = Field(description="absolute path of the JSONL file on the controller")
+    field: Name = Field(default="timestamp", description="the key of each line that holds the arrival time")
+    unit: Literal["s", "ms"] = Field(default="s", description="the unit of the times (Mooncake's traces: ms)")
+
+
 def _longest(spec: TokenLengths) -> int | None:
     """The largest token count a length spec gives; None for a dataset's (known once read)."""
     if isinstance(spec, FixedLengths):
@@ -258,6 +267,11 @@ class ServingLoad(StrictModel):
         description="open loop: requests beyond this in flight are counted as errors",
     )
     seed: int = Field(default=0, ge=0, description="seed of arrivals and uniform lengths")
+    trace: ArrivalTrace | None = Field(
+        default=None,
+        description="open loop: the arrivals' pattern from a file, time-scaled to each rate (instead of "
+        "Poisson or burstiness)",
+    )
     burstiness: float = Field(
         default=1.0,
         gt=0,
@@ -281,6 +295,10 @@ class ServingLoad(StrictModel):
             raise ValueError("give requests (per level), duration_s, or both")
         if self.burstiness != 1.0 and not self.rates:
             raise ValueError(f"burstiness {self.burstiness:g} shapes open-loop arrivals: give rates too")
+        if self.trace is not None and not self.rates:
+            raise ValueError(f"trace {self.trace.path} is replayed at each rate: give rates too")
+        if self.trace is not None and self.burstiness != 1.0:
+            raise ValueError("give trace or burstiness, not both: the trace's gaps are the arrivals' shape")
         return self
 
 

@@ -66,14 +66,21 @@ from orchestrator.remote.base import NodeShell
 from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.serving_faults import LiveRecords, ServingFaults, attach_recovery
-from orchestrator.safefs import NotInside, read_inside
+from orchestrator.safefs import NotInside, read_inside, read_regular
 from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits, run_job_name
 from orchestrator.scheduler.local import LOCAL_ADDR, free_port
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import SERVING_RESULT
 from orchestrator.store.rundir import atomic_write
 from orchestrator.workloads.engines import engine_argv, engine_env, health_path, variant_of
-from orchestrator.workloads.loadgen import LoadGenerator, RecordWriter, Target, level_specs, read_lengths
+from orchestrator.workloads.loadgen import (
+    LoadGenerator,
+    RecordWriter,
+    Target,
+    level_specs,
+    read_lengths,
+    read_trace,
+)
 
 HEALTH_POLL_S = 0.5
 WATCH_POLL_S = 1.0
@@ -88,6 +95,15 @@ ENGINE_ENV = {"HF_HUB_OFFLINE": "1"}
 
 STOP_WAIT_S = 60.0
 """How long the end of a step waits for its cancelled engine jobs to leave the queue."""
+
+
+DATA_FILE_LIMIT = 256 * 2**20
+"""The largest lengths dataset or arrival trace a plan may name (bytes): read into memory whole."""
+
+
+def _data_lines(path: str) -> list[str]:
+    """The lines of a plan's data file: a regular file only, at most DATA_FILE_LIMIT bytes, UTF-8."""
+    return read_regular(Path(path), max_bytes=DATA_FILE_LIMIT).decode("utf-8").splitlines()
 
 
 class _StepEnded(Exception):
@@ -424,7 +440,7 @@ class ServingRunner:
         step = res.step
         folder = self.life.rundir.step_dir(step.id)
         targets = [Target(e.node, e.url) for e in res.engines]
-        specs = level_specs(w, targets, datasets=self._datasets(w))
+        specs = level_specs(w, targets, datasets=self._datasets(w), trace=self._trace(w))
         t0 = self._t_submit
         first_ok: dict[str, float] = {}
         engines = {e.node: e for e in res.engines}
@@ -627,11 +643,20 @@ class ServingRunner:
         for spec in (w.load.input_tokens, w.load.output_tokens):
             if isinstance(spec, DatasetLengths) and (spec.path, spec.field) not in out:
                 try:
-                    with open(spec.path, encoding="utf-8") as f:
-                        out[(spec.path, spec.field)] = read_lengths(f, spec.field, source=spec.path)
+                    lines = _data_lines(spec.path)
+                    out[(spec.path, spec.field)] = read_lengths(lines, spec.field, source=spec.path)
                 except (OSError, ValueError) as e:
                     raise _StepEnded("infra", f"serving {w.name}: lengths dataset not read: {e}") from e
         return out
+
+    def _trace(self, w: ServingWorkload) -> list[float] | None:
+        t = w.load.trace
+        if t is None:
+            return None
+        try:
+            return read_trace(_data_lines(t.path), t.field, t.unit, source=t.path)
+        except (OSError, ValueError) as e:
+            raise _StepEnded("infra", f"serving {w.name}: arrival trace not read: {e}") from e
 
     def _rel(self, path: Path) -> str:
         return path.relative_to(self.life.root).as_posix()

@@ -39,14 +39,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import itertools
 import json
+import math
 import os
 import random
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -100,6 +102,7 @@ class LoadSpec:
     extra: dict[str, object] = field(default_factory=dict)
     burstiness: float = 1.0
     max_model_len: int | None = None
+    trace: Sequence[float] | None = None  # arrival times (s) to replay at `rate`, instead of Poisson
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -166,9 +169,13 @@ class LoadGenerator:
         self._next = 0
         self._in_flight = 0
         self._clock = _Clock()
-        self._arrivals = (
-            arrival_offsets(spec.rate, spec.seed, spec.burstiness) if spec.rate is not None else iter(())
-        )
+        self._arrivals: Iterator[float] = iter(())
+        if spec.rate is not None:
+            self._arrivals = (
+                trace_offsets(spec.trace, spec.rate)
+                if spec.trace is not None
+                else arrival_offsets(spec.rate, spec.seed, spec.burstiness)
+            )
         self._deadline: float | None = None
         self.counted = threading.Event()
         self.counted_at: float | None = None
@@ -461,6 +468,50 @@ def arrival_offsets(rate: float, seed: int, burstiness: float = 1.0) -> Iterator
         yield t
 
 
+def trace_offsets(times: Sequence[float], rate: float) -> Iterator[float]:
+    """Arrivals replayed from a trace's times (seconds; sorted here): the first at once, then the
+    offsets of its gaps scaled by native/rate, where native is the trace's mean rate, so that the
+    level sends `rate` requests per second on average in the trace's pattern. When the trace runs
+    out it starts again after one mean gap, without end. Raises ValueError for fewer than 2 times
+    or a trace that spans no time."""
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, got {rate}")
+    ts = sorted(times)
+    if len(ts) < 2 or ts[-1] <= ts[0]:
+        raise ValueError(f"a trace needs 2 or more distinct times, got {len(ts)}")
+    native = (len(ts) - 1) / (ts[-1] - ts[0])
+    scale = native / rate
+    gaps = [b - a for a, b in itertools.pairwise(ts)]
+    mean_gap = (ts[-1] - ts[0]) / len(gaps)
+    t = 0.0
+    while True:
+        yield t  # the trace's first arrival, at once (its times are relative to the first)
+        for g in gaps:
+            t += g * scale
+            yield t
+        t += mean_gap * scale
+
+
+def read_trace(lines: Iterable[str], field: str, unit: str, *, source: str = "trace") -> list[float]:
+    """Arrival times in seconds from JSONL lines (`field` a number, `unit` s or ms); blank lines
+    skipped. Raises ValueError naming the source and the line."""
+    factor = 1e-3 if unit == "ms" else 1.0
+    out: list[float] = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)[field]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{source} line {no}: no number {field!r}: {e}") from e
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"{source} line {no}: {field} must be a number, got {value!r}")
+        out.append(value * factor)
+    if len(out) < 2:
+        raise ValueError(f"{source}: a trace needs 2 or more arrival times, found {len(out)}")
+    return out
+
+
 def read_lengths(lines: Iterator[str] | Sequence[str], field: str, *, source: str = "dataset") -> list[int]:
     """Token counts from JSONL lines of lengths (`{"input_tokens": 120, ...}` per line, `field` an
     int >= 1); blank lines skipped. Raises ValueError naming the source and the line."""
@@ -511,13 +562,17 @@ def level_specs(
     targets: Sequence[Target],
     *,
     datasets: dict[tuple[str, str], Sequence[int]] | None = None,
+    trace: Sequence[float] | None = None,
 ) -> list[LoadSpec]:
     """One LoadSpec per load level of a plan's workload, in plan order (concurrency levels, then
     rates), aimed at `targets` (one per replica). Lengths are drawn for warm-up plus counted
     requests (LENGTHS_CYCLE when the level ends on a duration); input and output lengths use
     seed and seed + 1. `datasets` maps (path, field) to the lengths read from a dataset spec.
-    Raises ValueError for a dataset spec that was not read."""
+    `trace`: the arrival times read from the load's trace, replayed at each rate. Raises
+    ValueError for a dataset spec or a trace that was not read."""
     load = w.load
+    if load.trace is not None and trace is None:
+        raise ValueError(f"no arrival times read from {load.trace.path}")
     n = load.warmup_requests + (load.requests if load.requests is not None else LENGTHS_CYCLE)
     data = datasets or {}
 
@@ -533,7 +588,7 @@ def level_specs(
             concurrency=concurrency, rate=rate, requests=load.requests, duration_s=load.duration_s,
             warmup=load.warmup_requests, api=load.api, timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, seed=load.seed, burstiness=load.burstiness,
-            max_model_len=w.model.max_model_len,
+            max_model_len=w.model.max_model_len, trace=trace if rate is not None else None,
         )  # fmt: skip
 
     return [spec(concurrency=c) for c in load.concurrency] + [spec(rate=r) for r in load.rates]

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sse_server import HOLD_TOKENS, Behaviour, sse_server
@@ -374,3 +375,84 @@ def test_a_plan_whose_lengths_cannot_fit_the_model_is_refused_naming_them() -> N
     doc["load"]["input_tokens"]["max"] = 496  # type: ignore[index]
     w = ServingWorkload.model_validate(doc)
     assert level_specs(w, [Target("node1", "http://127.0.0.1:1")])[0].max_model_len == 512
+
+
+def test_a_trace_is_replayed_in_its_pattern_at_each_levels_rate() -> None:
+    from orchestrator.workloads.loadgen import trace_offsets
+
+    # a bursty trace: 4 arrivals 0.1 s apart, then a 3.7 s pause; 9 gaps over 12 s: 0.75 per second
+    times = [0.0, 0.1, 0.2, 0.3, 4.0, 4.1, 4.2, 4.3, 8.0, 12.0]
+    got = list(itertools.islice(trace_offsets(times, rate=1.5), 10))
+    # twice the trace's own rate: the first at once, every gap halved, in the file's order
+    assert got == pytest.approx([(t - times[0]) / 2 for t in times])
+    # the trace starts again after one mean gap (12 s / 9, halved), without end
+    more = list(itertools.islice(trace_offsets(times, rate=1.5), 22))
+    assert more[10] - more[9] == pytest.approx(12 / 9 / 2)
+    assert more[11] - more[10] == pytest.approx(0.05)
+    # at the trace's own rate it is the trace itself; unsorted times are sorted
+    native = list(itertools.islice(trace_offsets(list(reversed(times)), rate=0.75), 10))
+    assert native == pytest.approx([t - times[0] for t in times])
+    with pytest.raises(ValueError, match="2 or more distinct times"):
+        next(trace_offsets([5.0, 5.0], rate=1.0))
+
+
+def test_read_trace_takes_seconds_or_milliseconds_and_names_a_bad_line() -> None:
+    from orchestrator.workloads.loadgen import read_trace
+
+    lines = ['{"timestamp": 0, "input_length": 10}', "", '{"timestamp": 1500}', '{"timestamp": 2500.5}']
+    assert read_trace(lines, "timestamp", "ms") == pytest.approx([0.0, 1.5, 2.5005])
+    assert read_trace(lines, "timestamp", "s") == [0, 1500, 2500.5]
+    with pytest.raises(ValueError, match=r"mooncake\.jsonl line 2: timestamp must be a number, got 'x'"):
+        read_trace(['{"timestamp": 1}', '{"timestamp": "x"}'], "timestamp", "s", source="mooncake.jsonl")
+    with pytest.raises(ValueError, match="line 1: no number 'ts'"):
+        read_trace(['{"timestamp": 1}'], "ts", "s")
+    with pytest.raises(ValueError, match="found 1"):
+        read_trace(['{"timestamp": 1}'], "timestamp", "s")
+
+
+def test_a_trace_reaches_the_rate_levels_only_and_must_be_read(tmp_path: Path) -> None:
+    from orchestrator.models.serving import ServingWorkload
+
+    doc: dict[str, Any] = {
+        "name": "replay",
+        "engine": "external",
+        "url": "http://127.0.0.1:1",
+        "model": {"name": "m"},
+        "load": {
+            "concurrency": [2],
+            "rates": [1.0, 4.0],
+            "trace": {"path": "/data/mooncake.jsonl", "unit": "ms"},
+            "input_tokens": {"kind": "fixed", "tokens": 8},
+            "output_tokens": {"kind": "fixed", "tokens": 4},
+            "requests": 10,
+        },
+    }
+    w = ServingWorkload.model_validate(doc)
+    targets = [Target("node1", "http://127.0.0.1:1")]
+    specs = level_specs(w, targets, trace=[0.0, 1.0, 3.0])
+    times = [0.0, 1.0, 3.0]
+    assert [(s.level, s.trace) for s in specs] == [("c2", None), ("r1", times), ("r4", times)]
+    with pytest.raises(ValueError, match=r"no arrival times read from /data/mooncake\.jsonl"):
+        level_specs(w, targets)
+    with pytest.raises(ValueError, match="give trace or burstiness, not both"):
+        ServingWorkload.model_validate({**doc, "load": {**doc["load"], "burstiness": 2.0}})
+    with pytest.raises(ValueError, match="is replayed at each rate: give rates too"):
+        ServingWorkload.model_validate({**doc, "load": {**doc["load"], "rates": []}})
+
+
+def test_plan_data_files_are_read_as_regular_files_within_a_limit(tmp_path: Path) -> None:
+    import errno
+    import os
+
+    from orchestrator.safefs import read_regular
+
+    f = tmp_path / "lens.jsonl"
+    f.write_bytes(b"x" * 100)
+    assert read_regular(f, max_bytes=100) == b"x" * 100
+    with pytest.raises(OSError) as big:
+        read_regular(f, max_bytes=99)
+    assert big.value.errno == errno.EFBIG and "larger than 99 bytes" in str(big.value)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        read_regular(fifo, max_bytes=100)

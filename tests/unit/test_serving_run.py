@@ -10,9 +10,11 @@ engine that never became healthy, and after SIGTERM of orch.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -426,3 +428,37 @@ def test_an_exception_while_serving_still_stops_the_engine(
     (run,) = [p.parent for p in (tmp_path / "runs").glob("*/journal.jsonl")]
     result = json.loads((run / "result.json").read_text())
     assert result["status"] == "infra" and result["exit_code"] == EXIT_INFRA
+
+
+def test_a_rate_level_replays_the_plans_arrival_trace_and_a_fifo_is_refused(tmp_path: Path) -> None:
+    import os
+
+    req, _ = setup(tmp_path, requests=20)
+    trace = tmp_path / "trace.jsonl"
+    # 3 bursts of 4 arrivals (10 ms apart) every 300 ms: at its own rate it lasts 0.63 s
+    trace.write_text("".join(f'{{"timestamp": {b * 300 + i * 10}}}\n' for b in range(3) for i in range(4)))
+    plan = Path(str(req.plan))
+    text = plan.read_text()
+    for old, new in (
+        ("      concurrency: [1, 4]\n", "      concurrency: []\n      rates: [40]\n"),
+        ("      warmup_requests: 2\n", f"      warmup_requests: 2\n      trace: {{path: {trace}, unit: ms}}\n"),  # noqa: E501
+        ("thresholds: {max_ttft_p99_ms: 60000}", "thresholds: {}"),
+        ("slos: {ttft_p99_ms: 60000}", "slos: {}"),
+    ):
+        text = text.replace(old, new)
+    plan.write_text(text)
+    result = scale_test(req)
+    (step,) = result.serving
+    assert step.verdict == "pass", step.reasons
+    lines = (result.run_dir / "steps/fake-r1/records-r40.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    sends = sorted(r["send"] for r in recs)
+    gaps = [b - a for a, b in itertools.pairwise(sends)]
+    # the trace's pattern: short gaps within a burst, long ones between (scaled to 40/s: 2.7 ms, 78 ms)
+    assert len(recs) == 22 and max(gaps) > 10 * statistics.median(gaps)
+    os.unlink(trace)
+    os.mkfifo(trace)
+    req2 = req.model_copy(update={"out_dir": tmp_path / "runs2"})
+    (step,) = scale_test(req2).serving
+    assert step.verdict == "infra"
+    assert any("arrival trace not read" in r and "not a regular file" in r for r in step.reasons)
