@@ -196,18 +196,27 @@ def read_inside(root: Path, path: Path) -> bytes:
         return fh.read()
 
 
-def read_regular(path: Path) -> bytes:
+def read_regular(path: Path, max_bytes: int | None = None) -> bytes:
     """The bytes of path when it is a regular file. Opened with O_NONBLOCK and checked before any
     read, so a FIFO or a device named on the command line is refused at once instead of hanging.
+    With max_bytes, a file larger than that (also one that grows past it while read) is refused.
 
-    Raises OSError (EINVAL "not a regular file", or why it cannot be opened).
+    Raises OSError (EINVAL "not a regular file", EFBIG "larger than N bytes", or why it cannot be
+    opened).
     """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
+        too_big = OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise too_big
         os.set_blocking(fd, True)
-        return fh.read()
+        data = fh.read() if max_bytes is None else fh.read(max_bytes + 1)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise too_big
+        return data
 
 
 def untrusted_folder(path: Path) -> str | None:

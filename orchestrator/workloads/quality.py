@@ -1,0 +1,220 @@
+"""The output-quality gate's client side (docs/quality.md): the prompt set, the task file, sending
+them to an engine greedily, and the outputs kept in the run.
+
+Prompt and task files are data from the user: each is read on the controller only as a regular
+file (a FIFO or a device is refused at once), at most MAX_FILE_BYTES, UTF-8, one JSON object a line;
+ids match the name pattern. Their text goes into HTTP request bodies as JSON, never into a job
+script or a command line. The prompt set's sha256 (of the file's bytes, or of the built-in set's
+canonical JSONL) goes into the run with the figures.
+
+Requests go through the load generator's client (workloads/loadgen.py: its threads, deadlines and
+stream parsing), with temperature 0, the gate's seed and max_tokens, and the engine's fields that
+ask for token ids and logprobs (EngineSpec.output_detail). Outputs are written inside the run
+folder, one JSON line each, with the run's file mode (safefs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from orchestrator import safefs
+from orchestrator.models.names import check_name
+from orchestrator.models.quality import MAX_FILE_BYTES, MAX_ITEMS, Output, Prompt, PromptSet, Task
+from orchestrator.models.quality_gate import QualityGate
+from orchestrator.models.serving import Api
+from orchestrator.models.serving_results import RequestRecord
+from orchestrator.workloads.labmodel import RECIPES
+from orchestrator.workloads.loadgen import LoadGenerator, LoadSpec, StreamOutput, Target
+
+BUILTIN_PROMPTS = "lab-words"
+"""The built-in prompt set: prompts of the lab model's own words (workloads/labmodel.py). A word
+outside its vocabulary becomes <unk>, and then every answer looks alike."""
+BUILTIN_COUNT = 32
+OUTPUTS_DIR = "quality"
+"""The folder of a run that holds the gate's outputs, one JSONL file per arm and pass."""
+
+
+class QualityInputError(ValueError):
+    """A prompt or task file that cannot be used; the message names the file and the line."""
+
+
+def _canonical(prompts: Sequence[Prompt]) -> bytes:
+    return b"".join(p.model_dump_json().encode() + b"\n" for p in prompts)
+
+
+def builtin_prompts() -> PromptSet:
+    """The built-in prompt set: BUILTIN_COUNT prompts of 3 to 12 words of the lab model's
+    vocabulary, drawn from random.Random(0) (one set on every machine)."""
+    words = RECIPES["lab-tiny"].words
+    rng = random.Random(0)  # noqa: S311 (a fixed prompt set, not a secret)
+    prompts = [
+        Prompt(id=f"p{i:03d}", prompt=" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))))
+        for i in range(BUILTIN_COUNT)
+    ]
+    return PromptSet(
+        source=f"builtin:{BUILTIN_PROMPTS}",
+        sha256=hashlib.sha256(_canonical(prompts)).hexdigest(),
+        prompts=prompts,
+    )
+
+
+def _json_lines(path: Path) -> tuple[list[tuple[int, dict[str, object]]], str]:
+    """The JSON objects of a user's JSONL file with their line numbers, and the file's sha256.
+
+    Raises QualityInputError naming the file (and line) when it is not a regular file, is larger
+    than MAX_FILE_BYTES, is not UTF-8, a line is not a JSON object, or it holds none or too many.
+    """
+    try:
+        raw = safefs.read_regular(path, max_bytes=MAX_FILE_BYTES)
+        text = raw.decode("utf-8")
+    except OSError as e:
+        raise QualityInputError(f"{path}: not read: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise QualityInputError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from e
+    out: list[tuple[int, dict[str, object]]] = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise QualityInputError(f"{path} line {no}: not JSON: {e}") from e
+        if not isinstance(obj, dict):
+            raise QualityInputError(f"{path} line {no}: not a JSON object")
+        out.append((no, obj))
+        if len(out) > MAX_ITEMS:
+            raise QualityInputError(f"{path}: more than {MAX_ITEMS} lines")
+    if not out:
+        raise QualityInputError(f"{path}: no lines")
+    return out, hashlib.sha256(raw).hexdigest()
+
+
+def _unique(path: Path, ids: Sequence[str]) -> None:
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise QualityInputError(f"{path}: id(s) given twice: {', '.join(twice[:5])}")
+
+
+def read_prompts(path: Path) -> PromptSet:
+    """A JSONL prompt file: {"prompt": TEXT} a line, with an optional "id" (else p<line>).
+
+    Raises QualityInputError (see _json_lines; a line that is not a prompt; an id given twice).
+    """
+    lines, sha = _json_lines(path)
+    prompts: list[Prompt] = []
+    for no, obj in lines:
+        try:
+            prompts.append(Prompt.model_validate({"id": f"p{no}", **obj}))
+        except ValidationError as e:
+            raise QualityInputError(f"{path} line {no}: {e.errors()[0]['msg']}") from e
+    _unique(path, [p.id for p in prompts])
+    return PromptSet(source=str(path), sha256=sha, prompts=prompts)
+
+
+def read_tasks(path: Path) -> tuple[list[Task], str]:
+    """A JSONL task file: {"prompt", "expected", "scoring", "choices", "id"} a line (id: t<line>
+    when not given), and the file's sha256.
+
+    Raises QualityInputError (see _json_lines; a line that is not a task; an id given twice).
+    """
+    lines, sha = _json_lines(path)
+    tasks: list[Task] = []
+    for no, obj in lines:
+        try:
+            tasks.append(Task.model_validate({"id": f"t{no}", **obj}))
+        except ValidationError as e:
+            raise QualityInputError(f"{path} line {no}: {e.errors()[0]['msg']}") from e
+    _unique(path, [t.id for t in tasks])
+    return tasks, sha
+
+
+def prompt_set(gate: QualityGate) -> PromptSet:
+    """The gate's prompts: its file, or the built-in set. Raises QualityInputError."""
+    return builtin_prompts() if gate.prompts is None else read_prompts(Path(gate.prompts))
+
+
+def request_detail(detail: Sequence[tuple[str, object]], api: Api) -> dict[str, object]:
+    """An engine's output_detail fields for one API: chat takes `logprobs` as a boolean."""
+    out = dict(detail)
+    if api == "chat" and "logprobs" in out:
+        out["logprobs"] = True
+    return out
+
+
+def run_prompts(
+    target: Target,
+    model: str,
+    prompts: Sequence[Prompt],
+    *,
+    max_tokens: int,
+    seed: int,
+    concurrency: int = 1,
+    api: Api = "completions",
+    timeout_s: float = 120.0,
+    detail: Mapping[str, object] | None = None,
+) -> list[Output]:
+    """Send every prompt once to one engine, greedily (temperature 0, seed, max_tokens), with
+    `concurrency` requests in flight, and return the outputs in prompt order. A request that failed
+    is an Output with its status and error, not an exception."""
+    records: dict[int, RequestRecord] = {}
+    streams: dict[int, StreamOutput] = {}
+    spec = LoadSpec(
+        targets=[target], model=model, input_tokens=[1], output_tokens=[max_tokens],
+        concurrency=max(1, min(concurrency, len(prompts))), requests=len(prompts), api=api,
+        timeout_s=timeout_s, seed=seed, extra={"seed": seed, **(detail or {})},
+        prompts=[p.prompt for p in prompts],
+    )  # fmt: skip
+    gen = LoadGenerator(spec, lambda r: records.__setitem__(r.id, r), lambda i, o: streams.__setitem__(i, o))
+    gen.run()
+    out: list[Output] = []
+    for i, p in enumerate(prompts):
+        rec, got = records.get(i), streams.get(i, StreamOutput())
+        if rec is None:
+            out.append(Output(id=p.id, status="aborted", error="not sent"))
+            continue
+        out.append(
+            Output(
+                id=p.id, status=rec.status, text=got.text, token_ids=got.token_ids, logprobs=got.logprobs,
+                error=rec.error,
+            )
+        )  # fmt: skip
+    return out
+
+
+def outputs_path(run_root: Path, name: str) -> Path:
+    """Where an arm's outputs go in a run: <run>/quality/<name>.jsonl (name: the name pattern).
+
+    Raises ValueError for a name that is not one.
+    """
+    return run_root / OUTPUTS_DIR / f"{check_name(name, what='quality output')}.jsonl"
+
+
+def write_outputs(run_root: Path, name: str, outputs: Sequence[Output]) -> Path:
+    """Write outputs inside the run folder, atomically, with the run's modes; returns the path."""
+    path = outputs_path(run_root, name)
+    safefs.make_dir(path.parent)
+    safefs.atomic_write(path, "".join(o.model_dump_json() + "\n" for o in outputs))
+    return path
+
+
+def read_outputs(run_root: Path, name: str) -> list[Output]:
+    """An arm's outputs as write_outputs wrote them (a file of the run's own, safefs.read_inside).
+
+    Raises FileNotFoundError, safefs.NotInside, or QualityInputError for a line that is not an
+    Output.
+    """
+    path = outputs_path(run_root, name)
+    out: list[Output] = []
+    for no, line in enumerate(safefs.read_inside(run_root, path).decode("utf-8", "replace").splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(Output.model_validate_json(line))
+            except ValidationError as e:
+                raise QualityInputError(f"{path} line {no}: not an output: {e.errors()[0]['msg']}") from e
+    return out
