@@ -6,11 +6,16 @@ Apart from models/quality.py, whose figures models/decision.py holds, because mo
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.serving import AbsPath, Api
+
+Share = Annotated[float, Field(ge=0, le=1)]
+"""A share, 0 to 1."""
 
 # What the loader refuses across fields, said in the published JSON Schema too (`orch schema plan`).
 _GATE_SCHEMA_RULES: JsonDict = {
@@ -40,20 +45,16 @@ class QualityGate(StrictModel):
         default=4, ge=2, le=1024, description="N of the A-at-concurrency-1-against-N noise floor"
     )
     api: Api = Field(default="completions", description="/v1/completions or /v1/chat/completions")
-    min_exact_match: float | None = Field(
-        default=None, ge=0, le=1, description="B's outputs equal to A's: at least this share"
+    min_exact_match: Share | None = Field(
+        default=None, description="B's outputs equal to A's: at least this share"
     )
-    min_exact_match_of_floor: float | None = Field(
+    min_exact_match_of_floor: Share | None = Field(
         default=None,
-        ge=0,
-        le=1,
         description="relative form: B's exact-match share at least this fraction of the A-against-A "
         "floor's (the lower of A run twice and A at concurrency 1 against N)",
     )
-    max_accuracy_drop: float | None = Field(
+    max_accuracy_drop: Share | None = Field(
         default=None,
-        ge=0,
-        le=1,
         description="with tasks: B fails when its accuracy's Wilson upper bound is below A's accuracy "
         "minus this (0 when not given)",
     )

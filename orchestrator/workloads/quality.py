@@ -20,8 +20,9 @@ import json
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from orchestrator import safefs
 from orchestrator.models.names import check_name
@@ -38,6 +39,9 @@ outside its vocabulary becomes <unk>, and then every answer looks alike."""
 BUILTIN_COUNT = 32
 OUTPUTS_DIR = "quality"
 """The folder of a run that holds the gate's outputs, one JSONL file per arm and pass."""
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class QualityInputError(ValueError):
@@ -64,19 +68,12 @@ def builtin_prompts() -> PromptSet:
     )
 
 
-def _json_lines(path: Path) -> tuple[list[tuple[int, dict[str, object]]], str]:
-    """The JSON objects of a user's JSONL file with their line numbers, and the file's sha256.
+def _objects(path: Path, text: str) -> list[tuple[int, dict[str, object]]]:
+    """The JSON objects of JSONL text with their line numbers (blank lines skipped).
 
-    Raises QualityInputError naming the file (and line) when it is not a regular file, is larger
-    than MAX_FILE_BYTES, is not UTF-8, a line is not a JSON object, or it holds none or too many.
+    Raises QualityInputError naming the file and line when a line is not a JSON object, or the
+    file holds more than MAX_ITEMS.
     """
-    try:
-        raw = safefs.read_regular(path, max_bytes=MAX_FILE_BYTES)
-        text = raw.decode("utf-8")
-    except OSError as e:
-        raise QualityInputError(f"{path}: not read: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise QualityInputError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from e
     out: list[tuple[int, dict[str, object]]] = []
     for no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -90,30 +87,54 @@ def _json_lines(path: Path) -> tuple[list[tuple[int, dict[str, object]]], str]:
         out.append((no, obj))
         if len(out) > MAX_ITEMS:
             raise QualityInputError(f"{path}: more than {MAX_ITEMS} lines")
-    if not out:
-        raise QualityInputError(f"{path}: no lines")
-    return out, hashlib.sha256(raw).hexdigest()
+    return out
 
 
-def _unique(path: Path, ids: Sequence[str]) -> None:
+def _validated(
+    path: Path, lines: Sequence[tuple[int, dict[str, object]]], model: type[M], prefix: str
+) -> list[M]:
+    """Each line as a model, its id `<prefix><line>` when it gives none; ids must be unique.
+
+    Raises QualityInputError naming the file and line, or the ids given twice.
+    """
+    out: list[M] = []
+    for no, obj in lines:
+        try:
+            out.append(model.model_validate({"id": f"{prefix}{no}", **obj}))
+        except ValidationError as e:
+            raise QualityInputError(f"{path} line {no}: {e.errors()[0]['msg']}") from e
+    ids = [str(x.model_dump(include={"id"})["id"]) for x in out]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
         raise QualityInputError(f"{path}: id(s) given twice: {', '.join(twice[:5])}")
+    return out
+
+
+def _user_file(path: Path, model: type[M], prefix: str) -> tuple[list[M], str]:
+    """A user's JSONL file as models, and the sha256 of its bytes.
+
+    Raises QualityInputError naming the file (and line) when it is not a regular file, is larger
+    than MAX_FILE_BYTES, is not UTF-8, holds no line, or a line is not a model (_objects, _validated).
+    """
+    try:
+        raw = safefs.read_regular(path, max_bytes=MAX_FILE_BYTES)
+        text = raw.decode("utf-8")
+    except OSError as e:
+        raise QualityInputError(f"{path}: not read: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise QualityInputError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from e
+    lines = _objects(path, text)
+    if not lines:
+        raise QualityInputError(f"{path}: no lines")
+    return _validated(path, lines, model, prefix), hashlib.sha256(raw).hexdigest()
 
 
 def read_prompts(path: Path) -> PromptSet:
     """A JSONL prompt file: {"prompt": TEXT} a line, with an optional "id" (else p<line>).
 
-    Raises QualityInputError (see _json_lines; a line that is not a prompt; an id given twice).
+    Raises QualityInputError (see _user_file).
     """
-    lines, sha = _json_lines(path)
-    prompts: list[Prompt] = []
-    for no, obj in lines:
-        try:
-            prompts.append(Prompt.model_validate({"id": f"p{no}", **obj}))
-        except ValidationError as e:
-            raise QualityInputError(f"{path} line {no}: {e.errors()[0]['msg']}") from e
-    _unique(path, [p.id for p in prompts])
+    prompts, sha = _user_file(path, Prompt, "p")
     return PromptSet(source=str(path), sha256=sha, prompts=prompts)
 
 
@@ -121,17 +142,9 @@ def read_tasks(path: Path) -> tuple[list[Task], str]:
     """A JSONL task file: {"prompt", "expected", "scoring", "choices", "id"} a line (id: t<line>
     when not given), and the file's sha256.
 
-    Raises QualityInputError (see _json_lines; a line that is not a task; an id given twice).
+    Raises QualityInputError (see _user_file).
     """
-    lines, sha = _json_lines(path)
-    tasks: list[Task] = []
-    for no, obj in lines:
-        try:
-            tasks.append(Task.model_validate({"id": f"t{no}", **obj}))
-        except ValidationError as e:
-            raise QualityInputError(f"{path} line {no}: {e.errors()[0]['msg']}") from e
-    _unique(path, [t.id for t in tasks])
-    return tasks, sha
+    return _user_file(path, Task, "t")
 
 
 def prompt_set(gate: QualityGate) -> PromptSet:
@@ -207,14 +220,8 @@ def read_outputs(run_root: Path, name: str) -> list[Output]:
     """An arm's outputs as write_outputs wrote them (a file of the run's own, safefs.read_inside).
 
     Raises FileNotFoundError, safefs.NotInside, or QualityInputError for a line that is not an
-    Output.
+    Output (outputs have their ids: an id given twice is refused too).
     """
     path = outputs_path(run_root, name)
-    out: list[Output] = []
-    for no, line in enumerate(safefs.read_inside(run_root, path).decode("utf-8", "replace").splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(Output.model_validate_json(line))
-            except ValidationError as e:
-                raise QualityInputError(f"{path} line {no}: not an output: {e.errors()[0]['msg']}") from e
-    return out
+    text = safefs.read_inside(run_root, path).decode("utf-8", "replace")
+    return _validated(path, _objects(path, text), Output, "o")

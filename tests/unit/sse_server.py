@@ -154,7 +154,7 @@ def _echo_word(body: dict[str, object], i: int, diverge_at: int) -> str:
     """Token i of an echoed answer: the prompt's words in turn; from diverge_at on, changed."""
     text = body.get("prompt") or " ".join(
         _content_text(m["content"])
-        for m in body["messages"]  # type: ignore[attr-defined, index]
+        for m in body["messages"]  # type: ignore[attr-defined]
     )
     words = str(text).split() or ["-"]
     word = words[i % len(words)]

@@ -231,7 +231,12 @@ def test_plan_quality_and_the_published_schema_agree() -> None:
     plan = Plan.model_validate(good)
     assert plan.quality is not None and plan.quality.max_tokens == 12 and plan.quality.seed == 7
     assert list(validator.iter_errors(good)) == []
-    for bad in ({}, {"min_exact_match": 0.9, "max_accuracy_drop": 0.1}, {"min_exact_match": 2}):
+    bads: list[dict[str, object]] = [
+        {},
+        {"min_exact_match": 0.9, "max_accuracy_drop": 0.1},
+        {"min_exact_match": 2},
+    ]
+    for bad in bads:
         doc = _serving_plan(bad)
         with pytest.raises(ValidationError):
             Plan.model_validate(doc)
@@ -378,8 +383,7 @@ def test_run_prompts_without_detail_is_counted_in_words_as_for_transformers_serv
 
 def test_a_against_a_at_concurrency_1_and_n_is_the_floor_and_b_is_judged_against_it() -> None:
     ps = builtin_prompts().prompts[:8]
-    t = "completions"
-    detail = request_detail(engine_spec("vllm").output_detail, t)
+    detail = request_detail(engine_spec("vllm").output_detail, "completions")
     with sse_server(Behaviour(echo=True)) as url:
         a1 = run_prompts(Target("n1", url), "m", ps, max_tokens=6, seed=0, concurrency=1, detail=detail)
         an = run_prompts(Target("n1", url), "m", ps, max_tokens=6, seed=0, concurrency=4, detail=detail)
