@@ -11,6 +11,9 @@ Requests go through the load generator's client (workloads/loadgen.py: its threa
 stream parsing), with temperature 0, the gate's seed and max_tokens, and the engine's fields that
 ask for token ids and logprobs (EngineSpec.output_detail). Outputs are written inside the run
 folder, one JSON line each, with the run's file mode (safefs).
+
+A gate over a run: run_arm(gate, "A", ...) while A serves, run_arm(gate, "B", ...) while B
+serves (A and B need not be up together), then judge_run(gate, run_root) for the verdict.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import json
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from orchestrator import safefs
+from orchestrator.metrics.decision import quality_verdict
+from orchestrator.metrics.quality import accuracy, compare_outputs
+from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.names import check_name
 from orchestrator.models.quality import MAX_FILE_BYTES, MAX_ITEMS, Output, Prompt, PromptSet, Task
 from orchestrator.models.quality_gate import QualityGate
@@ -225,3 +231,92 @@ def read_outputs(run_root: Path, name: str) -> list[Output]:
     path = outputs_path(run_root, name)
     text = safefs.read_inside(run_root, path).decode("utf-8", "replace")
     return _validated(path, _objects(path, text), Output, "o")
+
+
+# --- one gate over a run: the passes of each arm, then the verdict ---------------------------------
+
+Arm = Literal["A", "B"]
+
+
+def passes(gate: QualityGate, arm: Arm) -> list[tuple[str, int]]:
+    """The passes of the prompt set an arm makes, as (output name, concurrency): A three times
+    (twice at N, the floor "A run twice", and once at 1, the floor "A at 1 against N"), B once at N."""
+    n = gate.concurrency
+    return [(f"A-c{n}-1", n), (f"A-c{n}-2", n), ("A-c1", 1)] if arm == "A" else [(f"B-c{n}", n)]
+
+
+def run_arm(
+    gate: QualityGate,
+    arm: Arm,
+    target: Target,
+    model: str,
+    run_root: Path,
+    *,
+    detail: Sequence[tuple[str, object]] = (),
+    timeout_s: float = 120.0,
+) -> list[Path]:
+    """Send the gate's prompt set (and its tasks, at concurrency N) to one arm's engine, each pass
+    of passes(), and write the outputs inside the run; returns their paths. The prompt set's source
+    and sha256, and the task file's, go into quality/inputs.json.
+
+    Raises QualityInputError when the prompt or task file cannot be used.
+    """
+    ps = prompt_set(gate)
+    tasks, tasks_sha = read_tasks(Path(gate.tasks)) if gate.tasks is not None else ([], None)
+    fields = request_detail(detail, gate.api)
+    safefs.make_dir(run_root / OUTPUTS_DIR)
+    inputs = {
+        "prompts": ps.source,
+        "prompts_sha256": ps.sha256,
+        "tasks": gate.tasks,
+        "tasks_sha256": tasks_sha,
+    }
+    safefs.atomic_write(run_root / OUTPUTS_DIR / "inputs.json", json.dumps(inputs, indent=1) + "\n")
+
+    def send(items: Sequence[Prompt], concurrency: int) -> list[Output]:
+        return run_prompts(
+            target, model, items, max_tokens=gate.max_tokens, seed=gate.seed, concurrency=concurrency,
+            api=gate.api, timeout_s=timeout_s, detail=fields,
+        )  # fmt: skip
+
+    written = [write_outputs(run_root, name, send(ps.prompts, c)) for name, c in passes(gate, arm)]
+    if tasks:
+        as_prompts = [Prompt(id=t.id, prompt=t.prompt) for t in tasks]
+        written.append(write_outputs(run_root, f"{arm}-tasks", send(as_prompts, gate.concurrency)))
+    return written
+
+
+def judge_run(gate: QualityGate, run_root: Path) -> QualityJudgement:
+    """The gate's verdict from the outputs run_arm wrote for A and B (decision.quality_verdict):
+    B against A's first pass at N; the floor A's second pass, and A at 1, against it.
+
+    Raises FileNotFoundError when an arm's outputs are missing, safefs.NotInside or
+    QualityInputError when they are not the run's own or not outputs.
+    """
+    (a1, _), (a2, _), (a_c1, _) = passes(gate, "A")
+    ((b, _),) = passes(gate, "B")
+    first = read_outputs(run_root, a1)
+    floor = [
+        compare_outputs("A vs A (run twice)", first, read_outputs(run_root, a2)),
+        compare_outputs(f"A c1 vs c{gate.concurrency}", read_outputs(run_root, a_c1), first),
+    ]
+    b_vs_a = compare_outputs("B vs A", first, read_outputs(run_root, b))
+    acc_a = acc_b = None
+    if gate.tasks is not None:
+        tasks, _ = read_tasks(Path(gate.tasks))
+        acc_a = accuracy(tasks, read_outputs(run_root, "A-tasks"))
+        acc_b = accuracy(tasks, read_outputs(run_root, "B-tasks"))
+    inputs = run_root / OUTPUTS_DIR / "inputs.json"
+    try:
+        recorded = json.loads(safefs.read_inside(run_root, inputs))
+    except ValueError as e:
+        raise QualityInputError(f"{inputs}: not JSON: {e}") from e
+    sha = recorded.get("prompts_sha256") if isinstance(recorded, dict) else None
+    return quality_verdict(
+        gate,
+        b_vs_a,
+        floor,
+        accuracy_a=acc_a,
+        accuracy_b=acc_b,
+        prompts_sha256=sha if isinstance(sha, str) else None,
+    )

@@ -18,6 +18,7 @@ from sse_server import Behaviour, sse_server
 from orchestrator import safefs
 from orchestrator.metrics import decision
 from orchestrator.metrics.quality import accuracy, agreed_prefix, compare_outputs, score, wilson
+from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.plan import Plan
 from orchestrator.models.quality import MAX_FILE_BYTES, Output, OutputFigures, Task
 from orchestrator.models.quality_gate import QualityGate
@@ -449,3 +450,45 @@ def test_cli_plan_show_prints_the_quality_gate(tmp_path: Path) -> None:
     assert "concurrency 1 against 8" in r.output and "0.95 x the A-against-A floor" in r.output
     r = CliRunner().invoke(app, ["plan", "show", "--plan", str(plan), "--yaml"])
     assert r.exit_code == 0 and "min_exact_match_of_floor: 0.95" in r.output
+
+
+def _gate_over_a_run(tmp_path: Path, b: Behaviour, gate: QualityGate) -> object:
+    from orchestrator.workloads.quality import judge_run, run_arm
+
+    detail = engine_spec("vllm").output_detail
+    with sse_server(Behaviour(echo=True)) as url:
+        run_arm(gate, "A", Target("a", url), "m", tmp_path, detail=detail)
+    with sse_server(b) as url:
+        run_arm(gate, "B", Target("b", url), "m", tmp_path, detail=detail)
+    return judge_run(gate, tmp_path)
+
+
+def test_a_gate_over_a_run_b_changes_numerics_fails_with_its_figures(tmp_path: Path) -> None:
+    gate = QualityGate(min_exact_match_of_floor=0.95, max_tokens=6, concurrency=3)
+    j = _gate_over_a_run(tmp_path, Behaviour(echo=True, diverge_at=4), gate)
+    assert isinstance(j, QualityJudgement) and not j.passed
+    assert [f.name for f in j.floor] == ["A vs A (run twice)", "A c1 vs c3"]
+    assert all(f.exact_match == 1.0 and f.n == 32 for f in j.floor)
+    assert j.b_vs_a.exact_match == 0.0 and j.b_vs_a.first_divergence.p50 == 4 and j.b_vs_a.unit == "tokens"
+    assert j.prompts_sha256 == builtin_prompts().sha256
+    names = sorted(p.name for p in (tmp_path / "quality").iterdir())
+    assert names == ["A-c1.jsonl", "A-c3-1.jsonl", "A-c3-2.jsonl", "B-c3.jsonl", "inputs.json"]
+    assert all(stat.S_IMODE(p.stat().st_mode) == safefs.file_mode() for p in (tmp_path / "quality").iterdir())
+
+
+def test_a_gate_over_a_run_a_against_a_passes_and_scores_tasks(tmp_path: Path) -> None:
+    words = RECIPES["lab-tiny"].words
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(
+            json.dumps({"prompt": f"{w} {words[0]}", "expected": w, "scoring": "contains"}) + "\n"
+            for w in words
+        )
+    )
+    run = tmp_path / "run"
+    run.mkdir()
+    gate = QualityGate(min_exact_match_of_floor=0.95, tasks=str(tasks), max_tokens=2, concurrency=2)
+    j = _gate_over_a_run(run, Behaviour(echo=True), gate)
+    assert isinstance(j, QualityJudgement) and j.passed, j.reasons
+    assert j.accuracy_a is not None and j.accuracy_a.accuracy == 1.0 and j.accuracy_a.n == len(words)
+    assert j.accuracy_b == j.accuracy_a
