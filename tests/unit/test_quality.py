@@ -423,35 +423,6 @@ def test_report_section_says_why_with_the_figures() -> None:
     assert "<script>" not in sections_html([quality_section(j2)], ident="q")
 
 
-def test_cli_plan_show_prints_the_quality_gate(tmp_path: Path) -> None:
-    import typer
-    import yaml
-    from typer.testing import CliRunner
-
-    from orchestrator.cli import plan as plan_cli
-    from orchestrator.plan import load_plan
-
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    plan_cli.register(app)
-    doc = json.loads(load_plan("serving-smoke").model_dump_json(exclude_defaults=True))
-    doc["quality"] = {"min_exact_match_of_floor": 0.95, "max_tokens": 12, "concurrency": 8}
-    plan = tmp_path / "q.yaml"
-    plan.write_text(yaml.safe_dump(doc))
-    inv = tmp_path / "lab.ini"
-    inv.write_text("[all]\nnode1 ansible_host=198.18.0.11\nnode2 ansible_host=198.18.0.12\n")
-    r = CliRunner().invoke(app, ["plan", "show", "-i", str(inv), "--plan", str(plan)])
-    assert r.exit_code == 0, r.output
-    assert "quality: prompts built-in (lab-words)" in r.output and "max_tokens 12" in r.output
-    assert "concurrency 1 against 8" in r.output and "0.95 x the A-against-A floor" in r.output
-    r = CliRunner().invoke(app, ["plan", "show", "--plan", str(plan), "--yaml"])
-    assert r.exit_code == 0 and "min_exact_match_of_floor: 0.95" in r.output
-
-
 def _gate_over_a_run(tmp_path: Path, b: Behaviour, gate: QualityGate) -> object:
     from orchestrator.workloads.quality import judge_run, run_arm
 
