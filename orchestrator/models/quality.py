@@ -70,7 +70,7 @@ class Output(StrictModel):
     """One answer as an engine gave it, greedy: its text, and token ids and logprobs where given."""
 
     id: Name = Field(description="the prompt's or task's id")
-    status: Literal["ok", "error", "aborted"]
+    status: Literal["ok", "error", "aborted"]  # RequestStatus (a test holds them equal)
     text: str = ""
     token_ids: list[int] | None = Field(default=None, description="None: the engine returned none")
     logprobs: list[float] | None = Field(

@@ -463,3 +463,12 @@ def test_a_gate_over_a_run_a_against_a_passes_and_scores_tasks(tmp_path: Path) -
     assert isinstance(j, QualityJudgement) and j.passed, j.reasons
     assert j.accuracy_a is not None and j.accuracy_a.accuracy == 1.0 and j.accuracy_a.n == len(words)
     assert j.accuracy_b == j.accuracy_a
+
+
+def test_an_outputs_status_words_are_the_load_generators() -> None:
+    # models/quality.py cannot import serving_results (it leads back through models/decision.py)
+    from typing import get_args
+
+    from orchestrator.models.serving_results import RequestStatus
+
+    assert get_args(Output.model_fields["status"].annotation) == get_args(RequestStatus)
