@@ -17,6 +17,7 @@ from rich.table import Table
 from orchestrator.cli.common import InventoryOpt, err, out
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.models.plan import Plan, PlanOverrides, Step
+from orchestrator.models.quality_gate import QualityGate
 from orchestrator.models.serving import (
     FixedLengths,
     ServingStep,
@@ -33,6 +34,7 @@ from orchestrator.plan import (
     resolve_plan,
 )
 from orchestrator.text import plural
+from orchestrator.workloads.quality import BUILTIN_PROMPTS
 
 R = TypeVar("R")
 
@@ -140,6 +142,8 @@ def show(
         out.print(serving_table(resolved, serving))
         for workload in resolved.serving:
             out.print(serving_summary(workload), highlight=False, markup=False)
+    if resolved.quality is not None:
+        out.print(quality_summary(resolved.quality), highlight=False, markup=False)
 
 
 @plan_app.command("list")
@@ -189,6 +193,28 @@ def plan_summary(plan: Plan) -> str:
             + (f", run timeout {plan.run_timeout_s}s" if plan.run_timeout_s else ""),
             f"steps run {'concurrently on disjoint nodes' if plan.concurrent_steps else 'one at a time'}",
             f"thresholds: {'; '.join(parts) if parts else 'none (correctness only)'}",
+        ]
+    )
+
+
+def quality_summary(gate: QualityGate) -> str:
+    """The plan's output-quality gate in a few lines: prompts, decoding, floor, thresholds."""
+    rules = [f"exact match >= {gate.min_exact_match:.1%}"] if gate.min_exact_match is not None else []
+    if gate.min_exact_match_of_floor is not None:
+        rules.append(f"exact match >= {gate.min_exact_match_of_floor:g} x the A-against-A floor")
+    if gate.tasks is not None:
+        rules.append(
+            "accuracy not below A's beyond the 95% Wilson interval"
+            + (f" minus {gate.max_accuracy_drop:.1%}" if gate.max_accuracy_drop else "")
+        )
+    return "\n".join(
+        [
+            f"quality: prompts {gate.prompts or 'built-in (' + BUILTIN_PROMPTS + ')'}"
+            + (f", accuracy tasks {gate.tasks}" if gate.tasks else ""),
+            f"quality decoding: greedy (temperature 0), seed {gate.seed}, max_tokens {gate.max_tokens}, "
+            f"/v1/{'chat/completions' if gate.api == 'chat' else 'completions'}",
+            f"quality floor: A against A (A run twice; A at concurrency 1 against {gate.concurrency})",
+            f"quality thresholds: {'; '.join(rules)}",
         ]
     )
 

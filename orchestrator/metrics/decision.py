@@ -34,6 +34,17 @@ gather the figures and word the reasons):
 - one figure among its kind (an isolation single against the median single): fails below
   median x exp(-h), h = max(ln(1 / (1 - tolerance)), K x 1.4826 x MAD of the kind's log figures)
   (single_ratio, then below_share): the tolerance is the least band, the kind's own noise widens it.
+
+Output quality (quality_verdict; metrics/quality.py gathers the figures, docs/quality.md): B's
+greedy outputs against A's fail when
+- no prompt was answered on both sides, or B left more prompts unanswered than A against A did;
+- the exact-match share is below min_exact_match (below);
+- the exact-match share is below min_exact_match_of_floor x the floor's, the floor the lowest
+  exact-match share of the A-against-A comparisons (A run twice; A at concurrency 1 against N);
+  without a floor the figure is blind, and B is not accepted on a blind figure;
+- with tasks, B's accuracy is below A's beyond B's Wilson interval: high(B) < accuracy(A) -
+  max_accuracy_drop (0 when not given); a side without an accuracy fails the gate.
+|Δ logprob| and the first divergences are reported beside the verdict, not thresholds.
 """
 
 from __future__ import annotations
@@ -43,7 +54,16 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
 from orchestrator.metrics import noise
-from orchestrator.models.decision import WORSE, Change, Direction, FigureChange, InteractiveVerdict
+from orchestrator.models.decision import (
+    WORSE,
+    Change,
+    Direction,
+    FigureChange,
+    InteractiveVerdict,
+    QualityJudgement,
+)
+from orchestrator.models.quality import Accuracy, OutputFigures
+from orchestrator.models.quality_gate import QualityGate
 
 FLOOR = 0.05
 """Below a 5% change nothing is called better or worse."""
@@ -303,3 +323,79 @@ def single_ratio(figures: Iterable[float], tolerance: float, k: float = K) -> fl
     than 2). The tolerance is the least band; a noisy kind widens it (module docstring)."""
     sigma = noise.mad_sigma(noise.log_values(figures)) or 0.0
     return min(1.0 - tolerance, math.exp(-k * sigma))
+
+
+# --- output quality -------------------------------------------------------------------------------
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _floor_words(floor: Sequence[OutputFigures]) -> str:
+    return ", ".join(f"{f.name} {_share(f.exact_match)} (n={f.n})" for f in floor) or "none"
+
+
+def accuracy_worse(a: Accuracy, b: Accuracy, max_drop: float = 0.0) -> bool:
+    """Whether B's accuracy is below A's beyond B's Wilson interval: high(B) < accuracy(A) - max_drop.
+    False when a side has no accuracy (the caller says it was not judged)."""
+    if a.accuracy is None or b.high is None:
+        return False
+    return below(b.high, a.accuracy - max_drop)
+
+
+def quality_verdict(
+    gate: QualityGate,
+    b_vs_a: OutputFigures,
+    floor: Sequence[OutputFigures] = (),
+    *,
+    accuracy_a: Accuracy | None = None,
+    accuracy_b: Accuracy | None = None,
+    prompts_sha256: str | None = None,
+) -> QualityJudgement:
+    """The output-quality gate's verdict (module docstring, "Output quality"), each reason with
+    its figures."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    em = b_vs_a.exact_match
+    if b_vs_a.n == 0 or em is None:
+        reasons.append(f"no prompt answered on both sides ({b_vs_a.missing} missing)")
+    missing_floor = max((f.missing for f in floor), default=0)
+    if b_vs_a.missing > missing_floor:
+        reasons.append(f"{b_vs_a.missing} prompt(s) without an answer on a side, A against A {missing_floor}")
+    if em is not None and gate.min_exact_match is not None and below(em, gate.min_exact_match):
+        reasons.append(
+            f"exact match {_share(em)} (n={b_vs_a.n}) below min_exact_match {_share(gate.min_exact_match)}"
+        )
+    if gate.min_exact_match_of_floor is not None:
+        floors = [f.exact_match for f in floor if f.exact_match is not None]
+        if not floors:
+            reasons.append("exact match relative to the floor is blind: no A-against-A floor was measured")
+        elif em is not None and below_share(em, min(floors), gate.min_exact_match_of_floor):
+            reasons.append(
+                f"exact match {_share(em)} (n={b_vs_a.n}) below {gate.min_exact_match_of_floor:g} x the "
+                f"A-against-A floor {_share(min(floors))} ({_floor_words(floor)})"
+            )
+    if gate.tasks is not None:
+        if accuracy_a is None or accuracy_b is None or accuracy_a.n == 0 or accuracy_b.n == 0:
+            reasons.append("accuracy not measured on both sides: the gate cannot accept B")
+        else:
+            drop = gate.max_accuracy_drop or 0.0
+            if accuracy_worse(accuracy_a, accuracy_b, drop):
+                reasons.append(
+                    f"accuracy {_share(accuracy_b.accuracy)} (95% CI {_share(accuracy_b.low)}-"
+                    f"{_share(accuracy_b.high)}, n={accuracy_b.n}) below A's {_share(accuracy_a.accuracy)} "
+                    f"(n={accuracy_a.n})" + (f" minus max_accuracy_drop {_share(drop)}" if drop else "")
+                )
+    if b_vs_a.logprob_pairs == 0:
+        notes.append(f"no logprobs on both sides: divergence counted in {b_vs_a.unit}, no |Δ logprob|")
+    return QualityJudgement(
+        passed=not reasons,
+        reasons=reasons,
+        notes=notes,
+        b_vs_a=b_vs_a,
+        floor=list(floor),
+        accuracy_a=accuracy_a,
+        accuracy_b=accuracy_b,
+        prompts_sha256=prompts_sha256,
+    )

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.quality import Accuracy, OutputFigures
 
 Direction = Literal["better", "same", "worse"]
 """Where B stands against A, beyond the noise band or within it ("same")."""
@@ -93,3 +94,20 @@ RecoveryOutcome = Annotated[
     BeforeValidator(recovery_word),
 ]
 """A recovery record's outcome: the status words, and not-detected / aborted of the fault stage."""
+
+
+# --- output quality ------------------------------------------------------------------------------
+
+
+class QualityJudgement(StrictModel):
+    """The output-quality gate's verdict (metrics/decision.quality_verdict): pass or fail, each
+    reason with its figures, and the figures it was judged on (docs/quality.md)."""
+
+    passed: bool
+    reasons: list[str] = Field(default_factory=list, description="why it failed, each with its figures")
+    notes: list[str] = Field(default_factory=list, description="what was not judged, and why")
+    b_vs_a: OutputFigures
+    floor: list[OutputFigures] = Field(default_factory=list, description="A against A: the noise floor")
+    accuracy_a: Accuracy | None = None
+    accuracy_b: Accuracy | None = None
+    prompts_sha256: str | None = Field(default=None, description="the prompt set's sha256")

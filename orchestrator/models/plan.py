@@ -19,6 +19,7 @@ from pydantic.config import JsonDict
 from orchestrator.models.base import StrictModel
 from orchestrator.models.fault import PlanFault
 from orchestrator.models.names import Name
+from orchestrator.models.quality_gate import QualityGate
 from orchestrator.models.results import COLLECTIVES, PlanCollective
 from orchestrator.models.serving import ServingWorkload
 
@@ -338,6 +339,9 @@ class Plan(StrictModel):
     )
     serving: list[ServingWorkload] = Field(
         default_factory=list, description="serving workloads, one step per replica count (docs/serving.md)"
+    )
+    quality: QualityGate | None = Field(
+        default=None, description="the output-quality gate of B's answers against A's (docs/quality.md)"
     )
 
     @field_validator("serving")

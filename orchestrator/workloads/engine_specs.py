@@ -42,6 +42,9 @@ class EngineSpec:
     served_name: bool = True
     """takes --served-model-name NAME and --revision REV (transformers serve answers to the path)."""
     managed_args: frozenset[str] = ORCH_SET_ARGS
+    output_detail: tuple[tuple[str, object], ...] = ()
+    """request fields that ask the engine to stream each token's id and logprob (the quality gate,
+    workloads/quality.py); () where it gives neither (`transformers serve` ignores `logprobs`)."""
 
     @property
     def needs_gpu(self) -> bool:
@@ -89,8 +92,10 @@ def _sglang(w: ServingWorkload, b: Path, host: str, port: int, gpu_vendor: str) 
 ENGINES: dict[str, EngineSpec] = {
     e.name: e
     for e in (
-        EngineSpec("vllm", _vllm),
-        EngineSpec("sglang", _sglang),
+        # vLLM: OpenAI's `logprobs` (a completions integer, a chat boolean: the quality client sends
+        # the completions form) and vLLM's own `return_token_ids`; SGLang: `logprobs` only.
+        EngineSpec("vllm", _vllm, output_detail=(("logprobs", 1), ("return_token_ids", True))),
+        EngineSpec("sglang", _sglang, output_detail=(("logprobs", 1),)),
         EngineSpec("transformers", _transformers, served_name=False),
         EngineSpec("external", None, health_path=EXTERNAL_HEALTH_PATH),
     )

@@ -23,7 +23,14 @@ and a crash loses at most the requests still in flight.
 Load: closed loop (`concurrency` workers, each sends its next request when the last one ends) or
 open loop (Poisson arrivals at `rate` requests/s from a seeded generator; a request that would
 exceed max_in_flight is recorded as an error, not queued, so the client never hides overload).
-Warm-up requests run first, at the same load, and are recorded with warmup=true. Every wait is
+Warm-up requests run first, at the same load, and are recorded with warmup=true.
+
+Decoding is greedy in every request, warm-up included: temperature 0 is sent (after any extra
+field, so nothing overrides it). An engine that takes its sampling settings from the first request
+it sees (`transformers serve --continuous-batching`) then samples no request at random. The
+output-quality gate (workloads/quality.py) sends its own prompts through the same client (a
+LoadSpec's `prompts`, the request's seed in `extra`) and gets each answer's text, token ids and
+logprobs (on_output), where the engine streams them. Every wait is
 bounded: connect and each read by the request timeout, the whole request by its deadline.
 stop() aborts requests in flight (their sockets are shut down) and ends the level.
 
@@ -103,14 +110,16 @@ class LoadSpec:
     burstiness: float = 1.0
     max_model_len: int | None = None
     trace: Sequence[float] | None = None  # arrival times (s) to replay at `rate`, instead of Poisson
+    prompts: Sequence[str] = ()
+    """When given, request i sends prompts[i % len] instead of the repeated PROMPT_WORD."""
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
             raise ValueError("give one of concurrency and rate")
         if self.requests is None and self.duration_s is None:
             raise ValueError("give requests, duration_s, or both")
-        if not self.targets or not self.input_tokens or not self.output_tokens:
-            raise ValueError("targets, input_tokens and output_tokens must not be empty")
+        if not self.targets or not self.input_tokens or not self.output_tokens or "" in self.prompts:
+            raise ValueError("targets, input_tokens, output_tokens and a prompt must not be empty")
         if self.api not in ("completions", "chat"):
             raise ValueError(f"api {self.api!r}: completions or chat")
         for t in self.targets:
@@ -155,13 +164,62 @@ class _Clock:
         return self._wall0 + (time.monotonic() - self._mono0)
 
 
-class LoadGenerator:
-    """Runs one level of a LoadSpec; `emit` gets every record as its request ends (thread-safe
-    callers only: it is called from worker threads)."""
+@dataclass
+class StreamOutput:
+    """What one answer said, gathered from its stream: the text, and the token ids and logprobs
+    where the engine streamed them (None where it sent none)."""
 
-    def __init__(self, spec: LoadSpec, emit: Callable[[RequestRecord], None]) -> None:
+    text: str = ""
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+    def add(self, chunk: dict[str, object]) -> None:
+        """Add one streamed chunk's text, token ids and logprobs (completions or chat shape)."""
+        for choice in chunk.get("choices") or []:  # type: ignore[attr-defined]
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta") or {}
+            text = choice["text"] if "text" in choice else delta.get("content")
+            if isinstance(text, str):
+                self.text += text
+            ids = choice.get("token_ids")
+            if isinstance(ids, list) and all(isinstance(x, int) for x in ids):
+                self.token_ids = [*(self.token_ids or []), *ids]
+            lps = _logprobs(choice.get("logprobs"))
+            if lps is not None:
+                self.logprobs = [*(self.logprobs or []), *lps]
+
+
+def _logprobs(value: object) -> list[float] | None:
+    """The token logprobs of a choice's `logprobs`: completions ({"token_logprobs": [...]}) or chat
+    ({"content": [{"logprob": ...}, ...]}); None when it holds none."""
+    if not isinstance(value, dict):
+        return None
+    if isinstance(lps := value.get("token_logprobs"), list):
+        return [float(x) for x in lps if isinstance(x, int | float)]
+    if isinstance(content := value.get("content"), list):
+        return [
+            float(c["logprob"])
+            for c in content
+            if isinstance(c, dict) and isinstance(c.get("logprob"), int | float)
+        ]
+    return None
+
+
+class LoadGenerator:
+    """Runs one level of a LoadSpec; `emit` gets every record as its request ends, and `on_output`
+    (when given) the request's id and its StreamOutput just before (thread-safe callers only: both
+    are called from worker threads)."""
+
+    def __init__(
+        self,
+        spec: LoadSpec,
+        emit: Callable[[RequestRecord], None],
+        on_output: Callable[[int, StreamOutput], None] | None = None,
+    ) -> None:
         self.spec = spec
         self._emit = emit
+        self._on_output = on_output
         self._emit_lock = threading.Lock()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -272,15 +330,16 @@ class LoadGenerator:
         s = self.spec
         return s.input_tokens[i % len(s.input_tokens)], s.output_tokens[i % len(s.output_tokens)]
 
-    def _body(self, n_in: int, n_out: int) -> bytes:
+    def _body(self, i: int, n_in: int, n_out: int) -> bytes:
         s = self.spec
-        prompt = (PROMPT_WORD * n_in).strip()
+        prompt = s.prompts[i % len(s.prompts)] if s.prompts else (PROMPT_WORD * n_in).strip()
         body: dict[str, object] = {
             "model": s.model,
             "max_tokens": n_out,
             "stream": True,
             "stream_options": {"include_usage": True},
             **s.extra,
+            "temperature": 0,
         }
         if s.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
@@ -320,12 +379,13 @@ class LoadGenerator:
         send = self._clock.now()
         times: list[float] = []
         usage: dict[str, int] = {}
+        output = StreamOutput() if self._on_output is not None else None
         status: RequestStatus = "ok"
         http_status: int | None = None
         error: str | None = None
         try:
             conn.request(
-                "POST", path, body=self._body(n_in, n_out), headers={"Content-Type": "application/json"}
+                "POST", path, body=self._body(i, n_in, n_out), headers={"Content-Type": "application/json"}
             )
             resp = conn.getresponse()
             http_status = resp.status
@@ -341,6 +401,8 @@ class LoadGenerator:
                         done = True
                         break
                     token, finish, u = _event_token(event)
+                    if output is not None:
+                        output.add(json.loads(event))
                     if u:
                         usage = u
                     if token:
@@ -366,6 +428,9 @@ class LoadGenerator:
             with self._lock:
                 self._conns.discard(conn)
         end = self._clock.now()
+        if output is not None and self._on_output is not None:
+            with self._emit_lock:
+                self._on_output(i, output)
         self._record(i, warmup, target, send, end, status, times=times, usage=usage, http_status=http_status,
                      error=error, n_in=n_in, n_out=n_out)  # fmt: skip
         return http_status is not None or status != "error"

@@ -11,7 +11,12 @@ whose max_tokens equals HOLD_TOKENS waits for this event before it answers), `us
 usage chunk or not), `done` (end with `data: [DONE]` as vLLM does, or only with the finish chunk
 as `transformers serve` 5.24 does), `empty_every` (every k-th token streams as "", as a
 byte-level token that ends inside a UTF-8 character does), `truncate_after` (close the stream
-after that many tokens).
+after that many tokens), `echo` (answer with the prompt's words in turn instead of " t0 t1 ...",
+as a greedy engine answers one prompt the same way each time; `diverge_at` changes every word from
+that token on, as a B that changes numerics would; `logprob_shift` moves each logprob). When the
+request asks (`return_token_ids`, vLLM; `logprobs`, OpenAI's completions and chat shapes), each
+chunk carries its token id (crc32 of the word) and its logprob (-0.01 x (i + 1) + logprob_shift).
+`bodies` keeps every request body, for tests of what a client sent.
 It runs in a thread on 127.0.0.1 and an ephemeral port, for the length of one test.
 
 As a program it stands in for an engine that orch starts (`transformers serve`'s command line:
@@ -29,6 +34,7 @@ import os
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,11 +52,15 @@ class Behaviour:
     done: bool = True
     empty_every: int = 0
     truncate_after: int = 0
+    echo: bool = False
+    diverge_at: int = -1
+    logprob_shift: float = 0.0
     healthy: bool = True
     model: str = "test-model"
     hold: threading.Event = field(default_factory=threading.Event)
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    bodies: list[dict[str, object]] = field(default_factory=list)
 
 
 def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
@@ -79,6 +89,7 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             with b.lock:
                 b.requests += 1
                 k = b.requests
+                b.bodies.append(body)
             if b.fail_every and k % b.fail_every == 0:
                 self.send_response(500)
                 self.end_headers()
@@ -100,9 +111,21 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
                     if i:
                         time.sleep(b.itl_s)
                     piece = "" if b.empty_every and (i + 1) % b.empty_every == 0 else f" t{i}"
-                    choice = (
+                    if b.echo:
+                        piece = " " + _echo_word(body, i, b.diverge_at)
+                    choice: dict[str, object] = (
                         {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
                     )
+                    if body.get("return_token_ids"):
+                        choice["token_ids"] = [zlib.crc32(piece.strip().encode())]
+                    if body.get("logprobs"):
+                        lp = round(-0.01 * (i + 1) + b.logprob_shift, 6)
+                        token = piece.strip()
+                        choice["logprobs"] = (
+                            {"content": [{"token": token, "logprob": lp}]}
+                            if chat
+                            else {"tokens": [token], "token_logprobs": [lp]}
+                        )
                     self._event({"id": "x", "choices": [choice]})
                 end = {"index": 0, "finish_reason": "length"}
                 self._event({"id": "x", "choices": [{**end, "delta": {}} if chat else {**end, "text": ""}]})
@@ -125,6 +148,17 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+def _echo_word(body: dict[str, object], i: int, diverge_at: int) -> str:
+    """Token i of an echoed answer: the prompt's words in turn; from diverge_at on, changed."""
+    text = body.get("prompt") or " ".join(
+        _content_text(m["content"])
+        for m in body["messages"]  # type: ignore[attr-defined]
+    )
+    words = str(text).split() or ["-"]
+    word = words[i % len(words)]
+    return word + "x" if 0 <= diverge_at <= i else word
 
 
 def _content_text(content: str | list[dict[str, str]]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import typer
 
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster, Node
@@ -187,10 +188,8 @@ def test_refuses_too_many_ranks_naming_the_step() -> None:
         expand_steps(plan, cluster(2, gpus=2))
 
 
-def test_cli_plan_show(tmp_path: Path) -> None:
-    import typer
-    from typer.testing import CliRunner
-
+def _plan_app() -> typer.Typer:
+    """An app with only `orch plan` registered."""
     from orchestrator.cli import plan as plan_cli
 
     app = typer.Typer()
@@ -200,6 +199,13 @@ def test_cli_plan_show(tmp_path: Path) -> None:
         pass
 
     plan_cli.register(app)
+    return app
+
+
+def test_cli_plan_show(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    app = _plan_app()
     inv = tmp_path / "lab.ini"
     inv.write_text("[all]\nnode1 ansible_host=198.18.0.11\nnode2 ansible_host=198.18.0.12\n")
     r = CliRunner().invoke(app, ["plan", "show", "-i", str(inv), "--gpus-per-node", "1", "--sizes", "8:64"])
@@ -209,3 +215,24 @@ def test_cli_plan_show(tmp_path: Path) -> None:
     assert isinstance(r.exception, ConfigError) and "n3xg1" in str(r.exception)
     r = CliRunner().invoke(app, ["plan", "show", "--yaml", "--iters", "7"])
     assert r.exit_code == 0 and "iters: 7" in r.output
+
+
+def test_cli_plan_show_prints_the_quality_gate(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    app = _plan_app()
+    doc = json.loads(load_plan("serving-smoke").model_dump_json(exclude_defaults=True))
+    doc["quality"] = {"min_exact_match_of_floor": 0.95, "max_tokens": 12, "concurrency": 8}
+    plan = tmp_path / "q.yaml"
+    plan.write_text(yaml.safe_dump(doc))
+    inv = tmp_path / "lab.ini"
+    inv.write_text("[all]\nnode1 ansible_host=198.18.0.11\nnode2 ansible_host=198.18.0.12\n")
+    r = CliRunner().invoke(app, ["plan", "show", "-i", str(inv), "--plan", str(plan)])
+    assert r.exit_code == 0, r.output
+    assert "quality: prompts built-in (lab-words)" in r.output and "max_tokens 12" in r.output
+    assert "concurrency 1 against 8" in r.output and "0.95 x the A-against-A floor" in r.output
+    r = CliRunner().invoke(app, ["plan", "show", "--plan", str(plan), "--yaml"])
+    assert r.exit_code == 0 and "min_exact_match_of_floor: 0.95" in r.output
