@@ -207,3 +207,31 @@ def test_a_store_of_schema_6_is_read_and_its_runs_are_named_until_ingested(tmp_p
         assert b.figures == [] and any("r1" in n and "orch runs ingest" in n for n in b.notes)
         db.ingest(run)
         assert fleet.build(db, now=T0).figures
+
+
+def _orch(argv: list[str]) -> int:
+    from orchestrator.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    return int(info.value.code or 0)
+
+
+def test_the_cli_builds_stores_lists_and_issues_against_the_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_fleet_run(tmp_path, "r1", NOISY, {**NOISY, "node6": 0.50})
+    db = str(tmp_path / "orch.db")
+    _store(tmp_path, run).conn.close()
+    assert _orch(["fleet", "baseline", "--store", db, "--json"]) == 0
+    sha = json.loads(capsys.readouterr().out)["sha256"]
+    assert _orch(["fleet", "outliers", "--store", db, "--json"]) == 1
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["baseline"] == sha and {o["node"] for o in listed["outliers"]} == {"node6"}
+    assert _orch(["fleet", "outliers", "--store", db, "--baseline", sha[7:19]]) == 1
+    assert "node6" in capsys.readouterr().out
+    assert _orch(["cert", "issue", str(run), "--fleet-baseline", "latest", "--store", db]) == 1
+    assert "fleet outlier" in capsys.readouterr().out
+    cert = json.loads((run / "certs" / "node1.json").read_text())
+    assert cert["baseline_sha256"] == sha
+    assert _orch(["fleet", "outliers", "--store", db, "--baseline", "0" * 12]) == 2
