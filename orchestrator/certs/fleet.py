@@ -161,19 +161,18 @@ def outliers(store: ResultsStore, baseline: FleetBaseline) -> list[FleetOutlier]
         if f.nodes >= MIN_NODES
     }
     found: list[FleetOutlier] = []
-    for (node, key), (value, run_id, kind) in node_figures(store.node_samples(), store.node_kinds()).items():
+    for (node, key), (value, run_id, _kind) in node_figures(store.node_samples(), store.node_kinds()).items():
         f = table.get(key)
         if f is None:
             continue
         limit = decision.fleet_limit(f.median_gbs, f.sigma, k=baseline.k, floor=baseline.floor)
         if decision.below(value, limit):
             found.append(
-                FleetOutlier(node=node, kind=kind, scope=f.scope, collective=f.collective,
-                             ranks_per_node=f.ranks_per_node, size_bytes=f.size_bytes, value_gbs=value,
-                             run_id=run_id, median_gbs=f.median_gbs, mad=f.mad, k=baseline.k,
+                FleetOutlier(node=node, figure=f, value_gbs=value, run_id=run_id, k=baseline.k,
                              limit_gbs=limit)
             )  # fmt: skip
-    found.sort(key=lambda o: (o.node, o.scope, o.collective, o.ranks_per_node, o.size_bytes))
+    found.sort(key=lambda o: (o.node, o.figure.scope, o.figure.collective, o.figure.ranks_per_node,
+                              o.figure.size_bytes))  # fmt: skip
     return found
 
 
@@ -200,8 +199,9 @@ def judge_run(store: ResultsStore, run_id: str, ref: str | None = None) -> tuple
 
 def describe(o: FleetOutlier) -> str:
     """'pair all_reduce 1 ranks/node 1048576 B: 0.41 GB/s below 0.78 (median 0.93, MAD 3.1%, k 3)'."""
+    f = o.figure
     return (
-        f"fleet outlier: {o.scope} {o.collective} {o.ranks_per_node} ranks/node {o.size_bytes} B: "
-        f"{o.value_gbs:.4g} GB/s below {o.limit_gbs:.4g} (median {o.median_gbs:.4g} of kind {o.kind}, "
-        f"MAD {o.mad:.1%}, k {o.k:g})"
+        f"fleet outlier: {f.scope} {f.collective} {f.ranks_per_node} ranks/node {f.size_bytes} B: "
+        f"{o.value_gbs:.4g} GB/s below {o.limit_gbs:.4g} (median {f.median_gbs:.4g} of kind {f.kind}, "
+        f"MAD {f.mad:.1%}, k {o.k:g})"
     )

@@ -85,10 +85,11 @@ def outliers_cmd(
     heads = ("node", "kind", "figure", "size", "node GB/s", "median", "MAD", "k", "limit", "run")
     cols = [Col(h, whole=True) for h in heads]
     rows: list[list[Cell]] = [
-        [o.node, o.kind, f"{o.scope} {o.collective} {o.ranks_per_node}/node", format_size(o.size_bytes),
-         f"{o.value_gbs:.4g}", f"{o.median_gbs:.4g}", f"{o.mad:.1%}", f"{o.k:g}", f"{o.limit_gbs:.4g}",
+        [o.node, f.kind, f"{f.scope} {f.collective} {f.ranks_per_node}/node", format_size(f.size_bytes),
+         f"{o.value_gbs:.4g}", f"{f.median_gbs:.4g}", f"{f.mad:.1%}", f"{o.k:g}", f"{o.limit_gbs:.4g}",
          o.run_id]
         for o in found
+        for f in [o.figure]
     ]  # fmt: skip
     if rows:
         out.print(fitted_table("outliers", cols, rows, out.width))

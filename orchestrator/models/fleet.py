@@ -73,14 +73,8 @@ class FleetOutlier(StrictModel):
     """A node's figure below its kind's band: named even when it passed every fixed threshold."""
 
     node: str
-    kind: str
-    scope: Scope
-    collective: str
-    ranks_per_node: int
-    size_bytes: int
+    figure: FleetFigure = Field(description="its kind's figure in the baseline: median, MAD")
     value_gbs: float = Field(description="the node's figure: median of its samples in its newest run")
     run_id: str = Field(description="the run the node's figure comes from")
-    median_gbs: float
-    mad: float
     k: float
     limit_gbs: float = Field(description="below this the node is an outlier")

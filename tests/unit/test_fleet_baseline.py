@@ -127,9 +127,9 @@ def test_a_throttled_link_that_passes_the_thresholds_is_an_outlier_on_pairs_only
         b = fleet.build(db, now=T0)
         found = fleet.outliers(db, b)
     assert found and {o.node for o in found} == {"node6"}
-    assert {o.scope for o in found} == {"pair"}
+    assert {o.figure.scope for o in found} == {"pair"}
     o = found[-1]
-    assert o.value_gbs < o.limit_gbs < o.median_gbs and o.k == b.k and o.mad > 0
+    assert o.value_gbs < o.limit_gbs < o.figure.median_gbs and o.k == b.k and o.figure.mad > 0
 
 
 def test_k_is_settable(tmp_path: Path) -> None:
