@@ -663,7 +663,7 @@ def _kind_rows(run_id: str, rec: RunRecord) -> list[tuple[str, str, str, str | N
     if rec.cluster is None:
         return []
     fps = rec.fingerprint.nodes if rec.fingerprint else {}
-    out = []
+    out: list[tuple[str, str, str, str | None]] = []
     for n in rec.cluster.nodes:
         fp = fps.get(n.name)
         seen = gpu_model_of(fp.gpus) if fp is not None and fp.gpus else None

@@ -235,3 +235,18 @@ def test_the_cli_builds_stores_lists_and_issues_against_the_baseline(
     cert = json.loads((run / "certs" / "node1.json").read_text())
     assert cert["baseline_sha256"] == sha
     assert _orch(["fleet", "outliers", "--store", db, "--baseline", "0" * 12]) == 2
+
+
+def test_a_stored_baseline_edited_in_the_store_is_refused(tmp_path: Path) -> None:
+    from orchestrator.errors import ConfigError
+
+    run = make_fleet_run(tmp_path, "r1", NOISY, NOISY)
+    with _store(tmp_path, run) as db:
+        b = fleet.build(db, now=T0)
+        db.save_fleet_baseline(b)
+        looser = b.model_copy(update={"k": 50.0}).model_dump_json()
+        db.conn.execute("UPDATE fleet_baselines SET body = ?", (looser,))
+        with pytest.raises(ConfigError, match="no longer matches its hash"):
+            fleet.judge_run(db, "r1")
+        with pytest.raises(ConfigError, match="no fleet baseline"):
+            fleet.judge_run(db, "r1", "f" * 20)
