@@ -250,3 +250,19 @@ def test_a_stored_baseline_edited_in_the_store_is_refused(tmp_path: Path) -> Non
             fleet.judge_run(db, "r1")
         with pytest.raises(ConfigError, match="no fleet baseline"):
             fleet.judge_run(db, "r1", "f" * 20)
+
+
+def test_an_old_run_and_its_format_1_certificate_feed_the_baseline_unchanged(tmp_path: Path) -> None:
+    import shutil
+
+    src = Path(__file__).resolve().parents[1] / "fixtures" / "old_runs" / "certificate" / "r1"
+    run = Path(shutil.copytree(src, tmp_path / "r1"))
+    cert = run / "certs" / "localhost.json"
+    before = json.loads(cert.read_text())
+    assert "baseline_sha256" not in before and service.verify(cert).ok
+    with ResultsStore.open(tmp_path / "orch.db") as db:
+        db.ingest(run)
+        b = fleet.build(db, now=T0)
+    assert b.runs == ["r1"] and {f.kind for f in b.figures} == {"cpu"}
+    assert {f.nodes for f in b.figures} == {1} and any("fewer than 3" in n for n in b.notes)
+    assert json.loads(cert.read_text()) == before and service.verify(cert).ok
