@@ -38,6 +38,14 @@ def _print_baseline(b: FleetBaseline) -> None:
         err.print(f"note: {n}", markup=False)
 
 
+def _existing(store: str | None) -> ResultsStore:
+    """The results store to read, never created; raises ConfigError when there is none."""
+    opened = open_existing(store)
+    if opened is None:
+        raise ConfigError(f"no results store at {store_path(store)}", hint="orch runs ingest RUN_DIR")
+    return opened
+
+
 @fleet_app.command("baseline")
 def baseline_cmd(
     k: Annotated[
@@ -50,7 +58,7 @@ def baseline_cmd(
     as_json: JsonOpt = False,
 ) -> int:
     """Build each kind's baseline from the store's certified figures, store it by its hash, print it."""
-    with ResultsStore.open(store_path(store)) as db:
+    with _existing(store) as db:
         b = fleet.build(db, k=k, floor=floor)
         db.save_fleet_baseline(b)
     if as_json:
@@ -70,10 +78,7 @@ def outliers_cmd(
     as_json: JsonOpt = False,
 ) -> int:
     """The nodes whose figure lies below their kind's band. Exit 1 when there is one."""
-    opened = open_existing(store)
-    if opened is None:
-        raise ConfigError(f"no results store at {store_path(store)}", hint="orch runs ingest RUN_DIR")
-    with opened as db:
+    with _existing(store) as db:
         b = db.fleet_baseline(baseline)
         if b is None:
             raise ConfigError(f"no fleet baseline {baseline or ''} in {db.path}", hint="orch fleet baseline")

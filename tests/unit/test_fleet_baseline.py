@@ -266,3 +266,10 @@ def test_an_old_run_and_its_format_1_certificate_feed_the_baseline_unchanged(tmp
     assert b.runs == ["r1"] and {f.kind for f in b.figures} == {"cpu"}
     assert {f.nodes for f in b.figures} == {1} and any("fewer than 3" in n for n in b.notes)
     assert json.loads(cert.read_text()) == before and service.verify(cert).ok
+
+
+def test_the_cli_creates_no_store(tmp_path: Path) -> None:
+    missing = tmp_path / "none.db"
+    assert _orch(["fleet", "baseline", "--store", str(missing)]) == 2
+    assert _orch(["fleet", "outliers", "--store", str(missing)]) == 2
+    assert not missing.exists()
