@@ -116,12 +116,20 @@ def thresholds_from(rec: RunRecord, plan: Plan) -> str:
 
 
 def certify(
-    rec: RunRecord, *, now: datetime, valid_days: int, logs: Mapping[str, list[RawLog]] | None = None
+    rec: RunRecord,
+    *,
+    now: datetime,
+    valid_days: int,
+    logs: Mapping[str, list[RawLog]] | None = None,
+    baseline_sha256: str | None = None,
+    baseline_reasons: Mapping[str, list[str]] | None = None,
 ) -> tuple[list[Certificate], list[Refusal]]:
     """The certificates (sealed: field digests and content hash filled in) and the refusals of a run.
 
     logs: step id -> the hashes of the step's raw logs (service.raw_logs reads them), copied into
-    the certificate of each node of the step.
+    the certificate of each node of the step. baseline_sha256: the fleet baseline the nodes were
+    judged against (certs.fleet.judge_run), named in each certificate; baseline_reasons: node ->
+    why it lies outside that baseline (refused).
 
     Raises ConfigError when the run is still running, valid_days is below 1, or the run has no
     readable plan (its thresholds are unknown).
@@ -183,6 +191,7 @@ def certify(
             for t in tests
             if not t.passed
         ]
+        reasons += (baseline_reasons or {}).get(node, [])
         if reasons:
             refused.append(Refusal(node=node, reasons=reasons))
             continue
@@ -199,7 +208,7 @@ def certify(
             faults=_faults(rec.recovery, node, steps),
             raw_logs=[r for s in mine for r in (logs or {}).get(s.step.id, [])],
             thresholds_from=thresholds_from(rec, rec.plan),
-            baseline_sha256=None,  # no fleet baseline exists yet (issue 26, item 5)
+            baseline_sha256=baseline_sha256,
         )
         certs.append(seal(cert))
     return certs, refused

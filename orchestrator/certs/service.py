@@ -79,9 +79,13 @@ def issue(
     valid_days: int = DEFAULT_VALID_DAYS,
     now: datetime | None = None,
     key: Path | None = None,
+    baseline_sha256: str | None = None,
+    baseline_reasons: dict[str, list[str]] | None = None,
 ) -> IssueResult:
     """Certify the nodes of the finished run in run_dir that passed; write certs/<node>.json,
     signed with the Ed25519 private key in the file `key` when it is given (certs.sign).
+    baseline_sha256, baseline_reasons: the fleet baseline judged against and the nodes outside it
+    (certs.fleet.judge_run; certs.build.certify).
 
     Raises ConfigError when run_dir is not a run folder, is still running or has no readable plan,
     valid_days < 1, or the key file is refused (mode not 0600, not a key): then nothing is written;
@@ -92,7 +96,10 @@ def issue(
 
     private = sign.load_private(key) if key is not None else None
     rec = load_run(run_dir)
-    certs, refused = certify(rec, now=now or datetime.now(UTC), valid_days=valid_days, logs=raw_logs(rec))
+    certs, refused = certify(
+        rec, now=now or datetime.now(UTC), valid_days=valid_days, logs=raw_logs(rec),
+        baseline_sha256=baseline_sha256, baseline_reasons=baseline_reasons,
+    )  # fmt: skip
     result = IssueResult(run_id=rec.run_id, refused=refused)
     for cert in certs:
         if private is not None:

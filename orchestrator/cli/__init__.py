@@ -74,6 +74,9 @@ COMMANDS: dict[str, Command] = {
     "cert": Command(
         "cert", "Per-node certificates: issue from a run, show, verify, list; resume a drained node."
     ),
+    "fleet": Command(
+        "fleet", "Each kind of node against its own certified nodes: build the baseline, list outliers."
+    ),
     "fault": Command("fault", "Inject, list and sweep faults."),
     "inventory": Command("inventory", "Read the Ansible inventory as orch sees it."),
     "lab": Command("lab", "The virtual lab: N nodes in network namespaces with SSH and Slurm."),

@@ -54,9 +54,34 @@ def issue_cmd(
             "--key", help="Sign with the Ed25519 private key in this file (mode 0600; cert keygen)."
         ),
     ] = None,
+    fleet_baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--fleet-baseline",
+            help="Judge the nodes against this stored fleet baseline ('latest', or its hash or a prefix): "
+            "refuse its outliers, name its hash in each certificate (orch fleet baseline).",
+        ),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store", envvar="ORCH_STORE", help="Results store of --fleet-baseline.", show_default=False
+        ),
+    ] = None,
 ) -> int:
     """Certify each node whose every step passed: RUN_DIR/certs/NODE.json. Exit 1 when a node is refused."""
-    res = service.issue(run_dir, valid_days=valid_days, key=key)
+    sha, reasons = None, None
+    if fleet_baseline is not None:
+        from orchestrator.certs.fleet import judge_run
+        from orchestrator.store.db import ResultsStore, default_store_path
+        from orchestrator.store.location import parse_store
+
+        with ResultsStore.open(parse_store(store) if store else default_store_path()) as db:
+            rec = db.ingest(run_dir)
+            sha, reasons = judge_run(db, rec.run_id, None if fleet_baseline == "latest" else fleet_baseline)
+    res = service.issue(
+        run_dir, valid_days=valid_days, key=key, baseline_sha256=sha, baseline_reasons=reasons
+    )
     for node, path in res.issued.items():
         out.print(styled("certified", "green"), f"{node}: {path}")
     for r in res.refused:

@@ -33,7 +33,10 @@ gather the figures and word the reasons):
   (beyond_band_below); under the limit but within the band is not judged;
 - one figure among its kind (an isolation single against the median single): fails below
   median x exp(-h), h = max(ln(1 / (1 - tolerance)), K x 1.4826 x MAD of the kind's log figures)
-  (single_ratio, then below_share): the tolerance is the least band, the kind's own noise widens it.
+  (single_ratio, then below_share): the tolerance is the least band, the kind's own noise widens it;
+- one node against its kind's fleet baseline (certs/fleet.py): fails below median x exp(-h),
+  h = max(ln(1 + floor), k x sigma), sigma the robust spread of the kind's certified nodes' log
+  figures (fleet_limit, then below): named even when it passes every fixed threshold.
 
 Output quality (quality_verdict; metrics/quality.py gathers the figures, docs/quality.md): B's
 greedy outputs against A's fail when
@@ -323,6 +326,12 @@ def single_ratio(figures: Iterable[float], tolerance: float, k: float = K) -> fl
     than 2). The tolerance is the least band; a noisy kind widens it (module docstring)."""
     sigma = noise.mad_sigma(noise.log_values(figures)) or 0.0
     return min(1.0 - tolerance, math.exp(-k * sigma))
+
+
+def fleet_limit(median: float, sigma: float, *, k: float = K, floor: float = FLOOR) -> float:
+    """The least figure a node may show against its kind's fleet baseline: median x exp(-h),
+    h = max(ln(1 + floor), k x sigma) (noise.band), sigma = 1.4826 x MAD of the kind's log figures."""
+    return median * math.exp(-noise.band(sigma, floor, k))
 
 
 # --- output quality -------------------------------------------------------------------------------

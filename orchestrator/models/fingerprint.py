@@ -3,6 +3,7 @@ run directory by the stack stage, read back by the store and the reports."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -26,6 +27,11 @@ class Gpu(StrictModel):
     uuid: str | None = None
     arch: str | None = None
     extra: dict[str, str] = Field(default_factory=dict, description="other fields, as printed")
+
+
+def gpu_model_of(gpus: Sequence[Gpu]) -> str:
+    """A node's GPU model from its fingerprint: the names of its GPUs, '+'-joined when they differ."""
+    return "+".join(sorted({" ".join((g.name or "?").split()) for g in gpus}))
 
 
 class RdmaPort(StrictModel):

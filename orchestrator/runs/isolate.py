@@ -48,7 +48,7 @@ from orchestrator.isolation.search import isolate_partitioned, round_bound
 from orchestrator.metrics import decision
 from orchestrator.models.cluster import Cluster, gpu_model_problem, same_gpu_model
 from orchestrator.models.events import Listener, RunStarted
-from orchestrator.models.fingerprint import FingerprintSet, Gpu
+from orchestrator.models.fingerprint import FingerprintSet, gpu_model_of
 from orchestrator.models.isolation import (
     Group,
     IsolationRule,
@@ -73,7 +73,7 @@ from orchestrator.store.load import require_model
 from orchestrator.store.rundir import atomic_write, new_run_id
 
 # Kept here for the callers that import them from this module (cli/isolate, runs/node_resume, bench).
-__all__ = ["IsolationRun", "Partition"]
+__all__ = ["IsolationRun", "Partition", "gpu_model_of"]
 
 
 def partition_nodes(
@@ -448,11 +448,6 @@ def isolation_markdown(r: IsolationRun) -> str:
     """report.md of an isolate run: the Isolation section of `orch report --format md` (its
     summary, rule, culprits with their evidence, nodes, every round), escaped."""
     return f"# orch isolate {md(r.run_id)}\n\n" + section_markdown(r, r.run_dir) + "\n"
-
-
-def gpu_model_of(gpus: Sequence[Gpu]) -> str:
-    """A node's GPU model from its fingerprint: the names of its GPUs, '+'-joined when they differ."""
-    return "+".join(sorted({" ".join((g.name or "?").split()) for g in gpus}))
 
 
 def failed_multinode_nodes(result: RunResult) -> tuple[list[str], list[str]]:

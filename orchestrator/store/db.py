@@ -30,6 +30,8 @@ from orchestrator.metrics.serving_baseline import BaselineLevel, ServingBaseline
 from orchestrator.metrics.verdict import BaselineBusbw
 from orchestrator.models.base import StrictModel
 from orchestrator.models.events import RecoveryDone, RunEvent, RunFinished, RunStarted, StepDone
+from orchestrator.models.fingerprint import gpu_model_of
+from orchestrator.models.fleet import FleetBaseline, NodeKind, NodeSample
 from orchestrator.models.run import RunRecord
 from orchestrator.models.serving_recovery import ServingFaultResult
 from orchestrator.models.serving_results import LevelSummary, ServingCost
@@ -146,6 +148,18 @@ MIGRATIONS: list[str] = [
     # and for steps stored before version 6)
     """
     ALTER TABLE serving_steps ADD COLUMN variant TEXT;
+    """,
+    # The fleet baseline (docs/fleet.md): each node's kind in each run (gpu_vendor, GPU model;
+    # runs stored before version 7 have none until `orch runs ingest`), and the baselines built,
+    # by content hash (body: the FleetBaseline's JSON)
+    """
+    CREATE TABLE node_kinds (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, node TEXT NOT NULL,
+        vendor TEXT NOT NULL, model TEXT, PRIMARY KEY (run_id, node)
+    );
+    CREATE TABLE fleet_baselines (
+        sha256 TEXT PRIMARY KEY, built_at TEXT NOT NULL, body TEXT NOT NULL
+    );
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -398,6 +412,7 @@ class ResultsStore:
             c.executemany(
                 "INSERT INTO fingerprints VALUES (?,?,?,?)", _last_wins(3, _fingerprint_rows(rid, rec))
             )
+            c.executemany("INSERT INTO node_kinds VALUES (?,?,?,?)", _last_wins(2, _kind_rows(rid, rec)))
             c.executemany(
                 "INSERT INTO recoveries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 _last_wins(2, [
@@ -537,6 +552,52 @@ class ResultsStore:
         )
         return [dict(r) for r in rows if r["run_id"] in wanted]
 
+    def node_samples(self) -> list[NodeSample]:
+        """Every busbw figure (out of place) of a passed single-node or node-pair step, with its run."""
+        rows = self.conn.execute(
+            "SELECT s.run_id, r.started_at, s.step_id, s.nodes, s.ranks_per_node, c.collective, "
+            "c.size_bytes, c.oop_busbw_gbs FROM steps s JOIN runs r ON r.run_id = s.run_id "
+            "JOIN coll_rows c ON c.run_id = s.run_id AND c.step_id = s.step_id "
+            "WHERE s.nnodes IN (1, 2) AND s.verdict = 'pass' AND c.oop_busbw_gbs IS NOT NULL"
+        )
+        return [
+            NodeSample(run_id=r[0], started_at=_dt(r[1]), step_id=r[2], nodes=json.loads(r[3]),
+                       ranks_per_node=r[4], collective=r[5], size_bytes=int(r[6]), busbw_gbs=float(r[7]))
+            for r in rows
+        ]  # fmt: skip
+
+    def node_kinds(self) -> dict[tuple[str, str], NodeKind]:
+        """(run id, node) -> the node's kind in that run (none for runs stored before version 7)."""
+        rows = self.conn.execute("SELECT run_id, node, vendor, model FROM node_kinds")
+        return {(r[0], r[1]): NodeKind(vendor=r[2], model=r[3]) for r in rows}
+
+    def save_fleet_baseline(self, b: FleetBaseline) -> None:
+        """Store a fleet baseline under its content hash (the same hash again: kept as first stored)."""
+        with self._tx() as c:
+            if c.execute("SELECT 1 FROM fleet_baselines WHERE sha256 = ?", (b.sha256,)).fetchone() is None:
+                c.execute(
+                    "INSERT INTO fleet_baselines VALUES (?,?,?)",
+                    (b.sha256, b.built_at.isoformat(), b.model_dump_json()),
+                )
+
+    def fleet_baseline(self, ref: str | None = None) -> FleetBaseline | None:
+        """The fleet baseline whose hash is (or starts with) ref, else the newest one; None: none.
+
+        Raises ConfigError when ref matches several baselines.
+        """
+        if ref is None:
+            row = self.conn.execute(
+                "SELECT body FROM fleet_baselines ORDER BY built_at DESC, sha256 LIMIT 1"
+            ).fetchone()
+            return FleetBaseline.model_validate_json(row[0]) if row is not None else None
+        want = ref if ref.startswith("sha256:") else "sha256:" + ref
+        hits = self.conn.execute(
+            "SELECT body FROM fleet_baselines WHERE sha256 LIKE ? ESCAPE '\\'", (_like_prefix(want),)
+        ).fetchall()
+        if len(hits) > 1:
+            raise ConfigError(f"{ref!r} matches {len(hits)} fleet baselines", hint="give more of the hash")
+        return FleetBaseline.model_validate_json(hits[0][0]) if hits else None
+
     def integrity_ok(self) -> bool:
         """SQLite's integrity_check; PostgreSQL checks its own pages, and answers a query."""
         if isinstance(self.conn, PgConnection):
@@ -594,6 +655,21 @@ def _fingerprint_rows(run_id: str, rec: RunRecord) -> list[tuple[str, str, str, 
         for node, fp in rec.fingerprint.nodes.items()
         for field, value in fp.model_dump(mode="json").items()
     ]
+
+
+def _kind_rows(run_id: str, rec: RunRecord) -> list[tuple[str, str, str, str | None]]:
+    """Each node's kind in the run: the inventory's gpu_vendor and gpu_model, else the GPU names of
+    its fingerprint (a run without an inventory: none)."""
+    if rec.cluster is None:
+        return []
+    fps = rec.fingerprint.nodes if rec.fingerprint else {}
+    out: list[tuple[str, str, str, str | None]] = []
+    for n in rec.cluster.nodes:
+        fp = fps.get(n.name)
+        seen = gpu_model_of(fp.gpus) if fp is not None and fp.gpus else None
+        model = None if n.gpu_vendor == "none" else (n.gpu_model or seen)
+        out.append((run_id, n.name, n.gpu_vendor, model))
+    return out
 
 
 def resolve_run_dir(ref: str, store_path: StoreLocation | None = None) -> Path:
