@@ -84,7 +84,13 @@ _READ = (
     "orch_node_dir",
     "orch_shared_dirs",
     "orch_cert_pubkey",
+    "orch_health_kernel_log",
+    "orch_health_sysfs",
+    "orch_health_tools_dir",
+    "orch_health_max_drain",
 )
+# per node: where `orch health` reads that node's sources (a lab plants findings per node there)
+_HEALTH_PATH_VARS = ("orch_health_kernel_log", "orch_health_sysfs", "orch_health_tools_dir")
 _CLUSTER_VARS = (
     "orch_slurm_conf", "orch_lab_state", "orch_partition", "orch_stack", "orch_node_dir", "orch_shared_dirs",
     "orch_cert_pubkey",
@@ -335,6 +341,15 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
         if runtime not in CONTAINER_RUNTIMES:
             bad("container_runtime", f"is not one of {', '.join(CONTAINER_RUNTIMES)}")
 
+    health: dict[str, str] = {}
+    for var in _HEALTH_PATH_VARS:
+        if var in v:
+            value = v[var].strip() if isinstance(v[var], str) else ""
+            if not _NODE_PATH.match(value) or ".." in Path(value).parts:
+                bad(var, "must be an absolute path of [A-Za-z0-9_./+-] without '..'")
+            else:
+                health[var.removeprefix("orch_")] = value
+
     if len(problems) > before:
         return None
     return Node.model_validate(
@@ -355,6 +370,7 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
             "fabric_address": fabric,
             "container_runtime": runtime,
             "groups": [g for g in host.groups if g != "all"],
+            **health,
         }
     )
 
@@ -537,6 +553,8 @@ def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> Cl
         values["orch_shared_dirs"] = [
             q for p in paths if (q := _node_path("orch_shared_dirs", p, problems)) is not None
         ]
+    if (cap := _max_drain(hosts, problems)) is not None:
+        values["orch_health_max_drain"] = cap
     if (gbps := _positive(hosts, "orch_fabric_gbps", "Gbit/s", problems)) is not None:
         values["orch_fabric_gbps"] = gbps
     if (
@@ -544,6 +562,24 @@ def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> Cl
     ) is not None:
         values["orch_gpu_hour_cost"] = cost
     return ClusterVars.model_validate(values)
+
+
+def _max_drain(hosts: list[RawHost], problems: list[str]) -> int | None:
+    """orch_health_max_drain: a whole number >= 0, the same on every host that has it."""
+    seen: dict[int, str] = {}
+    for h in hosts:
+        if (value := h.vars.get("orch_health_max_drain")) is None:
+            continue
+        n = _as_int(value)
+        if n is None or n < 0:
+            problems.append(f"host {h.name}: orch_health_max_drain={value!r} must be a whole number >= 0")
+            continue
+        seen.setdefault(n, h.name)
+    if len(seen) > 1:
+        pairs = ", ".join(f"{host} has {n}" for n, host in seen.items())
+        problems.append(f"orch_health_max_drain differs between hosts ({pairs}); set it once in [all:vars]")
+        return None
+    return next(iter(seen), None)
 
 
 def _node_path(var: str, value: str, problems: list[str]) -> Path | None:

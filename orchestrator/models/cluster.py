@@ -135,6 +135,13 @@ class Node(StrictModel):
         default=None, description="the address collective traffic uses"
     )
     container_runtime: ContainerRuntime = "none"
+    health_kernel_log: str | None = Field(
+        default=None, description="orch_health_kernel_log: a file `orch health` reads as the kernel log"
+    )
+    health_sysfs: str | None = Field(default=None, description="orch_health_sysfs: its sysfs root (/sys)")
+    health_tools_dir: str | None = Field(
+        default=None, description="orch_health_tools_dir: saved GPU and RDMA tool outputs it reads"
+    )
     groups: list[str] = Field(default_factory=list, description="sorted; without 'all'")
 
     @field_validator("name", "address")
@@ -196,6 +203,12 @@ class ClusterVars(StrictModel):
         default=None,
         description="the Ed25519 public key (PEM) `orch check --quick` verifies certificates' signatures "
         "with; None: signatures are not checked",
+    )
+    orch_health_max_drain: int = Field(
+        default=1,
+        ge=0,
+        description="`orch health --drain`: at most this many of the inventory's nodes out of service "
+        "(drained, down) after its drains; fatal nodes beyond it are reported, not drained",
     )
     orch_shared_dirs: list[Path] = Field(
         default_factory=list,
