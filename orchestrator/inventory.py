@@ -18,10 +18,10 @@ import math
 import re
 import shlex
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrator.errors import InventoryError
 from orchestrator.models.cluster import (
@@ -564,24 +564,6 @@ def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> Cl
     return ClusterVars.model_validate(values)
 
 
-def _max_drain(hosts: list[RawHost], problems: list[str]) -> int | None:
-    """orch_health_max_drain: a whole number >= 0, the same on every host that has it."""
-    seen: dict[int, str] = {}
-    for h in hosts:
-        if (value := h.vars.get("orch_health_max_drain")) is None:
-            continue
-        n = _as_int(value)
-        if n is None or n < 0:
-            problems.append(f"host {h.name}: orch_health_max_drain={value!r} must be a whole number >= 0")
-            continue
-        seen.setdefault(n, h.name)
-    if len(seen) > 1:
-        pairs = ", ".join(f"{host} has {n}" for n, host in seen.items())
-        problems.append(f"orch_health_max_drain differs between hosts ({pairs}); set it once in [all:vars]")
-        return None
-    return next(iter(seen), None)
-
-
 def _node_path(var: str, value: str, problems: list[str]) -> Path | None:
     """An absolute path of plain characters without '..', else a problem and None."""
     if not _NODE_PATH.match(value) or ".." in Path(value).parts:
@@ -590,22 +572,48 @@ def _node_path(var: str, value: str, problems: list[str]) -> Path | None:
     return Path(value)
 
 
+def _positive_number(value: Any) -> float | None:
+    """A number > 0 (not a bool), else None."""
+    try:
+        n = float(value)
+    except (TypeError, ValueError):
+        return None
+    return n if not isinstance(value, bool) and math.isfinite(n) and n > 0 else None
+
+
+def _whole_number(value: Any) -> int | None:
+    """A whole number >= 0, else None."""
+    n = _as_int(value)
+    return n if n is not None and n >= 0 else None
+
+
 def _positive(hosts: list[RawHost], var: str, unit: str, problems: list[str]) -> float | None:
     """var (orch_fabric_gbps, orch_gpu_hour_cost): a positive number, the same on every host that
     has it."""
-    seen: dict[float, str] = {}
+    return _same_number(hosts, var, _positive_number, f"a positive number ({unit})", problems)
+
+
+def _max_drain(hosts: list[RawHost], problems: list[str]) -> int | None:
+    """orch_health_max_drain: a whole number >= 0, the same on every host that has it."""
+    return _same_number(hosts, "orch_health_max_drain", _whole_number, "a whole number >= 0", problems)
+
+
+_N = TypeVar("_N", int, float)
+
+
+def _same_number(
+    hosts: list[RawHost], var: str, parse: Callable[[Any], _N | None], what: str, problems: list[str]
+) -> _N | None:
+    """var's value on the hosts that set it, read by parse: a problem for each value parse refuses,
+    and one when hosts differ (a cluster-wide setting)."""
+    seen: dict[_N, str] = {}
     for h in hosts:
-        value = h.vars.get(var)
-        if value is None:
+        if (value := h.vars.get(var)) is None:
             continue
-        try:
-            gbps = float(value)
-        except (TypeError, ValueError):
-            gbps = float("nan")
-        if isinstance(value, bool) or not (math.isfinite(gbps) and gbps > 0):
-            problems.append(f"host {h.name}: {var}={value!r} must be a positive number ({unit})")
+        if (n := parse(value)) is None:
+            problems.append(f"host {h.name}: {var}={value!r} must be {what}")
             continue
-        seen.setdefault(gbps, h.name)
+        seen.setdefault(n, h.name)
     if len(seen) > 1:
         pairs = ", ".join(f"{host} has {v:g}" for v, host in seen.items())
         problems.append(f"{var} differs between hosts ({pairs}); set it once in [all:vars]")

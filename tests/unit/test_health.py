@@ -10,6 +10,7 @@ import pytest
 from fakes import ScriptedRunner
 from test_cli_startup import _heavy, _run
 
+from orchestrator.errors import InventoryError
 from orchestrator.health import sample
 from orchestrator.health.sample import (
     aer_counts,
@@ -24,7 +25,7 @@ from orchestrator.health.sample import (
 from orchestrator.inventory import load_inventory
 from orchestrator.models.health import HealthSources, NodeHealth
 from orchestrator.remote.local import LocalShell
-from orchestrator.runs.health import drain_fatal, health_report, sample_node, sources_of
+from orchestrator.runs.health import check_here, drain_fatal, health_report, sample_node, sources_of
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.telemetry.smi import parse_nvidia_query
 
@@ -218,7 +219,10 @@ def test_inventory_variables_set_each_nodes_sources_and_the_cap(tmp_path: Path) 
     assert (two.kernel_log, two.sysfs, two.tools_dir) == (None, "/sys", None)
     assert cluster.vars.orch_health_max_drain == 2
     inv.write_text("[nodes]\nnode1 ansible_connection=local orch_health_sysfs=../sys\n")
-    with pytest.raises(Exception, match="orch_health_sysfs"):
+    with pytest.raises(InventoryError, match="orch_health_sysfs"):
+        load_inventory(inv)
+    inv.write_text("[nodes]\nnode1 ansible_connection=local\n[all:vars]\norch_health_max_drain=-1\n")
+    with pytest.raises(InventoryError, match=r"orch_health_max_drain=.* must be a whole number >= 0"):
         load_inventory(inv)
 
 
@@ -232,3 +236,28 @@ def test_health_local_loads_no_ssh_ansible_rich_or_plan_model(tmp_path: Path) ->
     assert _heavy(modules) == []
     assert "orchestrator.inventory" not in modules
     assert "orchestrator.runs.health" in modules  # the sample did run
+
+
+class _Sinfo(ScriptedRunner):
+    """sinfo as Slurm answers it: node names, or name|state; scontrol accepts."""
+
+    def __init__(self, states: dict[str, str]) -> None:
+        super().__init__()
+        self.states = states
+
+    def answer(self, argv: list[str]) -> tuple[int, str, str]:
+        if argv[0] == "sinfo":
+            fmt = next(a for a in argv if a.startswith("--format="))
+            rows = self.states.items()
+            return 0, "".join(f"{n}|{s}\n" if "|" in fmt else f"{n}\n" for n, s in rows), ""
+        return 0, "", ""
+
+
+def test_local_drains_this_node_only_under_the_cap_of_the_whole_cluster(tmp_path: Path) -> None:
+    src = _plant(tmp_path / "n", kernel=_body("xid79-off-bus-nvsentinel-155.txt"))
+    runner = _Sinfo({"node1": "idle", "node2": "drained", "node3": "idle"})
+    report = check_here("node1", src, drain=True, max_drain=1, sched=SlurmScheduler(runner=runner))
+    assert not report.nodes[0].drained and "max_drain=1 reached" in (report.nodes[0].action or "")
+    assert "scontrol" not in runner.commands
+    report = check_here("node1", src, drain=True, max_drain=2, sched=SlurmScheduler(runner=runner))
+    assert report.nodes[0].drained and runner.commands.count("scontrol") == 1
