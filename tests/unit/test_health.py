@@ -23,7 +23,7 @@ from orchestrator.health.sample import (
     rdma_findings,
 )
 from orchestrator.inventory import load_inventory
-from orchestrator.models.health import HealthSources, NodeHealth
+from orchestrator.models.health import HealthReport, HealthSources, NodeHealth
 from orchestrator.remote.local import LocalShell
 from orchestrator.runs.health import check_here, drain_fatal, health_report, sample_node, sources_of
 from orchestrator.scheduler.slurm import SlurmScheduler
@@ -261,3 +261,26 @@ def test_local_drains_this_node_only_under_the_cap_of_the_whole_cluster(tmp_path
     assert "scontrol" not in runner.commands
     report = check_here("node1", src, drain=True, max_drain=2, sched=SlurmScheduler(runner=runner))
     assert report.nodes[0].drained and runner.commands.count("scontrol") == 1
+
+
+def test_health_over_the_inventory_reads_each_nodes_planted_sources(tmp_path: Path) -> None:
+    """`orch health -i`: per-node inventory paths, the same line through each node's shell (local
+    nodes here), one report, exit 1 for the fatal node; --json is the HealthReport."""
+    sick = _plant(tmp_path / "n1", kernel=_body("amdgpu-ras-mi50-rocm-1886.txt"))
+    clean = _plant(tmp_path / "n2")
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(
+        "[nodes]\n"
+        + "".join(
+            f"{name} ansible_connection=local orch_health_kernel_log={s.kernel_log} "
+            f"orch_health_sysfs={s.sysfs} orch_health_tools_dir={s.tools_dir} rdma_ifaces=fab0\n"
+            for name, s in (("node1", sick), ("node2", clean))
+        )
+    )
+    code, _, output = _run(tmp_path, ["health", "-i", str(inv), "--json"])
+    assert code == 1, output
+    report = HealthReport.model_validate_json(output[output.index("{") : output.rindex("}") + 1])
+    assert report.fatal_nodes == ["node1"] and not report.local
+    one, two = report.nodes
+    assert [(f.kind, f.device) for f in one.findings] == [("amdgpu_ras", "0000:e3:00.0")]
+    assert (two.findings, two.errors) == ([], [])
