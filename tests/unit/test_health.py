@@ -227,12 +227,14 @@ def test_inventory_variables_set_each_nodes_sources_and_the_cap(tmp_path: Path) 
 
 
 def test_health_local_loads_no_ssh_ansible_rich_or_plan_model(tmp_path: Path) -> None:
-    src = _plant(tmp_path / "n", kernel=_body("xid79-off-bus-nvsentinel-155.txt"))
+    hostile = "NVRM: Xid (PCI:0000:44:00): 48, name=\x1b]0;owned\x07\x1b[31mred\r\n"  # a process name is data
+    src = _plant(tmp_path / "n", kernel=_body("xid79-off-bus-nvsentinel-155.txt") + hostile)
     argv = ["health", "--local", "--node", "node1", "--kernel-log", str(src.kernel_log), "--sysfs", src.sysfs,
             "--tools-dir", str(src.tools_dir), "--iface", "fab0"]  # fmt: skip
     code, modules, output = _run(tmp_path, argv)
     assert code == 1, output  # fatal: XID 79
     assert "gpu_off_bus" in output and "not drained (without --drain)" in output
+    assert "\x1b" not in output and "\x07" not in output and "\\x1b" in output  # printed escaped
     assert _heavy(modules) == []
     assert "orchestrator.inventory" not in modules
     assert "orchestrator.runs.health" in modules  # the sample did run
