@@ -286,3 +286,30 @@ def test_health_over_the_inventory_reads_each_nodes_planted_sources(tmp_path: Pa
     one, two = report.nodes
     assert [(f.kind, f.device) for f in one.findings] == [("amdgpu_ras", "0000:e3:00.0")]
     assert (two.findings, two.errors) == ([], [])
+
+
+def test_saved_tool_outputs_in_a_nodes_tools_dir_are_read(tmp_path: Path) -> None:
+    """The GPU tool and rdma link sections through the sample line: nvidia-smi's published H100
+    capture with its uncorrected-ECC total planted at 3, amd-smi's published RX 6600 output as is."""
+    src = _plant(tmp_path / "nv")
+    csv_text = _body("../smi/nvidia-smi-query-gpu-h100-load.csv")
+    header, row = csv_text.splitlines()[:2]
+    cells = row.split(", ")
+    cells[header.split(", ").index("ecc.errors.uncorrected.volatile.total")] = "3"
+    Path(str(src.tools_dir), "nvidia-smi.csv").write_text(f"{header}\n{', '.join(cells)}\n")
+    Path(str(src.tools_dir), "rdma-link.txt").write_text(_body("../smi/rdma-link-cx6dx.txt"))
+    got = sample_node("node1", LocalShell(), src)
+    assert got.errors == []
+    (f,) = got.findings
+    assert (f.kind, f.severity, f.count, f.device) == (
+        "ecc_uncorrected",
+        "fatal",
+        3,
+        "GPU 0 (00000000:00:09.0)",
+    )
+    amd = _plant(tmp_path / "amd")
+    Path(str(amd.tools_dir), "amd-smi-metric.json").write_text(_body("../smi/amd-smi-metric-rx6600.json"))
+    clean = sample_node("node2", LocalShell(), amd)
+    assert (clean.findings, clean.errors) == ([], [])
+    Path(str(amd.tools_dir), "amd-smi-metric.json").write_text("not json\n")
+    assert any(e.startswith("gpu_tool amd-smi") for e in sample_node("node2", LocalShell(), amd).errors)
