@@ -313,3 +313,41 @@ def test_saved_tool_outputs_in_a_nodes_tools_dir_are_read(tmp_path: Path) -> Non
     assert (clean.findings, clean.errors) == ([], [])
     Path(str(amd.tools_dir), "amd-smi-metric.json").write_text("not json\n")
     assert any(e.startswith("gpu_tool amd-smi") for e in sample_node("node2", LocalShell(), amd).errors)
+
+
+def test_cron_install_kind_health_writes_an_orch_health_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import orchestrator.cli.cron as cron_cli
+    from orchestrator.cli import main
+    from orchestrator.runs.nightly import CronManager, entries_in
+
+    runner = ScriptedRunner()  # `scrontab -l` prints nothing: no entries yet
+    monkeypatch.setattr(cron_cli, "_manager", lambda inventory, mode: CronManager(runner, None, "scrontab"))
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[nodes]\nnode1 ansible_connection=local\n")
+    out = tmp_path / "runs"
+    argv = [
+        "cron",
+        "install",
+        "--kind",
+        "health",
+        "--at",
+        "03:00",
+        "-i",
+        str(inv),
+        "--out",
+        str(out),
+        "--",
+        "--drain",
+    ]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0, capsys.readouterr()
+    (entry,) = entries_in((out / "cron" / ".health.scrontab").read_text())
+    assert (entry.name, entry.kind) == ("health", "health")
+    assert entry.command()[1:] == ["health", "--inventory", str(inv.resolve()), "--drain"]
+    assert entry.time_limit_min == 11  # one 60 s sample round (one node) + the 10 min margin
+    with pytest.raises(SystemExit) as e:
+        main([*argv[:3], "scale", *argv[4:]])
+    assert e.value.code == 2  # an unknown kind is refused, the known ones named
