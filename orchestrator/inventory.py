@@ -18,10 +18,10 @@ import math
 import re
 import shlex
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrator.errors import InventoryError
 from orchestrator.models.cluster import (
@@ -84,7 +84,13 @@ _READ = (
     "orch_node_dir",
     "orch_shared_dirs",
     "orch_cert_pubkey",
+    "orch_health_kernel_log",
+    "orch_health_sysfs",
+    "orch_health_tools_dir",
+    "orch_max_unavailable",
 )
+# per node: where `orch health` reads that node's sources (a lab plants findings per node there)
+_HEALTH_PATH_VARS = ("orch_health_kernel_log", "orch_health_sysfs", "orch_health_tools_dir")
 _CLUSTER_VARS = (
     "orch_slurm_conf", "orch_lab_state", "orch_partition", "orch_stack", "orch_node_dir", "orch_shared_dirs",
     "orch_cert_pubkey",
@@ -335,6 +341,15 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
         if runtime not in CONTAINER_RUNTIMES:
             bad("container_runtime", f"is not one of {', '.join(CONTAINER_RUNTIMES)}")
 
+    health: dict[str, str] = {}
+    for var in _HEALTH_PATH_VARS:
+        if var in v:
+            value = v[var].strip() if isinstance(v[var], str) else ""
+            if not _NODE_PATH.match(value) or ".." in Path(value).parts:
+                bad(var, "must be an absolute path of [A-Za-z0-9_./+-] without '..'")
+            else:
+                health[var.removeprefix("orch_")] = value
+
     if len(problems) > before:
         return None
     return Node.model_validate(
@@ -355,6 +370,7 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
             "fabric_address": fabric,
             "container_runtime": runtime,
             "groups": [g for g in host.groups if g != "all"],
+            **health,
         }
     )
 
@@ -537,6 +553,8 @@ def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> Cl
         values["orch_shared_dirs"] = [
             q for p in paths if (q := _node_path("orch_shared_dirs", p, problems)) is not None
         ]
+    if (cap := _max_unavailable(hosts, problems)) is not None:
+        values["orch_max_unavailable"] = cap
     if (gbps := _positive(hosts, "orch_fabric_gbps", "Gbit/s", problems)) is not None:
         values["orch_fabric_gbps"] = gbps
     if (
@@ -554,22 +572,48 @@ def _node_path(var: str, value: str, problems: list[str]) -> Path | None:
     return Path(value)
 
 
+def _positive_number(value: Any) -> float | None:
+    """A number > 0 (not a bool), else None."""
+    try:
+        n = float(value)
+    except (TypeError, ValueError):
+        return None
+    return n if not isinstance(value, bool) and math.isfinite(n) and n > 0 else None
+
+
+def _whole_number(value: Any) -> int | None:
+    """A whole number >= 0, else None."""
+    n = _as_int(value)
+    return n if n is not None and n >= 0 else None
+
+
 def _positive(hosts: list[RawHost], var: str, unit: str, problems: list[str]) -> float | None:
     """var (orch_fabric_gbps, orch_gpu_hour_cost): a positive number, the same on every host that
     has it."""
-    seen: dict[float, str] = {}
+    return _same_number(hosts, var, _positive_number, f"a positive number ({unit})", problems)
+
+
+def _max_unavailable(hosts: list[RawHost], problems: list[str]) -> int | None:
+    """orch_max_unavailable: a whole number >= 0, the same on every host that has it."""
+    return _same_number(hosts, "orch_max_unavailable", _whole_number, "a whole number >= 0", problems)
+
+
+_N = TypeVar("_N", int, float)
+
+
+def _same_number(
+    hosts: list[RawHost], var: str, parse: Callable[[Any], _N | None], what: str, problems: list[str]
+) -> _N | None:
+    """var's value on the hosts that set it, read by parse: a problem for each value parse refuses,
+    and one when hosts differ (a cluster-wide setting)."""
+    seen: dict[_N, str] = {}
     for h in hosts:
-        value = h.vars.get(var)
-        if value is None:
+        if (value := h.vars.get(var)) is None:
             continue
-        try:
-            gbps = float(value)
-        except (TypeError, ValueError):
-            gbps = float("nan")
-        if isinstance(value, bool) or not (math.isfinite(gbps) and gbps > 0):
-            problems.append(f"host {h.name}: {var}={value!r} must be a positive number ({unit})")
+        if (n := parse(value)) is None:
+            problems.append(f"host {h.name}: {var}={value!r} must be {what}")
             continue
-        seen.setdefault(gbps, h.name)
+        seen.setdefault(n, h.name)
     if len(seen) > 1:
         pairs = ", ".join(f"{host} has {v:g}" for v, host in seen.items())
         problems.append(f"{var} differs between hosts ({pairs}); set it once in [all:vars]")

@@ -50,6 +50,9 @@ COMMANDS: dict[str, Command] = {
     "check": Command(
         "check", "Exit 1 when NODE's certificate is missing, edited, expired or its fingerprint drifted."
     ),
+    "health": Command(
+        "health", "Sample each node's kernel log, ECC, PCIe AER, NICs, throttling; drain fatal ones."
+    ),
     "rollback": Command(
         "migrate", "Provision A again on every node, then certify it equals the frozen reference."
     ),

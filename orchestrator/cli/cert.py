@@ -226,8 +226,8 @@ def readmit_cmd(
         typer.Option(
             "--max-unavailable",
             min=0,
-            help="Re-test none at this many unavailable nodes (default: orch_max_unavailable, else the "
-            "plans' max_share of the nodes).",
+            help="Re-test none while more nodes than this are out of service (default: the inventory's "
+            "orch_max_unavailable, 1).",
         ),
     ] = None,
     every: Annotated[
@@ -237,18 +237,14 @@ def readmit_cmd(
     """Drain, test again, re-admit: each node orch drained is re-tested after --delay (alone, then
     with a known-good partner) and returned on pass; a failing one stays drained with the re-test
     as evidence. Nodes drained by others are left alone. Exit 1 when a node stays drained."""
-    import math
     import time
 
-    from orchestrator.faults.safety import DEFAULT_MAX_SHARE
     from orchestrator.inventory import load_inventory
     from orchestrator.models.fault import parse_duration
     from orchestrator.runs.readmit import ReadmitPolicy, readmit_pass
 
     cluster = load_inventory(inventory)
     budget = max_unavailable if max_unavailable is not None else cluster.vars.orch_max_unavailable
-    if budget is None:
-        budget = max(1, math.floor(DEFAULT_MAX_SHARE * len(cluster.nodes)))
     policy = ReadmitPolicy(delay_s=parse_duration(delay), max_unavailable=budget)
     period = parse_duration(every) if every is not None else None
     while True:

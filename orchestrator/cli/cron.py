@@ -14,7 +14,8 @@ from orchestrator.cli.common import InventoryOpt, OutDirOpt, out
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
 from orchestrator.plan import expand_serving_steps, expand_steps, load_plan
 from orchestrator.remote.local import LocalRunner
-from orchestrator.runs.nightly import CronEntry, CronManager, CronMode, time_limit_min
+from orchestrator.runs.health import SAMPLE_TIMEOUT_S
+from orchestrator.runs.nightly import CRON_KINDS, CronEntry, CronManager, CronMode, time_limit_min
 from orchestrator.stacks import node_python
 from orchestrator.store.db import default_store_path
 from orchestrator.store.location import store_ref
@@ -57,7 +58,17 @@ def install_cmd(
             "stack's, <python prefix>/bin/orch, on a cluster; this one on the local inventory).",
         ),
     ] = None,
-    extra: Annotated[list[str] | None, typer.Argument(help="More scale-test flags, after --.")] = None,
+    kind: Annotated[
+        str,
+        typer.Option(
+            "--kind",
+            help="scale-test (the plan) or health (`orch health` on every node; add -- --drain to drain "
+            "fatal nodes under orch_max_unavailable).",
+        ),
+    ] = "scale-test",
+    extra: Annotated[
+        list[str] | None, typer.Argument(help="More flags of the command (scale-test or health), after --.")
+    ] = None,
 ) -> int:
     """Install a daily Slurm entry that runs the plan and records it in the results store.
 
@@ -72,12 +83,20 @@ def install_cmd(
         orch = str(Path(shutil.which("orch") or Path(sys.executable).with_name("orch")).resolve())
     else:
         orch = str(Path(node_python(cluster)).with_name("orch"))
-    resolved = load_plan(plan)
-    # The same expansion as scale-test: a plan it would refuse is refused here; serving steps count.
-    n_steps = len(expand_steps(resolved, cluster)) + len(expand_serving_steps(resolved, cluster))
-    limit = time_limit_min(resolved.run_timeout_s, resolved.step_timeout_s, n_steps)
+    cron_kind = next((k for k in CRON_KINDS if k == kind), None)
+    if cron_kind is None:
+        raise typer.BadParameter(f"--kind must be one of {', '.join(CRON_KINDS)}")
+    if cron_kind == "health":
+        # one sample per node, 16 at a time, each bounded by its timeout
+        limit = time_limit_min(None, int(SAMPLE_TIMEOUT_S), -(-len(cluster.nodes) // 16))
+    else:
+        resolved = load_plan(plan)
+        # The same expansion as scale-test: a plan it would refuse is refused here; serving steps count.
+        n_steps = len(expand_steps(resolved, cluster)) + len(expand_serving_steps(resolved, cluster))
+        limit = time_limit_min(resolved.run_timeout_s, resolved.step_timeout_s, n_steps)
     entry = CronEntry(
-        name=name or plan,
+        name=name or ("health" if cron_kind == "health" else plan),
+        kind=cron_kind,
         at=at,
         inventory=inventory.resolve(),
         plan=plan,
@@ -114,7 +133,8 @@ def list_cmd(
     for e, state in entries:
         how = "scrontab" if mgr.mode == "scrontab" else "sbatch --begin (resubmits itself)"
         limit = f"{e.time_limit_min} min" if e.time_limit_min else "no limit"
-        out.print(f"{e.name}\t{e.at}\t{e.plan}\t{e.inventory}\t{how}\t{limit}\t{state}", markup=False)
+        what = "health" if e.kind == "health" else e.plan
+        out.print(f"{e.name}\t{e.at}\t{what}\t{e.inventory}\t{how}\t{limit}\t{state}", markup=False)
     return 0
 
 

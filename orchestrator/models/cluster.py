@@ -135,6 +135,13 @@ class Node(StrictModel):
         default=None, description="the address collective traffic uses"
     )
     container_runtime: ContainerRuntime = "none"
+    health_kernel_log: str | None = Field(
+        default=None, description="orch_health_kernel_log: a file `orch health` reads as the kernel log"
+    )
+    health_sysfs: str | None = Field(default=None, description="orch_health_sysfs: its sysfs root (/sys)")
+    health_tools_dir: str | None = Field(
+        default=None, description="orch_health_tools_dir: saved GPU and RDMA tool outputs it reads"
+    )
     groups: list[str] = Field(default_factory=list, description="sorted; without 'all'")
 
     @field_validator("name", "address")
@@ -197,11 +204,11 @@ class ClusterVars(StrictModel):
         description="the Ed25519 public key (PEM) `orch check --quick` verifies certificates' signatures "
         "with; None: signatures are not checked",
     )
-    orch_max_unavailable: int | None = Field(
-        default=None,
+    orch_max_unavailable: int = Field(
+        default=1,
         ge=0,
-        description="the failure budget: at this many unavailable nodes, `orch cert readmit` re-tests none "
-        "(None: the plans' max_share of the nodes)",
+        description="the failure budget: at most this many of the inventory's nodes out of service (drained, "
+        "down); `orch health --drain` drains within it, `orch cert readmit` re-tests within it",
     )
     orch_shared_dirs: list[Path] = Field(
         default_factory=list,

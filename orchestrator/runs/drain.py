@@ -12,13 +12,8 @@ from __future__ import annotations
 from orchestrator.faults.safety import check_share
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.isolation import Isolation
-from orchestrator.scheduler.slurm import SlurmScheduler, check_drain_reason
-
-
-def drain_reason(run_id: str, why: str) -> str:
-    """'orch <run-id>: <why>', reduced to the characters a drain reason may hold."""
-    keep = "".join(c if c.isalnum() or c in " _.,:;()+=/@%-" else " " for c in why)
-    return check_drain_reason(f"orch {run_id}: {keep}"[:200].rstrip())
+from orchestrator.scheduler.slurm import SlurmScheduler
+from orchestrator.scheduler.slurm import drain_reason as drain_reason  # its home; isolate's callers
 
 
 def drain_culprits(

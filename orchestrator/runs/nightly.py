@@ -36,6 +36,9 @@ from orchestrator.store.location import parse_store
 from orchestrator.store.rundir import atomic_write
 
 CronMode = Literal["scrontab", "sbatch-begin"]
+# what an entry runs: the plan's scale-test, or `orch health` on every node of the inventory
+CronKind = Literal["scale-test", "health"]
+CRON_KINDS: tuple[CronKind, ...] = ("scale-test", "health")
 # Paths that may go on a #SCRON line as they are (read by scrontab, not by a shell).
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./+-]+")
 
@@ -47,6 +50,10 @@ class CronEntry(StrictModel):
     model_config = ConfigDict(hide_input_in_errors=True)
 
     name: Name
+    kind: CronKind = Field(
+        default="scale-test",
+        description="scale-test: the plan; health: `orch health` on the inventory's nodes (plan unused)",
+    )
     at: str = Field(description="HH:MM, local time of the Slurm controller")
     inventory: Path
     plan: str
@@ -98,6 +105,8 @@ class CronEntry(StrictModel):
         return f"orchcron-{self.name}"
 
     def command(self) -> list[str]:
+        if self.kind == "health":
+            return [self.orch, "health", "--inventory", str(self.inventory), *self.extra_args]
         return [
             self.orch,
             "scale-test",

@@ -8,11 +8,12 @@ One pass looks at every node of the inventory that Slurm shows drained:
   known-good partner) and returned to service on pass; on fail it stays drained, the re-test's run
   id in its reason, and the evidence is in the re-test's run folder.
 
-A failure budget stops the pass before it empties a partition: when the inventory's unavailable
-nodes (drained, down, not responding) number `max_unavailable` or more, no node is re-tested (a
-re-test takes healthy partners from a partition that is already thin, and a node that fails is
-drained again) and the pass says so; a person decides. `orch cron` can run one pass a night, or
-`--every` loops in the foreground.
+A failure budget stops the pass before it empties a partition: the inventory's
+`orch_max_unavailable`, the most of its nodes orch leaves out of service (the same budget bounds
+`orch health --drain`). When more nodes than that are unavailable (drained, down, not responding:
+something else took them out too), no node is re-tested (a re-test takes healthy partners off a
+partition that is already thin) and the pass says so; a person decides. `orch cron` can run one
+pass a night, or `--every` loops in the foreground.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class ReadmitPolicy(StrictModel):
 
     delay_s: float = Field(default=600.0, ge=0, description="wait this long after the drain first")
     max_unavailable: int = Field(
-        ge=0, description="at this many unavailable nodes in the inventory, the pass re-tests none"
+        ge=0, description="with more unavailable nodes in the inventory than this, the pass re-tests none"
     )
 
 
@@ -87,7 +88,7 @@ def readmit_pass(
     now = now or datetime.now()
     unavailable = sched.unavailable_nodes(cluster.names)
     entries: list[ReadmitEntry] = []
-    over = len(unavailable) >= policy.max_unavailable
+    over = len(unavailable) > policy.max_unavailable
     for node in cluster.names:
         if node not in unavailable:
             continue
@@ -108,7 +109,7 @@ def readmit_pass(
         elif over:
             entries.append(entry(
                 "budget reached",
-                f"{len(unavailable)} of {len(cluster.names)} nodes unavailable, max_unavailable "
+                f"{len(unavailable)} of {len(cluster.names)} nodes unavailable, more than max_unavailable "
                 f"{policy.max_unavailable}: no re-test (a person decides)",
             ))  # fmt: skip
         else:

@@ -94,6 +94,13 @@ def check_drain_reason(reason: str) -> str:
     return reason
 
 
+def drain_reason(run_id: str, why: str) -> str:
+    """'orch <run-id>: <why>', reduced to the characters a drain reason may hold (isolate's
+    --drain-bad, orch health)."""
+    keep = "".join(c if c.isalnum() or c in " _.,:;()+=/@%-" else " " for c in why)
+    return check_drain_reason(f"orch {run_id}: {keep}"[:200].rstrip())
+
+
 def check_output_path(path: Path) -> None:
     """Refuse a path Slurm would misread in an --output pattern; raises ConfigError."""
     if "\\" in str(path):
@@ -471,6 +478,13 @@ class SlurmScheduler:
         since = re.search(r"\bReason=.*? \[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]", res.stdout)
         when = datetime.fromisoformat(since.group(1)) if since else None
         return (state.group(1) if state else "", reason.group(1) if reason else "", when)
+
+    def node_names(self) -> list[str]:
+        """Every node Slurm knows (`sinfo --Node`), once each, in sinfo's order; raises SchedulerError."""
+        res = self._run(["sinfo", "--noheader", "--Node", "--format=%N"])
+        if not res.ok:
+            raise SchedulerError(f"sinfo failed: {res.brief()}")
+        return list(dict.fromkeys(ln.strip() for ln in res.stdout.splitlines() if ln.strip()))
 
     def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
         """Nodes sinfo shows drained, down, failed, in maintenance or not responding (state ends in *)."""

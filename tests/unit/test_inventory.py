@@ -245,7 +245,7 @@ def test_unknown_orch_variable_refused_with_the_closest_name(tmp_path: Path) -> 
     message = refused(path)
     assert "host n1: unknown orch variable orch_stak (did you mean orch_stack?)" in message
     assert "host n1: unknown orch variable orch_zzz (orch knows " in message
-    assert "orch_lab_state, orch_node_dir, orch_partition" in message
+    assert "orch_lab_state, orch_max_unavailable, orch_node_dir, orch_partition" in message
 
 
 def test_select_and_node(tmp_path: Path) -> None:

@@ -134,3 +134,15 @@ def test_first_submission_and_daily_resubmission_are_the_same_sbatch(tmp_path: P
 def test_next_occurrence() -> None:
     assert next_occurrence("02:05", datetime(2026, 1, 1, 2, 4)) == datetime(2026, 1, 1, 2, 5)
     assert next_occurrence("02:05", datetime(2026, 1, 1, 2, 5)) == datetime(2026, 1, 2, 2, 5)
+
+
+def test_a_health_entry_runs_orch_health_on_the_inventory_and_reads_back(tmp_path: Path) -> None:
+    entry = _entry(tmp_path, name="health", kind="health", extra_args=["--drain"])
+    cron = next(line for line in render_scrontab_block(entry).splitlines() if not line.startswith("#"))
+    assert "/venv/bin/orch health --inventory /inv/lab.ini --drain >>" in cron
+    assert "scale-test" not in cron
+    assert entries_in(render_scrontab_block(entry)) == [entry]
+    # an entry written before kinds existed reads as scale-test
+    old = _entry(tmp_path).model_dump(mode="json")
+    del old["kind"]
+    assert CronEntry.model_validate(old).kind == "scale-test"
