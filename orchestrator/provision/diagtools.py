@@ -1,0 +1,211 @@
+"""Parsers for GPU and NIC diagnostics: gpu-burn, nvbandwidth, perftest (ib_write_bw, ib_read_bw ...)
+and TransferBench.
+
+Each takes one node's output as printed and returns a DiagReport: the verdicts the tool printed as
+checks, its numbers as figures with the unit it printed. Each raises ParseError (with the raw text)
+when the text is not that tool's, or stops before the tool's result (a run cut short). Tested on
+verbatim published outputs in tests/fixtures/diag/, each with its source.
+"""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator.errors import ParseError
+from orchestrator.models.diagnostics import DiagCheck, DiagFigure, DiagReport
+from orchestrator.provision.smi import _raw_on_error, _strip_comments
+
+# --- gpu-burn ---------------------------------------------------------------------------------------
+
+# One progress record:
+# "50.0%  proc'd: 2261 (7150 Gflop/s) - 0 (0 Gflop/s)   errors: 0 - 0   temps: 38 C - 36 C"
+_BURN_PROGRESS = re.compile(
+    r"proc'd: (?P<procd>.*?)\s+errors: (?P<errors>.*?)\s+temps: (?P<temps>(?:\d+ C(?: - )?)+)"
+)
+_BURN_GFLOPS = re.compile(r"\d+ \((\d+(?:\.\d+)?) Gflop/s\)")
+_BURN_TESTED = re.compile(r"^Tested (\d+) GPUs:\s*$", re.M)
+_BURN_VERDICT = re.compile(r"^\s*GPU (\d+): (OK|FAULTY)\s*$", re.M)
+
+
+def _cells(text: str) -> list[str]:
+    return [c.strip() for c in text.strip().split(" - ")]
+
+
+@_raw_on_error
+def parse_gpu_burn(text: str) -> DiagReport:
+    """gpu-burn's verdict per GPU (OK or FAULTY) and its last progress record: Gflop/s, errors and
+    temperature per GPU. Raises ParseError when the run stopped before its 'Tested N GPUs' verdict."""
+    body = _strip_comments(text)
+    tested = _BURN_TESTED.search(body)
+    if tested is None:
+        raise ParseError("gpu-burn: no 'Tested N GPUs' verdict (the run was cut short?)", raw=text)
+    verdicts = _BURN_VERDICT.findall(body[tested.end() :])
+    count = int(tested.group(1))
+    if len(verdicts) != count or sorted(int(g) for g, _ in verdicts) != list(range(count)):
+        raise ParseError(
+            f"gpu-burn: says it tested {count} GPUs and gives {len(verdicts)} verdicts", raw=text
+        )
+    checks = [
+        DiagCheck(name="gpu-burn", gpu=int(g), status="pass" if v == "OK" else "fail", detail=v)
+        for g, v in verdicts
+    ]
+    figures: list[DiagFigure] = []
+    records = list(_BURN_PROGRESS.finditer(body))
+    if records:
+        last = records[-1]
+        gflops = _BURN_GFLOPS.findall(last.group("procd"))
+        errors = _cells(last.group("errors"))
+        temps = [c.removesuffix(" C") for c in _cells(last.group("temps"))]
+        if not len(gflops) == len(errors) == len(temps) == count:
+            raise ParseError(
+                f"gpu-burn: the last progress line has {len(gflops)} GPUs, the verdict {count}", raw=text
+            )
+        for gpu in range(count):
+            figures.append(DiagFigure(name="gflops", value=float(gflops[gpu]), unit="Gflop/s", gpu=gpu))
+            if errors[gpu].isdigit():  # a GPU whose worker died prints a word here
+                figures.append(DiagFigure(name="errors", value=float(errors[gpu]), unit="count", gpu=gpu))
+            figures.append(DiagFigure(name="temperature", value=float(temps[gpu]), unit="C", gpu=gpu))
+    return DiagReport(tool="gpu-burn", checks=checks, figures=figures)
+
+
+# --- nvbandwidth ------------------------------------------------------------------------------------
+
+_NVBW_VERSION = re.compile(r"^nvbandwidth Version: (\S+)", re.M)
+_NVBW_RUNNING = re.compile(r"^Running (\S+)\.\s*$", re.M)
+_NVBW_UNIT = re.compile(r"\((GB/s|ns)\)\s*$")
+
+
+@_raw_on_error
+def parse_nvbandwidth(text: str) -> DiagReport:
+    """nvbandwidth's test cases: each one's SUM and its matrix cells (row, column as printed; the
+    column is the GPU where the title names GPU(column)). Raises ParseError on a test case that
+    stops before its SUM line."""
+    body = _strip_comments(text)
+    version = _NVBW_VERSION.search(body)
+    if version is None:
+        raise ParseError("nvbandwidth: no 'nvbandwidth Version:' banner", raw=text)
+    starts = list(_NVBW_RUNNING.finditer(body))
+    if not starts:
+        raise ParseError("nvbandwidth: no test case ran ('Running <test>.' missing)", raw=text)
+    checks: list[DiagCheck] = []
+    figures: list[DiagFigure] = []
+    for k, start in enumerate(starts):
+        name = start.group(1)
+        end = starts[k + 1].start() if k + 1 < len(starts) else len(body)
+        lines = [ln for ln in body[start.end() : end].splitlines() if ln.strip()]
+        total = next((ln for ln in lines if ln.startswith(f"SUM {name} ")), None)
+        if not lines or total is None:
+            raise ParseError(f"nvbandwidth: test {name} has no SUM line (cut short?)", raw=text)
+        unit_match = _NVBW_UNIT.search(lines[0])
+        if unit_match is None:
+            raise ParseError(f"nvbandwidth: test {name}: no unit in its title {lines[0]!r}", raw=text)
+        unit = unit_match.group(1)
+        gpu_columns = "GPU(column)" in lines[0]
+        columns = [int(c) for c in lines[1].split()]
+        for row in lines[2:]:
+            if row.startswith("SUM "):
+                break
+            r, *values = row.split()
+            if len(values) != len(columns):
+                what = f"test {name}: row {r} has {len(values)} of {len(columns)} cells"
+                raise ParseError(f"nvbandwidth: {what}", raw=text)
+            for col, value in zip(columns, values, strict=True):
+                if value == "N/A":
+                    continue
+                figures.append(DiagFigure(
+                    name=name, value=float(value), unit=unit, gpu=col if gpu_columns else None,
+                    where=f"row {int(r)} col {col}",
+                ))  # fmt: skip
+        figures.append(DiagFigure(name=name, value=float(total.split()[2]), unit=unit, where="sum"))
+        checks.append(DiagCheck(name=name, status="pass"))
+    waived = len(re.findall(r"^Waived:", body, re.M))
+    if waived:
+        checks.append(DiagCheck(name="waived", status="skip", detail=f"{waived} test cases waived"))
+    return DiagReport(tool="nvbandwidth", version=version.group(1), checks=checks, figures=figures)
+
+
+# --- perftest ---------------------------------------------------------------------------------------
+
+_PERF_TITLE = re.compile(r"^\s*(\S+(?: Post List)?) BW Test\s*$", re.M)
+_PERF_HEADER = re.compile(
+    r"^\s*#bytes\s+#iterations\s+BW peak\[([^\]]+)\]\s+BW average\[([^\]]+)\]\s+MsgRate\[Mpps\]", re.M
+)
+_PERF_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s*$", re.M)
+_PERF_FIELD = re.compile(r"(Device|Link type)\s*: (\S+)")
+
+
+@_raw_on_error
+def parse_perftest_bw(text: str) -> DiagReport:
+    """A perftest bandwidth report (ib_write_bw, ib_read_bw, ib_send_bw): per message size the peak
+    and average bandwidth in the unit printed (MB/sec, or Gb/sec with --report_gbits) and the
+    message rate. Raises ParseError when the report has no result row (the test did not finish)."""
+    body = _strip_comments(text)
+    title = _PERF_TITLE.search(body)
+    header = _PERF_HEADER.search(body)
+    if title is None or header is None:
+        raise ParseError(
+            "perftest: no '<test> BW Test' title or '#bytes #iterations BW peak' header", raw=text
+        )
+    unit = header.group(2).replace("/sec", "/s")
+    rows = _PERF_ROW.findall(body[header.end() :])
+    if not rows:
+        raise ParseError("perftest: no result row under the header (the test did not finish?)", raw=text)
+    fields = dict(_PERF_FIELD.findall(body))
+    test = title.group(1)
+    figures: list[DiagFigure] = []
+    for size, _iters, peak, average, rate in rows:
+        where = f"{int(size)} bytes"
+        figures += [
+            DiagFigure(name="bw_peak", value=float(peak), unit=unit, where=where),
+            DiagFigure(name="bw_average", value=float(average), unit=unit, where=where),
+            DiagFigure(name="msg_rate", value=float(rate), unit="Mpps", where=where),
+        ]
+    detail = ", ".join(f"{k} {v}" for k, v in fields.items()) or None
+    return DiagReport(tool="perftest", checks=[DiagCheck(name=test, status="pass", detail=detail)],
+                      figures=figures)  # fmt: skip
+
+
+# --- TransferBench ----------------------------------------------------------------------------------
+
+_TB_VERSION = re.compile(r"^TransferBench v(\S+)", re.M)
+_TB_TEST = re.compile(r"^Test (\d+):\s*$", re.M)
+_TB_GBS = re.compile(r"^(\d+(?:\.\d+)?) GB/s$")
+
+
+def _tb_cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"[,|]", line)]
+
+
+@_raw_on_error
+def parse_transferbench(text: str) -> DiagReport:
+    """TransferBench (v1, the CSV or the table form): per test its transfers' bandwidth (where is the
+    transfer as printed, e.g. 'P0 -> D0:1 -> G0') and the aggregate. Raises ParseError on a test
+    that stops before its Aggregate line."""
+    body = _strip_comments(text)
+    version = _TB_VERSION.search(body)
+    if version is None:
+        raise ParseError("TransferBench: no 'TransferBench v' banner", raw=text)
+    starts = list(_TB_TEST.finditer(body))
+    if not starts:
+        raise ParseError("TransferBench: no 'Test N:' block", raw=text)
+    checks: list[DiagCheck] = []
+    figures: list[DiagFigure] = []
+    for k, start in enumerate(starts):
+        test = f"test {start.group(1)}"
+        end = starts[k + 1].start() if k + 1 < len(starts) else len(body)
+        aggregate = None
+        for line in body[start.end() : end].splitlines():
+            cells = _tb_cells(line)
+            bw = _TB_GBS.match(cells[1]) if len(cells) > 1 else None
+            if bw is None:
+                continue
+            if cells[0].startswith("Transfer"):
+                figures.append(DiagFigure(name="transfer_gbs", value=float(bw.group(1)), unit="GB/s",
+                                          where=f"{test} {cells[0].lower()}: {cells[4]}"))  # fmt: skip
+            elif cells[0].startswith("Aggregate"):
+                aggregate = float(bw.group(1))
+        if aggregate is None:
+            raise ParseError(f"TransferBench: {test} has no Aggregate line (cut short?)", raw=text)
+        figures.append(DiagFigure(name="aggregate_gbs", value=aggregate, unit="GB/s", where=test))
+        checks.append(DiagCheck(name=test, status="pass"))
+    return DiagReport(tool="transferbench", version=version.group(1), checks=checks, figures=figures)
