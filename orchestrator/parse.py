@@ -172,6 +172,7 @@ PARSERS: dict[str, Parser] = {
     "ibv_devinfo": _smi("ibv_devinfo", smi.parse_ibv_devinfo),
     "ibdev2netdev": _smi("ibdev2netdev", smi.parse_ibdev2netdev),
     "rdma-link": _smi("rdma-link", smi.parse_rdma_link),
+    "dcgmi-diag-json": _smi("dcgmi-diag-json", diagtools.parse_dcgmi_diag_json),
     "gpu-burn": _smi("gpu-burn", diagtools.parse_gpu_burn),
     "nvbandwidth": _smi("nvbandwidth", diagtools.parse_nvbandwidth),
     "perftest": _smi("perftest", diagtools.parse_perftest_bw),
@@ -219,13 +220,16 @@ def _any(*rules: Callable[[str], bool]) -> Callable[[str], bool]:
     return lambda text: any(rule(text) for rule in rules)
 
 
+_DCGM_JSON = _has(r'"DCGM (?:GPU )?Diagnostic"\s*:')
+
 _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     # the benchmark kinds, most specific first: one group, the first that fits wins
     ("collbench", _has(r"^#orch-json |^# collbench \(orch\)")),
     ("rccl-tests", _has(r"^rccl-tests: Version|Errors with asterisks|RCCL version")),
     ("nccl-tests", _any(
         _has(r"^#\s*(nThread|nccl-tests version|Collective test)|out-of-place|Avg bus bandwidth"),
-        _has(r"\A\s*\{", r'"results"'),
+        # nccl-tests -J; dcgmi diag's JSON has "results" too
+        lambda t: _has(r"\A\s*\{", r'"results"')(t) and not _DCGM_JSON(t),
     )),
     # one rule per other tool
     ("scontrol", _has(r"^JobId=\d+")),
@@ -239,6 +243,7 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("ibdev2netdev", _has(r"^\S+ port \d+ ==> \S+ \(\w+\)")),
     ("rdma-link", _has(r"^link \S+/\d+ ")),
     # GPU and NIC diagnostics (orchestrator.provision.diagtools)
+    ("dcgmi-diag-json", _DCGM_JSON),
     ("gpu-burn", _has(r"^Tested \d+ GPUs:|proc'd: \d+ \(\d")),
     ("nvbandwidth", _has(r"^nvbandwidth Version: ")),
     ("perftest", _has(r"^\s*#bytes\s+#iterations\s+BW peak\[")),

@@ -1,5 +1,5 @@
-"""Parsers for GPU and NIC diagnostics: gpu-burn, nvbandwidth, perftest (ib_write_bw, ib_read_bw ...)
-and TransferBench.
+"""Parsers for GPU and NIC diagnostics: `dcgmi diag -j`, gpu-burn, nvbandwidth, perftest
+(ib_write_bw, ib_read_bw ...) and TransferBench.
 
 Each takes one node's output as printed and returns a DiagReport: the verdicts the tool printed as
 checks, its numbers as figures with the unit it printed. Each raises ParseError (with the raw text)
@@ -9,10 +9,11 @@ verbatim published outputs in tests/fixtures/diag/, each with its source.
 
 from __future__ import annotations
 
+import json
 import re
 
 from orchestrator.errors import ParseError
-from orchestrator.models.diagnostics import DiagCheck, DiagFigure, DiagReport
+from orchestrator.models.diagnostics import DiagCheck, DiagFigure, DiagReport, DiagStatus
 from orchestrator.provision.smi import _raw_on_error, _strip_comments
 
 # --- gpu-burn ---------------------------------------------------------------------------------------
@@ -209,3 +210,83 @@ def parse_transferbench(text: str) -> DiagReport:
         figures.append(DiagFigure(name="aggregate_gbs", value=aggregate, unit="GB/s", where=test))
         checks.append(DiagCheck(name=test, status="pass"))
     return DiagReport(tool="transferbench", version=version.group(1), checks=checks, figures=figures)
+
+
+# --- dcgmi diag --json ------------------------------------------------------------------------------
+
+_DCGM_STATUS: dict[str, DiagStatus] = {"pass": "pass", "fail": "fail", "warn": "warn", "skip": "skip"}
+# the numbers the plugins print in a result's "info", e.g. "GPU 0 GPU 0 Host to GPU bandwidth:\t\t13.11 GB/s"
+_DCGM_INFO_FIGURES = (
+    re.compile(r"(?P<what>(?:GPU to Host|Host to GPU|bidirectional) (?:bandwidth|latency)):\s*"
+               r"(?P<value>\d+(?:\.\d+)?) (?P<unit>GB/s|us)"),
+    re.compile(r"calculated at approximately (?P<value>\d+(?:\.\d+)?) (?P<unit>gigaflops)"),
+    re.compile(r"(?P<what>relative stress level)\s+(?P<value>\d+(?:\.\d+)?)"),
+    re.compile(r"(?P<what>power average):\s*(?P<value>\d+(?:\.\d+)?) (?P<unit>W)"),
+)  # fmt: skip
+_DCGM_INFO_ITEM = re.compile(r",\s+(?=GPU \d+ )")
+
+
+def _dcgm_gpus(result: dict[str, object]) -> list[int]:
+    ids = result.get("gpu_ids", result.get("gpu_id"))
+    if ids is None or ids == "":
+        return []
+    return [int(i) for i in str(ids).split(",")]
+
+
+def _dcgm_info_figures(test: str, gpu: int | None, info: str) -> list[DiagFigure]:
+    figures: list[DiagFigure] = []
+    for item in _DCGM_INFO_ITEM.split(info):
+        for pattern in _DCGM_INFO_FIGURES:
+            m = pattern.search(item)
+            if m is None:
+                continue
+            found = m.groupdict()
+            unit = {"gigaflops": "Gflop/s", None: "level"}.get(found.get("unit"), found.get("unit") or "")
+            figures.append(DiagFigure(name=test, value=float(found["value"]), unit=unit, gpu=gpu,
+                                      where=found.get("what") or "gigaflops"))  # fmt: skip
+    return figures
+
+
+@_raw_on_error
+def parse_dcgmi_diag_json(text: str) -> DiagReport:
+    """`dcgmi diag -r N -j` (DCGM 3.x's "DCGM GPU Diagnostic" document): one check per test and
+    GPU with its status, and the figures its plugins print in "info" (PCIe bandwidth and latency,
+    Gflop/s, stress level, power). Raises ParseError on DCGM 4.x's document, which orch does not
+    read yet, and on a document without test categories."""
+    body = _strip_comments(text)
+    start = body.find("{")  # dcgmi may print a warning line before the document
+    if start < 0:
+        raise ParseError("dcgmi diag: no JSON document", raw=text)
+    doc = json.loads(body[start:])
+    if not isinstance(doc, dict):
+        raise ParseError("dcgmi diag: the JSON is not an object", raw=text)
+    if "DCGM Diagnostic" in doc:
+        raise ParseError("dcgmi diag: DCGM 4.x JSON is not read yet", raw=text,
+                         hint="run `dcgmi diag` without -j and keep the table, or use DCGM 3.x")  # fmt: skip
+    root = doc["DCGM GPU Diagnostic"]
+    categories = root["test_categories"]
+    if not categories:
+        raise ParseError("dcgmi diag: no test categories (the diagnostic did not run?)", raw=text)
+    checks: list[DiagCheck] = []
+    figures: list[DiagFigure] = []
+    for category in categories:
+        for test in category["tests"]:
+            if test is None:  # DCGM 3.1 writes null between tests
+                continue
+            name = str(test["name"])
+            for result in test["results"]:
+                status = _DCGM_STATUS.get(str(result["status"]).lower())
+                if status is None:
+                    raise ParseError(f"dcgmi diag: {name}: unknown status {result['status']!r}", raw=text)
+                info = result.get("info")
+                warning = result.get("warnings", result.get("warning"))
+                detail = "; ".join(str(x) for x in (info, warning) if x) or None
+                gpus = _dcgm_gpus(result)
+                for gpu in gpus or [None]:
+                    checks.append(DiagCheck(name=f"{category['category']}: {name}", status=status, gpu=gpu,
+                                            detail=detail))  # fmt: skip
+                if isinstance(info, str):
+                    figures += _dcgm_info_figures(name, gpus[0] if len(gpus) == 1 else None, info)
+    version = root.get("version")
+    return DiagReport(tool="dcgmi diag", version=str(version) if version else None, checks=checks,
+                      figures=figures)  # fmt: skip

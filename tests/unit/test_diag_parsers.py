@@ -137,3 +137,38 @@ def test_transferbench_cut_short_is_a_clear_error() -> None:
     text = _text("transferbench-v1.69-dma-htod.txt")
     with pytest.raises(ParseError, match="test 1 has no Aggregate line"):
         diagtools.parse_transferbench(text[: text.index(" Aggregate (CPU)")])
+
+
+# --- dcgmi diag -j ----------------------------------------------------------------------------------
+
+
+def test_dcgmi_diag_checks_and_info_figures() -> None:
+    report = diagtools.parse_dcgmi_diag_json(_text("dcgmi-diag-r3-1gpu.json"))
+    statuses = {(c.name, c.gpu): c.status for c in report.checks}
+    assert statuses[("Deployment: Denylist", None)] == "pass"
+    assert statuses[("Hardware: EUD Test", 0)] == "skip"
+    assert statuses[("Stress: Memory Bandwidth", 0)] == "pass"
+    assert len(report.checks) == 16 and report.passed
+    # "GPU 0 GPU 0 GPU to Host bandwidth:\t\t13.15 GB/s, ... bidirectional latency:\t\t4.621 us"
+    pcie = report.figure("PCIe", gpu=0, where="GPU to Host bandwidth")
+    assert (pcie.value, pcie.unit) == (13.15, "GB/s")
+    assert report.figure("PCIe", gpu=0, where="bidirectional bandwidth").value == 22.48
+    assert report.figure("PCIe", gpu=0, where="bidirectional latency").value == 4.621
+    assert report.figure("Diagnostic", gpu=0, where="gigaflops").value == 11103.02
+    assert report.figure("Targeted Stress", gpu=0, where="relative stress level").value == 3184.0
+    assert report.figure("Targeted Power", gpu=0, where="power average").value == 70.0
+
+
+def test_dcgmi_diag_fail_and_refusals() -> None:
+    text = _text("dcgmi-diag-r3-1gpu.json")
+    at = text.index("relative stress level")  # Targeted Stress's result: its status follows
+    failed = text[:at] + text[at:].replace('"status" : "Pass"', '"status" : "Fail"', 1)
+    report = diagtools.parse_dcgmi_diag_json(failed)
+    assert [(c.name, c.gpu) for c in report.checks if c.status == "fail"] == [("Stress: Targeted Stress", 0)]
+    assert not report.passed
+    cut = text[: len(text) // 2]
+    with pytest.raises(ParseError, match="malformed output") as e:
+        diagtools.parse_dcgmi_diag_json(cut)
+    assert e.value.raw == cut
+    with pytest.raises(ParseError, match=r"DCGM 4\.x JSON is not read yet"):
+        diagtools.parse_dcgmi_diag_json('{"DCGM Diagnostic": {"tests": []}}')
