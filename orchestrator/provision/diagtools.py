@@ -16,6 +16,23 @@ from orchestrator.errors import ParseError
 from orchestrator.models.diagnostics import DiagCheck, DiagFigure, DiagReport, DiagStatus
 from orchestrator.provision.smi import _raw_on_error, _strip_comments
 
+
+def _blocks(
+    text: str, body: str, tool: str, banner: re.Pattern[str], start: re.Pattern[str], marks: tuple[str, str]
+) -> tuple[str, list[tuple[str, str]]]:
+    """The version a tool's banner prints and its blocks, each (the start's group 1, the text up to
+    the next start); marks say the banner and the start line as the tool prints them. Raises
+    ParseError without a banner or a block."""
+    version = banner.search(body)
+    if version is None:
+        raise ParseError(f"{tool}: no {marks[0]!r} banner", raw=text)
+    starts = list(start.finditer(body))
+    if not starts:
+        raise ParseError(f"{tool}: no test ran (no {marks[1]!r} line)", raw=text)
+    ends = [s.start() for s in starts[1:]] + [len(body)]
+    return version.group(1), [(s.group(1), body[s.end() : e]) for s, e in zip(starts, ends, strict=True)]
+
+
 # --- gpu-burn ---------------------------------------------------------------------------------------
 
 # One progress record:
@@ -82,18 +99,13 @@ def parse_nvbandwidth(text: str) -> DiagReport:
     column is the GPU where the title names GPU(column)). Raises ParseError on a test case that
     stops before its SUM line."""
     body = _strip_comments(text)
-    version = _NVBW_VERSION.search(body)
-    if version is None:
-        raise ParseError("nvbandwidth: no 'nvbandwidth Version:' banner", raw=text)
-    starts = list(_NVBW_RUNNING.finditer(body))
-    if not starts:
-        raise ParseError("nvbandwidth: no test case ran ('Running <test>.' missing)", raw=text)
+    version, blocks = _blocks(
+        text, body, "nvbandwidth", _NVBW_VERSION, _NVBW_RUNNING, ("nvbandwidth Version:", "Running <test>.")
+    )
     checks: list[DiagCheck] = []
     figures: list[DiagFigure] = []
-    for k, start in enumerate(starts):
-        name = start.group(1)
-        end = starts[k + 1].start() if k + 1 < len(starts) else len(body)
-        lines = [ln for ln in body[start.end() : end].splitlines() if ln.strip()]
+    for name, chunk in blocks:
+        lines = [ln for ln in chunk.splitlines() if ln.strip()]
         total = next((ln for ln in lines if ln.startswith(f"SUM {name} ")), None)
         if not lines or total is None:
             raise ParseError(f"nvbandwidth: test {name} has no SUM line (cut short?)", raw=text)
@@ -122,7 +134,7 @@ def parse_nvbandwidth(text: str) -> DiagReport:
     waived = len(re.findall(r"^Waived:", body, re.M))
     if waived:
         checks.append(DiagCheck(name="waived", status="skip", detail=f"{waived} test cases waived"))
-    return DiagReport(tool="nvbandwidth", version=version.group(1), checks=checks, figures=figures)
+    return DiagReport(tool="nvbandwidth", version=version, checks=checks, figures=figures)
 
 
 # --- perftest ---------------------------------------------------------------------------------------
@@ -183,19 +195,15 @@ def parse_transferbench(text: str) -> DiagReport:
     transfer as printed, e.g. 'P0 -> D0:1 -> G0') and the aggregate. Raises ParseError on a test
     that stops before its Aggregate line."""
     body = _strip_comments(text)
-    version = _TB_VERSION.search(body)
-    if version is None:
-        raise ParseError("TransferBench: no 'TransferBench v' banner", raw=text)
-    starts = list(_TB_TEST.finditer(body))
-    if not starts:
-        raise ParseError("TransferBench: no 'Test N:' block", raw=text)
+    version, blocks = _blocks(
+        text, body, "TransferBench", _TB_VERSION, _TB_TEST, ("TransferBench v", "Test N:")
+    )
     checks: list[DiagCheck] = []
     figures: list[DiagFigure] = []
-    for k, start in enumerate(starts):
-        test = f"test {start.group(1)}"
-        end = starts[k + 1].start() if k + 1 < len(starts) else len(body)
+    for number, chunk in blocks:
+        test = f"test {number}"
         aggregate = None
-        for line in body[start.end() : end].splitlines():
+        for line in chunk.splitlines():
             cells = _tb_cells(line)
             bw = _TB_GBS.match(cells[1]) if len(cells) > 1 else None
             if bw is None:
@@ -209,7 +217,7 @@ def parse_transferbench(text: str) -> DiagReport:
             raise ParseError(f"TransferBench: {test} has no Aggregate line (cut short?)", raw=text)
         figures.append(DiagFigure(name="aggregate_gbs", value=aggregate, unit="GB/s", where=test))
         checks.append(DiagCheck(name=test, status="pass"))
-    return DiagReport(tool="transferbench", version=version.group(1), checks=checks, figures=figures)
+    return DiagReport(tool="transferbench", version=version, checks=checks, figures=figures)
 
 
 # --- dcgmi diag --json ------------------------------------------------------------------------------
