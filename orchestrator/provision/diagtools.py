@@ -289,7 +289,7 @@ def parse_dcgmi_diag_json(text: str) -> DiagReport:
                 info = result.get("info")
                 warning = result.get("warnings", result.get("warning"))
                 detail = "; ".join(str(x) for x in (info, warning) if x) or None
-                gpus = _dcgm_gpus(result)
+                gpus: list[int | None] = [*_dcgm_gpus(result)]
                 for gpu in gpus or [None]:
                     checks.append(DiagCheck(name=f"{category['category']}: {name}", status=status, gpu=gpu,
                                             detail=detail))  # fmt: skip
