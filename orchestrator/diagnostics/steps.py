@@ -30,6 +30,15 @@ WRAPPER = (
     'node="${ORCH_NODE:-$(hostname)}"; echo "orch-diag: node $node"; '
     'command -v "$1" >/dev/null 2>&1 || { echo "orch-diag: no $1 on $node"; exit 127; }; exec "$@"'
 )
+# A perftest pair: task 0 serves, task 1 connects to the server's node (the wrapper's $1) once the
+# server has had PAIR_WAIT_S to listen; both print the report, the client's is the one read.
+PAIR_WAIT_S = 2
+PAIR_WRAPPER = (
+    'node="${ORCH_NODE:-$(hostname)}"; echo "orch-diag: node $node"; server="$1"; shift; '
+    'command -v "$1" >/dev/null 2>&1 || { echo "orch-diag: no $1 on $node"; exit 127; }; '
+    f'if [ "${{SLURM_PROCID:-0}}" = 0 ]; then exec "$@"; fi; sleep {PAIR_WAIT_S}; exec "$@" "$server"'
+)
+PERFTEST_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
 _NODE_LINE = re.compile(r"^orch-diag: node (\S+)$", re.M)
 _MISSING_LINE = re.compile(r"^orch-diag: no (\S+) on (\S+)$", re.M)
 
@@ -48,7 +57,7 @@ class DiagTool:
 
     name: str
     binary: str
-    vendor: Literal["nvidia", "amd"]
+    vendor: Literal["nvidia", "amd", "any"]
     argv: Callable[[DiagOptions], list[str]]
     parse: Callable[[str], DiagReport]
 
@@ -94,6 +103,44 @@ def diag_job_spec(
         ranks_per_node=1,
         gpus_per_node=gpus_per_node,
         argv=task_argv(diag, opts),
+        workdir=workdir,
+        task_env={"ORCH_NODE": "SLURMD_NODENAME"},
+        kill_on_bad_exit=False,
+        time_limit_s=time_limit_s,
+    )
+
+
+class PerftestOptions(StrictModel):
+    """A perftest bandwidth test between two nodes."""
+
+    test: Literal["ib_write_bw", "ib_read_bw", "ib_send_bw"] = "ib_write_bw"
+    device: Name | None = Field(default=None, description="-d: the RDMA device (mlx5_0); None: the first")
+    size: int = Field(default=1 << 20, ge=1, le=1 << 30, description="-s: message size in bytes")
+    duration_s: int = Field(default=5, ge=1, le=3600, description="-D: seconds to run")
+
+
+def perftest_argv(opts: PerftestOptions) -> list[str]:
+    """The tool's argv on both sides (the client's gets the server's node appended by the wrapper)."""
+    argv = [opts.test, "--report_gbits", "-s", str(opts.size), "-D", str(opts.duration_s)]
+    return [*argv, "-d", opts.device] if opts.device else argv
+
+
+def perftest_pair_spec(
+    pair: tuple[str, str], opts: PerftestOptions, *, name: str, step_id: str, workdir: Path,
+    time_limit_s: int | None = None,
+) -> JobSpec:  # fmt: skip
+    """One pair of a round (the pair-rounds of stragglers, runs/stragglers.py): two tasks, the first
+    node serving, the second connecting to it."""
+    server, client = pair
+    if server == client:
+        raise ConfigError(f"perftest pair {server}-{client}: a node cannot pair with itself")
+    return JobSpec(
+        name=name,
+        step_id=step_id,
+        nodes=[server, client],
+        nnodes=2,
+        ranks_per_node=1,
+        argv=["sh", "-c", PAIR_WRAPPER, "orch-diag", server, *perftest_argv(opts)],
         workdir=workdir,
         task_env={"ORCH_NODE": "SLURMD_NODENAME"},
         kill_on_bad_exit=False,
@@ -156,6 +203,25 @@ def read_node_output(diag: DiagTool, text: str, thresholds: Sequence[DiagThresho
         return NodeDiag(node=node, status="unreadable", reasons=[e.message])
     reasons = _judge(report, thresholds)
     return NodeDiag(node=node, status="fail" if reasons else "pass", reasons=reasons, report=report)
+
+
+PERFTEST = DiagTool("perftest", "ib_write_bw", "any", lambda o: [], diagtools.parse_perftest_bw)
+
+
+def read_pair(
+    pair: tuple[str, str], logs: Mapping[str, str], thresholds: Sequence[DiagThreshold] = ()
+) -> NodeDiag:
+    """A perftest pair's two task logs as one result named 'server-client': missing where either
+    node lacks the tool, else the client's report judged (the server may print none)."""
+    results = [read_node_output(PERFTEST, text, thresholds) for text in logs.values()]
+    name = f"{pair[0]}-{pair[1]}"
+    missing = [r for r in results if r.status == "missing"]
+    if missing:
+        return NodeDiag(node=name, status="missing", reasons=[x for r in missing for x in r.reasons])
+    client = next((r for r in results if r.node == pair[1]), None)
+    if client is None:
+        return NodeDiag(node=name, status="unreadable", reasons=[f"no log names the client {pair[1]}"])
+    return client.model_copy(update={"node": name})
 
 
 def read_step(

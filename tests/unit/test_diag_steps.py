@@ -10,11 +10,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.diagnostics.steps import (
+    PAIR_WRAPPER,
     WRAPPER,
     DiagOptions,
     DiagThreshold,
+    PerftestOptions,
     diag_job_spec,
+    perftest_pair_spec,
     read_node_output,
+    read_pair,
     read_step,
     task_argv,
     tool,
@@ -121,3 +125,59 @@ def test_a_step_reads_every_node_and_names_unreadable_output() -> None:
     )
     assert slow[0].status == "fail"
     assert slow[0].reasons[0] == "gflops GPU 0: 16942 Gflop/s below 17000"
+
+
+# --- perftest over node pairs -----------------------------------------------------------------------
+
+
+def test_perftest_pairs_follow_the_straggler_rounds(tmp_path: Path) -> None:
+    from orchestrator.runs.stragglers import round_robin
+
+    opts = PerftestOptions(device="mlx5_0", size=65536)
+    rounds = round_robin(["node1", "node2", "node3", "node4"])
+    specs = [
+        perftest_pair_spec(pair, opts, name=f"orch-r1-ib-{k}", step_id=f"ib-{k}", workdir=tmp_path)
+        for k, pair in enumerate(p for r in rounds for p in r)
+    ]
+    assert len(specs) == 6  # every pair of 4 nodes once, in 3 rounds of 2 disjoint pairs
+    first = srun_argv(specs[0])
+    check_spec(specs[0])
+    assert "--nodelist=node1,node4" in first and "--ntasks-per-node=1" in first
+    assert first[-13:] == [
+        "sh", "-c", PAIR_WRAPPER, "orch-diag", "node1",
+        "ib_write_bw", "--report_gbits", "-s", "65536", "-D", "5", "-d", "mlx5_0",
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="cannot pair with itself"):
+        perftest_pair_spec(("node1", "node1"), opts, name="x", step_id="x", workdir=tmp_path)
+
+
+def test_perftest_pair_run_and_read(tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    fixture = FIX / "ib_write_bw-roce-postlist.txt"
+    fake = bindir / "ib_write_bw"  # a stand-in that notes its argv and prints the published report
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> '{calls}'\n/usr/bin/tail -n +2 '{fixture}'\n")
+    fake.chmod(0o755)
+    spec = perftest_pair_spec(("node1", "node2"), PerftestOptions(duration_s=1), name="x", step_id="x",
+                              workdir=tmp_path)  # fmt: skip
+    logs = {}
+    for rank, node in enumerate(("node1", "node2")):
+        env = {"ORCH_NODE": node, "SLURM_PROCID": str(rank), "PATH": f"{bindir}:/usr/bin:/bin"}
+        done = subprocess.run(
+            ["/bin/sh", *spec.argv[1:]], env=env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        logs[f"rank-{rank}.log"] = done.stdout
+    # the server runs the test as given; the client appends the server's node
+    assert calls.read_text().splitlines() == [
+        "--report_gbits -s 1048576 -D 1",
+        "--report_gbits -s 1048576 -D 1 node1",
+    ]
+    ok = read_pair(("node1", "node2"), logs)
+    assert (ok.node, ok.status) == ("node1-node2", "pass")
+    slow = read_pair(("node1", "node2"), logs, [DiagThreshold(figure="bw_average", min=100.0)])
+    assert slow.reasons == ["bw_average: 0.48 Gb/s below 100"]
+    logs["rank-1.log"] = "orch-diag: node node2\norch-diag: no ib_write_bw on node2\n"
+    gone = read_pair(("node1", "node2"), logs)
+    assert (gone.status, gone.reasons) == ("missing", ["no ib_write_bw on node2"])
