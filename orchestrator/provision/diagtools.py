@@ -80,8 +80,9 @@ def parse_gpu_burn(text: str) -> DiagReport:
             )
         for gpu in range(count):
             figures.append(DiagFigure(name="gflops", value=float(gflops[gpu]), unit="Gflop/s", gpu=gpu))
-            if errors[gpu].isdigit():  # a GPU whose worker died prints a word here
-                figures.append(DiagFigure(name="errors", value=float(errors[gpu]), unit="count", gpu=gpu))
+            count = re.match(r"\d+", errors[gpu])  # a count may carry a note after it; a dead worker, a word
+            if count:
+                figures.append(DiagFigure(name="errors", value=float(count.group()), unit="count", gpu=gpu))
             figures.append(DiagFigure(name="temperature", value=float(temps[gpu]), unit="C", gpu=gpu))
     return DiagReport(tool="gpu-burn", checks=checks, figures=figures)
 

@@ -62,6 +62,10 @@ def test_gpu_burn_faulty_gpu_fails_the_report() -> None:
     report = diagtools.parse_gpu_burn(text)
     assert not report.passed
     assert [c.gpu for c in report.checks if c.status == "fail"] == [3]
+    # an error count with a note after it still counts; a word instead of a count is no figure
+    last = text.rindex("errors: 0 - 0 - 0 - 0")
+    noted = text[:last] + "errors: 0 - 0 - 0 - 12 (WARNING!) - 0 - 0 - 0 - 0" + text[last + 37 :]
+    assert diagtools.parse_gpu_burn(noted).figure("errors", gpu=3).value == 12.0
 
 
 def test_gpu_burn_cut_short_is_a_clear_error() -> None:
