@@ -80,9 +80,11 @@ def parse_gpu_burn(text: str) -> DiagReport:
             )
         for gpu in range(count):
             figures.append(DiagFigure(name="gflops", value=float(gflops[gpu]), unit="Gflop/s", gpu=gpu))
-            count = re.match(r"\d+", errors[gpu])  # a count may carry a note after it; a dead worker, a word
-            if count:
-                figures.append(DiagFigure(name="errors", value=float(count.group()), unit="count", gpu=gpu))
+            n_errors = re.match(r"\d+", errors[gpu])  # a count may carry a note; a dead worker: a word
+            if n_errors:
+                figures.append(
+                    DiagFigure(name="errors", value=float(n_errors.group()), unit="count", gpu=gpu)
+                )
             figures.append(DiagFigure(name="temperature", value=float(temps[gpu]), unit="C", gpu=gpu))
     return DiagReport(tool="gpu-burn", checks=checks, figures=figures)
 
