@@ -18,11 +18,12 @@ from orchestrator.provision.smi import _raw_on_error, _strip_comments
 
 
 def _blocks(
-    text: str, body: str, tool: str, banner: re.Pattern[str], start: re.Pattern[str], marks: tuple[str, str]
+    text: str, tool: str, banner: re.Pattern[str], start: re.Pattern[str], marks: tuple[str, str]
 ) -> tuple[str, list[tuple[str, str]]]:
     """The version a tool's banner prints and its blocks, each (the start's group 1, the text up to
     the next start); marks say the banner and the start line as the tool prints them. Raises
     ParseError without a banner or a block."""
+    body = _strip_comments(text)
     version = banner.search(body)
     if version is None:
         raise ParseError(f"{tool}: no {marks[0]!r} banner", raw=text)
@@ -101,9 +102,8 @@ def parse_nvbandwidth(text: str) -> DiagReport:
     """nvbandwidth's test cases: each one's SUM and its matrix cells (row, column as printed; the
     column is the GPU where the title names GPU(column)). Raises ParseError on a test case that
     stops before its SUM line."""
-    body = _strip_comments(text)
     version, blocks = _blocks(
-        text, body, "nvbandwidth", _NVBW_VERSION, _NVBW_RUNNING, ("nvbandwidth Version:", "Running <test>.")
+        text, "nvbandwidth", _NVBW_VERSION, _NVBW_RUNNING, ("nvbandwidth Version:", "Running <test>.")
     )
     checks: list[DiagCheck] = []
     figures: list[DiagFigure] = []
@@ -134,7 +134,7 @@ def parse_nvbandwidth(text: str) -> DiagReport:
                 ))  # fmt: skip
         figures.append(DiagFigure(name=name, value=float(total.split()[2]), unit=unit, where="sum"))
         checks.append(DiagCheck(name=name, status="pass"))
-    waived = len(re.findall(r"^Waived:", body, re.M))
+    waived = len(re.findall(r"^Waived:", text, re.M))
     if waived:
         checks.append(DiagCheck(name="waived", status="skip", detail=f"{waived} test cases waived"))
     return DiagReport(tool="nvbandwidth", version=version, checks=checks, figures=figures)
@@ -197,10 +197,7 @@ def parse_transferbench(text: str) -> DiagReport:
     """TransferBench (v1, the CSV or the table form): per test its transfers' bandwidth (where is the
     transfer as printed, e.g. 'P0 -> D0:1 -> G0') and the aggregate. Raises ParseError on a test
     that stops before its Aggregate line."""
-    body = _strip_comments(text)
-    version, blocks = _blocks(
-        text, body, "TransferBench", _TB_VERSION, _TB_TEST, ("TransferBench v", "Test N:")
-    )
+    version, blocks = _blocks(text, "TransferBench", _TB_VERSION, _TB_TEST, ("TransferBench v", "Test N:"))
     checks: list[DiagCheck] = []
     figures: list[DiagFigure] = []
     for number, chunk in blocks:
