@@ -17,7 +17,7 @@ from orchestrator.errors import ConfigError, ParseError
 from orchestrator.metrics.busbw import busbw_gbs
 from orchestrator.models.results import Collective
 from orchestrator.models.serving_results import ServingSummary
-from orchestrator.provision import smi
+from orchestrator.provision import diagtools, smi
 from orchestrator.safefs import read_regular
 from orchestrator.scheduler.base import JobState
 from orchestrator.scheduler.slurm_state import parse_sacct, parse_scontrol, parse_squeue
@@ -69,7 +69,7 @@ class ParsedFile:
     kind: str
     runs: tuple[ParsedRun, ...] = ()
     jobs: dict[str, JobState] | None = None
-    data: Any = None  # GPU/RDMA tool reports (orchestrator.provision.smi models)
+    data: Any = None  # GPU/RDMA tool reports and diagnostics (provision.smi, provision.diagtools)
     serving: tuple[ServingSummary, ...] = ()  # vLLM/SGLang/guidellm outputs, one per load level
 
     @property
@@ -172,6 +172,11 @@ PARSERS: dict[str, Parser] = {
     "ibv_devinfo": _smi("ibv_devinfo", smi.parse_ibv_devinfo),
     "ibdev2netdev": _smi("ibdev2netdev", smi.parse_ibdev2netdev),
     "rdma-link": _smi("rdma-link", smi.parse_rdma_link),
+    "dcgmi-diag-json": _smi("dcgmi-diag-json", diagtools.parse_dcgmi_diag_json),
+    "gpu-burn": _smi("gpu-burn", diagtools.parse_gpu_burn),
+    "nvbandwidth": _smi("nvbandwidth", diagtools.parse_nvbandwidth),
+    "perftest": _smi("perftest", diagtools.parse_perftest_bw),
+    "transferbench": _smi("transferbench", diagtools.parse_transferbench),
     "vllm-bench": _serving("vllm-bench", servingbench.parse_console),
     "vllm-bench-json": _serving("vllm-bench-json", servingbench.parse_vllm_json),
     "sglang-bench": _serving("sglang-bench", servingbench.parse_console),
@@ -215,13 +220,16 @@ def _any(*rules: Callable[[str], bool]) -> Callable[[str], bool]:
     return lambda text: any(rule(text) for rule in rules)
 
 
+_DCGM_JSON = _has(r'"DCGM (?:GPU )?Diagnostic"\s*:')
+
 _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     # the benchmark kinds, most specific first: one group, the first that fits wins
     ("collbench", _has(r"^#orch-json |^# collbench \(orch\)")),
     ("rccl-tests", _has(r"^rccl-tests: Version|Errors with asterisks|RCCL version")),
     ("nccl-tests", _any(
         _has(r"^#\s*(nThread|nccl-tests version|Collective test)|out-of-place|Avg bus bandwidth"),
-        _has(r"\A\s*\{", r'"results"'),
+        # nccl-tests -J; dcgmi diag's JSON has "results" too
+        lambda t: _has(r"\A\s*\{", r'"results"')(t) and not _DCGM_JSON(t),
     )),
     # one rule per other tool
     ("scontrol", _has(r"^JobId=\d+")),
@@ -234,6 +242,12 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("ibv_devinfo", _has(r"^hca_id:|No IB devices found")),
     ("ibdev2netdev", _has(r"^\S+ port \d+ ==> \S+ \(\w+\)")),
     ("rdma-link", _has(r"^link \S+/\d+ ")),
+    # GPU and NIC diagnostics (orchestrator.provision.diagtools)
+    ("dcgmi-diag-json", _DCGM_JSON),
+    ("gpu-burn", _has(r"^Tested \d+ GPUs:|proc'd: \d+ \(\d")),
+    ("nvbandwidth", _has(r"^nvbandwidth Version: ")),
+    ("perftest", _has(r"^\s*#bytes\s+#iterations\s+BW peak\[")),
+    ("transferbench", _has(r"^TransferBench v\d")),
     # serving benchmarks: the summary block (SGLang's has its backend and retokenized count), the
     # result JSON by its keys, guidellm's report by its benchmark type
     ("vllm-bench", lambda t: bool(servingbench.HEADER.search(t)) and not servingbench.is_sglang_console(t)),

@@ -309,6 +309,11 @@ def below(value: float, limit: float) -> bool:
     return value < limit
 
 
+def above(value: float, limit: float) -> bool:
+    """An absolute ceiling (a latency, an error count): the value fails strictly above it."""
+    return value > limit
+
+
 def below_share(value: float, reference: float, share: float) -> bool:
     """A share of a reference: the value fails strictly below share x reference."""
     return value < share * reference

@@ -324,6 +324,7 @@ def test_one_direction_literal_and_the_old_recovery_spellings_only_in_models_dec
 
 def test_threshold_rules_fail_strictly_beyond_their_limit() -> None:
     assert decision.below(0.99, 1.0) and not decision.below(1.0, 1.0)
+    assert decision.above(5.01, 5.0) and not decision.above(5.0, 5.0)  # a ceiling (latency, errors)
     assert decision.below_share(0.49, 1.0, 0.5) and not decision.below_share(0.5, 1.0, 0.5)
     # efficiency 0.80 against a limit of 0.9 with a band of +-10%: 0.9 / 1.1 = 0.818 -> beyond it
     assert decision.beyond_band_below(0.80, 0.9, 0.10)

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("__main__",),
     ("cli",),
     ("runs",),
-    ("telemetry", "isolation", "certs", "migrate", "health", "parse"),
+    ("telemetry", "isolation", "certs", "migrate", "health", "parse", "diagnostics"),
     ("report",),
     ("provision",),
     ("faults",),

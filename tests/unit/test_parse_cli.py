@@ -118,6 +118,11 @@ DETECTED = {
     "serving/guidellm-0.1.0-console-inf2-sweep.txt": "guidellm-console",
     "serving/aiperf-export-gpt-oss-20b-c100.json": "genai-perf-json",
     "serving/mlperf-summary-server-invalid-issue1788.txt": "mlperf-summary",
+    "diag/dcgmi-diag-r3-1gpu.json": "dcgmi-diag-json",
+    "diag/gpu-burn-a100x8.txt": "gpu-burn",
+    "diag/nvbandwidth-gh200-v0.6.txt": "nvbandwidth",
+    "diag/ib_write_bw-roce-postlist.txt": "perftest",
+    "diag/transferbench-v1.69-dma-htod.txt": "transferbench",
 }
 
 

@@ -1,0 +1,300 @@
+"""Parsers for GPU and NIC diagnostics: `dcgmi diag -j`, gpu-burn, nvbandwidth, perftest
+(ib_write_bw, ib_read_bw ...) and TransferBench.
+
+Each takes one node's output as printed and returns a DiagReport: the verdicts the tool printed as
+checks, its numbers as figures with the unit it printed. Each raises ParseError (with the raw text)
+when the text is not that tool's, or stops before the tool's result (a run cut short). Tested on
+verbatim published outputs in tests/fixtures/diag/, each with its source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from orchestrator.errors import ParseError
+from orchestrator.models.diagnostics import DiagCheck, DiagFigure, DiagReport, DiagStatus
+from orchestrator.provision.smi import _raw_on_error, _strip_comments
+
+
+def _blocks(
+    text: str, tool: str, banner: re.Pattern[str], start: re.Pattern[str], marks: tuple[str, str]
+) -> tuple[str, list[tuple[str, str]]]:
+    """The version a tool's banner prints and its blocks, each (the start's group 1, the text up to
+    the next start); marks say the banner and the start line as the tool prints them. Raises
+    ParseError without a banner or a block."""
+    body = _strip_comments(text)
+    version = banner.search(body)
+    if version is None:
+        raise ParseError(f"{tool}: no {marks[0]!r} banner", raw=text)
+    starts = list(start.finditer(body))
+    if not starts:
+        raise ParseError(f"{tool}: no test ran (no {marks[1]!r} line)", raw=text)
+    ends = [s.start() for s in starts[1:]] + [len(body)]
+    return version.group(1), [(s.group(1), body[s.end() : e]) for s, e in zip(starts, ends, strict=True)]
+
+
+# --- gpu-burn ---------------------------------------------------------------------------------------
+
+# One progress record:
+# "50.0%  proc'd: 2261 (7150 Gflop/s) - 0 (0 Gflop/s)   errors: 0 - 0   temps: 38 C - 36 C"
+_BURN_PROGRESS = re.compile(
+    r"proc'd: (?P<procd>.*?)\s+errors: (?P<errors>.*?)\s+temps: (?P<temps>(?:\d+ C(?: - )?)+)"
+)
+_BURN_GFLOPS = re.compile(r"\d+ \((\d+(?:\.\d+)?) Gflop/s\)")
+_BURN_TESTED = re.compile(r"^Tested (\d+) GPUs:\s*$", re.M)
+_BURN_VERDICT = re.compile(r"^\s*GPU (\d+): (OK|FAULTY)\s*$", re.M)
+
+
+def _cells(text: str) -> list[str]:
+    return [c.strip() for c in text.strip().split(" - ")]
+
+
+@_raw_on_error
+def parse_gpu_burn(text: str) -> DiagReport:
+    """gpu-burn's verdict per GPU (OK or FAULTY) and its last progress record: Gflop/s, errors and
+    temperature per GPU. Raises ParseError when the run stopped before its 'Tested N GPUs' verdict."""
+    body = _strip_comments(text)
+    tested = _BURN_TESTED.search(body)
+    if tested is None:
+        raise ParseError("gpu-burn: no 'Tested N GPUs' verdict (the run was cut short?)", raw=text)
+    verdicts = _BURN_VERDICT.findall(body[tested.end() :])
+    count = int(tested.group(1))
+    if len(verdicts) != count or sorted(int(g) for g, _ in verdicts) != list(range(count)):
+        raise ParseError(
+            f"gpu-burn: says it tested {count} GPUs and gives {len(verdicts)} verdicts", raw=text
+        )
+    checks = [
+        DiagCheck(name="gpu-burn", gpu=int(g), status="pass" if v == "OK" else "fail", detail=v)
+        for g, v in verdicts
+    ]
+    figures: list[DiagFigure] = []
+    records = list(_BURN_PROGRESS.finditer(body))
+    if records:
+        last = records[-1]
+        gflops = _BURN_GFLOPS.findall(last.group("procd"))
+        errors = _cells(last.group("errors"))
+        temps = [c.removesuffix(" C") for c in _cells(last.group("temps"))]
+        if not len(gflops) == len(errors) == len(temps) == count:
+            raise ParseError(
+                f"gpu-burn: the last progress line has {len(gflops)} GPUs, the verdict {count}", raw=text
+            )
+        for gpu in range(count):
+            figures.append(DiagFigure(name="gflops", value=float(gflops[gpu]), unit="Gflop/s", gpu=gpu))
+            n_errors = re.match(r"\d+", errors[gpu])  # a count may carry a note; a dead worker: a word
+            if n_errors:
+                figures.append(
+                    DiagFigure(name="errors", value=float(n_errors.group()), unit="count", gpu=gpu)
+                )
+            figures.append(DiagFigure(name="temperature", value=float(temps[gpu]), unit="C", gpu=gpu))
+    return DiagReport(tool="gpu-burn", checks=checks, figures=figures)
+
+
+# --- nvbandwidth ------------------------------------------------------------------------------------
+
+_NVBW_VERSION = re.compile(r"^nvbandwidth Version: (\S+)", re.M)
+_NVBW_RUNNING = re.compile(r"^Running (\S+)\.\s*$", re.M)
+_NVBW_UNIT = re.compile(r"\((GB/s|ns)\)\s*$")
+
+
+@_raw_on_error
+def parse_nvbandwidth(text: str) -> DiagReport:
+    """nvbandwidth's test cases: each one's SUM and its matrix cells (row, column as printed; the
+    column is the GPU where the title names GPU(column)). Raises ParseError on a test case that
+    stops before its SUM line."""
+    version, blocks = _blocks(
+        text, "nvbandwidth", _NVBW_VERSION, _NVBW_RUNNING, ("nvbandwidth Version:", "Running <test>.")
+    )
+    checks: list[DiagCheck] = []
+    figures: list[DiagFigure] = []
+    for name, chunk in blocks:
+        lines = [ln for ln in chunk.splitlines() if ln.strip()]
+        total = next((ln for ln in lines if ln.startswith(f"SUM {name} ")), None)
+        if not lines or total is None:
+            raise ParseError(f"nvbandwidth: test {name} has no SUM line (cut short?)", raw=text)
+        unit_match = _NVBW_UNIT.search(lines[0])
+        if unit_match is None:
+            raise ParseError(f"nvbandwidth: test {name}: no unit in its title {lines[0]!r}", raw=text)
+        unit = unit_match.group(1)
+        gpu_columns = "GPU(column)" in lines[0]
+        columns = [int(c) for c in lines[1].split()]
+        for row in lines[2:]:
+            if row.startswith("SUM "):
+                break
+            r, *values = row.split()
+            if len(values) != len(columns):
+                what = f"test {name}: row {r} has {len(values)} of {len(columns)} cells"
+                raise ParseError(f"nvbandwidth: {what}", raw=text)
+            for col, value in zip(columns, values, strict=True):
+                if value == "N/A":
+                    continue
+                figures.append(DiagFigure(
+                    name=name, value=float(value), unit=unit, gpu=col if gpu_columns else None,
+                    where=f"row {int(r)} col {col}",
+                ))  # fmt: skip
+        figures.append(DiagFigure(name=name, value=float(total.split()[2]), unit=unit, where="sum"))
+        checks.append(DiagCheck(name=name, status="pass"))
+    waived = len(re.findall(r"^Waived:", text, re.M))
+    if waived:
+        checks.append(DiagCheck(name="waived", status="skip", detail=f"{waived} test cases waived"))
+    return DiagReport(tool="nvbandwidth", version=version, checks=checks, figures=figures)
+
+
+# --- perftest ---------------------------------------------------------------------------------------
+
+_PERF_TITLE = re.compile(r"^\s*(\S+(?: Post List)?) BW Test\s*$", re.M)
+_PERF_HEADER = re.compile(
+    r"^\s*#bytes\s+#iterations\s+BW peak\[([^\]]+)\]\s+BW average\[([^\]]+)\]\s+MsgRate\[Mpps\]", re.M
+)
+_PERF_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s*$", re.M)
+_PERF_FIELD = re.compile(r"(Device|Link type)\s*: (\S+)")
+
+
+@_raw_on_error
+def parse_perftest_bw(text: str) -> DiagReport:
+    """A perftest bandwidth report (ib_write_bw, ib_read_bw, ib_send_bw): per message size the peak
+    and average bandwidth in the unit printed (MB/sec, or Gb/sec with --report_gbits) and the
+    message rate. Raises ParseError when the report has no result row (the test did not finish)."""
+    body = _strip_comments(text)
+    title = _PERF_TITLE.search(body)
+    header = _PERF_HEADER.search(body)
+    if title is None or header is None:
+        raise ParseError(
+            "perftest: no '<test> BW Test' title or '#bytes #iterations BW peak' header", raw=text
+        )
+    unit = header.group(2).replace("/sec", "/s")
+    rows = _PERF_ROW.findall(body[header.end() :])
+    if not rows:
+        raise ParseError("perftest: no result row under the header (the test did not finish?)", raw=text)
+    fields = dict(_PERF_FIELD.findall(body))
+    test = title.group(1)
+    figures: list[DiagFigure] = []
+    for size, _iters, peak, average, rate in rows:
+        where = f"{int(size)} bytes"
+        figures += [
+            DiagFigure(name="bw_peak", value=float(peak), unit=unit, where=where),
+            DiagFigure(name="bw_average", value=float(average), unit=unit, where=where),
+            DiagFigure(name="msg_rate", value=float(rate), unit="Mpps", where=where),
+        ]
+    detail = ", ".join(f"{k} {v}" for k, v in fields.items()) or None
+    return DiagReport(tool="perftest", checks=[DiagCheck(name=test, status="pass", detail=detail)],
+                      figures=figures)  # fmt: skip
+
+
+# --- TransferBench ----------------------------------------------------------------------------------
+
+_TB_VERSION = re.compile(r"^TransferBench v(\S+)", re.M)
+_TB_TEST = re.compile(r"^Test (\d+):\s*$", re.M)
+_TB_GBS = re.compile(r"^(\d+(?:\.\d+)?) GB/s$")
+
+
+def _tb_cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"[,|]", line)]
+
+
+@_raw_on_error
+def parse_transferbench(text: str) -> DiagReport:
+    """TransferBench (v1, the CSV or the table form): per test its transfers' bandwidth (where is the
+    transfer as printed, e.g. 'P0 -> D0:1 -> G0') and the aggregate. Raises ParseError on a test
+    that stops before its Aggregate line."""
+    version, blocks = _blocks(text, "TransferBench", _TB_VERSION, _TB_TEST, ("TransferBench v", "Test N:"))
+    checks: list[DiagCheck] = []
+    figures: list[DiagFigure] = []
+    for number, chunk in blocks:
+        test = f"test {number}"
+        aggregate = None
+        for line in chunk.splitlines():
+            cells = _tb_cells(line)
+            bw = _TB_GBS.match(cells[1]) if len(cells) > 1 else None
+            if bw is None:
+                continue
+            if cells[0].startswith("Transfer"):
+                figures.append(DiagFigure(name="transfer_gbs", value=float(bw.group(1)), unit="GB/s",
+                                          where=f"{test} {cells[0].lower()}: {cells[4]}"))  # fmt: skip
+            elif cells[0].startswith("Aggregate"):
+                aggregate = float(bw.group(1))
+        if aggregate is None:
+            raise ParseError(f"TransferBench: {test} has no Aggregate line (cut short?)", raw=text)
+        figures.append(DiagFigure(name="aggregate_gbs", value=aggregate, unit="GB/s", where=test))
+        checks.append(DiagCheck(name=test, status="pass"))
+    return DiagReport(tool="transferbench", version=version, checks=checks, figures=figures)
+
+
+# --- dcgmi diag --json ------------------------------------------------------------------------------
+
+_DCGM_STATUS: dict[str, DiagStatus] = {"pass": "pass", "fail": "fail", "warn": "warn", "skip": "skip"}
+# the numbers the plugins print in a result's "info", e.g. "GPU 0 GPU 0 Host to GPU bandwidth:\t\t13.11 GB/s"
+_DCGM_INFO_FIGURES = (
+    re.compile(r"(?P<what>(?:GPU to Host|Host to GPU|bidirectional) (?:bandwidth|latency)):\s*"
+               r"(?P<value>\d+(?:\.\d+)?) (?P<unit>GB/s|us)"),
+    re.compile(r"calculated at approximately (?P<value>\d+(?:\.\d+)?) (?P<unit>gigaflops)"),
+    re.compile(r"(?P<what>relative stress level)\s+(?P<value>\d+(?:\.\d+)?)"),
+    re.compile(r"(?P<what>power average):\s*(?P<value>\d+(?:\.\d+)?) (?P<unit>W)"),
+)  # fmt: skip
+_DCGM_INFO_ITEM = re.compile(r",\s+(?=GPU \d+ )")
+
+
+def _dcgm_gpus(result: dict[str, object]) -> list[int]:
+    ids = result.get("gpu_ids", result.get("gpu_id"))
+    if ids is None or ids == "":
+        return []
+    return [int(i) for i in str(ids).split(",")]
+
+
+def _dcgm_info_figures(test: str, gpu: int | None, info: str) -> list[DiagFigure]:
+    figures: list[DiagFigure] = []
+    for item in _DCGM_INFO_ITEM.split(info):
+        for pattern in _DCGM_INFO_FIGURES:
+            m = pattern.search(item)
+            if m is None:
+                continue
+            found = m.groupdict()
+            unit = {"gigaflops": "Gflop/s", None: "level"}.get(found.get("unit"), found.get("unit") or "")
+            figures.append(DiagFigure(name=test, value=float(found["value"]), unit=unit, gpu=gpu,
+                                      where=found.get("what") or "gigaflops"))  # fmt: skip
+    return figures
+
+
+@_raw_on_error
+def parse_dcgmi_diag_json(text: str) -> DiagReport:
+    """`dcgmi diag -r N -j` (DCGM 3.x's "DCGM GPU Diagnostic" document): one check per test and
+    GPU with its status, and the figures its plugins print in "info" (PCIe bandwidth and latency,
+    Gflop/s, stress level, power). Raises ParseError on DCGM 4.x's document, which orch does not
+    read yet, and on a document without test categories."""
+    body = _strip_comments(text)
+    start = body.find("{")  # dcgmi may print a warning line before the document
+    if start < 0:
+        raise ParseError("dcgmi diag: no JSON document", raw=text)
+    doc = json.loads(body[start:])
+    if not isinstance(doc, dict):
+        raise ParseError("dcgmi diag: the JSON is not an object", raw=text)
+    if "DCGM Diagnostic" in doc:
+        raise ParseError("dcgmi diag: DCGM 4.x JSON is not read yet", raw=text,
+                         hint="run `dcgmi diag` without -j and keep the table, or use DCGM 3.x")  # fmt: skip
+    root = doc["DCGM GPU Diagnostic"]
+    categories = root["test_categories"]
+    if not categories:
+        raise ParseError("dcgmi diag: no test categories (the diagnostic did not run?)", raw=text)
+    checks: list[DiagCheck] = []
+    figures: list[DiagFigure] = []
+    for category in categories:
+        for test in category["tests"]:
+            if test is None:  # DCGM 3.1 writes null between tests
+                continue
+            name = str(test["name"])
+            for result in test["results"]:
+                status = _DCGM_STATUS.get(str(result["status"]).lower())
+                if status is None:
+                    raise ParseError(f"dcgmi diag: {name}: unknown status {result['status']!r}", raw=text)
+                info = result.get("info")
+                warning = result.get("warnings", result.get("warning"))
+                detail = "; ".join(str(x) for x in (info, warning) if x) or None
+                gpus: list[int | None] = [*_dcgm_gpus(result)]
+                for gpu in gpus or [None]:
+                    checks.append(DiagCheck(name=f"{category['category']}: {name}", status=status, gpu=gpu,
+                                            detail=detail))  # fmt: skip
+                if isinstance(info, str):
+                    figures += _dcgm_info_figures(name, gpus[0] if len(gpus) == 1 else None, info)
+    version = root.get("version")
+    return DiagReport(tool="dcgmi diag", version=str(version) if version else None, checks=checks,
+                      figures=figures)  # fmt: skip

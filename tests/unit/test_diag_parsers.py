@@ -1,0 +1,178 @@
+"""The diagnostic tools' parsers on verbatim published outputs (tests/fixtures/diag/, each with its
+source): every figure asserted is the value printed in the fixture, and a run cut short is a
+ParseError that names what is missing, never a traceback."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ParseError
+from orchestrator.parse import parse_file
+from orchestrator.provision import diagtools
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diag"
+
+
+def _text(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def test_every_fixture_is_a_passing_run_read_through_orch_parse() -> None:
+    """Detection itself is covered with the other kinds in test_parse_cli.DETECTED."""
+    for path in sorted(FIX.iterdir()):
+        assert parse_file(path).data.passed, path.name
+
+
+def test_every_fixture_names_its_source() -> None:
+    for path in sorted(FIX.iterdir()):
+        assert path.read_text().startswith("# source: "), path.name
+
+
+# --- gpu-burn ---------------------------------------------------------------------------------------
+
+
+def test_gpu_burn_verdicts_and_last_progress_record() -> None:
+    report = diagtools.parse_gpu_burn(_text("gpu-burn-a100x8.txt"))
+    assert [(c.gpu, c.status, c.detail) for c in report.checks] == [(g, "pass", "OK") for g in range(8)]
+    # the last progress record, as printed:
+    # "6783 (16942 Gflop/s) - 6783 (17093 Gflop/s) ... - 4522 (16926 Gflop/s)   errors: 0 - ...
+    #  temps: 62 C - 59 C ... 61 C"
+    assert report.figure("gflops", gpu=0).value == 16942.0
+    assert report.figure("gflops", gpu=0).unit == "Gflop/s"
+    assert report.figure("gflops", gpu=1).value == 17093.0
+    assert report.figure("gflops", gpu=7).value == 16926.0
+    assert [report.figure("errors", gpu=g).value for g in range(8)] == [0.0] * 8
+    assert report.figure("temperature", gpu=0).value == 62.0
+    assert report.figure("temperature", gpu=7).value == 61.0
+    records = re.findall(
+        r"proc'd: (.*?)\s+errors:.*?temps: ((?:\d+ C(?: - )?)+)", _text("gpu-burn-a100x8.txt")
+    )
+    last = records[-1]
+    printed_gflops = [float(g) for g in re.findall(r"\((\d+) Gflop/s\)", last[0])]
+    printed_temps = [float(t.removesuffix(" C")) for t in last[1].strip().split(" - ")]
+    assert [report.figure("gflops", gpu=g).value for g in range(8)] == printed_gflops
+    assert [report.figure("temperature", gpu=g).value for g in range(8)] == printed_temps
+
+
+def test_gpu_burn_faulty_gpu_fails_the_report() -> None:
+    text = _text("gpu-burn-a100x8.txt").replace("\tGPU 3: OK", "\tGPU 3: FAULTY")
+    report = diagtools.parse_gpu_burn(text)
+    assert not report.passed
+    assert [c.gpu for c in report.checks if c.status == "fail"] == [3]
+    # an error count with a note after it still counts; a word instead of a count is no figure
+    last = text.rindex("errors: 0 - 0 - 0 - 0")
+    noted = text[:last] + "errors: 0 - 0 - 0 - 12 (WARNING!) - 0 - 0 - 0 - 0" + text[last + 37 :]
+    assert diagtools.parse_gpu_burn(noted).figure("errors", gpu=3).value == 12.0
+
+
+def test_gpu_burn_cut_short_is_a_clear_error() -> None:
+    text = _text("gpu-burn-a100x8.txt")
+    cut = text[: text.index("Tested 8 GPUs")]
+    with pytest.raises(ParseError, match="no 'Tested N GPUs' verdict") as e:
+        diagtools.parse_gpu_burn(cut)
+    assert e.value.raw == cut
+    with pytest.raises(ParseError, match="tested 8 GPUs and gives 7"):
+        diagtools.parse_gpu_burn(text.replace("\tGPU 7: OK\n", ""))
+
+
+# --- nvbandwidth ------------------------------------------------------------------------------------
+
+
+def test_nvbandwidth_sums_and_cells() -> None:
+    report = diagtools.parse_nvbandwidth(_text("nvbandwidth-gh200-v0.6.txt"))
+    assert report.version == "v0.6"
+    assert report.figure("host_to_device_memcpy_ce", where="sum").value == 1985.60
+    assert report.figure("host_to_device_memcpy_ce", gpu=2, where="row 0 col 2").value == 412.11
+    assert report.figure("host_to_device_memcpy_ce", gpu=0, where="row 1 col 0").value == 323.36
+    cells = [f.value for f in report.figures if f.name == "host_to_device_memcpy_ce" and f.where != "sum"]
+    assert sum(cells) == pytest.approx(1985.60)
+    latency = report.figure("host_device_latency_sm", where="sum")
+    assert (latency.value, latency.unit) == (772.58, "ns")
+    assert report.figure("device_to_host_memcpy_sm", where="sum").unit == "GB/s"
+    ran = re.findall(r"^Running (\S+)\.", _text("nvbandwidth-gh200-v0.6.txt"), re.M)
+    assert [c.name for c in report.checks if c.status == "pass"] == ran
+    waived = [c for c in report.checks if c.status == "skip"]
+    assert waived and waived[0].detail == "17 test cases waived"
+
+
+def test_nvbandwidth_cut_short_is_a_clear_error() -> None:
+    text = _text("nvbandwidth-gh200-v0.6.txt")
+    cut = text[: text.index("SUM host_device_latency_sm")]
+    with pytest.raises(ParseError, match="host_device_latency_sm has no SUM line"):
+        diagtools.parse_nvbandwidth(cut)
+
+
+# --- perftest ---------------------------------------------------------------------------------------
+
+
+def test_ib_write_bw_row_as_printed() -> None:
+    report = diagtools.parse_perftest_bw(_text("ib_write_bw-roce-postlist.txt"))
+    (check,) = report.checks
+    assert check.name == "RDMA_Write Post List"
+    assert check.detail == "Device ib0, Link type Ethernet"
+    # " 8          224958464        0.00               0.48   \t\t   7.498617"
+    assert report.figure("bw_peak", where="8 bytes").value == 0.0
+    average = report.figure("bw_average", where="8 bytes")
+    assert (average.value, average.unit) == (0.48, "Gb/s")
+    assert report.figure("msg_rate", where="8 bytes").value == 7.498617
+
+
+def test_ib_write_bw_without_a_row_is_a_clear_error() -> None:
+    text = _text("ib_write_bw-roce-postlist.txt")
+    cut = text[: text.index(" 8          224958464")]
+    with pytest.raises(ParseError, match="no result row"):
+        diagtools.parse_perftest_bw(cut)
+
+
+# --- TransferBench ----------------------------------------------------------------------------------
+
+
+def test_transferbench_transfer_and_aggregate() -> None:
+    report = diagtools.parse_transferbench(_text("transferbench-v1.69-dma-htod.txt"))
+    assert report.version == "1.69.00"
+    assert report.figure("transfer_gbs", where="test 1 transfer 0: P0 -> D0:1 -> G0").value == 0.535
+    assert report.figure("aggregate_gbs", where="test 1").value == 0.534
+
+
+def test_transferbench_cut_short_is_a_clear_error() -> None:
+    text = _text("transferbench-v1.69-dma-htod.txt")
+    with pytest.raises(ParseError, match="test 1 has no Aggregate line"):
+        diagtools.parse_transferbench(text[: text.index(" Aggregate (CPU)")])
+
+
+# --- dcgmi diag -j ----------------------------------------------------------------------------------
+
+
+def test_dcgmi_diag_checks_and_info_figures() -> None:
+    report = diagtools.parse_dcgmi_diag_json(_text("dcgmi-diag-r3-1gpu.json"))
+    statuses = {(c.name, c.gpu): c.status for c in report.checks}
+    assert statuses[("Deployment: Denylist", None)] == "pass"
+    assert statuses[("Hardware: EUD Test", 0)] == "skip"
+    assert statuses[("Stress: Memory Bandwidth", 0)] == "pass"
+    assert len(report.checks) == 16 and report.passed
+    # "GPU 0 GPU 0 GPU to Host bandwidth:\t\t13.15 GB/s, ... bidirectional latency:\t\t4.621 us"
+    pcie = report.figure("PCIe", gpu=0, where="GPU to Host bandwidth")
+    assert (pcie.value, pcie.unit) == (13.15, "GB/s")
+    assert report.figure("PCIe", gpu=0, where="bidirectional bandwidth").value == 22.48
+    assert report.figure("PCIe", gpu=0, where="bidirectional latency").value == 4.621
+    assert report.figure("Diagnostic", gpu=0, where="gigaflops").value == 11103.02
+    assert report.figure("Targeted Stress", gpu=0, where="relative stress level").value == 3184.0
+    assert report.figure("Targeted Power", gpu=0, where="power average").value == 70.0
+
+
+def test_dcgmi_diag_fail_and_refusals() -> None:
+    text = _text("dcgmi-diag-r3-1gpu.json")
+    at = text.index("relative stress level")  # Targeted Stress's result: its status follows
+    failed = text[:at] + text[at:].replace('"status" : "Pass"', '"status" : "Fail"', 1)
+    report = diagtools.parse_dcgmi_diag_json(failed)
+    assert [(c.name, c.gpu) for c in report.checks if c.status == "fail"] == [("Stress: Targeted Stress", 0)]
+    assert not report.passed
+    cut = text[: len(text) // 2]
+    with pytest.raises(ParseError, match="malformed output") as e:
+        diagtools.parse_dcgmi_diag_json(cut)
+    assert e.value.raw == cut
+    with pytest.raises(ParseError, match=r"DCGM 4\.x JSON is not read yet"):
+        diagtools.parse_dcgmi_diag_json('{"DCGM Diagnostic": {"tests": []}}')
