@@ -649,9 +649,9 @@ def test_genai_perf_json_in_another_unit_is_refused(
 # --- a vLLM summary with a section orch does not know ------------------------------------------------
 
 # vLLM's Speculative Decoding section as printed in vllm-project/vllm PR #48892 (comment of
-# 2026-08-03, "MTP 1"); no whole published summary with it was at hand, so the test puts this
-# section, verbatim, into the Jetson Thor summary before its closing line: a CONSTRUCTED
-# combination that pins the mechanics, not a recorded output.
+# 2026-08-03, "MTP 1"), put verbatim into the Jetson Thor summary before its closing line: a
+# CONSTRUCTED combination that pins the mechanics on another summary, not a recorded output (the
+# whole published summary with the section is GLM_MTP below).
 SPEC_DECODE = (
     "---------------Speculative Decoding---------------\n"
     "Acceptance rate (%):                     83.39     \n"
