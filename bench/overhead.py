@@ -254,6 +254,29 @@ def describe(t: Timing) -> str:
             f"wall/sum {t.overhead:.3f} (±1 s per step: {lo:.3f}-{hi:.3f})")  # fmt: skip
 
 
+WARM = "orch allocation"  # allocation mode through the pipeline API in this process (no CLI start-up)
+
+
+def summary_lines(got: dict[str, list[Timing]]) -> list[str]:
+    """The summary over the rounds: per way, the median of wall / Σ steps' elapsed and the pooled
+    ratio (Σ walls / Σ sums); the target judged on allocation mode from spawn only; then allocation
+    mode both ways on one line (each '-' when that way did not run)."""
+    lines = ["overhead wall / sum of Slurm elapsed (median over rounds; pooled: sum of walls / sum of sums):"]
+    med: dict[str, float] = {}
+    for tool, timings in got.items():
+        if not timings:
+            continue
+        med[tool] = statistics.median(t.overhead for t in timings)
+        pooled = sum(t.wall_s for t in timings) / max(1, sum(t.jobs_s for t in timings))
+        met = "met" if med[tool] <= TARGET else "NOT met"
+        note = f"  target <= {TARGET}: {met}" if tool == SPAWNED else ""
+        lines.append(f"  {tool:26s} {med[tool]:.3f} (pooled {pooled:.3f}){note}")
+    warm, spawned = (f"{med[k]:.3f}" if k in med else "-" for k in (WARM, SPAWNED))
+    lines.append(f"allocation mode both ways: warm (in this process, no CLI start-up) {warm}; "
+                 f"from spawn (the target's figure) {spawned}")  # fmt: skip
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--inventory", type=Path, default=Path("inventories/lab.ini"))
@@ -277,7 +300,7 @@ def main() -> None:
     env = slurm_env(cluster)
     logs = slurm_logs(args.inventory)
     tools = [
-        "orch allocation",
+        WARM,
         SPAWNED,
         *([] if args.no_batch else ["orch allocation-batch"]),
         "orch per-step",
@@ -315,15 +338,7 @@ def main() -> None:
         print("wall / time the srun steps ran (Slurm's logs, ms; the same measure in every mode):")
         for tool, v in ON_SRUN.items():
             print(f"  {tool:26s} {statistics.median(v):.3f} (min-max {min(v):.3f}-{max(v):.3f}, n={len(v)})")
-    print("overhead wall / sum of Slurm elapsed (median over rounds; pooled: sum of walls / sum of sums):")
-    for tool in tools:
-        med = statistics.median(t.overhead for t in got[tool])
-        pooled = sum(t.wall_s for t in got[tool]) / max(1, sum(t.jobs_s for t in got[tool]))
-        note = f"  target <= {TARGET}: " + ("met" if med <= TARGET else "NOT met") if tool == SPAWNED else ""
-        print(f"  {tool:26s} {med:.3f} (pooled {pooled:.3f}){note}")
-    warm, spawned = (statistics.median(t.overhead for t in got[k]) for k in ("orch allocation", SPAWNED))
-    print(f"allocation mode both ways: warm (in this process, no CLI start-up) {warm:.3f}; "
-          f"from spawn (the target's figure) {spawned:.3f}")  # fmt: skip
+    print("\n".join(summary_lines(got)))
     for kind, parts in PARTS.items():
         print(f"orch {kind}, where the wall went (seconds, median and min-max over {len(parts)} rounds):")
         for key in parts[0]:

@@ -39,6 +39,10 @@ _RULE_END = re.compile(r"^={10,}[ \t]*$")
 _SECTION = re.compile(r"^-{2,}[A-Za-z0-9 ().,-]*?-{2,}[ \t]*$")
 _LABEL_LINE = re.compile(r"^(?P<label>[A-Za-z][^:]{0,80}?):[ \t]*(?P<value>\S(?:.*\S)?)?[ \t]*$")
 _NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
+# a summary line's number followed, after blanks, by text that is not part of it ("0   <<<<<<< New line")
+_STRAY = re.compile(r"^(?P<number>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)[ \t]+(?P<stray>\S.*)$")
+# the name under which such lines are kept aside (sections_aside), whole
+STRAY_TEXT = "text after a number"
 _LATENCY_LABEL = re.compile(
     r"^(?P<stat>Mean|Median|Std|Min|Max|P\d{1,2}(?:\.\d{1,4})?) "
     r"(?P<metric>TTFT|TPOT|ITL|E2EL|E2E Latency) \(ms\)$"
@@ -314,7 +318,13 @@ def parse_console(text: str) -> list[ServingSummary]:
             label = m.group("label").strip()
             if label in stated:
                 raise ParseError(f"{where}: {label!r} is stated twice (two summaries pasted into one block?)")
-            stated[label] = m.group("value")
+            value = m.group("value")
+            if (sm := _STRAY.match(value)) is not None:
+                # a number, blanks, then text that is no part of it (a note pasted after the figure):
+                # the number is read, the line kept aside as printed
+                value = sm.group("number")
+                aside.setdefault(STRAY_TEXT, []).append(ln.rstrip())
+            stated[label] = value
         missing = [k for k in _REQUIRED_CONSOLE if k not in stated]
         if missing:
             raise ParseError(f"{where} states no {' and no '.join(repr(k) for k in missing)}",

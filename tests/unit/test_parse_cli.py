@@ -98,6 +98,7 @@ DETECTED = {
     **{f"slurm/{p.name}": p.name.split("-")[0] for p in sorted((FIXTURES / "slurm").glob("*-*.txt"))},
     "serving/vllm-bench-llama3b-l40s-10qps.txt": "vllm-bench",
     "serving/vllm-bench-qwen3-8b-jetson-thor-c8.txt": "vllm-bench",
+    "serving/vllm-bench-glm52-mtp5-spec-decode.txt": "vllm-bench",
     "serving/vllm-save-result-llama3b-l40s.jsonl": "vllm-bench-json",
     "serving/vllm-save-result-llama3b-l40s-10qps.json": "vllm-bench-json",
     "serving/sglang-bench-deepseek-ocr.txt": "sglang-bench",

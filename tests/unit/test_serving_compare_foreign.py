@@ -197,3 +197,20 @@ def test_guidellm_03_tables_match_the_runs_c1(run: Path, capsys: pytest.CaptureF
     flat = " ".join(out.split())
     assert "│ fake-r1 │ c1 │ 1 │" in flat and "TTFT p99 of the file (result #1) rests on n=46 < 100" in flat
     assert "not compared (no result at that load in" in flat and "): fake-r1 c8" in flat
+
+
+def test_a_vllm_summary_with_a_speculative_decoding_section_is_compared(
+    run: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """vLLM v0.25.0's summary with its Speculative Decoding section (kept aside): matched at
+    concurrency 1, its p99s on 20 requests not defined, its throughput compared as printed."""
+    f = FIX / "vllm-bench-glm52-mtp5-spec-decode.txt"
+    out_json = tmp_path / "c.json"
+    code, _, err = run_cli(capsys, "compare", str(run), str(f), "--json", str(out_json))
+    assert "Traceback" not in err and code in (EXIT_OK, EXIT_THRESHOLDS), err
+    (row,) = json.loads(out_json.read_text())["rows"]
+    assert (row["step"], row["level"]) == ("fake-r1", "c1")
+    figs = {x["figure"]: x for x in row["figures"]}
+    assert figs["output tokens/s"]["b"] == 69.24 and figs["output tokens/s"]["change"] != "n/a"
+    assert figs["TTFT p99"]["change"] == "n/a" and figs["TTFT p99"]["n_b"] == 20  # 20 requests: no p99
+    assert "rests on n=20 < 100: not defined" in row["reason"]

@@ -408,6 +408,8 @@ def test_summary_without_its_counts_is_refused(tmp_path: Path, capsys: pytest.Ca
         ("Mean TTFT (ms):", "Mean TTFT (ms):    n/a", "Mean TTFT (ms) is not a number: 'n/a'"),
         ("Successful requests:", "Successful requests:    99.5", "Successful requests is not a count"),
         ("Median ITL (ms):", "Median ITL (ms) 72.52", "not 'label: value'"),
+        # characters stuck to the number (no blank between): not a number, refused as before
+        ("Successful requests:", "Successful requests:  100x", "Successful requests is not a number: '100x'"),
         ("P99 ITL (ms):", "P99 ITL (ms): 361.74\nP99 ITL (ms): 1.0", "'P99 ITL (ms)' is stated twice"),
     ],
 )
@@ -647,9 +649,9 @@ def test_genai_perf_json_in_another_unit_is_refused(
 # --- a vLLM summary with a section orch does not know ------------------------------------------------
 
 # vLLM's Speculative Decoding section as printed in vllm-project/vllm PR #48892 (comment of
-# 2026-08-03, "MTP 1"); no whole published summary with it was at hand, so the test puts this
-# section, verbatim, into the Jetson Thor summary before its closing line: a CONSTRUCTED
-# combination that pins the mechanics, not a recorded output.
+# 2026-08-03, "MTP 1"), put verbatim into the Jetson Thor summary before its closing line: a
+# CONSTRUCTED combination that pins the mechanics on another summary, not a recorded output (the
+# whole published summary with the section is GLM_MTP below).
 SPEC_DECODE = (
     "---------------Speculative Decoding---------------\n"
     "Acceptance rate (%):                     83.39     \n"
@@ -683,6 +685,61 @@ def test_an_unknown_section_is_kept_aside_and_named(
     )
     rc, out, _ = _run(["parse", str(f)], capsys)
     assert rc == 0 and "kept aside, not read: 'Speculative Decoding'" in " ".join(out.split())
+
+
+# vLLM v0.25.0 with MTP 5: a Failed requests line and the Speculative Decoding section
+GLM_MTP = "vllm-bench-glm52-mtp5-spec-decode.txt"
+# PR #26478's own test result (vllm-project/vllm#26478, 2025-10-09), the line as its author pasted it:
+# the number, then a note after it
+PR26478_FAILED = "Failed requests:                         0          <<<<<<< New line"
+
+
+def test_vllm_speculative_decoding_summary_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
+    """A whole published summary with the Speculative Decoding section: every figure as printed,
+    the section kept aside and named, its per-position lines in `other`."""
+    (s,) = _summaries(GLM_MTP)
+    assert (s.tool, s.source_format, s.max_concurrency) == ("vllm bench serve", "console", 1)
+    assert (s.completed, s.failed, s.duration_s) == (20, 0, 147.90)  # "Failed requests: 0" is read
+    assert (s.total_input_tokens, s.total_output_tokens) == (20720, 10240)
+    assert (s.request_throughput, s.output_throughput, s.total_token_throughput) == (0.14, 69.24, 209.33)
+    assert (s.peak_output_throughput, s.peak_concurrent_requests) == (29.00, 2.00)
+    assert s.ttft and s.tpot and s.itl and s.e2e is None
+    assert (s.ttft.mean, s.ttft.median, s.ttft.p("p99")) == (520.80, 549.92, 552.10)
+    assert (s.tpot.mean, s.tpot.median, s.tpot.p("p99")) == (13.45, 13.09, 18.24)
+    assert (s.itl.mean, s.itl.median, s.itl.p("p99")) == (34.88, 35.00, 36.41)
+    assert s.sections_aside is not None and list(s.sections_aside) == ["Speculative Decoding"]
+    kept = s.sections_aside["Speculative Decoding"].splitlines()
+    assert kept[0].startswith("Acceptance rate (%):")
+    assert kept[-1] == "  Position 4:                            9.41"
+    spec = {k.removeprefix("Speculative Decoding: "): v for k, v in s.other.items() if k.startswith("Spec")}
+    assert spec == {"Acceptance rate (%)": 32.14, "Acceptance length": 2.61, "Drafts": 3932,
+                    "Draft tokens": 19660, "Accepted tokens": 6319, "Position 0": 67.45,
+                    "Position 1": 42.60, "Position 2": 26.09, "Position 3": 15.16,
+                    "Position 4": 9.41}  # fmt: skip
+    rc, out, err = _run(["parse", str(FIX / GLM_MTP)], capsys)
+    assert rc == 0 and "Traceback" not in err
+    assert "#1: kept aside, not read: 'Speculative Decoding'" in " ".join(out.split())
+
+
+def test_text_after_a_number_is_kept_aside_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PR #26478's failed-requests line, with its author's note after the number, put in place of
+    the summary's own (a CONSTRUCTED combination: PR #26478's whole block was not at hand): the
+    number is read, the line kept aside under its name, everything else as without it."""
+    text = (FIX / GLM_MTP).read_text()
+    own = "Failed requests:                         0\n"
+    assert own in text
+    f = tmp_path / "noted.txt"
+    f.write_text(text.replace(own, PR26478_FAILED + "\n"))
+    (plain,) = _summaries(GLM_MTP)
+    (s,) = parse_file(f).serving
+    assert s.failed == 0 and s.sections_aside is not None
+    assert s.sections_aside["text after a number"] == PR26478_FAILED
+    assert s.model_dump(exclude={"sections_aside"}) == plain.model_dump(exclude={"sections_aside"})
+    rc, out, err = _run(["parse", str(f)], capsys)
+    assert rc == 0 and "Traceback" not in err
+    assert "kept aside, not read: 'text after a number', 'Speculative Decoding'" in " ".join(out.split())
 
 
 # --- guidellm 0.4+ console tables -------------------------------------------------------------------
