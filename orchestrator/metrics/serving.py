@@ -1,4 +1,5 @@
-"""Service figures from per-request records: latency percentiles, throughput, goodput, cost, and
+"""Service figures from per-request records: latency percentiles, throughput, SLO attainment,
+goodput, cost, and
 the interactive rule of compare (docs/serving.md, "Metrics").
 
 Definitions (those of vLLM's serving benchmark, so that figures compare with pilots' outputs):
@@ -10,8 +11,10 @@ Definitions (those of vLLM's serving benchmark, so that figures compare with pil
 Each is summarised as p50/p95/p99 with its n (metrics/percentiles: p99 is hidden below n = 100).
 Only counted requests enter (warm-up requests are written but never counted). Throughput divides
 by the level's span, first send to last end. Error and abort rates are shares of all counted
-requests; goodput is the share of all counted requests that succeeded and met every SLO (a
-failed request counts against it). Cost: price per node-hour x nodes x span, divided by the
+requests; SLO attainment is the share of all counted requests that succeeded and met every SLO (a
+failed request counts against it), goodput those requests per second of the span (vLLM's
+`--goodput`); capacity, the highest rate whose attainment stays at a target, is a search over
+levels, not a level's figure. Cost: price per node-hour x nodes x span, divided by the
 successful requests and by their output tokens.
 
 Compare judges through metrics/decision.py (the interactive rule: a run with more throughput but a
@@ -170,6 +173,7 @@ def summarize_level(records: Iterable[RequestRecord], slos: ServingSlos | None =
     def per_s(x: float) -> float | None:
         return x / span if span > 0 else None
 
+    good = sum(_good(r, slos) for r in recs) if slos.given() else None
     checks = [
         _slo_check(metric, limit, summaries[metric])
         for metric, limit in (
@@ -195,7 +199,8 @@ def summarize_level(records: Iterable[RequestRecord], slos: ServingSlos | None =
         requests_per_s=per_s(len(ok)),
         error_rate=sum(r.status == "error" for r in recs) / n,
         abort_rate=sum(r.status == "aborted" for r in recs) / n,
-        goodput=sum(_good(r, slos) for r in recs) / n if slos.given() else None,
+        slo_attainment=good / n if good is not None else None,
+        request_goodput=per_s(good) if good is not None else None,
         slos=checks,
         output_tokens=out_tokens,
         servers=dict(sorted(Counter(r.server for r in recs).items())),
@@ -275,13 +280,17 @@ def level_lines(s: LevelSummary) -> list[str]:
         f"  TPOT {label(s.tpot_ms, 'ms')}",
         f"  E2E  {label(s.e2e_ms, 'ms')}",
     ]
-    if s.goodput is not None:
+    if s.slo_attainment is not None:
         slo = ", ".join(
             f"{c.metric.upper()} p99 {'-' if c.p99_ms is None else f'{c.p99_ms:.4g}'} <= {c.limit_ms:g} ms "
             f"{'met' if c.met else 'not judged (n<100)' if c.met is None else 'MISSED'} (n={c.n})"
             for c in s.slos
         )
-        lines.append(f"  goodput {s.goodput:.1%} of {s.n} counted requests; SLOs: {slo}")
+        good = "-" if s.request_goodput is None else f"{s.request_goodput:.4g}"
+        lines.append(
+            f"  SLO attainment {s.slo_attainment:.1%} of {s.n} counted requests, goodput {good} requests/s; "
+            f"SLOs: {slo}"
+        )
     return lines
 
 

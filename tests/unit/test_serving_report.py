@@ -92,7 +92,7 @@ def test_html_report_has_the_serving_section_with_svg_and_escapes_the_model(runs
 
 def test_markdown_has_the_serving_tables_escaped(runs: dict[str, Path]) -> None:
     text = render_markdown(hostile(load_run(runs["a"])))
-    assert "## Serving" in text and "### SLOs and goodput" in text and "### Cost" in text
+    assert "## Serving" in text and "### SLOs, attainment and goodput" in text and "### Cost" in text
     assert "### Model load times" in text and "<script>" not in text
     assert re.search(r"\| fake-r1 \| c8 \| 100\.0% \| 100 \|", text), text
 

@@ -120,7 +120,7 @@ def test_serving_plan_runs_end_to_end(tmp_path: Path) -> None:
     assert list(levels) == ["c1", "c4"]
     s = levels["c4"].summary
     assert s is not None and s.n == 100 and s.ttft_ms.n == 100 and s.ttft_ms.p99 is not None
-    assert s.itl_ms.n == 300 and s.output_tokens == 400 and s.goodput == 1.0
+    assert s.itl_ms.n == 300 and s.output_tokens == 400 and s.slo_attainment == 1.0
     cost = levels["c4"].cost
     assert cost is not None and cost.price_per_node_hour == 2.0 and cost.nodes == 1
     assert cost.source == "plan price_per_node_hour 2" and cost.per_million_output_tokens is not None
@@ -267,8 +267,8 @@ def test_the_results_store_keeps_each_level_with_its_n(tmp_path: Path) -> None:
             "SELECT engine, verdict, load_to_health_s FROM serving_steps WHERE run_id = ?", (result.run_id,)
         ).fetchall()
         levels = store.conn.execute(
-            "SELECT level, node, n, ttft_n, ttft_p99_ms, itl_n, goodput, cost_per_million_output_tokens "
-            "FROM serving_levels WHERE run_id = ? ORDER BY level",
+            "SELECT level, node, n, ttft_n, ttft_p99_ms, itl_n, slo_attainment, "
+            "cost_per_million_output_tokens FROM serving_levels WHERE run_id = ? ORDER BY level",
             (result.run_id,),
         ).fetchall()
         run = store.conn.execute(
