@@ -11,6 +11,7 @@ from rich.table import Table
 from orchestrator.cli.common import InventoryOpt, OutOpt, err, out, styled
 from orchestrator.cli.plan import GroupOpt, PlanOpt, ladder_options
 from orchestrator.inventory import DEFAULT_INVENTORY
+from orchestrator.metrics.cost import cost_at_lines
 from orchestrator.metrics.serving import cost_label
 from orchestrator.metrics.serving_recovery import recovery_spread
 from orchestrator.models.container import ContainerChoice
@@ -130,6 +131,9 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
             if lv.cost is not None:
                 source = f"; price from {lv.cost.source}" if lv.cost.source else ""
                 out.print(f"{sid} {lv.level}: {cost_label(lv.cost)}{source}", markup=False)
+            if lv.cost_at is not None:
+                for line in cost_at_lines(lv.cost_at):
+                    out.print(f"{sid} {lv.level}: {line}", markup=False)
         for line in serving_fault_lines(res):
             out.print(line, markup=False)
         for line in [*res.reasons, *res.warnings]:

@@ -14,8 +14,7 @@ by the level's span, first send to last end. Error and abort rates are shares of
 requests; SLO attainment is the share of all counted requests that succeeded and met every SLO (a
 failed request counts against it), goodput those requests per second of the span (vLLM's
 `--goodput`); capacity, the highest rate whose attainment stays at a target, is a search over
-levels, not a level's figure. Cost: price per node-hour x nodes x span, divided by the
-successful requests and by their output tokens.
+levels, not a level's figure. Cost: metrics/cost.py.
 
 Compare judges through metrics/decision.py (the interactive rule: a run with more throughput but a
 p99 latency worse beyond the noise band is "worse for interactive", whatever its throughput gain).
@@ -30,6 +29,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from orchestrator.metrics import decision
+from orchestrator.metrics.cost import cost_label as cost_label  # the cost's home is metrics/cost.py
+from orchestrator.metrics.cost import level_cost as level_cost
 from orchestrator.metrics.decision import FLOOR, K
 from orchestrator.metrics.percentiles import label, percentile, summarize
 from orchestrator.models.results import Percentiles
@@ -38,7 +39,6 @@ from orchestrator.models.serving_results import (
     LevelSummary,
     RequestRecord,
     ServingComparison,
-    ServingCost,
     SloCheck,
 )
 
@@ -234,38 +234,6 @@ def by_server(records: Iterable[RequestRecord]) -> dict[str, list[RequestRecord]
     for r in records:
         out.setdefault(r.server, []).append(r)
     return dict(sorted(out.items()))
-
-
-def level_cost(s: LevelSummary, *, nodes: int, price_per_node_hour: float) -> ServingCost:
-    """Cost of a level: price x nodes x span; per successful request and per 1M output tokens of
-    successful requests (failed requests cost time and earn nothing). Raises ValueError on a
-    price <= 0 or nodes < 1."""
-    if price_per_node_hour <= 0 or nodes < 1:
-        raise ValueError(
-            f"price per node-hour must be > 0 and nodes >= 1 (got {price_per_node_hour}, {nodes})"
-        )
-    total = price_per_node_hour * nodes * s.duration_s / 3600.0
-    return ServingCost(
-        price_per_node_hour=price_per_node_hour,
-        nodes=nodes,
-        duration_s=s.duration_s,
-        total=total,
-        ok=s.ok,
-        output_tokens=s.output_tokens,
-        per_request=total / s.ok if s.ok else None,
-        per_million_output_tokens=total / s.output_tokens * 1e6 if s.output_tokens else None,
-    )
-
-
-def cost_label(c: ServingCost) -> str:
-    """The cost with the inputs of its calculation beside it."""
-    per_req = "-" if c.per_request is None else f"{c.per_request:.4g}"
-    per_m = "-" if c.per_million_output_tokens is None else f"{c.per_million_output_tokens:.4g}"
-    return (
-        f"cost {per_req} per successful request, {per_m} per 1M output tokens "
-        f"(= {c.price_per_node_hour:g}/node-hour x {c.nodes} node(s) x {c.duration_s:.1f} s = {c.total:.4g}; "
-        f"over {c.ok} successful requests, {c.output_tokens} output tokens)"
-    )
 
 
 def level_lines(s: LevelSummary) -> list[str]:

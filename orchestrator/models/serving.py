@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.cost import CostModel
 from orchestrator.models.names import Name
 from orchestrator.models.serving_recovery import SteadyRule
 
@@ -374,6 +375,11 @@ class ServingWorkload(StrictModel):
     thresholds: ServingThresholds = Field(default_factory=ServingThresholds)
     price_per_node_hour: float | None = Field(
         default=None, gt=0, description="for cost per request and per 1M tokens"
+    )
+    cost: CostModel | None = Field(
+        default=None,
+        description="the whole cost by part (docs/serving.md, 'Cost at a rate, by part'); without it, a "
+        "node-hour price (price_per_node_hour or the inventory's) is the cost model",
     )
     health_timeout_s: int = Field(
         default=900,

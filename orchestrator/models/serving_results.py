@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints, model_validator
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.cost import CostAtRate
 from orchestrator.models.decision import FigureChange, InteractiveVerdict
 from orchestrator.models.names import Name
 from orchestrator.models.results import Percentiles, Verdict
@@ -120,8 +121,7 @@ class LevelSummary(StrictModel):
         share = data["goodput"]
         out["slo_attainment"] = share
         n, span = data.get("n"), data.get("duration_s")
-        numbers = isinstance(share, int | float) and isinstance(n, int) and isinstance(span, int | float)
-        if numbers and span > 0:
+        if isinstance(share, int | float) and isinstance(n, int) and isinstance(span, int | float) and span:
             out.setdefault("request_goodput", round(share * n) / span)
         return out
 
@@ -358,6 +358,7 @@ class ServingLevelResult(StrictModel):
         default_factory=dict, description="the figures of the requests each replica served"
     )
     cost: ServingCost | None = None
+    cost_at: CostAtRate | None = Field(default=None, description="by part at the level's rate (metrics/cost)")
     baseline: BaselineRatios | None = Field(
         default=None,
         description="its ratios to the plan's baseline, when it names one and the baseline has the level",

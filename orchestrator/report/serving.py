@@ -22,6 +22,7 @@ from markupsafe import Markup
 
 from orchestrator.metrics import serving as M
 from orchestrator.metrics import verdict as V
+from orchestrator.metrics.cost import total_label
 from orchestrator.models.results import Percentiles
 from orchestrator.models.run import RunRecord
 from orchestrator.models.serving import ServingThresholds, ServingWorkload
@@ -108,6 +109,26 @@ def figure_rows(rec: RunRecord) -> list[list[str]]:
 
 FIGURE_HEAD = ["step", "level", "n", "ok", "errors", "aborted", "requests/s", "output tokens/s",
                *(f"{m} {q}" for m in ("TTFT ms", "ITL ms", "TPOT ms", "E2E ms") for q in ("p50", "p95", "p99", "n"))]  # fmt: skip
+
+
+def cost_part_rows(rec: RunRecord) -> list[list[str]]:
+    """Per level with a cost by part: one row per part (its cost per hour, or why it is missing),
+    then the total with the figures per request and per 1M output tokens, partial or complete."""
+    rows = []
+    for lv in levels(rec):
+        c = lv.result.cost_at
+        if c is None:
+            continue
+        at = [lv.step.step.id, lv.summary.level]
+        for p in c.parts:
+            rows.append([*at, p.name, p.status, _p(p.per_hour), p.basis, "", ""])
+        rows.append([*at, "total", total_label(c), _p(c.per_hour), f"{c.nodes} node(s) at {c.rate}",
+                     _p(c.per_request), _p(c.per_million_output_tokens)])  # fmt: skip
+    return rows
+
+
+COST_PART_HEAD = ["step", "level", "part", "status", "per hour", "how", "per successful request",
+                  "per 1M output tokens"]  # fmt: skip
 
 
 def slo_rows(rec: RunRecord) -> list[list[str]]:
@@ -227,6 +248,7 @@ def serving_markdown(rec: RunRecord) -> list[str]:
         ("Latency and throughput (ms; every percentile with its n)", FIGURE_HEAD, figure_rows(rec)),
         ("SLOs, attainment and goodput", SLO_HEAD, slo_rows(rec)),
         ("Cost", COST_HEAD, cost_rows(rec)),
+        ("Cost by part (a missing part is named, not counted)", COST_PART_HEAD, cost_part_rows(rec)),
         ("Against the baseline (this run / the baseline's)", BASELINE_HEAD, baseline_rows(rec)),
         ("Model load times", LOAD_HEAD, load_rows(rec)),
         ("Faults during serving (seconds after the fault)", FAULT_HEAD, fault_rows(rec)),
@@ -354,6 +376,12 @@ def serving_html(rec: RunRecord, report_dir: Path | None = None) -> Markup:
         ),
         ("SLOs, attainment and goodput", SLO_HEAD, slo_rows(rec), "serving-slos"),
         ("Cost", COST_HEAD, cost_rows(rec), "serving-cost"),
+        (
+            "Cost by part (a missing part is named, not counted)",
+            COST_PART_HEAD,
+            cost_part_rows(rec),
+            "serving-cost-parts",
+        ),
         (
             "Against the baseline (this run / the baseline's)",
             BASELINE_HEAD,
