@@ -125,10 +125,15 @@ def price_of(w: ServingWorkload, step: ServingStep, cluster: Cluster) -> tuple[f
     )
 
 
-def cost_model_of(w: ServingWorkload, price: tuple[float, int, str] | None) -> CostModel | None:
-    """The workload's cost model: its `cost`, else its node-hour price alone (price_of), else None."""
+def cost_model_of(
+    w: ServingWorkload, cluster: Cluster, price: tuple[float, int, str] | None
+) -> CostModel | None:
+    """A step's cost model: the plan's `cost`, else the plan's price_per_node_hour alone, else the
+    inventory's orch_cost_* variables, else its orch_gpu_hour_cost alone (price_of), else None."""
     if w.cost is not None:
         return w.cost
+    if w.price_per_node_hour is None and cluster.vars.orch_cost is not None:
+        return cluster.vars.orch_cost
     return None if price is None else CostModel(node_hour=price[0])
 
 
@@ -618,7 +623,7 @@ class ServingRunner:
     def _summarise(self, res: ServingStepResult, w: ServingWorkload) -> None:
         """Each level's figures from its records file (the source of truth), per node, and cost."""
         price = price_of(w, res.step, self.cluster)
-        model, outage = cost_model_of(w, price), measured_outage_s(res)
+        model, outage = cost_model_of(w, self.cluster, price), measured_outage_s(res)
         for level in res.levels:
             try:
                 text = read_inside(self.life.root, self.life.root / level.records).decode("utf-8")

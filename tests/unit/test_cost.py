@@ -10,9 +10,12 @@ import pytest
 from pydantic import ValidationError
 from test_serving_plan import serving_plan
 
+from orchestrator.errors import InventoryError
+from orchestrator.inventory import load_inventory
 from orchestrator.metrics.cost import cost_at, cost_at_lines, hourly_parts, total_label
 from orchestrator.models.cost import MONTH_HOURS, CostModel, CostPart
 from orchestrator.plan import load_plan
+from orchestrator.runs.serving import cost_model_of
 
 ALL_PARTS = ["hardware", "network", "storage", "licences", "staff", "energy", "downtime"]
 
@@ -113,3 +116,39 @@ def test_a_plan_carries_a_cost_model(tmp_path: Path) -> None:
     plan = load_plan(serving_plan(tmp_path, cost={"hardware": 1000, "amortisation_months": 12, "pue": 1.2}))
     cost = plan.serving[0].cost
     assert cost is not None and cost.hardware == 1000 and cost.pue == 1.2
+
+
+def test_an_inventory_carries_a_cost_model_in_orch_cost_variables(tmp_path: Path) -> None:
+    ini = tmp_path / "hosts.ini"
+    ini.write_text(
+        "[g]\na\nb\n[all:vars]\norch_cost_hardware=120000\norch_cost_amortisation_months=48\n"
+        "orch_cost_network_per_month=0\norch_cost_energy_per_kwh=0.3\norch_cost_pue=1.3\n"
+    )
+    cost = load_inventory(ini).vars.orch_cost
+    assert cost == CostModel(hardware=120_000, amortisation_months=48, network_per_month=0,
+                             energy_per_kwh=0.3, pue=1.3)  # fmt: skip
+    assert parts(cost)["network"].per_hour == 0.0  # given as 0 is a price, not a missing part
+    assert load_inventory(_ini(tmp_path, "")).vars.orch_cost is None
+    with pytest.raises(InventoryError, match="hardware and amortisation_months go together"):
+        load_inventory(_ini(tmp_path, "orch_cost_hardware=120000\n"))
+    with pytest.raises(InventoryError, match="orch_cost_pue='high'"):
+        load_inventory(_ini(tmp_path, "orch_cost_pue=high\n"))
+
+
+def _ini(tmp_path: Path, extra: str) -> Path:
+    path = tmp_path / "other.ini"
+    path.write_text(f"[g]\na\n[all:vars]\n{extra}")
+    return path
+
+
+def test_the_step_s_cost_model_plan_first_then_inventory_then_a_node_hour_price(tmp_path: Path) -> None:
+    plan = load_plan(serving_plan(tmp_path))
+    w = plan.serving[0]
+    inv = load_inventory(_ini(tmp_path, "orch_cost_staff_per_month=900\n"))
+    price = (2.0, 1, "plan price_per_node_hour 2")
+    assert cost_model_of(w, inv, None) == CostModel(staff_per_month=900)
+    priced = w.model_copy(update={"price_per_node_hour": 2.0})
+    assert cost_model_of(priced, inv, price) == CostModel(node_hour=2.0)
+    own = CostModel(node_hour=5.0)
+    assert cost_model_of(w.model_copy(update={"cost": own}), inv, price) == own
+    assert cost_model_of(w, load_inventory(_ini(tmp_path, "")), None) is None
