@@ -11,8 +11,7 @@ from rich.table import Table
 from orchestrator.cli.common import InventoryOpt, OutOpt, err, out, styled
 from orchestrator.cli.plan import GroupOpt, PlanOpt, ladder_options
 from orchestrator.inventory import DEFAULT_INVENTORY
-from orchestrator.metrics.cost import cost_at_lines
-from orchestrator.metrics.serving import cost_label
+from orchestrator.metrics.cost import cost_at_lines, cost_label
 from orchestrator.metrics.serving_recovery import recovery_spread
 from orchestrator.models.container import ContainerChoice
 from orchestrator.models.events import (

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 from orchestrator.errors import OrchError
 from orchestrator.metrics import serving as SM
 from orchestrator.metrics import verdict as V
-from orchestrator.metrics.cost import cost_at
+from orchestrator.metrics.cost import cost_at, level_cost
 from orchestrator.metrics.serving_baseline import ServingBaselineFigures, baseline_failures, baseline_ratios
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.cost import CostModel
@@ -641,7 +641,7 @@ class ServingRunner:
                     n: SM.summarize_level(rs, w.slos) for n, rs in SM.by_server(records).items()
                 }
             if price is not None:
-                cost = SM.level_cost(level.summary, nodes=price[1], price_per_node_hour=price[0])
+                cost = level_cost(level.summary, nodes=price[1], price_per_node_hour=price[0])
                 level.cost = ServingCost.model_validate({**cost.model_dump(), "source": price[2]})
             if model is not None:
                 try:
