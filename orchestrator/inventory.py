@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from orchestrator.errors import InventoryError
 from orchestrator.models.cluster import (
     CONTAINER_RUNTIMES,
@@ -34,6 +36,7 @@ from orchestrator.models.cluster import (
     host_name_problem,
     interface_name_problem,
 )
+from orchestrator.models.cost import CostModel
 from orchestrator.text import plural
 
 log = logging.getLogger(__name__)
@@ -81,6 +84,7 @@ _READ = (
     "orch_stack",
     "orch_fabric_gbps",
     "orch_gpu_hour_cost",
+    *(f"orch_cost_{f}" for f in CostModel.model_fields),
     "orch_node_dir",
     "orch_shared_dirs",
     "orch_cert_pubkey",
@@ -561,7 +565,26 @@ def _cluster_vars(source: Path, hosts: list[RawHost], problems: list[str]) -> Cl
         cost := _positive(hosts, "orch_gpu_hour_cost", "price of one GPU for one hour", problems)
     ) is not None:
         values["orch_gpu_hour_cost"] = cost
+    if (model := _cost_model(hosts, problems)) is not None:
+        values["orch_cost"] = model
     return ClusterVars.model_validate(values)
+
+
+def _cost_model(hosts: list[RawHost], problems: list[str]) -> CostModel | None:
+    """The orch_cost_<field> variables as one CostModel (models/cost.py), each a number >= 0, the
+    same on every host; None when none is set or they do not make a model (a problem then)."""
+    given = {
+        f: v
+        for f in CostModel.model_fields
+        if (v := _positive(hosts, f"orch_cost_{f}", "0 or more", problems, zero=True)) is not None
+    }
+    if not given:
+        return None
+    try:
+        return CostModel.model_validate(given)
+    except ValidationError as e:
+        problems.append(f"orch_cost_*: {'; '.join(str(x['msg']) for x in e.errors())}")
+        return None
 
 
 def _node_path(var: str, value: str, problems: list[str]) -> Path | None:
@@ -587,9 +610,24 @@ def _whole_number(value: Any) -> int | None:
     return n if n is not None and n >= 0 else None
 
 
-def _positive(hosts: list[RawHost], var: str, unit: str, problems: list[str]) -> float | None:
-    """var (orch_fabric_gbps, orch_gpu_hour_cost): a positive number, the same on every host that
-    has it."""
+def _nonnegative_number(value: Any) -> float | None:
+    """A number >= 0 (not a bool), else None."""
+    n = _positive_number(value)
+    if n is None and not isinstance(value, bool):
+        try:
+            return 0.0 if float(value) == 0 else None
+        except (TypeError, ValueError):
+            return None
+    return n
+
+
+def _positive(
+    hosts: list[RawHost], var: str, unit: str, problems: list[str], *, zero: bool = False
+) -> float | None:
+    """var (orch_fabric_gbps, orch_gpu_hour_cost, orch_cost_*): a positive number (or 0 with
+    zero), the same on every host that has it."""
+    if zero:
+        return _same_number(hosts, var, _nonnegative_number, f"a number ({unit})", problems)
     return _same_number(hosts, var, _positive_number, f"a positive number ({unit})", problems)
 
 

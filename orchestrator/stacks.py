@@ -112,6 +112,11 @@ def json_schema(kind: str) -> dict[str, Any]:
     if kind == "plan":
         # load_plan names a plan after its file when it has no `name`: the file may leave it out.
         schema["required"] = [f for f in schema.get("required", []) if f != "name"]
+        # load_plan reads thresholds.min_goodput, the old name, as min_slo_attainment (with a warning)
+        th = schema["$defs"]["ServingThresholds"]
+        old = {**th["properties"]["min_slo_attainment"], "deprecated": True, "title": "Min Goodput"}
+        th["properties"]["min_goodput"] = {**old, "description": "the old name of min_slo_attainment"}
+        th["not"] = {"required": ["min_goodput", "min_slo_attainment"]}
     return schema
 
 

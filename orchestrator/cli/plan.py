@@ -270,7 +270,8 @@ def serving_summary(w: ServingWorkload) -> str:
             f"  load: {load.api}, tokens in {_lengths(load.input_tokens)} / out "
             f"{_lengths(load.output_tokens)}, {counted} per level after {load.warmup_requests} warm-up, "
             f"seed {load.seed}",
-            f"  SLOs (goodput): {', '.join(slos) or 'none'}; thresholds: {', '.join(ths) or 'none'}"
+            f"  SLOs (attainment, goodput): {', '.join(slos) or 'none'}; "
+            f"thresholds: {', '.join(ths) or 'none'}"
             + (f"; price {w.price_per_node_hour:g}/node-hour" if w.price_per_node_hour else ""),
             f"  restarts: {w.restart.max_restarts} per engine"
             + (f" after {w.restart.delay_s:g}s" if w.restart.delay_s else "")

@@ -11,7 +11,7 @@ from rich.table import Table
 from orchestrator.cli.common import InventoryOpt, OutOpt, err, out, styled
 from orchestrator.cli.plan import GroupOpt, PlanOpt, ladder_options
 from orchestrator.inventory import DEFAULT_INVENTORY
-from orchestrator.metrics.serving import cost_label
+from orchestrator.metrics.cost import cost_at_lines, cost_label
 from orchestrator.metrics.serving_recovery import recovery_spread
 from orchestrator.models.container import ContainerChoice
 from orchestrator.models.events import (
@@ -87,13 +87,14 @@ def _pcts(p: Percentiles) -> str:
 
 def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
     """The serving steps: per step and load level, TTFT/ITL/TPOT p50/p95/p99 with n, tokens/s,
-    goodput and cost per 1M output tokens; then each engine's load times, each node's figures
-    (replicas), each cost with its inputs, and the reasons."""
+    SLO attainment, goodput (req/s) and cost per 1M output tokens; then each engine's load times,
+    each node's figures (replicas), each cost with its inputs, and the reasons."""
     table = Table(title=f"serving steps of {run_id}")
     cols = ("step", "level", "ok/n", "TTFT ms p50/p95/p99", "ITL ms p50/p95/p99", "TPOT ms p50/p95/p99",
-            "out tok/s", "req/s", "goodput", "cost/1M out", "verdict")  # fmt: skip
+            "out tok/s", "req/s", "SLO att.", "goodput req/s", "cost/1M out", "verdict")  # fmt: skip
+    right = {"ok/n", "out tok/s", "req/s", "SLO att.", "goodput req/s"}
     for col in cols:
-        table.add_column(col, justify="right" if col in {"ok/n", "out tok/s", "req/s", "goodput"} else "left")
+        table.add_column(col, justify="right" if col in right else "left")
     for res in serving:
         rows: list[ServingLevelResult | None] = [*res.levels] or [None]
         for i, lv in enumerate(rows):
@@ -108,7 +109,8 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
                 _pcts(s.tpot_ms) if s else "-",
                 f"{s.output_tokens_per_s:.4g}" if s and s.output_tokens_per_s is not None else "-",
                 f"{s.requests_per_s:.3g}" if s and s.requests_per_s is not None else "-",
-                f"{s.goodput:.1%}" if s and s.goodput is not None else "-",
+                f"{s.slo_attainment:.1%}" if s and s.slo_attainment is not None else "-",
+                f"{s.request_goodput:.3g}" if s and s.request_goodput is not None else "-",
                 f"{per_m:.4g}" if per_m is not None else "-",
                 res.verdict if i == 0 else "",
             )
@@ -128,6 +130,9 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
             if lv.cost is not None:
                 source = f"; price from {lv.cost.source}" if lv.cost.source else ""
                 out.print(f"{sid} {lv.level}: {cost_label(lv.cost)}{source}", markup=False)
+            if lv.cost_at is not None:
+                for line in cost_at_lines(lv.cost_at):
+                    out.print(f"{sid} {lv.level}: {line}", markup=False)
         for line in serving_fault_lines(res):
             out.print(line, markup=False)
         for line in [*res.reasons, *res.warnings]:

@@ -1,4 +1,5 @@
-"""Service figures from per-request records: latency percentiles, throughput, goodput, cost, and
+"""Service figures from per-request records: latency percentiles, throughput, SLO attainment,
+goodput, cost, and
 the interactive rule of compare (docs/serving.md, "Metrics").
 
 Definitions (those of vLLM's serving benchmark, so that figures compare with pilots' outputs):
@@ -10,9 +11,10 @@ Definitions (those of vLLM's serving benchmark, so that figures compare with pil
 Each is summarised as p50/p95/p99 with its n (metrics/percentiles: p99 is hidden below n = 100).
 Only counted requests enter (warm-up requests are written but never counted). Throughput divides
 by the level's span, first send to last end. Error and abort rates are shares of all counted
-requests; goodput is the share of all counted requests that succeeded and met every SLO (a
-failed request counts against it). Cost: price per node-hour x nodes x span, divided by the
-successful requests and by their output tokens.
+requests; SLO attainment is the share of all counted requests that succeeded and met every SLO (a
+failed request counts against it), goodput those requests per second of the span (vLLM's
+`--goodput`); capacity, the highest rate whose attainment stays at a target, is a search over
+levels, not a level's figure. Cost: metrics/cost.py.
 
 Compare judges through metrics/decision.py (the interactive rule: a run with more throughput but a
 p99 latency worse beyond the noise band is "worse for interactive", whatever its throughput gain).
@@ -27,6 +29,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from orchestrator.metrics import decision
+from orchestrator.metrics.cost import cost_label as cost_label  # the cost's home is metrics/cost.py
+from orchestrator.metrics.cost import level_cost as level_cost
 from orchestrator.metrics.decision import FLOOR, K
 from orchestrator.metrics.percentiles import label, percentile, summarize
 from orchestrator.models.results import Percentiles
@@ -35,7 +39,6 @@ from orchestrator.models.serving_results import (
     LevelSummary,
     RequestRecord,
     ServingComparison,
-    ServingCost,
     SloCheck,
 )
 
@@ -170,6 +173,7 @@ def summarize_level(records: Iterable[RequestRecord], slos: ServingSlos | None =
     def per_s(x: float) -> float | None:
         return x / span if span > 0 else None
 
+    good = sum(_good(r, slos) for r in recs) if slos.given() else None
     checks = [
         _slo_check(metric, limit, summaries[metric])
         for metric, limit in (
@@ -195,7 +199,8 @@ def summarize_level(records: Iterable[RequestRecord], slos: ServingSlos | None =
         requests_per_s=per_s(len(ok)),
         error_rate=sum(r.status == "error" for r in recs) / n,
         abort_rate=sum(r.status == "aborted" for r in recs) / n,
-        goodput=sum(_good(r, slos) for r in recs) / n if slos.given() else None,
+        slo_attainment=good / n if good is not None else None,
+        request_goodput=per_s(good) if good is not None else None,
         slos=checks,
         output_tokens=out_tokens,
         servers=dict(sorted(Counter(r.server for r in recs).items())),
@@ -231,38 +236,6 @@ def by_server(records: Iterable[RequestRecord]) -> dict[str, list[RequestRecord]
     return dict(sorted(out.items()))
 
 
-def level_cost(s: LevelSummary, *, nodes: int, price_per_node_hour: float) -> ServingCost:
-    """Cost of a level: price x nodes x span; per successful request and per 1M output tokens of
-    successful requests (failed requests cost time and earn nothing). Raises ValueError on a
-    price <= 0 or nodes < 1."""
-    if price_per_node_hour <= 0 or nodes < 1:
-        raise ValueError(
-            f"price per node-hour must be > 0 and nodes >= 1 (got {price_per_node_hour}, {nodes})"
-        )
-    total = price_per_node_hour * nodes * s.duration_s / 3600.0
-    return ServingCost(
-        price_per_node_hour=price_per_node_hour,
-        nodes=nodes,
-        duration_s=s.duration_s,
-        total=total,
-        ok=s.ok,
-        output_tokens=s.output_tokens,
-        per_request=total / s.ok if s.ok else None,
-        per_million_output_tokens=total / s.output_tokens * 1e6 if s.output_tokens else None,
-    )
-
-
-def cost_label(c: ServingCost) -> str:
-    """The cost with the inputs of its calculation beside it."""
-    per_req = "-" if c.per_request is None else f"{c.per_request:.4g}"
-    per_m = "-" if c.per_million_output_tokens is None else f"{c.per_million_output_tokens:.4g}"
-    return (
-        f"cost {per_req} per successful request, {per_m} per 1M output tokens "
-        f"(= {c.price_per_node_hour:g}/node-hour x {c.nodes} node(s) x {c.duration_s:.1f} s = {c.total:.4g}; "
-        f"over {c.ok} successful requests, {c.output_tokens} output tokens)"
-    )
-
-
 def level_lines(s: LevelSummary) -> list[str]:
     """A level's figures as text, every percentile with its n (no figure without its basis)."""
     rate = "-" if s.output_tokens_per_s is None else f"{s.output_tokens_per_s:.4g}"
@@ -275,13 +248,17 @@ def level_lines(s: LevelSummary) -> list[str]:
         f"  TPOT {label(s.tpot_ms, 'ms')}",
         f"  E2E  {label(s.e2e_ms, 'ms')}",
     ]
-    if s.goodput is not None:
+    if s.slo_attainment is not None:
         slo = ", ".join(
             f"{c.metric.upper()} p99 {'-' if c.p99_ms is None else f'{c.p99_ms:.4g}'} <= {c.limit_ms:g} ms "
             f"{'met' if c.met else 'not judged (n<100)' if c.met is None else 'MISSED'} (n={c.n})"
             for c in s.slos
         )
-        lines.append(f"  goodput {s.goodput:.1%} of {s.n} counted requests; SLOs: {slo}")
+        good = "-" if s.request_goodput is None else f"{s.request_goodput:.4g}"
+        lines.append(
+            f"  SLO attainment {s.slo_attainment:.1%} of {s.n} counted requests, goodput {good} requests/s; "
+            f"SLOs: {slo}"
+        )
     return lines
 
 

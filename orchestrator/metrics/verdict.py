@@ -260,9 +260,10 @@ def serving_threshold_failures(step_id: str, w: ServingWorkload, s: LevelSummary
             )
         elif p.p99 > limit:
             out.append(f"{at}: {name} p99 {p.p99:.4g} ms > {limit:g} ms (n={p.n})")
-    if th.min_goodput is not None and (s.goodput is None or s.goodput < th.min_goodput):
-        got = "-" if s.goodput is None else f"{s.goodput:.1%}"
-        out.append(f"{at}: goodput {got} < {th.min_goodput:.1%} (n={s.n})")
+    floor = th.min_slo_attainment
+    if floor is not None and (s.slo_attainment is None or s.slo_attainment < floor):
+        got = "-" if s.slo_attainment is None else f"{s.slo_attainment:.1%}"
+        out.append(f"{at}: SLO attainment {got} < {floor:.1%} (n={s.n})")
     if th.max_error_rate is not None:
         rate = (s.errors + s.aborted) / s.n if s.n else 1.0
         if rate > th.max_error_rate:

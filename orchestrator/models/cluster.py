@@ -18,6 +18,7 @@ from pydantic import Field, field_validator
 
 from orchestrator.errors import InventoryError
 from orchestrator.models.base import StrictModel
+from orchestrator.models.cost import CostModel
 
 GpuVendor = Literal["amd", "nvidia", "none"]
 ContainerRuntime = Literal["podman", "docker", "none"]
@@ -195,6 +196,7 @@ class ClusterVars(StrictModel):
         description="price of one GPU for one hour: serving cost per request and per 1M output tokens "
         "(a plan's price_per_node_hour wins)",
     )
+    orch_cost: CostModel | None = Field(default=None, description="orch_cost_* variables (docs/inventory.md)")
     orch_node_dir: Path | None = Field(
         default=None,
         description="each node's own folder for run data, <dir>/<run-id>/ (None: /var/tmp/orch)",

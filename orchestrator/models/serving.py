@@ -14,14 +14,18 @@ host:port. A refusal names the field and the value.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.cost import CostModel
 from orchestrator.models.names import Name
 from orchestrator.models.serving_recovery import SteadyRule
+
+log = logging.getLogger(__name__)
 
 Engine = Literal["vllm", "sglang", "transformers", "external"]
 """The engines' names, for plan and stack validation; each engine is one EngineSpec in
@@ -303,7 +307,8 @@ class ServingLoad(StrictModel):
 
 
 class ServingSlos(StrictModel):
-    """Per-request limits for goodput; a level meets an SLO when its p99 is within the limit."""
+    """Per-request limits for SLO attainment and goodput; a level meets an SLO when its p99 is within
+    the limit."""
 
     ttft_p99_ms: float | None = Field(default=None, gt=0, description="time to first token")
     tpot_p99_ms: float | None = Field(default=None, gt=0, description="time per output token after the first")
@@ -341,12 +346,27 @@ class ServingThresholds(StrictModel):
     max_itl_p99_ms: float | None = Field(default=None, gt=0)
     max_tpot_p99_ms: float | None = Field(default=None, gt=0)
     max_e2e_p99_ms: float | None = Field(default=None, gt=0)
-    min_goodput: float | None = Field(
-        default=None, gt=0, le=1, description="share of requests meeting every SLO"
+    min_slo_attainment: float | None = Field(
+        default=None, gt=0, le=1, description="SLO attainment: share of counted requests meeting every SLO"
     )
     max_error_rate: float | None = Field(default=None, ge=0, le=1, description="failed + aborted / counted")
     min_output_tokens_per_s: float | None = Field(default=None, gt=0)
     baseline: ServingBaseline | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_min_goodput(cls, data: object) -> object:
+        """min_goodput, the old name of min_slo_attainment (it meant the share, which the field
+        calls SLO attainment; goodput is a rate), is read as it with a warning."""
+        if not isinstance(data, dict) or "min_goodput" not in data:
+            return data
+        if "min_slo_attainment" in data:
+            raise ValueError("give min_slo_attainment only (min_goodput is its old name)")
+        log.warning(
+            "thresholds.min_goodput is read as thresholds.min_slo_attainment (the share of requests "
+            "meeting every SLO); rename it in the plan"
+        )
+        return {("min_slo_attainment" if k == "min_goodput" else k): v for k, v in data.items()}
 
     def p99_fields(self) -> list[str]:
         """The names of the p99 thresholds that are set."""
@@ -396,6 +416,11 @@ class ServingWorkload(StrictModel):
     thresholds: ServingThresholds = Field(default_factory=ServingThresholds)
     price_per_node_hour: float | None = Field(
         default=None, gt=0, description="for cost per request and per 1M tokens"
+    )
+    cost: CostModel | None = Field(
+        default=None,
+        description="the whole cost by part (docs/serving.md, 'Cost at a rate, by part'); without it, a "
+        "node-hour price (price_per_node_hour or the inventory's) is the cost model",
     )
     health_timeout_s: int = Field(
         default=900,
@@ -451,9 +476,9 @@ class ServingWorkload(StrictModel):
                 f"serving {self.name}: {', '.join(p99)} judge a p99, which needs load.requests >= "
                 f"{P99_MIN_SAMPLES} per level (got {n if n is not None else 'none, only duration_s'})"
             )
-        if self.thresholds.min_goodput is not None and not self.slos.given():
+        if self.thresholds.min_slo_attainment is not None and not self.slos.given():
             raise ValueError(
-                f"serving {self.name}: thresholds.min_goodput needs slos to count goodput against"
+                f"serving {self.name}: thresholds.min_slo_attainment needs slos to count attainment against"
             )
         return self
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.cost import CostAtRate
 from orchestrator.models.decision import FigureChange, InteractiveVerdict
 from orchestrator.models.names import Name
 from orchestrator.models.results import Percentiles, Verdict
@@ -82,8 +83,15 @@ class LevelSummary(StrictModel):
     requests_per_s: float | None = Field(default=None, description="successful requests per second")
     error_rate: float | None = Field(default=None, description="errors / n")
     abort_rate: float | None = Field(default=None, description="aborted / n")
-    goodput: float | None = Field(
-        default=None, description="share of the n counted requests that succeeded and met every SLO"
+    slo_attainment: float | None = Field(
+        default=None,
+        description="SLO attainment: the share of the n counted requests that succeeded and met every SLO "
+        "(None without SLOs; called goodput before, a name the field uses for a rate)",
+    )
+    request_goodput: float | None = Field(
+        default=None,
+        description="goodput: successful requests per second that met every SLO, over the level's span "
+        "(vLLM's `vllm bench serve --goodput`; None without SLOs)",
     )
     slos: list[SloCheck] = Field(default_factory=list)
     output_tokens: int = Field(default=0, ge=0, description="output tokens of successful requests")
@@ -100,6 +108,22 @@ class LevelSummary(StrictModel):
         "each block; the p95 latency of each block): how much the figure moved within the run, "
         "which one run's p99 order statistics do not see (None under 50 successful requests)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_goodput(cls, data: object) -> object:
+        """A summary written before the words were fixed has `goodput`, the share now named
+        slo_attainment: it is read as that, and its request goodput derived from it (the share x n
+        over the span is the good requests per second)."""
+        if not isinstance(data, dict) or "goodput" not in data or "slo_attainment" in data:
+            return data
+        out = {k: v for k, v in data.items() if k != "goodput"}
+        share = data["goodput"]
+        out["slo_attainment"] = share
+        n, span = data.get("n"), data.get("duration_s")
+        if isinstance(share, int | float) and isinstance(n, int) and isinstance(span, int | float) and span:
+            out.setdefault("request_goodput", round(share * n) / span)
+        return out
 
 
 class ServingCost(StrictModel):
@@ -258,8 +282,8 @@ class ServingSummary(StrictModel):
         """One level of an orch run, in the same terms as the results read from elsewhere.
 
         Aborted requests (timed out or cancelled) are `incomplete`, errors `failed`; the level's
-        name gives the concurrency cap (c4) or the Poisson rate (r0.5). orch's goodput (a share of
-        requests, not a rate) and its error and abort rates go to `other`.
+        name gives the concurrency cap (c4) or the Poisson rate (r0.5). Its goodput (a rate) is the
+        tools' request_goodput; its SLO attainment (a share) and its error and abort rates go to `other`.
         """
         m = _LEVEL.match(level.level)
 
@@ -276,7 +300,8 @@ class ServingSummary(StrictModel):
             total_output_tokens=level.output_tokens, request_throughput=level.requests_per_s,
             input_throughput=level.input_tokens_per_s, output_throughput=level.output_tokens_per_s,
             ttft=lat(level.ttft_ms), tpot=lat(level.tpot_ms), itl=lat(level.itl_ms), e2e=lat(level.e2e_ms),
-            other={"goodput_share": level.goodput, "error_rate": level.error_rate,
+            request_goodput=level.request_goodput,
+            other={"slo_attainment": level.slo_attainment, "error_rate": level.error_rate,
                    "abort_rate": level.abort_rate},
         )  # fmt: skip
 
@@ -333,6 +358,7 @@ class ServingLevelResult(StrictModel):
         default_factory=dict, description="the figures of the requests each replica served"
     )
     cost: ServingCost | None = None
+    cost_at: CostAtRate | None = Field(default=None, description="by part at the level's rate (metrics/cost)")
     baseline: BaselineRatios | None = Field(
         default=None,
         description="its ratios to the plan's baseline, when it names one and the baseline has the level",

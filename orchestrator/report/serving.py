@@ -1,5 +1,5 @@
 """The serving part of every report format (docs/serving.md, "Reports"): per serving step and load
-level the latency percentiles with their n, throughput, SLOs and goodput, cost with its inputs,
+level the latency percentiles with their n, throughput, SLOs, SLO attainment and goodput, cost with its inputs,
 and the engines' load times; the HTML report adds TTFT/ITL against concurrency (p50 line, p50-p99
 band) and latency CDFs read back from the level's records; faults during serving (timelines, figures,
 spread over repeats) are in report/serving_faults.py.
@@ -22,6 +22,7 @@ from markupsafe import Markup
 
 from orchestrator.metrics import serving as M
 from orchestrator.metrics import verdict as V
+from orchestrator.metrics.cost import total_label
 from orchestrator.models.results import Percentiles
 from orchestrator.models.run import RunRecord
 from orchestrator.models.serving import ServingThresholds, ServingWorkload
@@ -110,8 +111,28 @@ FIGURE_HEAD = ["step", "level", "n", "ok", "errors", "aborted", "requests/s", "o
                *(f"{m} {q}" for m in ("TTFT ms", "ITL ms", "TPOT ms", "E2E ms") for q in ("p50", "p95", "p99", "n"))]  # fmt: skip
 
 
+def cost_part_rows(rec: RunRecord) -> list[list[str]]:
+    """Per level with a cost by part: one row per part (its cost per hour, or why it is missing),
+    then the total with the figures per request and per 1M output tokens, partial or complete."""
+    rows = []
+    for lv in levels(rec):
+        c = lv.result.cost_at
+        if c is None:
+            continue
+        at = [lv.step.step.id, lv.summary.level]
+        for p in c.parts:
+            rows.append([*at, p.name, p.status, _p(p.per_hour), p.basis, "", ""])
+        rows.append([*at, "total", total_label(c), _p(c.per_hour), f"{c.nodes} node(s) at {c.rate}",
+                     _p(c.per_request), _p(c.per_million_output_tokens)])  # fmt: skip
+    return rows
+
+
+COST_PART_HEAD = ["step", "level", "part", "status", "per hour", "how", "per successful request",
+                  "per 1M output tokens"]  # fmt: skip
+
+
 def slo_rows(rec: RunRecord) -> list[list[str]]:
-    """step, level, goodput (of n), then each SLO: p99 <= limit (n) met/MISSED/not judged."""
+    """step, level, SLO attainment (of n), goodput, then each SLO: p99 <= limit (n) met/MISSED/not judged."""
     rows = []
     for lv in levels(rec):
         s = lv.summary
@@ -120,12 +141,14 @@ def slo_rows(rec: RunRecord) -> list[list[str]]:
             f"{'met' if c.met else 'not judged (n<100)' if c.met is None else 'MISSED'}"
             for c in s.slos
         )
-        rows.append([lv.step.step.id, s.level, _share(s.goodput), str(s.n), _share(s.error_rate),
+        rows.append([lv.step.step.id, s.level, _share(s.slo_attainment), str(s.n), _p(s.request_goodput),
+                     _share(s.error_rate),
                      _share(s.abort_rate), slos or "no SLO in the plan"])  # fmt: skip
     return rows
 
 
-SLO_HEAD = ["step", "level", "goodput", "of n", "error rate", "abort rate", "SLOs (p99 against limit)"]
+SLO_HEAD = ["step", "level", "SLO attainment", "of n", "goodput (req/s)", "error rate", "abort rate",
+            "SLOs (p99 against limit)"]  # fmt: skip
 
 
 def cost_rows(rec: RunRecord) -> list[list[str]]:
@@ -223,8 +246,9 @@ def serving_markdown(rec: RunRecord) -> list[str]:
                      + (f": {md('; '.join(s.reasons))}" if s.reasons else ""))  # fmt: skip
     for title, head, rows in (
         ("Latency and throughput (ms; every percentile with its n)", FIGURE_HEAD, figure_rows(rec)),
-        ("SLOs and goodput", SLO_HEAD, slo_rows(rec)),
+        ("SLOs, attainment and goodput", SLO_HEAD, slo_rows(rec)),
         ("Cost", COST_HEAD, cost_rows(rec)),
+        ("Cost by part (a missing part is named, not counted)", COST_PART_HEAD, cost_part_rows(rec)),
         ("Against the baseline (this run / the baseline's)", BASELINE_HEAD, baseline_rows(rec)),
         ("Model load times", LOAD_HEAD, load_rows(rec)),
         ("Faults during serving (seconds after the fault)", FAULT_HEAD, fault_rows(rec)),
@@ -245,8 +269,9 @@ _TEMPLATE = """<h2 id="serving">Serving</h2>
 {% for title, head, rows, tid in tables %}{% if rows %}<h3>{{ title }}</h3>
 <table id="{{ tid }}"><tr>{% for h in head %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for r in rows %}<tr>{% for v in r %}<td>{{ v }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}{% endfor %}
-<p class="muted">Percentiles are hidden below the n that defines them (p99 needs n &ge; 100). Goodput is the share of
-counted requests that succeeded and met every SLO; failed requests count against it and against cost. The CDFs are
+<p class="muted">Percentiles are hidden below the n that defines them (p99 needs n &ge; 100). SLO attainment is the share of
+counted requests that succeeded and met every SLO (failed requests count against it and against cost); goodput is
+those requests per second. The CDFs are
 drawn from the records of each level (steps/&lt;step&gt;/records-&lt;level&gt;.jsonl).</p>
 """
 
@@ -349,8 +374,14 @@ def serving_html(rec: RunRecord, report_dir: Path | None = None) -> Markup:
             figure_rows(rec),
             "serving-figures",
         ),
-        ("SLOs and goodput", SLO_HEAD, slo_rows(rec), "serving-slos"),
+        ("SLOs, attainment and goodput", SLO_HEAD, slo_rows(rec), "serving-slos"),
         ("Cost", COST_HEAD, cost_rows(rec), "serving-cost"),
+        (
+            "Cost by part (a missing part is named, not counted)",
+            COST_PART_HEAD,
+            cost_part_rows(rec),
+            "serving-cost-parts",
+        ),
         (
             "Against the baseline (this run / the baseline's)",
             BASELINE_HEAD,
@@ -370,7 +401,7 @@ _THRESHOLD_NAMES = {
     "max_itl_p99_ms": "ITL p99 <= {:g} ms",
     "max_tpot_p99_ms": "TPOT p99 <= {:g} ms",
     "max_e2e_p99_ms": "E2E p99 <= {:g} ms",
-    "min_goodput": "goodput >= {:.1%}",
+    "min_slo_attainment": "SLO attainment >= {:.1%}",
     "max_error_rate": "error rate <= {:.1%}",
     "min_output_tokens_per_s": "output tokens/s >= {:g}",
 }
@@ -419,7 +450,7 @@ Sample = tuple[dict[str, str], float]
 
 def serving_families(rec: RunRecord, base: dict[str, str]) -> dict[str, tuple[str, str, list[Sample]]]:
     """OpenMetrics families of the serving steps: latency quantiles (seconds; labels step, level,
-    metric, quantile), their sample counts, throughput, goodput and cost per 1M output tokens."""
+    metric, quantile), their sample counts, throughput, SLO attainment, goodput and cost per 1M output tokens."""
     fams: dict[str, tuple[str, str, list[Sample]]] = {
         "orch_serving_latency_seconds": (
             "gauge",
@@ -433,9 +464,14 @@ def serving_families(rec: RunRecord, base: dict[str, str]) -> dict[str, tuple[st
             [],
         ),
         "orch_serving_requests_per_second": ("gauge", "successful requests per second", []),
-        "orch_serving_goodput_ratio": (
+        "orch_serving_slo_attainment_ratio": (
             "gauge",
-            "share of counted requests that succeeded and met every SLO",
+            "SLO attainment: share of counted requests that succeeded and met every SLO",
+            [],
+        ),
+        "orch_serving_goodput_requests_per_second": (
+            "gauge",
+            "goodput: successful requests per second that met every SLO",
             [],
         ),
         "orch_serving_error_ratio": ("gauge", "share of counted requests that failed or were aborted", []),
@@ -464,7 +500,8 @@ def serving_families(rec: RunRecord, base: dict[str, str]) -> dict[str, tuple[st
                     )
         for name, v in (("orch_serving_output_tokens_per_second", sm.output_tokens_per_s),
                         ("orch_serving_requests_per_second", sm.requests_per_s),
-                        ("orch_serving_goodput_ratio", sm.goodput),
+                        ("orch_serving_slo_attainment_ratio", sm.slo_attainment),
+                        ("orch_serving_goodput_requests_per_second", sm.request_goodput),
                         ("orch_serving_error_ratio", (sm.errors + sm.aborted) / sm.n if sm.n else None),
                         ("orch_serving_cost_per_million_output_tokens",
                          lv.result.cost.per_million_output_tokens if lv.result.cost else None)):  # fmt: skip

@@ -45,8 +45,10 @@ from urllib.parse import urlsplit
 from orchestrator.errors import OrchError
 from orchestrator.metrics import serving as SM
 from orchestrator.metrics import verdict as V
+from orchestrator.metrics.cost import cost_at, level_cost
 from orchestrator.metrics.serving_baseline import ServingBaselineFigures, baseline_failures, baseline_ratios
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.cost import CostModel
 from orchestrator.models.events import StepDone, StepSubmitted
 from orchestrator.models.fault import ENGINE_ENV as ENGINE_TAG_ENV
 from orchestrator.models.fault import ENGINE_NODE_ENV
@@ -137,6 +139,25 @@ def price_of(w: ServingWorkload, step: ServingStep, cluster: Cluster) -> tuple[f
         nodes,
         (f"inventory orch_gpu_hour_cost {gpu:g} x {step.gpus_per_replica_node} GPU(s) per node"),
     )
+
+
+def cost_model_of(
+    w: ServingWorkload, cluster: Cluster, price: tuple[float, int, str] | None
+) -> CostModel | None:
+    """A step's cost model: the plan's `cost`, else the plan's price_per_node_hour alone, else the
+    inventory's orch_cost_* variables, else its orch_gpu_hour_cost alone (price_of), else None."""
+    if w.cost is not None:
+        return w.cost
+    if w.price_per_node_hour is None and cluster.vars.orch_cost is not None:
+        return cluster.vars.orch_cost
+    return None if price is None else CostModel(node_hour=price[0])
+
+
+def measured_outage_s(res: ServingStepResult) -> float | None:
+    """The mean outage of the step's fault injections that measured one (None: none did): the
+    outage of one failure, for the downtime part of the cost."""
+    outages = [r.outage_s for f in res.faults if (r := f.recovery) is not None and r.outage_s is not None]
+    return sum(outages) / len(outages) if outages else None
 
 
 def http_ok(url: str, timeout: float) -> bool:
@@ -618,6 +639,7 @@ class ServingRunner:
     def _summarise(self, res: ServingStepResult, w: ServingWorkload) -> None:
         """Each level's figures from its records file (the source of truth), per node, and cost."""
         price = price_of(w, res.step, self.cluster)
+        model, outage = cost_model_of(w, self.cluster, price), measured_outage_s(res)
         for level in res.levels:
             try:
                 text = read_inside(self.life.root, self.life.root / level.records).decode("utf-8")
@@ -635,8 +657,21 @@ class ServingRunner:
                     n: SM.summarize_level(rs, w.slos) for n, rs in SM.by_server(records).items()
                 }
             if price is not None:
-                cost = SM.level_cost(level.summary, nodes=price[1], price_per_node_hour=price[0])
+                cost = level_cost(level.summary, nodes=price[1], price_per_node_hour=price[0])
                 level.cost = ServingCost.model_validate({**cost.model_dump(), "source": price[2]})
+            if model is not None:
+                try:
+                    level.cost_at = cost_at(
+                        requests_per_s=level.summary.requests_per_s,
+                        output_tokens_per_s=level.summary.output_tokens_per_s,
+                        model=model,
+                        nodes=max(1, len(res.step.nodes)),
+                        watts=None,  # serving steps sample no power yet: energy is named missing
+                        outage_s=outage,
+                        rate=f"{level.level}'s measured rate",
+                    )
+                except ValueError as e:
+                    res.warnings.append(f"{level.level}: cost by part not computed: {e}")
 
     def _datasets(self, w: ServingWorkload) -> dict[tuple[str, str], Sequence[int]]:
         out: dict[tuple[str, str], Sequence[int]] = {}

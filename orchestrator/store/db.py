@@ -161,6 +161,15 @@ MIGRATIONS: list[str] = [
         sha256 TEXT PRIMARY KEY, built_at TEXT NOT NULL, body TEXT NOT NULL
     );
     """,
+    # The field's words (docs/serving.md, "Metrics"): the share of requests meeting every SLO,
+    # stored as goodput until version 8, is slo_attainment; goodput is those requests per second
+    # (for older rows: the share x n over the span, the same figure)
+    """
+    ALTER TABLE serving_levels RENAME COLUMN goodput TO slo_attainment;
+    ALTER TABLE serving_levels ADD COLUMN request_goodput REAL;
+    UPDATE serving_levels SET request_goodput = ROUND(slo_attainment * n) / duration_s
+        WHERE slo_attainment IS NOT NULL AND duration_s > 0;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -606,8 +615,8 @@ class ResultsStore:
 
 
 _SERVING_LEVELS_INSERT = (
-    "INSERT INTO serving_levels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-)  # 31 columns: _serving_level_row
+    "INSERT INTO serving_levels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)  # 32 columns: _serving_level_row
 
 
 def _serving_level_row(
@@ -617,8 +626,9 @@ def _serving_level_row(
     pcts = [v for p in (s.ttft_ms, s.itl_ms, s.tpot_ms, s.e2e_ms) for v in (p.n, p.p50, p.p95, p.p99)]
     return (
         rid, step_id, level, node, s.n, s.ok, s.errors, s.aborted, s.duration_s, *pcts,
-        s.output_tokens_per_s, s.requests_per_s, s.error_rate, s.goodput,
+        s.output_tokens_per_s, s.requests_per_s, s.error_rate, s.slo_attainment,
         cost.per_request if cost else None, cost.per_million_output_tokens if cost else None,
+        s.request_goodput,
     )  # fmt: skip
 
 

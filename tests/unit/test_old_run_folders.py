@@ -165,6 +165,12 @@ def test_scale_test_with_serving_steps_folder(old: Path) -> None:
         assert lv.summary is not None and lv.summary.n == lv_raw["summary"]["n"] == 100
         assert lv.summary.ttft_ms.p99 == lv_raw["summary"]["ttft_ms"]["p99"]
         assert lv.summary.output_tokens_per_s == lv_raw["summary"]["output_tokens_per_s"] > 0
+        # the old `goodput` was the share now named SLO attainment; goodput is derived as a rate
+        old_share = lv_raw["summary"]["goodput"]
+        assert "slo_attainment" not in lv_raw["summary"] and lv.summary.slo_attainment == old_share
+        assert lv.summary.request_goodput == pytest.approx(
+            round(old_share * lv.summary.n) / lv.summary.duration_s
+        )
 
 
 def test_serving_faults_folder_reads_no_impact_as_no_interruption(old: Path) -> None:
@@ -373,10 +379,21 @@ CLIENT_COUNT = (
     " (client-side count; closed loop: each worker retries 50 ms after a refused connection, so the count"
     " while the engine is down is the client's retry pace, not a rate of the service)"
 )
+# issue 24: the share orch called goodput is SLO attainment; goodput (req/s) is a column added after it
+SLO_WORDS = {
+    "### SLOs and goodput": "### SLOs, attainment and goodput",
+    "| goodput | of n |": "| SLO attainment | of n |",
+}
 REWORDED: dict[tuple[str, str], dict[str, str]] = {
     # Wording changed on purpose since 12fd743, old text -> new text (the figures and verdicts stay).
     # Columns added to a table need no entry (the old cells must still be there, in order).
-    ("serving-faults", "md"): {"| failed |": "| failed (client-side count) |"},
+    ("serving-faults", "md"): {"| failed |": "| failed (client-side count) |", **SLO_WORDS},
+    ("serving", "md"): SLO_WORDS,
+    ("serving", "openmetrics"): {
+        "orch_serving_goodput_ratio": "orch_serving_slo_attainment_ratio",
+        "ratio share of counted requests that succeeded": "ratio SLO attainment: share of counted requests "
+        "that succeeded",
+    },
     ("serving-faults", "junit"): {"0 failed, 0 aborted;": f"0 failed, 0 aborted{CLIENT_COUNT};"},
     ("isolate", "md"): {  # the isolation search's confirmation round (docs/isolation.md)
         "(the bar for one bad node, ceil(log2 N) + 2: 4)": (
@@ -397,6 +414,8 @@ RUN_CASE = {"recovery", "isolate"}
 # Sections added on purpose since 12fd743: (kind, format) -> the heading of the one section the old
 # report lacked (report/stragglers.py: the Markdown report gained the straggler section the HTML had).
 ADDED: dict[tuple[str, str], str] = {("stragglers", "md"): "## Stragglers"}
+# OpenMetrics families added on purpose since 12fd743: (kind, format) -> the family the old file lacked.
+ADDED_FAMILY = {("serving", "openmetrics"): "orch_serving_goodput_requests_per_second"}
 
 
 def _without_the_added_section(md: str, heading: str) -> str:
@@ -466,6 +485,9 @@ def test_each_report_says_what_the_old_code_said(
             after = _without_the_run_case(after, kind)
         if (kind, fmt) in ADDED:
             after = _without_the_added_section(after, ADDED[(kind, fmt)])
+        if (kind, fmt) in ADDED_FAMILY:
+            family = re.compile(rf"^(# \w+ )?{ADDED_FAMILY[(kind, fmt)]}\b")
+            after = "".join(x for x in after.splitlines(keepends=True) if not family.match(x))
         _same_to_the_user(before, after, REWORDED.get((kind, fmt), {}))
 
 

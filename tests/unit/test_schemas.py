@@ -59,6 +59,7 @@ _SERVE = (
     "{name: s, engine: vllm, model: {path: /m/x}, load: {concurrency: [1], requests: 10,"
     " input_tokens: {kind: fixed, tokens: 8}, output_tokens: {kind: fixed, tokens: 8}}}"
 )
+_SLO = _SERVE.replace("requests: 10", "requests: 100")[:-1] + ", slos: {ttft_p99_ms: 500}, thresholds: {%s}}"
 PLAN_CASES = [
     ("sizes: {min: 8, max: 1G}\n", True),
     ("sizes: {min: '2MiB', max: 128m}\n", True),
@@ -89,6 +90,14 @@ PLAN_CASES = [
         "collectives: []\nserving: [" + _SERVE.replace("fixed, tokens: 8", "uniform, min: 1, max: 9") + "]\n",
         True,
     ),
+    # thresholds.min_goodput, the old name of min_slo_attainment: read (with a warning), not both
+    ("collectives: []\nserving: [" + _SLO % "min_slo_attainment: 0.9" + "]\n", True),
+    ("collectives: []\nserving: [" + _SLO % "min_goodput: 0.9" + "]\n", True),
+    ("collectives: []\nserving: [" + _SLO % "min_goodput: 0.9, min_slo_attainment: 0.9" + "]\n", False),
+    ("collectives: []\nserving: [" + _SLO % "min_goodput: 1.5" + "]\n", False),
+    # the cost by part (docs/serving.md)
+    ("collectives: []\nserving: [" + _SERVE[:-1] + ", cost: {node_hour: 3, staff_per_month: 900}}]\n", True),
+    ("collectives: []\nserving: [" + _SERVE[:-1] + ", cost: {pue: 0.5}}]\n", False),
 ]
 
 

@@ -81,7 +81,7 @@ def _old_store(path: Path, version: int) -> sqlite3.Connection:
 
 
 def test_v4_store_migrates_to_the_current_schema_and_keeps_its_rows(run: Path, tmp_path: Path) -> None:
-    assert SCHEMA_VERSION >= 6
+    assert SCHEMA_VERSION >= 8
     path = tmp_path / "orch.db"
     conn = _old_store(path, 4)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -286,6 +286,23 @@ def _with_variant(run: Path, variant: str | None) -> None:
         x.model_copy(update={"step": x.step.model_copy(update={"variant": variant})}) for x in result.serving
     ]
     atomic_write(run / "result.json", result.model_copy(update={"serving": sv}).model_dump_json())
+
+
+def test_v6_store_reads_its_goodput_as_slo_attainment_and_gains_goodput_per_second(tmp_path: Path) -> None:
+    path = tmp_path / "orch.db"
+    conn = _old_store(path, 5)
+    conn.executescript(MIGRATIONS[5] + "; PRAGMA user_version = 6;")
+    pct = ",".join(["100,NULL,NULL,NULL"] * 4)
+    conn.execute(
+        f"INSERT INTO serving_levels VALUES ('old','s-r1','c4','',100,99,1,0,12.5,{pct},"
+        "80.0,7.9,0.01,0.97,NULL,NULL)"
+    )  # the share of requests meeting every SLO, in the column once called goodput
+    conn.commit()
+    conn.close()
+    with ResultsStore.open(path) as s:
+        assert s.version == SCHEMA_VERSION
+        row = s.conn.execute("SELECT slo_attainment, request_goodput FROM serving_levels").fetchone()
+    assert row[0] == 0.97 and row[1] == pytest.approx(97 / 12.5)
 
 
 def test_v5_store_gains_the_variant_column_and_old_rows_read_as_none(run: Path, tmp_path: Path) -> None:

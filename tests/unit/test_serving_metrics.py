@@ -80,7 +80,7 @@ def test_warmup_excluded_and_rates_and_throughput() -> None:
     assert s.requests_per_s == pytest.approx(8 / span) and s.input_tokens_per_s == pytest.approx(80 / span)
 
 
-def test_goodput_counts_failures_against_and_checks_each_slo() -> None:
+def test_slo_attainment_counts_failures_against_and_checks_each_slo() -> None:
     recs = [rec(i, send=1000 + i, ttft=0.05) for i in range(100)]
     recs[0] = rec(0, ttft=0.5)  # TTFT over its SLO
     recs[1] = rec(1, gaps=[0.2, 0.2, 0.2])  # TPOT over its SLO
@@ -88,10 +88,12 @@ def test_goodput_counts_failures_against_and_checks_each_slo() -> None:
     recs[3] = rec(3, gaps=[])  # one token: no TPOT, judged on TTFT and E2E only
     slos = ServingSlos(ttft_p99_ms=200, tpot_p99_ms=50, e2e_p99_ms=1000)
     s = summarize_level(recs, slos)
-    assert s.goodput == pytest.approx(97 / 100)
+    assert s.slo_attainment == pytest.approx(97 / 100)
+    assert s.request_goodput == pytest.approx(97 / s.duration_s)  # vLLM's goodput: good requests per second
     by = {c.metric: c for c in s.slos}
     assert by["ttft"].n == 99 and by["ttft"].met is None  # 99 successful requests: p99 not defined
-    assert summarize_level(recs).goodput is None  # no SLOs, no goodput
+    plain = summarize_level(recs)
+    assert plain.slo_attainment is None and plain.request_goodput is None  # no SLOs, no attainment
 
 
 def test_slo_met_and_missed_on_p99() -> None:

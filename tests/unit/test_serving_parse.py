@@ -319,7 +319,7 @@ def test_an_orch_level_becomes_a_summary() -> None:
         ttft_ms=pct(118, 20.0, 18.0, 40.0, 55.0), itl_ms=pct(1800, 5.0, 4.8, 7.0, 9.0),
         tpot_ms=pct(118, 5.1, 5.0, 6.0, 6.5), e2e_ms=pct(118, 100.0, 95.0, 150.0, None),
         input_tokens_per_s=300.0, output_tokens_per_s=60.0, requests_per_s=3.9, error_rate=1 / 120,
-        abort_rate=1 / 120, goodput=0.95, output_tokens=1830,
+        abort_rate=1 / 120, slo_attainment=0.95, request_goodput=3.7, output_tokens=1830,
     )  # fmt: skip
     s = ServingSummary.from_level(level, model="lab-tiny")
     assert (s.tool, s.label, s.max_concurrency, s.request_rate) == ("orch", "c8", 8, None)
@@ -327,7 +327,7 @@ def test_an_orch_level_becomes_a_summary() -> None:
     assert (s.output_throughput, s.request_throughput, s.total_output_tokens) == (60.0, 3.9, 1830)
     assert s.ttft is not None and s.ttft.p("p99") == 55.0 and s.ttft.n == 118 and s.ttft.median == 18.0
     assert s.e2e is not None and s.e2e.p("p99") is None  # hidden below n = 100 stays unstated
-    assert s.other["goodput_share"] == 0.95
+    assert s.other["slo_attainment"] == 0.95 and s.request_goodput == 3.7
     rate = ServingSummary.from_level(level.model_copy(update={"level": "r0.5"}))
     assert (rate.request_rate, rate.max_concurrency) == (0.5, None)
 

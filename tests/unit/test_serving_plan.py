@@ -3,6 +3,7 @@ serving steps, `orch plan show`, and scale-test's refusal until serving steps ca
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -198,8 +199,21 @@ def test_p99_on_fewer_than_100_requests_is_refused(tmp_path: Path, over: dict[st
     load_plan(serving_plan(tmp_path, load={"requests": 100}, **over))
 
 
-def test_goodput_threshold_needs_slos(tmp_path: Path) -> None:
-    assert "needs slos" in refusal(tmp_path, thresholds={"min_goodput": 0.9})
+def test_attainment_threshold_needs_slos(tmp_path: Path) -> None:
+    assert "needs slos" in refusal(tmp_path, thresholds={"min_slo_attainment": 0.9})
+
+
+def test_old_min_goodput_is_read_as_min_slo_attainment_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="orchestrator.models.serving"):
+        plan = load_plan(
+            serving_plan(tmp_path, slos={"ttft_p99_ms": 500}, thresholds={"min_goodput": 0.9})
+        )
+    assert plan.serving[0].thresholds.min_slo_attainment == 0.9
+    assert "min_goodput is read as thresholds.min_slo_attainment" in caplog.text
+    both = {"min_goodput": 0.9, "min_slo_attainment": 0.8}
+    assert "min_goodput is its old name" in refusal(tmp_path, slos={"ttft_p99_ms": 500}, thresholds=both)
 
 
 def test_replicas_expand_on_disjoint_nodes(tmp_path: Path) -> None:

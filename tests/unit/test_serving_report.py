@@ -84,7 +84,7 @@ def test_html_report_has_the_serving_section_with_svg_and_escapes_the_model(runs
     for kind in ("serving-ttft", "serving-itl", "serving-cdf-ttft", "serving-cdf-itl", "serving-cdf-e2e"):
         assert f'data-kind="{kind}"' in section, kind
     assert '<polygon class="band"' in section  # the p50-p99 band
-    for tid in ("serving-figures", "serving-slos", "serving-cost", "serving-load"):
+    for tid in ("serving-figures", "serving-slos", "serving-cost", "serving-cost-parts", "serving-load"):
         assert f'id="{tid}"' in section
     assert "<script>" not in html and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in section
     assert "2/node-hour x 1 node(s)" in section  # cost with its inputs
@@ -92,9 +92,13 @@ def test_html_report_has_the_serving_section_with_svg_and_escapes_the_model(runs
 
 def test_markdown_has_the_serving_tables_escaped(runs: dict[str, Path]) -> None:
     text = render_markdown(hostile(load_run(runs["a"])))
-    assert "## Serving" in text and "### SLOs and goodput" in text and "### Cost" in text
+    assert "## Serving" in text and "### SLOs, attainment and goodput" in text and "### Cost" in text
     assert "### Model load times" in text and "<script>" not in text
     assert re.search(r"\| fake-r1 \| c8 \| 100\.0% \| 100 \|", text), text
+    # the cost by part: the node-hour price with what it includes, the missing parts named
+    assert "### Cost by part (a missing part is named, not counted)" in text
+    assert re.search(r"\| fake-r1 \| c8 \| energy \| included \| - \| in the node-hour price \|", text)
+    assert re.search(r"\| fake-r1 \| c8 \| total \| partial \(missing: staff, downtime\) \|", text)
 
 
 def test_junit_has_one_case_per_slo_and_threshold_per_level(runs: dict[str, Path]) -> None:

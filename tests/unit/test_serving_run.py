@@ -122,10 +122,14 @@ def test_serving_plan_runs_end_to_end(tmp_path: Path) -> None:
     assert list(levels) == ["c1", "c4"]
     s = levels["c4"].summary
     assert s is not None and s.n == 100 and s.ttft_ms.n == 100 and s.ttft_ms.p99 is not None
-    assert s.itl_ms.n == 300 and s.output_tokens == 400 and s.goodput == 1.0
+    assert s.itl_ms.n == 300 and s.output_tokens == 400 and s.slo_attainment == 1.0
     cost = levels["c4"].cost
     assert cost is not None and cost.price_per_node_hour == 2.0 and cost.nodes == 1
     assert cost.source == "plan price_per_node_hour 2" and cost.per_million_output_tokens is not None
+    # the node-hour price alone is a cost model: what it includes is said, staff and downtime missing
+    by_part = levels["c4"].cost_at
+    assert by_part is not None and by_part.missing == ["staff", "downtime"]
+    assert by_part.per_million_output_tokens == pytest.approx(2.0 / 3600 / s.output_tokens_per_s * 1e6)
     # the engine is gone, and the run reads back with its serving step
     (pid,) = engine_pids(pids)
     assert gone(pid)
@@ -249,6 +253,9 @@ def test_the_terminal_shows_percentiles_with_n_tokens_goodput_cost_and_verdict(
         assert text in shown, text
     assert "fake-r1 c4: cost " in shown and "= 2/node-hour x 1 node(s)" in shown
     assert "price from plan price_per_node_hour 2" in shown
+    assert "fake-r1 c4: cost at c4's measured rate: " in shown
+    assert "partial (missing: staff, downtime)" in shown
+    assert "fake-r1 c4:   energy: - (in the node-hour price)" in shown
     assert "model load time to health" in shown and "verdict: accepted (exit 0)" in shown
     from orchestrator.cli import main
 
@@ -269,8 +276,8 @@ def test_the_results_store_keeps_each_level_with_its_n(tmp_path: Path) -> None:
             "SELECT engine, verdict, load_to_health_s FROM serving_steps WHERE run_id = ?", (result.run_id,)
         ).fetchall()
         levels = store.conn.execute(
-            "SELECT level, node, n, ttft_n, ttft_p99_ms, itl_n, goodput, cost_per_million_output_tokens "
-            "FROM serving_levels WHERE run_id = ? ORDER BY level",
+            "SELECT level, node, n, ttft_n, ttft_p99_ms, itl_n, slo_attainment, "
+            "cost_per_million_output_tokens FROM serving_levels WHERE run_id = ? ORDER BY level",
             (result.run_id,),
         ).fetchall()
         run = store.conn.execute(
