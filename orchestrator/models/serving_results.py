@@ -25,6 +25,10 @@ RequestStatus = Literal["ok", "error", "aborted"]
 """ok: the stream ended normally; error: HTTP or connection error, bad stream, or a request the
 client could not send (its in-flight bound); aborted: timed out, or cancelled when the level stopped."""
 
+IN_FLIGHT_BOUND_ERROR = "client in-flight bound reached"
+"""The error of an open-loop request not sent because max_in_flight requests were in flight: the
+client, not the engine, refused it (orchestrator.metrics.capacity reads it as the generator's limit)."""
+
 
 class RequestRecord(StrictModel):
     """One request, as the load generator saw it."""
@@ -34,6 +38,11 @@ class RequestRecord(StrictModel):
     warmup: bool = Field(default=False, description="a warm-up request: written, never counted")
     server: str = Field(description="the node (or name) of the engine that served it")
     send: float = Field(description="when the request was sent")
+    scheduled: float | None = Field(
+        default=None,
+        description="open loop: when the arrival schedule meant it to be sent (send - scheduled is the "
+        "load generator's own lateness); None in closed loop and in records of older runs",
+    )
     first_token: float | None = Field(default=None, description="arrival of the first streamed token")
     token_times: list[float] = Field(
         default_factory=list, description="arrival of every streamed chunk with text, the first included"

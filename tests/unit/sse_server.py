@@ -11,14 +11,16 @@ whose max_tokens equals HOLD_TOKENS waits for this event before it answers), `us
 usage chunk or not), `done` (end with `data: [DONE]` as vLLM does, or only with the finish chunk
 as `transformers serve` 5.24 does), `empty_every` (every k-th token streams as "", as a
 byte-level token that ends inside a UTF-8 character does), `truncate_after` (close the stream
-after that many tokens).
+after that many tokens), `slots` (serve at most that many requests at once, the others wait in
+a queue for a free slot: with ttft_s and itl_s this gives the double a service rate, and a
+Poisson load above it a queue that grows).
 It runs in a thread on 127.0.0.1 and an ephemeral port, for the length of one test.
 
 As a program it stands in for an engine that orch starts (`transformers serve`'s command line:
 `sse_server.py serve MODEL --host H --port P [engine options, ignored]`): GET /health answers 200
 (or 503 for ever with --never-healthy), GET /v1/models lists the model; --pid-file appends its
 process id, so that a test can check that orch stopped it; --ttft and --itl (seconds) give it an
-engine's pace (bench/serving_client.py --versus guidellm drives it so).
+engine's pace (bench/serving_client.py --versus guidellm drives it so), and --slots a service rate.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 HOLD_TOKENS = 99
 
@@ -48,9 +51,15 @@ class Behaviour:
     truncate_after: int = 0
     healthy: bool = True
     model: str = "test-model"
+    slots: int = 0
     hold: threading.Event = field(default_factory=threading.Event)
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    queue: threading.Semaphore | None = None
+
+    def __post_init__(self) -> None:
+        if self.slots:
+            self.queue = threading.Semaphore(self.slots)
 
 
 def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
@@ -89,6 +98,13 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             n = int(body["max_tokens"] if "max_tokens" in body else body["max_completion_tokens"])
             if n == HOLD_TOKENS:
                 b.hold.wait(30)
+            if b.queue is not None:
+                with b.queue:
+                    self._stream(body, n, chat)
+            else:
+                self._stream(body, n, chat)
+
+        def _stream(self, body: dict[str, Any], n: int, chat: bool) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
@@ -162,13 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pid-file")
     ap.add_argument("--ttft", type=float, default=0.0)
     ap.add_argument("--itl", type=float, default=0.0)
+    ap.add_argument("--slots", type=int, default=0, help="requests served at once (0: no bound)")
     ap.add_argument("--never-healthy", action="store_true")
     a, rest = ap.parse_known_args(argv)
     if a.pid_file:
         with open(a.pid_file, "a") as f:
             f.write(f"{os.getpid()}\n")
     print(f"stand-in engine for {a.model} on {a.host}:{a.port}; ignored: {rest}", flush=True)
-    b = Behaviour(ttft_s=a.ttft, itl_s=a.itl, healthy=not a.never_healthy, model=a.model)
+    b = Behaviour(ttft_s=a.ttft, itl_s=a.itl, healthy=not a.never_healthy, model=a.model, slots=a.slots)
     server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128})
     srv = server_class((a.host, a.port), _handler(b))
     srv.daemon_threads = True
