@@ -29,9 +29,16 @@ from collections.abc import Iterable
 
 from orchestrator.metrics.percentiles import percentile
 from orchestrator.metrics.serving import _good, summarize_level
-from orchestrator.models.capacity import CapacityProbe, CapacityRepeat, CapacityResult, SearchStatus
+from orchestrator.models.results import Percentiles
 from orchestrator.models.serving import CapacitySearch, ServingSlos
-from orchestrator.models.serving_results import IN_FLIGHT_BOUND_ERROR, RequestRecord
+from orchestrator.models.serving_results import (
+    IN_FLIGHT_BOUND_ERROR,
+    CapacityProbe,
+    CapacityRepeat,
+    CapacityResult,
+    RequestRecord,
+    SearchStatus,
+)
 
 LATE_FLOOR_S = 0.02
 """The generator's lateness (send - scheduled) that is always tolerated: thread start-up and
@@ -198,3 +205,35 @@ def combine(search: CapacitySearch, repeats: list[CapacityRepeat]) -> CapacityRe
     out.capacity = statistics.median(caps)
     out.spread = max(caps) - min(caps)
     return out
+
+
+def _pcts(p: Percentiles) -> str:
+    """'p50/p95/p99 ms (n=N)', '-' for a percentile not shown."""
+    one = ["-" if v is None else f"{v:.3g}" for v in (p.p50, p.p95, p.p99)]
+    return f"{'/'.join(one)} ms (n={p.n})"
+
+
+def capacity_rows(res: CapacityResult) -> list[list[str]]:
+    """One row per repeat, then the capacity: [what, capacity, probes, attainment, TTFT, E2E,
+    status and reason]; the report's table and the terminal's lines both show these."""
+    s, rows = res.search, []
+    for rep in res.repeats:
+        at = next((p for p in rep.probes if rep.capacity is not None and p.rate == rep.capacity), None)
+        cap = "-" if rep.capacity is None else f"{rep.capacity:.4g} ± {s.precision:g} req/s"
+        att = "-" if at is None or at.attainment is None else f"{at.attainment:.1%} of n={at.n}"
+        ttft = "-" if at is None or at.summary is None else _pcts(at.summary.ttft_ms)
+        e2e = "-" if at is None or at.summary is None else _pcts(at.summary.e2e_ms)
+        rows.append([f"repeat {rep.repeat}", cap, f"{len(rep.probes)} of at most {res.probe_bound}", att,
+                     ttft, e2e, f"{rep.status}: {rep.reason}"])  # fmt: skip
+    if res.capacity is not None and res.spread is not None:
+        head = f"{res.capacity:.4g} ± {s.precision:g} req/s"
+        verdict = f"median of {len(res.repeats)} repeats, spread {res.spread:.4g} req/s"
+    else:
+        head, verdict = "not reported", res.refused or "-"
+    target = f"attainment >= {s.target_attainment:.1%} in {s.min_rate:g}..{s.max_rate:g} req/s"
+    rows.append(["capacity", head, f"at most {res.probe_bound} per repeat", target, "", "", verdict])
+    return rows
+
+
+CAPACITY_HEAD = ["search", "capacity", "probes", "SLO attainment at capacity", "TTFT p50/p95/p99",
+                 "E2E p50/p95/p99", "status"]  # fmt: skip

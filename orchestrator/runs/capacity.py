@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from orchestrator.metrics.capacity import LATE_FLOOR_S, Bisection, ProbeTally, combine, judge_probe
-from orchestrator.models.capacity import CapacityProbe, CapacityResult
-from orchestrator.models.serving import CapacitySearch, ServingSlos
-from orchestrator.models.serving_results import RequestRecord
-from orchestrator.workloads.loadgen import LoadGenerator, LoadSpec, RecordWriter
+from orchestrator.models.serving import CapacitySearch, ServingSlos, ServingWorkload
+from orchestrator.models.serving_results import CapacityProbe, CapacityResult, RequestRecord
+from orchestrator.workloads.loadgen import LoadGenerator, LoadSpec, RecordWriter, Target, level_specs
 
 ProbeFile = Callable[[int, int, float], Path]
 """(repeat, probe index, rate) -> the probe's records file."""
@@ -26,6 +25,19 @@ ProbeFile = Callable[[int, int, float], Path]
 def probe_name(repeat: int, index: int, rate: float) -> str:
     """The records file of a probe: records-capacity-<repeat>-<index>-r<rate>.jsonl."""
     return f"records-capacity-{repeat}-{index}-r{rate:g}.jsonl"
+
+
+def capacity_template(
+    w: ServingWorkload, targets: Sequence[Target], *, datasets: dict[tuple[str, str], Sequence[int]]
+) -> LoadSpec:
+    """The open-loop LoadSpec of a workload's probes (lengths, warm-up, count, client settings as
+    its levels have them) at min_rate; each probe replaces rate and seed. Raises ValueError when
+    the workload has no capacity search or a dataset was not read."""
+    search = w.load.capacity
+    if search is None:
+        raise ValueError(f"serving {w.name}: no load.capacity")
+    load = w.load.model_copy(update={"concurrency": [], "rates": [search.min_rate]})
+    return level_specs(w.model_copy(update={"load": load}), targets, datasets=datasets)[0]
 
 
 class CapacityRun:

@@ -16,15 +16,20 @@ from typing import Any
 import pytest
 import yaml
 from sse_server import Behaviour, sse_server
+from test_serving_run import setup
 
+from orchestrator.cli.run import render_result
 from orchestrator.errors import ConfigError
 from orchestrator.metrics.capacity import probe_bound
-from orchestrator.models.capacity import CapacityProbe
 from orchestrator.models.serving import CapacitySearch, ServingSlos
+from orchestrator.models.serving_results import CapacityProbe
 from orchestrator.plan import load_plan
+from orchestrator.report.formats import render
 from orchestrator.runs.capacity import CapacityRun, probe_name
+from orchestrator.runs.scale_test import scale_test
 from orchestrator.runs.serving import http_ok
 from orchestrator.scheduler.local import free_port
+from orchestrator.store.load import load_run
 from orchestrator.workloads.loadgen import LoadSpec, Target
 
 SERVICE_S = 0.01
@@ -139,3 +144,52 @@ def test_plan_takes_a_capacity_load_and_refuses_what_it_cannot_judge(tmp_path: P
         with pytest.raises(ConfigError, match=r"load\.capacity needs") as e:
             load_plan(_plan(tmp_path, **over))
         assert named in str(e.value)
+
+
+CAPACITY_PLAN = """
+name: capacity-test
+collectives: []
+serving:
+  - name: fake
+    engine: transformers
+    model: {path: /opt/orch/models/fake}
+    dtype: float32
+    load:
+      capacity: {target_attainment: 0.95, min_rate: 40, max_rate: 400, precision: 400}
+      input_tokens: {kind: fixed, tokens: 4}
+      output_tokens: {kind: fixed, tokens: 1}
+      requests: 100
+      warmup_requests: 2
+      request_timeout_s: 30
+    slos: {ttft_p99_ms: 300}
+    health_timeout_s: 60
+step_timeout_s: 300
+"""
+
+
+def test_scale_test_runs_the_search_and_shows_it_in_the_terminal_and_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    req, _ = setup(tmp_path, engine_flags=f"--ttft {SERVICE_S} --slots 1")
+    (tmp_path / "plan.yaml").write_text(CAPACITY_PLAN)
+    result = scale_test(req)
+    (step,) = result.serving
+    cap = step.capacity
+    assert cap is not None and step.levels == [], step.reasons
+    # 40/s is far under the stand-in's service rate, 400/s far over it: the bracket closes at once,
+    # unless this shared machine made the generator late (then the search refuses, saying so)
+    if cap.refused is None:
+        assert cap.capacity == 40 and cap.spread == 0 and cap.probe_bound == 2
+        assert all(r.status == "found" and len(r.probes) == 2 for r in cap.repeats)
+    else:
+        assert "sent late" in cap.refused and any("capacity not reported" in w for w in step.warnings)
+    for rep in cap.repeats:
+        for p in rep.probes:
+            assert p.records is not None and (result.run_dir / p.records).is_file()
+    render_result(result)
+    shown = capsys.readouterr().out
+    assert "fake-r1 repeat 0:" in shown and "fake-r1 capacity:" in shown and "probes" in shown
+    rec = load_run(result.run_dir)
+    md = render(rec, "md")
+    assert "### Capacity at SLO (capacity search)" in md and "at most 2 per repeat" in md
+    assert 'id="serving-capacity"' in render(rec, "html")

@@ -19,9 +19,13 @@ from orchestrator.metrics.capacity import (
     judge_probe,
     probe_bound,
 )
-from orchestrator.models.capacity import CapacityProbe, CapacityRepeat
 from orchestrator.models.serving import CapacitySearch, ServingSlos
-from orchestrator.models.serving_results import IN_FLIGHT_BOUND_ERROR, RequestRecord
+from orchestrator.models.serving_results import (
+    IN_FLIGHT_BOUND_ERROR,
+    CapacityProbe,
+    CapacityRepeat,
+    RequestRecord,
+)
 
 SLOS = ServingSlos(ttft_p99_ms=100)
 
