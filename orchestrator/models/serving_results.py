@@ -371,16 +371,14 @@ class CapacityProbe(StrictModel):
     good: int = Field(ge=0, description="counted requests that succeeded and met every SLO")
     attainment: float | None = Field(description="good / n; None when no counted request ended")
     met: bool = Field(description="attainment >= target over the whole planned count")
+    summary: LevelSummary | None = Field(default=None, description="its figures (p50/p95/p99, attainment)")
     stopped_early: bool = Field(
         default=False, description="stopped once attainment could no longer reach the target"
     )
-    lateness_p95_ms: float | None = Field(
-        default=None, description="p95 of send - scheduled over its counted requests: the generator's lag"
-    )
+    lateness_p95_ms: float | None = Field(default=None, description="p95 of send - scheduled, in ms")
     generator_limit: str | None = Field(
         default=None, description="why the load generator, not the engine, limited this probe"
     )
-    summary: LevelSummary | None = Field(default=None, description="its figures (p50/p95/p99, attainment)")
 
 
 class CapacityRepeat(StrictModel):

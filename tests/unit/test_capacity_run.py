@@ -18,6 +18,7 @@ import yaml
 from sse_server import Behaviour, sse_server
 from test_serving_run import setup
 
+from orchestrator.cli.plan import serving_summary
 from orchestrator.cli.run import render_result
 from orchestrator.errors import ConfigError
 from orchestrator.metrics.capacity import probe_bound
@@ -193,3 +194,10 @@ def test_scale_test_runs_the_search_and_shows_it_in_the_terminal_and_the_report(
     md = render(rec, "md")
     assert "### Capacity at SLO (capacity search)" in md and "at most 2 per repeat" in md
     assert 'id="serving-capacity"' in render(rec, "html")
+
+
+def test_plan_show_states_the_search_and_its_probe_bound(tmp_path: Path) -> None:
+    w = load_plan(_plan(tmp_path)).serving[0]
+    assert w.load.capacity is not None
+    line = next(x for x in serving_summary(w).splitlines() if "capacity search" in x)
+    assert f"at most {probe_bound(w.load.capacity)} probes" in line and "1..33/s" in line
