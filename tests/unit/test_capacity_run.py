@@ -5,6 +5,7 @@ that a Poisson load above 1 / service time builds a queue that no SLO survives. 
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ from orchestrator.cli.run import render_result
 from orchestrator.errors import ConfigError
 from orchestrator.metrics.capacity import probe_bound
 from orchestrator.models.serving import CapacitySearch, ServingSlos
-from orchestrator.models.serving_results import CapacityProbe
+from orchestrator.models.serving_results import CapacityProbe, RequestRecord
 from orchestrator.plan import load_plan
 from orchestrator.report.formats import render
 from orchestrator.runs.capacity import CapacityRun, probe_name
@@ -31,7 +32,7 @@ from orchestrator.runs.scale_test import scale_test
 from orchestrator.runs.serving import http_ok
 from orchestrator.scheduler.local import free_port
 from orchestrator.store.load import load_run
-from orchestrator.workloads.loadgen import LoadSpec, Target
+from orchestrator.workloads.loadgen import LoadGenerator, LoadSpec, Target, arrival_offsets
 
 SERVICE_S = 0.01
 """The double's time per request with one slot: its service rate is at most 1 / SERVICE_S = 100/s
@@ -201,3 +202,17 @@ def test_plan_show_states_the_search_and_its_probe_bound(tmp_path: Path) -> None
     assert w.load.capacity is not None
     line = next(x for x in serving_summary(w).splitlines() if "capacity search" in x)
     assert f"at most {probe_bound(w.load.capacity)} probes" in line and "1..33/s" in line
+
+
+def test_open_loop_records_carry_their_scheduled_send_time_and_closed_loop_ones_none() -> None:
+    out: list[RequestRecord] = []
+    with sse_server(Behaviour()) as url:
+        LoadGenerator(template(url, rate=50.0, requests=20, warmup=0), out.append).run()
+        LoadGenerator(template(url, rate=None, concurrency=2, requests=4, warmup=0), out.append).run()
+    opened, closed = out[:20], out[20:]
+    assert len(closed) == 4 and all(r.scheduled is None for r in closed)
+    assert all(r.scheduled is not None and r.send >= r.scheduled - 1e-6 for r in opened)
+    # the seeded Poisson schedule, in request order
+    times = [r.scheduled for r in sorted(opened, key=lambda r: r.id) if r.scheduled is not None]
+    offsets = list(itertools.islice(arrival_offsets(50.0, 0), 20))
+    assert [t - times[0] for t in times] == pytest.approx([o - offsets[0] for o in offsets], abs=1e-6)
