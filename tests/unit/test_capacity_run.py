@@ -82,7 +82,7 @@ def engine_process(service_s: float, slots: int) -> Iterator[str]:
 
 
 def test_search_finds_the_capacity_bracket_of_a_server_with_a_service_rate(tmp_path: Path) -> None:
-    search = CapacitySearch(target_attainment=0.95, min_rate=30, max_rate=240, precision=60)
+    search = CapacitySearch(target_attainment=0.95, min_rate=50, max_rate=240, precision=60)
     slos = ServingSlos(ttft_p99_ms=SLO_S * 1000)
     seen: list[CapacityProbe] = []
     with engine_process(SERVICE_S, slots=1) as url:
@@ -114,7 +114,7 @@ def test_search_finds_the_capacity_bracket_of_a_server_with_a_service_rate(tmp_p
 
 
 def test_a_search_limited_by_the_client_refuses_to_report_a_capacity() -> None:
-    search = CapacitySearch(target_attainment=0.9, min_rate=20, max_rate=40, precision=10)
+    search = CapacitySearch(target_attainment=0.9, min_rate=60, max_rate=120, precision=30)
     slos = ServingSlos(ttft_p99_ms=10_000)
     # the engine answers every request within the SLO, but the client sends at most one at a time
     with sse_server(Behaviour(ttft_s=0.2)) as url:
