@@ -16,6 +16,7 @@ from rich.table import Table
 
 from orchestrator.cli.common import InventoryOpt, err, out
 from orchestrator.inventory import DEFAULT_INVENTORY, load_inventory
+from orchestrator.metrics.capacity import probe_bound
 from orchestrator.models.plan import Plan, PlanOverrides, Step
 from orchestrator.models.quality_gate import QualityGate
 from orchestrator.models.serving import (
@@ -242,6 +243,16 @@ def _lengths(spec: TokenLengths) -> str:
     return f"from {spec.path} [{spec.field}]"
 
 
+def _capacity_line(w: ServingWorkload) -> list[str]:
+    """The workload's capacity search in one line (none without one)."""
+    c = w.load.capacity
+    if c is None:
+        return []
+    return [f"  capacity search: SLO attainment >= {c.target_attainment:.1%} at Poisson rates "
+            f"{c.min_rate:g}..{c.max_rate:g}/s, ± {c.precision:g}/s, {c.repeats} repeats of at most "
+            f"{probe_bound(c)} probes (docs/serving.md, 'Capacity search')"]  # fmt: skip
+
+
 def serving_summary(w: ServingWorkload) -> str:
     """A serving workload's model, load, SLOs and thresholds in a few lines. Raises nothing."""
     load, slo, th = w.load, w.slos, w.thresholds
@@ -270,6 +281,7 @@ def serving_summary(w: ServingWorkload) -> str:
             f"  load: {load.api}, tokens in {_lengths(load.input_tokens)} / out "
             f"{_lengths(load.output_tokens)}, {counted} per level after {load.warmup_requests} warm-up, "
             f"seed {load.seed}",
+            *_capacity_line(w),
             f"  SLOs (attainment, goodput): {', '.join(slos) or 'none'}; "
             f"thresholds: {', '.join(ths) or 'none'}"
             + (f"; price {w.price_per_node_hour:g}/node-hour" if w.price_per_node_hour else ""),

@@ -11,6 +11,7 @@ from rich.table import Table
 from orchestrator.cli.common import InventoryOpt, OutOpt, err, out, styled
 from orchestrator.cli.plan import GroupOpt, PlanOpt, ladder_options
 from orchestrator.inventory import DEFAULT_INVENTORY
+from orchestrator.metrics.capacity import capacity_rows
 from orchestrator.metrics.cost import cost_at_lines, cost_label
 from orchestrator.metrics.serving_recovery import recovery_spread
 from orchestrator.models.container import ContainerChoice
@@ -135,6 +136,9 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
                     out.print(f"{sid} {lv.level}: {line}", markup=False)
         for line in serving_fault_lines(res):
             out.print(line, markup=False)
+        for row in capacity_rows(res.capacity) if res.capacity is not None else []:
+            out.print(f"{sid} {row[0]}: {row[1]}; probes {row[2]}; SLO attainment {row[3]}; "
+                      f"TTFT {row[4] or '-'}; E2E {row[5] or '-'}; {row[6]}", markup=False)  # fmt: skip
         for line in [*res.reasons, *res.warnings]:
             out.print(f"{sid}: {line}", markup=False)
 

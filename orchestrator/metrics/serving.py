@@ -137,7 +137,7 @@ def drift_log_se(ok: Sequence[RequestRecord]) -> dict[str, float | None]:
     }
 
 
-def _good(r: RequestRecord, slos: ServingSlos) -> bool:
+def met_every_slo(r: RequestRecord, slos: ServingSlos) -> bool:
     """Whether a request succeeded and met every SLO. A request of one output token has no TPOT:
     only its TTFT and E2E are judged."""
     if r.status != "ok" or r.first_token is None:
@@ -173,7 +173,7 @@ def summarize_level(records: Iterable[RequestRecord], slos: ServingSlos | None =
     def per_s(x: float) -> float | None:
         return x / span if span > 0 else None
 
-    good = sum(_good(r, slos) for r in recs) if slos.given() else None
+    good = sum(met_every_slo(r, slos) for r in recs) if slos.given() else None
     checks = [
         _slo_check(metric, limit, summaries[metric])
         for metric, limit in (

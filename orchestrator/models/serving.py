@@ -236,6 +236,27 @@ def _longest(spec: TokenLengths) -> int | None:
     return spec.max if isinstance(spec, UniformLengths) else None
 
 
+class CapacitySearch(StrictModel):
+    """Find the highest Poisson rate whose SLO attainment stays at or above a target: bracket with
+    min_rate and max_rate, then bisect until the bracket is at most `precision` wide
+    (orchestrator.metrics.capacity; docs/serving.md, "Capacity search"). At most
+    2 + ceil(log2((max_rate - min_rate) / precision)) probes per repeat."""
+
+    target_attainment: float = Field(
+        gt=0, le=1, description="the share of counted requests that must succeed and meet every SLO"
+    )
+    min_rate: float = Field(gt=0, le=100_000, description="requests/s of the lowest probe")
+    max_rate: float = Field(gt=0, le=100_000, description="requests/s of the highest probe")
+    precision: float = Field(gt=0, le=100_000, description="requests/s: the bracket's width at the end")
+    repeats: int = Field(default=2, ge=2, le=10, description="whole searches, each on its own seed")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CapacitySearch:
+        if self.min_rate >= self.max_rate:
+            raise ValueError(f"capacity: min_rate {self.min_rate:g} must be below max_rate {self.max_rate:g}")
+        return self
+
+
 class ServingLoad(StrictModel):
     """How requests are sent: the levels, the lengths, and how many requests each level counts."""
 
@@ -283,6 +304,11 @@ class ServingLoad(StrictModel):
         description="open loop: 1 is Poisson; otherwise gamma-distributed gaps of this shape with the "
         "same mean (vLLM's --burstiness): below 1 burstier, above 1 more even",
     )
+    capacity: CapacitySearch | None = Field(
+        default=None,
+        description="search the highest Poisson rate that meets the SLOs (docs/serving.md, "
+        "'Capacity search')",
+    )
 
     @field_validator("concurrency", "rates")
     @classmethod
@@ -293,8 +319,8 @@ class ServingLoad(StrictModel):
 
     @model_validator(mode="after")
     def _complete(self) -> ServingLoad:
-        if not self.concurrency and not self.rates:
-            raise ValueError("give concurrency levels, request rates, or both")
+        if not self.concurrency and not self.rates and self.capacity is None:
+            raise ValueError("give concurrency levels, request rates, a capacity search, or several")
         if self.requests is None and self.duration_s is None:
             raise ValueError("give requests (per level), duration_s, or both")
         if self.burstiness != 1.0 and not self.rates:
@@ -465,6 +491,8 @@ class ServingWorkload(StrictModel):
                 f"serving {self.name}: input up to {n_in} + output up to {n_out} tokens exceed "
                 f"model.max_model_len {limit}: lower the lengths (a long-context level stays within it)"
             )
+        if self.load.capacity is not None:
+            self._capacity_checks()
         p99 = self.thresholds.p99_fields() + [
             f"slos.{n}"
             for n in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")
@@ -481,6 +509,20 @@ class ServingWorkload(StrictModel):
                 f"serving {self.name}: thresholds.min_slo_attainment needs slos to count attainment against"
             )
         return self
+
+    def _capacity_checks(self) -> None:
+        """A capacity search judges attainment against SLOs and reports a p99 at each probe."""
+        load, why = self.load, []
+        if not self.slos.given():
+            why.append("slos to judge attainment against")
+        if load.requests is None or load.requests < P99_MIN_SAMPLES:
+            why.append(f"load.requests >= {P99_MIN_SAMPLES} counted requests per probe (for its p99)")
+        if load.duration_s is not None:
+            why.append("no load.duration_s (a probe ends on its count, or early once it clearly fails)")
+        if load.warmup_requests < 1:
+            why.append("load.warmup_requests >= 1 per probe")
+        if why:
+            raise ValueError(f"serving {self.name}: load.capacity needs " + "; ".join(why))
 
 
 class ServingStep(StrictModel):

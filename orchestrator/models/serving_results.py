@@ -19,12 +19,16 @@ from orchestrator.models.cost import CostAtRate
 from orchestrator.models.decision import FigureChange, InteractiveVerdict
 from orchestrator.models.names import Name
 from orchestrator.models.results import Percentiles, Verdict
-from orchestrator.models.serving import ServingStep
+from orchestrator.models.serving import CapacitySearch, ServingStep
 from orchestrator.models.serving_recovery import EngineRestart, ServingFaultResult
 
 RequestStatus = Literal["ok", "error", "aborted"]
 """ok: the stream ended normally; error: HTTP or connection error, bad stream, or a request the
 client could not send (its in-flight bound); aborted: timed out, or cancelled when the level stopped."""
+
+IN_FLIGHT_BOUND_ERROR = "client in-flight bound reached"
+"""The error of an open-loop request not sent because max_in_flight requests were in flight: the
+client, not the engine, refused it (orchestrator.metrics.capacity reads it as the generator's limit)."""
 
 
 class RequestRecord(StrictModel):
@@ -35,6 +39,11 @@ class RequestRecord(StrictModel):
     warmup: bool = Field(default=False, description="a warm-up request: written, never counted")
     server: str = Field(description="the node (or name) of the engine that served it")
     send: float = Field(description="when the request was sent")
+    scheduled: float | None = Field(
+        default=None,
+        description="open loop: when the arrival schedule meant it to be sent (send - scheduled is the "
+        "load generator's own lateness); None in closed loop and in records of older runs",
+    )
     first_token: float | None = Field(default=None, description="arrival of the first streamed token")
     token_times: list[float] = Field(
         default_factory=list, description="arrival of every streamed chunk with text, the first included"
@@ -365,6 +374,62 @@ class ServingLevelResult(StrictModel):
     )
 
 
+# -- capacity search (orchestrator.metrics.capacity decides, runs/capacity.py drives) ------------
+# The highest Poisson rate at which SLO attainment stays at or above the target, ± the search's
+# precision, repeated on several seeds with the spread shown, or why no capacity is reported. A
+# probe is one open-loop level at one rate, its records in the step's folder like any level's.
+
+SearchStatus = Literal["found", "below_min", "at_least_max", "generator_limited", "incomplete"]
+"""found: capacity lies in [capacity, upper) with upper - capacity <= precision; below_min: even
+min_rate missed the target; at_least_max: max_rate met it (the capacity is at least max_rate);
+generator_limited: the load generator fell behind its schedule, so the search refused to go on;
+incomplete: the search was stopped before it ended (the step's time limit, an interruption)."""
+
+
+class CapacityProbe(StrictModel):
+    """One probe: an open-loop level at `rate`, judged against the target attainment."""
+
+    rate: float = Field(gt=0, description="requests/s of the Poisson schedule")
+    seed: int = Field(ge=0, description="the schedule's seed")
+    records: str | None = Field(default=None, description="its records file, relative to the run directory")
+    planned: int = Field(ge=1, description="counted requests the probe was to send")
+    n: int = Field(ge=0, description="counted requests that ended (fewer when it stopped early)")
+    good: int = Field(ge=0, description="counted requests that succeeded and met every SLO")
+    attainment: float | None = Field(description="good / n; None when no counted request ended")
+    met: bool = Field(description="attainment >= target over the whole planned count")
+    summary: LevelSummary | None = Field(default=None, description="its figures (p50/p95/p99, attainment)")
+    stopped_early: bool = Field(
+        default=False, description="stopped once attainment could no longer reach the target"
+    )
+    lateness_p95_ms: float | None = Field(default=None, description="p95 of send - scheduled, in ms")
+    generator_limit: str | None = Field(
+        default=None, description="why the load generator, not the engine, limited this probe"
+    )
+
+
+class CapacityRepeat(StrictModel):
+    """One whole search (bracket, then bisect) on one seed."""
+
+    repeat: int = Field(ge=0)
+    status: SearchStatus
+    capacity: float | None = Field(description="the highest rate that met the target (None: none did)")
+    upper: float | None = Field(description="the lowest rate that missed it (None: none did)")
+    probes: list[CapacityProbe] = Field(default_factory=list)
+    reason: str = Field(description="what the search found or why it refused, one line")
+
+
+class CapacityResult(StrictModel):
+    """A serving step's capacity: the median of its repeats' capacities, ± precision, with the spread
+    between repeats; or none, with the reason (refused when any repeat was generator-limited)."""
+
+    search: CapacitySearch
+    probe_bound: int = Field(ge=2, description="2 + ceil(log2((max_rate - min_rate) / precision)) per repeat")
+    repeats: list[CapacityRepeat] = Field(default_factory=list)
+    capacity: float | None = Field(default=None, description="requests/s; None when not reported")
+    spread: float | None = Field(default=None, description="largest minus smallest repeat capacity")
+    refused: str | None = Field(default=None, description="why no capacity is reported")
+
+
 class ServingStepResult(StrictModel):
     """A serving step's result: its engines, its levels, its verdict (steps/<id>/serving.json)."""
 
@@ -379,5 +444,8 @@ class ServingStepResult(StrictModel):
     )
     restarts: list[EngineRestart] = Field(
         default_factory=list, description="every restart of an engine by the workload's restart policy"
+    )
+    capacity: CapacityResult | None = Field(
+        default=None, description="the capacity search of a workload with load.capacity"
     )
     wall_s: float | None = None

@@ -22,6 +22,7 @@ from markupsafe import Markup
 
 from orchestrator.metrics import serving as M
 from orchestrator.metrics import verdict as V
+from orchestrator.metrics.capacity import CAPACITY_HEAD, capacity_rows
 from orchestrator.metrics.cost import total_label
 from orchestrator.models.results import Percentiles
 from orchestrator.models.run import RunRecord
@@ -229,6 +230,14 @@ LOAD_HEAD = [
 # -- Markdown ----------------------------------------------------------------------------------
 
 
+def search_rows(rec: RunRecord) -> list[list[str]]:
+    """step, then metrics/capacity.py's capacity rows: each repeat and the capacity (or why none)."""
+    return [[s.step.id, *row] for s in rec.serving if s.capacity is not None for row in capacity_rows(s.capacity)]
+
+
+SEARCH_HEAD = ["step", *CAPACITY_HEAD]
+
+
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(md(h) for h in head) + " |", "|" + "---|" * len(head)] + [
         "| " + " | ".join(md(v) for v in r) + " |" for r in rows
@@ -249,6 +258,7 @@ def serving_markdown(rec: RunRecord) -> list[str]:
         ("SLOs, attainment and goodput", SLO_HEAD, slo_rows(rec)),
         ("Cost", COST_HEAD, cost_rows(rec)),
         ("Cost by part (a missing part is named, not counted)", COST_PART_HEAD, cost_part_rows(rec)),
+        ("Capacity at SLO (capacity search)", SEARCH_HEAD, search_rows(rec)),
         ("Against the baseline (this run / the baseline's)", BASELINE_HEAD, baseline_rows(rec)),
         ("Model load times", LOAD_HEAD, load_rows(rec)),
         ("Faults during serving (seconds after the fault)", FAULT_HEAD, fault_rows(rec)),
@@ -376,6 +386,7 @@ def serving_html(rec: RunRecord, report_dir: Path | None = None) -> Markup:
         ),
         ("SLOs, attainment and goodput", SLO_HEAD, slo_rows(rec), "serving-slos"),
         ("Cost", COST_HEAD, cost_rows(rec), "serving-cost"),
+        ("Capacity at SLO (capacity search)", SEARCH_HEAD, search_rows(rec), "serving-capacity"),
         (
             "Cost by part (a missing part is named, not counted)",
             COST_PART_HEAD,

@@ -66,6 +66,7 @@ from orchestrator.models.serving_results import (
 )
 from orchestrator.remote.base import NodeShell
 from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, run_data_layout
+from orchestrator.runs.capacity import CapacityRun, capacity_template, probe_name
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.serving_faults import LiveRecords, ServingFaults, attach_recovery
 from orchestrator.safefs import NotInside, read_inside, read_regular
@@ -282,6 +283,7 @@ class ServingRunner:
         self.files = NodeFiles(self.layout, {})
         self._live: dict[str, EngineRun] = {}  # job id -> engine, for jobs not yet stopped
         self._gen: LoadGenerator | None = None
+        self._capacity: CapacityRun | None = None  # the capacity search in progress, to stop
         self._lock = threading.Lock()
         self._expired = False
         self._stopped: set[str] = set()  # steps whose engines were stopped
@@ -328,9 +330,12 @@ class ServingRunner:
         with self._lock:
             self._halted = True
             gen, self._gen = self._gen, None
+            cap, self._capacity = self._capacity, None
             live, self._live = dict(self._live), {}
         if gen is not None:
             gen.stop()
+        if cap is not None:
+            cap.stop()
         if not live:
             return
         try:
@@ -355,6 +360,7 @@ class ServingRunner:
             self._start(res, w)
             self._wait_healthy(res, w)
             self._drive(res, w)
+            self._search_capacity(res, w)
         except _StepEnded as e:
             verdict = e.verdict
             timer.cancel()
@@ -385,6 +391,10 @@ class ServingRunner:
 
     def _time_up(self) -> None:
         self._expired = True
+        with self._lock:
+            cap = self._capacity
+        if cap is not None:
+            cap.stop()
         with self._lock:
             gen = self._gen
         if gen is not None:
@@ -519,6 +529,31 @@ class ServingRunner:
                 raise _StepEnded(
                     "infra", f"engine on {e.node} ended during level {spec.level}: {job}{left}", e
                 )
+
+    def _search_capacity(self, res: ServingStepResult, w: ServingWorkload) -> None:
+        """The workload's capacity search after its fixed levels (runs/capacity.py): each probe's
+        records in steps/<step>/records-capacity-<repeat>-<probe>-r<rate>.jsonl. A capacity that
+        is not reported is a warning that says why. Raises _StepEnded when the time limit passed."""
+        search = w.load.capacity
+        if search is None:
+            return
+        folder = self.life.rundir.step_dir(res.step.id)
+        targets = [Target(e.node, e.url) for e in res.engines]
+        template = capacity_template(w, targets, datasets=self._datasets(w))
+        files = lambda k, i, r: folder / probe_name(k, i, r)  # noqa: E731
+        run = CapacityRun(search, w.slos, template, files, rel=self._rel)
+        with self._lock:
+            self._capacity = None if self._halted else run
+        try:
+            res.capacity = run.run() if not self._halted else None
+        finally:
+            with self._lock:
+                self._capacity = None
+        if res.capacity is not None and res.capacity.refused is not None:
+            res.warnings.append(f"capacity not reported: {res.capacity.refused}")
+        if self._expired:
+            limit = f"{self.plan.step_timeout_s} s, step_timeout_s"
+            raise _StepEnded("infra", f"the step's time limit ({limit}) passed during the capacity search")
 
     # --- the restart policy --------------------------------------------------------------------
 

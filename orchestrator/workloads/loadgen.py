@@ -66,7 +66,7 @@ from orchestrator.models.serving import (
     TokenLengths,
     check_http_url,
 )
-from orchestrator.models.serving_results import RequestRecord, RequestStatus
+from orchestrator.models.serving_results import IN_FLIGHT_BOUND_ERROR, RequestRecord, RequestStatus
 
 CONNECT_ERROR_PAUSE_S = 0.05
 """A closed-loop worker's pause after a request that got no HTTP answer (see the docstring)."""
@@ -162,6 +162,10 @@ class _Clock:
 
     def now(self) -> float:
         return self._wall0 + (time.monotonic() - self._mono0)
+
+    def at(self, mono: float) -> float:
+        """The wall-clock time of a monotonic instant (a scheduled arrival)."""
+        return self._wall0 + (mono - self._mono0)
 
 
 @dataclass
@@ -300,6 +304,7 @@ class LoadGenerator:
         t0 = time.monotonic()
         for offset in self._arrivals:
             delay = t0 + offset - time.monotonic()
+            scheduled = self._clock.at(t0 + offset)
             if delay > 0 and self._stop.wait(delay):
                 break
             if (i := self._take(limit)) is None:
@@ -311,10 +316,11 @@ class LoadGenerator:
             if full:
                 now = self._clock.now()
                 self._record(
-                    i, warmup, self._target(i), now, now, "error", error="client in-flight bound reached"
-                )
+                    i, warmup, self._target(i), now, now, "error", error=IN_FLIGHT_BOUND_ERROR,
+                    scheduled=scheduled,
+                )  # fmt: skip
                 continue
-            t = threading.Thread(target=self._one, args=(i, warmup, True), daemon=True)
+            t = threading.Thread(target=self._one, args=(i, warmup, True, scheduled), daemon=True)
             t.start()
             threads.append(t)
             threads = [x for x in threads if x.is_alive()]
@@ -349,19 +355,20 @@ class LoadGenerator:
             body["ignore_eos"] = True
         return json.dumps(body).encode()
 
-    def _one(self, i: int, warmup: bool, counted: bool = False) -> bool:
+    def _one(self, i: int, warmup: bool, counted: bool = False, scheduled: float | None = None) -> bool:
         """One request, counted in flight from here (or already, by the open loop's dispatcher);
-        False when it got no HTTP answer (connection refused, reset)."""
+        False when it got no HTTP answer (connection refused, reset). `scheduled`: its arrival time
+        in the open loop's schedule, kept in its record."""
         if not counted:
             with self._lock:
                 self._in_flight += 1
         try:
-            return self._request(i, warmup)
+            return self._request(i, warmup, scheduled)
         finally:
             with self._lock:
                 self._in_flight -= 1
 
-    def _request(self, i: int, warmup: bool) -> bool:
+    def _request(self, i: int, warmup: bool, scheduled: float | None = None) -> bool:
         s, target = self.spec, self._target(i)
         n_in, n_out = self._lengths(i)
         if s.max_model_len is not None and n_in + n_out > s.max_model_len:
@@ -432,7 +439,7 @@ class LoadGenerator:
             with self._emit_lock:
                 self._on_output(i, output)
         self._record(i, warmup, target, send, end, status, times=times, usage=usage, http_status=http_status,
-                     error=error, n_in=n_in, n_out=n_out)  # fmt: skip
+                     error=error, n_in=n_in, n_out=n_out, scheduled=scheduled)  # fmt: skip
         return http_status is not None or status != "error"
 
     def _record(
@@ -450,6 +457,7 @@ class LoadGenerator:
         error: str | None = None,
         n_in: int | None = None,
         n_out: int | None = None,
+        scheduled: float | None = None,
     ) -> None:
         times = times or []
         usage = usage or {}
@@ -461,6 +469,7 @@ class LoadGenerator:
             warmup=warmup,
             server=target.server,
             send=send,
+            scheduled=scheduled,
             first_token=times[0] if times else None,
             token_times=times,
             end=end,

@@ -16,14 +16,17 @@ as a greedy engine answers one prompt the same way each time; `diverge_at` chang
 that token on, as a B that changes numerics would; `logprob_shift` moves each logprob). When the
 request asks (`return_token_ids`, vLLM; `logprobs`, OpenAI's completions and chat shapes), each
 chunk carries its token id (crc32 of the word) and its logprob (-0.01 x (i + 1) + logprob_shift).
-`bodies` keeps every request body, for tests of what a client sent.
+`slots` (serve at most that many requests at once, the others wait in
+a queue for a free slot: with ttft_s and itl_s this gives the double a service rate, and a
+Poisson load above it a queue that grows). `bodies` keeps every request body, for tests of what a
+client sent.
 It runs in a thread on 127.0.0.1 and an ephemeral port, for the length of one test.
 
 As a program it stands in for an engine that orch starts (`transformers serve`'s command line:
 `sse_server.py serve MODEL --host H --port P [engine options, ignored]`): GET /health answers 200
 (or 503 for ever with --never-healthy), GET /v1/models lists the model; --pid-file appends its
 process id, so that a test can check that orch stopped it; --ttft and --itl (seconds) give it an
-engine's pace (bench/serving_client.py --versus guidellm drives it so).
+engine's pace (bench/serving_client.py --versus guidellm drives it so), and --slots a service rate.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 HOLD_TOKENS = 99
 
@@ -57,10 +61,16 @@ class Behaviour:
     logprob_shift: float = 0.0
     healthy: bool = True
     model: str = "test-model"
+    slots: int = 0
     hold: threading.Event = field(default_factory=threading.Event)
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     bodies: list[dict[str, object]] = field(default_factory=list)
+    queue: threading.Semaphore | None = None
+
+    def __post_init__(self) -> None:
+        if self.slots:
+            self.queue = threading.Semaphore(self.slots)
 
 
 def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
@@ -100,6 +110,13 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             n = int(body["max_tokens"] if "max_tokens" in body else body["max_completion_tokens"])
             if n == HOLD_TOKENS:
                 b.hold.wait(30)
+            if b.queue is not None:
+                with b.queue:
+                    self._stream(body, n, chat)
+            else:
+                self._stream(body, n, chat)
+
+        def _stream(self, body: dict[str, Any], n: int, chat: bool) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
@@ -196,13 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pid-file")
     ap.add_argument("--ttft", type=float, default=0.0)
     ap.add_argument("--itl", type=float, default=0.0)
+    ap.add_argument("--slots", type=int, default=0, help="requests served at once (0: no bound)")
     ap.add_argument("--never-healthy", action="store_true")
     a, rest = ap.parse_known_args(argv)
     if a.pid_file:
         with open(a.pid_file, "a") as f:
             f.write(f"{os.getpid()}\n")
     print(f"stand-in engine for {a.model} on {a.host}:{a.port}; ignored: {rest}", flush=True)
-    b = Behaviour(ttft_s=a.ttft, itl_s=a.itl, healthy=not a.never_healthy, model=a.model)
+    b = Behaviour(ttft_s=a.ttft, itl_s=a.itl, healthy=not a.never_healthy, model=a.model, slots=a.slots)
     server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128})
     srv = server_class((a.host, a.port), _handler(b))
     srv.daemon_threads = True
