@@ -139,6 +139,9 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
         for row in capacity_rows(res.capacity) if res.capacity is not None else []:
             out.print(f"{sid} {row[0]}: {row[1]}; probes {row[2]}; SLO attainment {row[3]}; "
                       f"TTFT {row[4] or '-'}; E2E {row[5] or '-'}; {row[6]}", markup=False)  # fmt: skip
+        if res.capacity is not None and res.capacity.cost_at is not None:
+            for line in cost_at_lines(res.capacity.cost_at):
+                out.print(f"{sid}: {line}", markup=False)
         for line in [*res.reasons, *res.warnings]:
             out.print(f"{sid}: {line}", markup=False)
 

@@ -413,3 +413,21 @@ def quality_verdict(
         accuracy_b=accuracy_b,
         prompts_sha256=prompts_sha256,
     )
+
+
+def capacity_change(
+    a: float, b: float, width_a: float, width_b: float, *, floor: float = FLOOR, n_a: int, n_b: int
+) -> FigureChange:
+    """B's capacity at SLO against A's (higher is better). Each search is uncertain by its width:
+    its precision (the final bracket) plus the spread between its repeats (requests/s); the band
+    is max(floor, (width_a + width_b) / a), relative to A. n: the repeats behind each side."""
+    band = max(math.log1p(floor), math.log1p((width_a + width_b) / a)) if a > 0 else math.log1p(floor)
+    return judge(a, b, band, figure="capacity at SLO (req/s)", n_a=n_a, n_b=n_b)
+
+
+def cost_change(a: float, b: float, width_a: float, width_b: float, *, floor: float = FLOOR) -> FigureChange:
+    """B's cost per 1M output tokens at its capacity against A's (lower is better): the cost rests on
+    the throughput at the capacity rate, as uncertain as the capacity, so the band is the relative
+    widths of both searches (capacity_change's), at least floor."""
+    band = max(math.log1p(floor), math.log1p(width_a + width_b))
+    return judge(a, b, band, higher_is_better=False, figure="cost per 1M output tokens at capacity")

@@ -428,6 +428,11 @@ class CapacityResult(StrictModel):
     capacity: float | None = Field(default=None, description="requests/s; None when not reported")
     spread: float | None = Field(default=None, description="largest minus smallest repeat capacity")
     refused: str | None = Field(default=None, description="why no capacity is reported")
+    cost_at: CostAtRate | None = Field(
+        default=None,
+        description="the cost by part at the capacity rate, from the probes that met the target there "
+        "(metrics/cost; None: no capacity, or no cost model)",
+    )
 
 
 class ServingStepResult(StrictModel):

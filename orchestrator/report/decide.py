@@ -18,10 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.metrics import decision
+from orchestrator.metrics.cost import total_label
 from orchestrator.models.decide import DecidePage, DecideRow, Overall, RowName
+from orchestrator.models.decision import FigureChange
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunRecord
-from orchestrator.models.serving_results import LevelSummary
+from orchestrator.models.serving_results import CapacityResult, LevelSummary
 from orchestrator.report.compare import Comparison, compare_runs
 from orchestrator.report.escape import html_text
 from orchestrator.report.sections import Section, sections_html, sections_markdown
@@ -118,22 +120,114 @@ def row_latency(s: Sides) -> DecideRow:
     )
 
 
+def _capacities(runs: Sequence[RunRecord]) -> dict[str, list[CapacityResult]]:
+    """serving step -> its capacity searches over the runs."""
+    out: dict[str, list[CapacityResult]] = {}
+    for rec in runs:
+        for sv in rec.serving:
+            if sv.capacity is not None:
+                out.setdefault(sv.step.id, []).append(sv.capacity)
+    return out
+
+
+def _width(caps: list[CapacityResult]) -> tuple[float, float, int]:
+    """(the median capacity, its uncertainty in req/s: precision + the spread over every repeat of
+    every run, the repeats behind it)."""
+    found = [c.capacity for c in caps if c.capacity is not None]
+    every = [r.capacity for c in caps for r in c.repeats if r.capacity is not None]
+    spread = max(every) - min(every) if every else 0.0
+    return statistics.median(found), max(c.search.precision for c in caps) + spread, len(every)
+
+
+def _refusals(caps: list[CapacityResult]) -> str:
+    return "; ".join(c.refused or "no capacity" for c in caps if c.capacity is None)
+
+
+def _shared_capacity(s: Sides) -> tuple[list[tuple[str, list[CapacityResult], list[CapacityResult]]], str]:
+    """The serving steps whose capacity both sides found, and why the others are not compared."""
+    ca, cb = _capacities(s.runs_a), _capacities(s.runs_b)
+    shared, why = [], []
+    for step in [*ca, *(x for x in cb if x not in ca)]:
+        a, b = ca.get(step, []), cb.get(step, [])
+        if not a or not b:
+            why.append(f"{step}: a capacity search on {'A' if a else 'B'} only")
+        elif _refusals(a) or _refusals(b):
+            why.append(f"{step}: " + "; ".join(f"{n} reported none ({r})" for n, r in
+                                               (("A", _refusals(a)), ("B", _refusals(b))) if r))  # fmt: skip
+        else:
+            shared.append((step, a, b))
+    return shared, "; ".join(why)
+
+
 def row_capacity(s: Sides) -> DecideRow:
-    """The highest request rate that meets the SLOs (a capacity search in a serving step)."""
-    return _missing("capacity at SLO", "no capacity search in these runs (load: capacity: in a serving step)")
+    """The highest request rate that meets the SLOs (a capacity search in a serving step), B against
+    A within both searches' precision and repeat spread (decision.capacity_change)."""
+    shared, why = _shared_capacity(s)
+    if not shared:
+        return _missing("capacity at SLO", why or "no capacity search in these runs (load.capacity)")
+    changes: list[tuple[str, FigureChange]] = []
+    shown_a: list[str] = []
+    shown_b: list[str] = []
+    for step, a, b in shared:
+        (ma, wa, na), (mb, wb, nb) = _width(a), _width(b)
+        changes.append((step, decision.capacity_change(ma, mb, wa, wb, n_a=na, n_b=nb)))
+        shown_a.append(f"{step} {ma:.4g} ± {wa:.3g} req/s (n={na} repeats)")
+        shown_b.append(f"{step} {mb:.4g} ± {wb:.3g} req/s (n={nb} repeats)")
+    return DecideRow(
+        row="capacity at SLO", a="; ".join(shown_a), b="; ".join(shown_b),
+        verdict=decision.overall(c.change for _, c in changes),
+        why=f"{len(shared)} step(s), each within its searches' precision and repeat spread"
+        + (f"; not compared: {why}" if why else ""),
+        details=[f"{st}: {decision.describe(c)} -> {c.change}" for st, c in changes],
+    )  # fmt: skip
 
 
 def row_cost(s: Sides) -> DecideRow:
-    """Cost per 1M output tokens at the capacity rate, by part."""
-    costs = [r for r in s.comparison.serving if r.a_cost_per_million is not None or r.b_cost_per_million]
-    seen = ""
-    if costs:
-        r = costs[-1]
-        seen = (
-            f" (at the fixed level {r.step} {r.level}: A {_ms(r.a_cost_per_million)}, "
-            f"B {_ms(r.b_cost_per_million)} per 1M output tokens: a fixed level does not compare fairly)"
-        )
-    return _missing("cost per 1M tokens at capacity", "no capacity to price" + seen)
+    """Cost per 1M output tokens at the capacity rate, by part (decision.cost_change). A side whose
+    cost names a part missing (no power telemetry, no fault measured) leaves the row missing: a
+    partial cost is shown, never compared as if whole."""
+    name: RowName = "cost per 1M tokens at capacity"
+    shared, why = _shared_capacity(s)
+    if not shared:
+        costs = [r for r in s.comparison.serving if r.a_cost_per_million is not None or r.b_cost_per_million]
+        seen = ""
+        if costs:
+            r = costs[-1]
+            seen = (
+                f" (at the fixed level {r.step} {r.level}: A {_ms(r.a_cost_per_million)}, "
+                f"B {_ms(r.b_cost_per_million)} per 1M output tokens: a fixed level does not compare fairly)"
+            )
+        return _missing(name, "no capacity to price" + (f": {why}" if why else "") + seen)
+    shown_a: list[str] = []
+    shown_b: list[str] = []
+    gaps: list[str] = []
+    changes: list[tuple[str, FigureChange]] = []
+    for step, a, b in shared:
+        priced: list[float | None] = []
+        for side, caps, shown in (("A", a, shown_a), ("B", b, shown_b)):
+            c = next((x.cost_at for x in caps if x.cost_at is not None), None)
+            if c is None or c.per_million_output_tokens is None:
+                gaps.append(f"{step} {side}: no cost model at the capacity rate")
+                priced.append(None)
+                continue
+            shown.append(f"{step} {c.per_million_output_tokens:.4g} per 1M output tokens ({total_label(c)})")
+            if c.missing:
+                gaps.append(f"{step} {side}: missing {', '.join(c.missing)}")
+            priced.append(c.per_million_output_tokens)
+        ca, cb = priced
+        if ca is not None and cb is not None and not gaps:
+            (ma, wa, _), (mb, wb, _) = _width(a), _width(b)
+            ch = decision.cost_change(ca, cb, wa / ma, wb / mb)
+            changes.append((step, ch))
+    if gaps:
+        return DecideRow(row=name, a="; ".join(shown_a) or None, b="; ".join(shown_b) or None,
+                         verdict="missing", why="not every part is known: " + "; ".join(gaps))  # fmt: skip
+    return DecideRow(
+        row=name, a="; ".join(shown_a), b="; ".join(shown_b),
+        verdict=decision.overall(c.change for _, c in changes),
+        why=f"{len(changes)} step(s), every part known, band from the searches' widths",
+        details=[f"{st}: {decision.describe(c)} -> {c.change}" for st, c in changes],
+    )  # fmt: skip
 
 
 def _outages(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[float]]:

@@ -113,17 +113,17 @@ FIGURE_HEAD = ["step", "level", "n", "ok", "errors", "aborted", "requests/s", "o
 
 
 def cost_part_rows(rec: RunRecord) -> list[list[str]]:
-    """Per level with a cost by part: one row per part (its cost per hour, or why it is missing),
+    """Per level with a cost by part, then each capacity's (level "capacity"): one row per part (its cost per hour, or why it is missing),
     then the total with the figures per request and per 1M output tokens, partial or complete."""
+    found = [(lv.step.step.id, lv.summary.level, lv.result.cost_at) for lv in levels(rec)]
+    found += [(s.step.id, "capacity", s.capacity.cost_at) for s in rec.serving if s.capacity is not None]
     rows = []
-    for lv in levels(rec):
-        c = lv.result.cost_at
+    for step, level, c in found:
         if c is None:
             continue
-        at = [lv.step.step.id, lv.summary.level]
         for p in c.parts:
-            rows.append([*at, p.name, p.status, _p(p.per_hour), p.basis, "", ""])
-        rows.append([*at, "total", total_label(c), _p(c.per_hour), f"{c.nodes} node(s) at {c.rate}",
+            rows.append([step, level, p.name, p.status, _p(p.per_hour), p.basis, "", ""])
+        rows.append([step, level, "total", total_label(c), _p(c.per_hour), f"{c.nodes} node(s) at {c.rate}",
                      _p(c.per_request), _p(c.per_million_output_tokens)])  # fmt: skip
     return rows
 

@@ -35,6 +35,7 @@ import contextlib
 import http.client
 import secrets
 import sqlite3
+import statistics
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -48,7 +49,7 @@ from orchestrator.metrics import verdict as V
 from orchestrator.metrics.cost import cost_at, level_cost
 from orchestrator.metrics.serving_baseline import ServingBaselineFigures, baseline_failures, baseline_ratios
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.cost import CostModel
+from orchestrator.models.cost import CostAtRate, CostModel
 from orchestrator.models.events import StepDone, StepSubmitted
 from orchestrator.models.fault import ENGINE_ENV as ENGINE_TAG_ENV
 from orchestrator.models.fault import ENGINE_NODE_ENV
@@ -57,6 +58,7 @@ from orchestrator.models.serving import DatasetLengths, ServingStep, ServingWork
 from orchestrator.models.serving_recovery import EngineRestart
 from orchestrator.models.serving_results import (
     BaselineRatios,
+    CapacityResult,
     EngineRun,
     LevelSummary,
     RequestRecord,
@@ -159,6 +161,32 @@ def measured_outage_s(res: ServingStepResult) -> float | None:
     outage of one failure, for the downtime part of the cost."""
     outages = [r.outage_s for f in res.faults if (r := f.recovery) is not None and r.outage_s is not None]
     return sum(outages) / len(outages) if outages else None
+
+
+def capacity_cost(
+    cap: CapacityResult, model: CostModel, nodes: int, outage_s: float | None
+) -> CostAtRate | None:
+    """The cost by part at the capacity rate: the throughput of each repeat's probe at its capacity
+    (one that met the target), the median over the repeats; None when there is none."""
+    at = [
+        p.summary
+        for r in cap.repeats
+        for p in r.probes
+        if r.capacity is not None and p.met and p.rate == r.capacity and p.summary is not None
+    ]
+    if cap.capacity is None or not at:
+        return None
+
+    def median(xs: list[float | None]) -> float | None:
+        got = [x for x in xs if x is not None]
+        return statistics.median(got) if got else None
+
+    return cost_at(
+        requests_per_s=median([s.requests_per_s for s in at]),
+        output_tokens_per_s=median([s.output_tokens_per_s for s in at]),
+        model=model, nodes=nodes, watts=None, outage_s=outage_s,
+        rate=f"capacity {cap.capacity:g} req/s (n={sum(s.n for s in at)})",
+    )  # fmt: skip
 
 
 def http_ok(url: str, timeout: float) -> bool:
@@ -707,6 +735,12 @@ class ServingRunner:
                     )
                 except ValueError as e:
                     res.warnings.append(f"{level.level}: cost by part not computed: {e}")
+        cap = res.capacity
+        if model is not None and cap is not None and cap.capacity is not None:
+            try:
+                cap.cost_at = capacity_cost(cap, model, max(1, len(res.step.nodes)), outage)
+            except ValueError as e:
+                res.warnings.append(f"capacity: cost by part not computed: {e}")
 
     def _datasets(self, w: ServingWorkload) -> dict[tuple[str, str], Sequence[int]]:
         out: dict[tuple[str, str], Sequence[int]] = {}

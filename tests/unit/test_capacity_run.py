@@ -6,6 +6,7 @@ that a Poisson load above 1 / service time builds a queue that no SLO survives. 
 from __future__ import annotations
 
 import itertools
+import statistics
 import subprocess
 import sys
 import time
@@ -165,6 +166,7 @@ serving:
       request_timeout_s: 30
     slos: {ttft_p99_ms: 300}
     health_timeout_s: 60
+    cost: {node_hour: 3.6, staff_per_month: 730}
 step_timeout_s: 300
 """
 
@@ -183,6 +185,13 @@ def test_scale_test_runs_the_search_and_shows_it_in_the_terminal_and_the_report(
     if cap.refused is None:
         assert cap.capacity == 40 and cap.spread == 0 and cap.probe_bound == 2
         assert all(r.status == "found" and len(r.probes) == 2 for r in cap.repeats)
+        # the cost at the capacity rate, by part: 3.6 + 730/730 per node-hour over the probes' throughput
+        c = cap.cost_at
+        assert c is not None and c.rate.startswith("capacity 40 req/s") and c.per_hour == pytest.approx(4.6)
+        rps = statistics.median(p.summary.requests_per_s for r in cap.repeats for p in r.probes
+                                if p.rate == 40 and p.summary and p.summary.requests_per_s)  # fmt: skip
+        assert c.per_request == pytest.approx(4.6 / 3600 / rps)
+        assert c.missing == ["downtime"]  # no fault: no outage measured
     else:
         assert "sent late" in cap.refused and any("capacity not reported" in w for w in step.warnings)
     for rep in cap.repeats:
@@ -191,6 +200,7 @@ def test_scale_test_runs_the_search_and_shows_it_in_the_terminal_and_the_report(
     render_result(result)
     shown = capsys.readouterr().out
     assert "fake-r1 repeat 0:" in shown and "fake-r1 capacity:" in shown and "probes" in shown
+    assert ("fake-r1: cost at capacity 40 req/s" in shown) == (cap.cost_at is not None)
     rec = load_run(result.run_dir)
     md = render(rec, "md")
     assert "### Capacity at SLO (capacity search)" in md and "at most 2 per repeat" in md

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +147,64 @@ def test_orch_decide_writes_every_format_and_exits_1_when_undecided(tmp_path: Pa
     assert page.overall == "undecided" and "capacity at SLO" in page.missing
     assert 'class="overall-undecided"' in out[0].read_text()
     assert "**overall**: undecided" in out[1].read_text()
+
+
+def _with_capacity(rec: RunRecord, caps: list[float], *, node_hour: float | None = 3.6,
+                   staff: float | None = 730.0) -> RunRecord:  # fmt: skip
+    """The run with a capacity search on its serving step: one repeat per capacity in caps (found,
+    precision 2 req/s), priced at the capacity by cost_at from a node-hour price and staff (staff
+    None: the staff part missing)."""
+    from orchestrator.metrics.cost import cost_at
+    from orchestrator.models.cost import CostModel
+    from orchestrator.models.serving import CapacitySearch
+    from orchestrator.models.serving_results import CapacityRepeat, CapacityResult
+
+    rec = rec.model_copy(deep=True)
+    search = CapacitySearch(target_attainment=0.9, min_rate=2, max_rate=66, precision=2)
+    repeats = [CapacityRepeat(repeat=i, status="found", capacity=c, upper=c + 2, reason="found")
+               for i, c in enumerate(caps)]  # fmt: skip
+    mid = statistics.median(caps)
+    model = CostModel(node_hour=node_hour, staff_per_month=staff)
+    cost = cost_at(requests_per_s=mid, output_tokens_per_s=mid * 64, model=model, nodes=1, watts=None,
+                   outage_s=None, rate=f"capacity {mid:g} req/s")  # fmt: skip
+    cap = CapacityResult(search=search, probe_bound=7, repeats=repeats, capacity=mid,
+                         spread=max(caps) - min(caps), cost_at=cost)  # fmt: skip
+    rec.serving[0].capacity = cap
+    return rec
+
+
+def test_capacity_is_judged_within_the_searches_precision_and_spread() -> None:
+    a = load_run(SERVING)
+    same = _row(decide([_with_capacity(a, [40, 42])], [_with_capacity(a, [42, 44])]), "capacity at SLO")
+    assert same.verdict == "same"  # 41 vs 43: within 2 + 2 of precision and 2 + 2 of spread
+    assert same.a == "fake-r1 41 ± 4 req/s (n=2 repeats)"
+    more = _row(decide([_with_capacity(a, [40, 42])], [_with_capacity(a, [60, 62])]), "capacity at SLO")
+    assert more.verdict == "better" and "capacity at SLO (req/s) +48.8%" in more.details[0]
+    only_a = _row(decide([_with_capacity(a, [40, 42])], [a]), "capacity at SLO")
+    assert only_a.verdict == "missing" and "a capacity search on A only" in only_a.why
+
+
+def test_cost_at_capacity_needs_every_part_on_both_sides_and_is_judged_lower_is_better() -> None:
+    a = load_run(SERVING)
+    # a node-hour price with staff: downtime is still missing (no fault measured), so the row shows
+    # both costs and stays missing, naming the part
+    row = _row(decide([_with_capacity(a, [40, 42])], [_with_capacity(a, [60, 62])]),
+               "cost per 1M tokens at capacity")  # fmt: skip
+    assert row.verdict == "missing" and "missing downtime" in row.why
+    assert row.a is not None and "per 1M output tokens" in row.a and "partial" in row.a
+    # with downtime known (a failure rate and an outage), the dearer side is worse
+    from orchestrator.metrics.cost import cost_at
+    from orchestrator.models.cost import CostModel
+
+    def whole(rec: RunRecord, price: float) -> RunRecord:
+        cap = rec.serving[0].capacity
+        assert cap is not None and cap.capacity is not None
+        model = CostModel(node_hour=price, staff_per_month=730, failures_per_month=1)
+        cap.cost_at = cost_at(requests_per_s=cap.capacity, output_tokens_per_s=cap.capacity * 64, model=model,
+                              nodes=1, watts=None, outage_s=30, rate="capacity")  # fmt: skip
+        return rec
+
+    cheap, dear = whole(_with_capacity(a, [40, 42]), 3.6), whole(_with_capacity(a, [40, 42]), 9.0)
+    row = _row(decide([cheap], [dear]), "cost per 1M tokens at capacity")
+    assert row.verdict == "worse" and row.details and "-> worse" in row.details[0]
+    assert _row(decide([dear], [cheap]), "cost per 1M tokens at capacity").verdict == "better"
