@@ -14,6 +14,7 @@ OpenMetrics.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,11 @@ def levels(rec: RunRecord) -> list[Level]:
     return [Level(s, lv, lv.summary) for s in rec.serving for lv in s.levels if lv.summary is not None]
 
 
+def level_rows(rec: RunRecord, cells: Callable[[Level], list[str]]) -> list[list[str]]:
+    """A table row per measured level (levels()): its step, its level, then cells(level)."""
+    return [[lv.step.step.id, lv.summary.level, *cells(lv)] for lv in levels(rec)]
+
+
 def workload(rec: RunRecord, s: ServingStepResult) -> ServingWorkload | None:
     if rec.plan is None:
         return None
@@ -99,13 +105,13 @@ def _x(level: str) -> tuple[str, float] | None:
 
 def figure_rows(rec: RunRecord) -> list[list[str]]:
     """step, level, n, ok, errors, aborted, req/s, out tok/s, then p50/p95/p99/n of TTFT, ITL, TPOT, E2E."""
-    rows = []
-    for lv in levels(rec):
+
+    def cells(lv: Level) -> list[str]:
         s = lv.summary
-        rows.append([lv.step.step.id, s.level, str(s.n), str(s.ok), str(s.errors), str(s.aborted),
-                     _p(s.requests_per_s), _p(s.output_tokens_per_s),
-                     *_pct(s.ttft_ms), *_pct(s.itl_ms), *_pct(s.tpot_ms), *_pct(s.e2e_ms)])  # fmt: skip
-    return rows
+        return [str(s.n), str(s.ok), str(s.errors), str(s.aborted), _p(s.requests_per_s), _p(s.output_tokens_per_s),
+                *_pct(s.ttft_ms), *_pct(s.itl_ms), *_pct(s.tpot_ms), *_pct(s.e2e_ms)]  # fmt: skip
+
+    return level_rows(rec, cells)
 
 
 FIGURE_HEAD = ["step", "level", "n", "ok", "errors", "aborted", "requests/s", "output tokens/s",
@@ -134,18 +140,18 @@ COST_PART_HEAD = ["step", "level", "part", "status", "per hour", "how", "per suc
 
 def slo_rows(rec: RunRecord) -> list[list[str]]:
     """step, level, SLO attainment (of n), goodput, then each SLO: p99 <= limit (n) met/MISSED/not judged."""
-    rows = []
-    for lv in levels(rec):
+
+    def cells(lv: Level) -> list[str]:
         s = lv.summary
         slos = "; ".join(
             f"{c.metric.upper()} p99 {_p(c.p99_ms)} <= {c.limit_ms:g} ms (n={c.n}): "
             f"{'met' if c.met else 'not judged (n<100)' if c.met is None else 'MISSED'}"
             for c in s.slos
         )
-        rows.append([lv.step.step.id, s.level, _share(s.slo_attainment), str(s.n), _p(s.request_goodput),
-                     _share(s.error_rate),
-                     _share(s.abort_rate), slos or "no SLO in the plan"])  # fmt: skip
-    return rows
+        return [_share(s.slo_attainment), str(s.n), _p(s.request_goodput), _share(s.error_rate),
+                _share(s.abort_rate), slos or "no SLO in the plan"]  # fmt: skip
+
+    return level_rows(rec, cells)
 
 
 SLO_HEAD = ["step", "level", "SLO attainment", "of n", "goodput (req/s)", "error rate", "abort rate",
@@ -154,18 +160,16 @@ SLO_HEAD = ["step", "level", "SLO attainment", "of n", "goodput (req/s)", "error
 
 def cost_rows(rec: RunRecord) -> list[list[str]]:
     """step, level, per request, per 1M output tokens, and the inputs of the calculation."""
-    rows = []
-    for lv in levels(rec):
+
+    def cells(lv: Level) -> list[str]:
         c = lv.result.cost
         if c is None:
-            rows.append([lv.step.step.id, lv.summary.level, "-", "-", "no price given (plan or inventory)"])
-            continue
+            return ["-", "-", "no price given (plan or inventory)"]
         inputs = (f"{c.price_per_node_hour:g}/node-hour x {c.nodes} node(s) x {c.duration_s:.1f} s = {c.total:.4g}; "
                   f"over {c.ok} successful requests, {c.output_tokens} output tokens; price from {c.source or '-'}")  # fmt: skip
-        rows.append(
-            [lv.step.step.id, lv.summary.level, _p(c.per_request), _p(c.per_million_output_tokens), inputs]
-        )
-    return rows
+        return [_p(c.per_request), _p(c.per_million_output_tokens), inputs]
+
+    return level_rows(rec, cells)
 
 
 COST_HEAD = ["step", "level", "per request", "per 1M output tokens", "inputs"]

@@ -566,18 +566,25 @@ def trace_offsets(times: Sequence[float], rate: float) -> Iterator[float]:
         t += mean_gap * scale
 
 
-def read_trace(lines: Iterable[str], field: str, unit: str, *, source: str = "trace") -> list[float]:
-    """Arrival times in seconds from JSONL lines (`field` a number, `unit` s or ms); blank lines
-    skipped. Raises ValueError naming the source and the line."""
-    factor = 1e-3 if unit == "ms" else 1.0
-    out: list[float] = []
+def _jsonl_field(lines: Iterable[str], field: str, *, source: str, what: str) -> Iterator[tuple[int, object]]:
+    """(line number, value of `field`) for each non-blank JSONL line; raises ValueError naming the
+    source and the line where a line is not JSON or lacks the field (`what` names the expected kind)."""
     for no, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             value = json.loads(line)[field]
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{source} line {no}: no number {field!r}: {e}") from e
+            raise ValueError(f"{source} line {no}: no {what} {field!r}: {e}") from e
+        yield no, value
+
+
+def read_trace(lines: Iterable[str], field: str, unit: str, *, source: str = "trace") -> list[float]:
+    """Arrival times in seconds from JSONL lines (`field` a number, `unit` s or ms); blank lines
+    skipped. Raises ValueError naming the source and the line."""
+    factor = 1e-3 if unit == "ms" else 1.0
+    out: list[float] = []
+    for no, value in _jsonl_field(lines, field, source=source, what="number"):
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise ValueError(f"{source} line {no}: {field} must be a number, got {value!r}")
         out.append(value * factor)
@@ -590,13 +597,7 @@ def read_lengths(lines: Iterator[str] | Sequence[str], field: str, *, source: st
     """Token counts from JSONL lines of lengths (`{"input_tokens": 120, ...}` per line, `field` an
     int >= 1); blank lines skipped. Raises ValueError naming the source and the line."""
     out: list[int] = []
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)[field]
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{source} line {no}: no integer {field!r}: {e}") from e
+    for no, value in _jsonl_field(lines, field, source=source, what="integer"):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{source} line {no}: {field} must be an integer >= 1, got {value!r}")
         out.append(value)

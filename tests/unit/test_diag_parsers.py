@@ -5,6 +5,7 @@ ParseError that names what is missing, never a traceback."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -98,13 +99,6 @@ def test_nvbandwidth_sums_and_cells() -> None:
     assert waived and waived[0].detail == "17 test cases waived"
 
 
-def test_nvbandwidth_cut_short_is_a_clear_error() -> None:
-    text = _text("nvbandwidth-gh200-v0.6.txt")
-    cut = text[: text.index("SUM host_device_latency_sm")]
-    with pytest.raises(ParseError, match="host_device_latency_sm has no SUM line"):
-        diagtools.parse_nvbandwidth(cut)
-
-
 # --- perftest ---------------------------------------------------------------------------------------
 
 
@@ -120,13 +114,6 @@ def test_ib_write_bw_row_as_printed() -> None:
     assert report.figure("msg_rate", where="8 bytes").value == 7.498617
 
 
-def test_ib_write_bw_without_a_row_is_a_clear_error() -> None:
-    text = _text("ib_write_bw-roce-postlist.txt")
-    cut = text[: text.index(" 8          224958464")]
-    with pytest.raises(ParseError, match="no result row"):
-        diagtools.parse_perftest_bw(cut)
-
-
 # --- TransferBench ----------------------------------------------------------------------------------
 
 
@@ -137,10 +124,37 @@ def test_transferbench_transfer_and_aggregate() -> None:
     assert report.figure("aggregate_gbs", where="test 1").value == 0.534
 
 
-def test_transferbench_cut_short_is_a_clear_error() -> None:
-    text = _text("transferbench-v1.69-dma-htod.txt")
-    with pytest.raises(ParseError, match="test 1 has no Aggregate line"):
-        diagtools.parse_transferbench(text[: text.index(" Aggregate (CPU)")])
+@pytest.mark.parametrize(
+    ("fixture", "cut_at", "parse", "error"),
+    [
+        (
+            "nvbandwidth-gh200-v0.6.txt",
+            "SUM host_device_latency_sm",
+            diagtools.parse_nvbandwidth,
+            "host_device_latency_sm has no SUM line",
+        ),
+        (
+            "ib_write_bw-roce-postlist.txt",
+            " 8          224958464",
+            diagtools.parse_perftest_bw,
+            "no result row",
+        ),
+        (
+            "transferbench-v1.69-dma-htod.txt",
+            " Aggregate (CPU)",
+            diagtools.parse_transferbench,
+            "test 1 has no Aggregate line",
+        ),
+    ],
+)
+def test_output_cut_short_is_a_clear_error(
+    fixture: str, cut_at: str, parse: Callable[[str], object], error: str
+) -> None:
+    """nvbandwidth without its SUM line, ib_write_bw without a result row, TransferBench without
+    its Aggregate line: each a ParseError naming what is missing."""
+    text = _text(fixture)
+    with pytest.raises(ParseError, match=error):
+        parse(text[: text.index(cut_at)])
 
 
 # --- dcgmi diag -j ----------------------------------------------------------------------------------
