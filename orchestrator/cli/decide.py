@@ -11,10 +11,9 @@ import typer
 from rich.table import Table
 
 from orchestrator.cli.common import out, styled
-from orchestrator.cli.compare import FloorOpt, KOpt, RepeatA, RepeatB, load_ref
+from orchestrator.cli.compare import RepeatA, RepeatB, load_ref
 from orchestrator.cli.runs import RunArg, StoreOpt
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
-from orchestrator.metrics.decision import FLOOR, K
 from orchestrator.models.decide import DecidePage
 from orchestrator.report.decide import decide, page_html, page_markdown
 from orchestrator.store.rundir import atomic_write
@@ -36,18 +35,17 @@ def decide_cmd(
     run_b: RunArg,
     repeat_a: RepeatA = None,
     repeat_b: RepeatB = None,
-    floor: FloorOpt = FLOOR,
-    k: KOpt = K,
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the page as HTML.")] = None,
     md_out: Annotated[Path | None, typer.Option("--md", help="Also write the page as Markdown.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the page as JSON.")] = None,
     store: StoreOpt = None,
 ) -> int:
     """The decision between A and B on one page. Exit 0 when B is better or the same, 1 when it is
-    worse or the call is undecided (a row the runs cannot answer, named on the page)."""
+    worse or the call is undecided (a row the runs cannot answer, named on the page). The bands are
+    orch compare's (its default floor and k)."""
     runs_a = [load_ref(r, store) for r in [run_a, *(repeat_a or [])]]
     runs_b = [load_ref(r, store) for r in [run_b, *(repeat_b or [])]]
-    page = decide(runs_a, runs_b, floor=floor, k=k)
+    page = decide(runs_a, runs_b)
     out.print(render_page(page))
     out.print(f"overall: {page.overall}: {page.why.split(': ', 1)[-1]}", markup=False)
     for path, text in (
