@@ -119,7 +119,8 @@ def test_up_refuses_before_starting_anything_when_the_disk_is_short(
         lab.up(_cfg(tmp_path))
 
 
-def test_down_purge_removes_the_nodes_opt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _nothing_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lab.down with no lab process, namespace, link or runtime file to remove."""
     from orchestrator.lab import daemons, files, netns
 
     monkeypatch.setattr(daemons, "running_state_dirs", lambda: [])
@@ -127,6 +128,10 @@ def test_down_purge_removes_the_nodes_opt(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(netns, "lab_namespaces", lambda: [])
     monkeypatch.setattr(netns, "lab_links", lambda: [])
     monkeypatch.setattr(files, "remove_runtime", lambda cfg: None)
+
+
+def test_down_purge_removes_the_nodes_opt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _nothing_running(monkeypatch)
     cfg = _cfg(tmp_path)
     opt = node_opt(tmp_path / "state", "node2") / "orch"
     opt.mkdir(parents=True)
@@ -149,13 +154,7 @@ def _node_tree(state_dir: Path, name: str, files: int = 50) -> Path:
 def test_discard_takes_the_folders_away_at_once_and_lab_down_finishes_their_removal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.lab import daemons, files, netns
-
-    monkeypatch.setattr(daemons, "running_state_dirs", lambda: [])
-    monkeypatch.setattr(daemons, "stray_processes", lambda state_dir: [])
-    monkeypatch.setattr(netns, "lab_namespaces", lambda: [])
-    monkeypatch.setattr(netns, "lab_links", lambda: [])
-    monkeypatch.setattr(files, "remove_runtime", lambda cfg: None)
+    _nothing_running(monkeypatch)
     cfg = _cfg(tmp_path)
     state = tmp_path / "state"
     kept, gone = _node_tree(state, "node1"), [_node_tree(state, n) for n in ("node4", "node5")]

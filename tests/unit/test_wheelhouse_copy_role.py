@@ -9,12 +9,12 @@ say the host cannot see it, as a node that does not share the controller's files
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from fakes import run_play_on_localhost
 
 from orchestrator.provision import runner as R
 from orchestrator.stacks import PLAYBOOKS_DIR
@@ -47,13 +47,7 @@ def _run(tmp_path: Path, source: Path, dest: Path, tag: str) -> R.PlaybookResult
             "tasks": [not_shared, *_copy_tasks()],
         }
     ]
-    pb = tmp_path / f"pb-{tag}"
-    pb.mkdir()
-    (pb / "p.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    inv = tmp_path / "hosts"
-    inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
-    req = R.PlaybookRequest(playbook="p.yml", playbooks_dir=pb, inventory=inv, work_dir=tmp_path / f"w-{tag}")
-    return R.execute(req)
+    return run_play_on_localhost(tmp_path, play, tag)
 
 
 def _wheelhouse(source: Path, wheels: dict[str, bytes]) -> None:
