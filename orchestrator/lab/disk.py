@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -139,6 +141,68 @@ def check_disk(need: DiskNeed | None) -> DiskNeed | None:
             "`orch lab down --purge --state-dir DIR`",
         )
     return need
+
+
+# Folders given up by discard(): renamed here (the same filesystem as the nodes' folders, so the
+# rename is instant) and removed by a background `rm -rf`; lab down finishes what is left.
+DISCARDED = "discarded"
+_removals: list[subprocess.Popen[bytes]] = []
+
+
+def discarded_root(state_dir: Path) -> Path:
+    return state_dir / DISCARDED
+
+
+def discard(state_dir: Path, folders: list[Path]) -> None:
+    """Remove ``folders`` (under the state dir) without waiting for it: each is renamed into
+    <state-dir>/discarded at once and removed there by a background process. The caller sees them
+    gone on return; their disk comes back within a minute or so (a node's /opt with cpu-gloo is
+    tens of thousands of files: 10-15 s a node to remove on a loaded 2-core machine). `lab down`
+    (finish_discarded) removes whatever is still there, so nothing stays beyond it.
+
+    Raises:
+        LabError: a folder not under the state dir.
+    """
+    root = discarded_root(state_dir)
+    base = state_dir.resolve()
+    moved: list[str] = []
+    for folder in folders:
+        if not folder.resolve().is_relative_to(base) or folder.resolve() == base:
+            raise LabError(f"{folder} is not under the lab's state dir {state_dir}; not removed")
+        if not folder.exists() and not folder.is_symlink():
+            continue
+        root.mkdir(mode=0o700, exist_ok=True)
+        dest = root / f"{folder.name}.{uuid.uuid4().hex[:12]}"
+        folder.rename(dest)
+        moved.append(str(dest))
+    if moved:
+        _removals.append(
+            subprocess.Popen(
+                ["rm", "-rf", "--one-file-system", "--", *moved],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # not stopped with the caller's process group
+            )
+        )
+
+
+def finish_discarded(state_dir: Path) -> None:
+    """Wait for this process's background removals, then remove what discard() left under the
+    state dir (a removal of another process, or one cut short, is finished here)."""
+    while _removals:
+        _removals.pop().wait()
+    root = discarded_root(state_dir)
+    if root.is_dir() and not root.is_symlink():
+        shutil.rmtree(root, onerror=_unless_gone)
+
+
+def _unless_gone(
+    func: Callable[..., object], path: str, exc_info: tuple[type[BaseException], BaseException, object]
+) -> None:
+    """rmtree's error handler: a file another removal took first is no error; anything else is."""
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
 
 def purge_opt(state_dir: Path, size_of: SizeOf | None = None) -> dict[str, int]:

@@ -356,6 +356,8 @@ def down(cfg: LabConfig, progress: Progress = _quiet, *, purge: bool = False) ->
     Works from the record when there is one, and from what exists otherwise (namespaces and links
     with the lab prefix, lab daemons naming the state dir), so it also clears a crashed `up`.
     With ``purge``, each node's own /opt (its provisioned stack, lab/disk.py) is removed too.
+    Folders given up with disk.discard() and still being removed in the background are removed
+    before it returns.
 
     Raises:
         LabError: a lab runs from another state dir (down here would kill its daemons and take
@@ -393,6 +395,9 @@ def down(cfg: LabConfig, progress: Progress = _quiet, *, purge: bool = False) ->
     for link in sorted(links, key=lambda name: name in (MGMT_BRIDGE, FABRIC_BRIDGE)):
         netns.delete_link(link)
     files.remove_runtime(cfg)
+    if disk.discarded_root(cfg.state_dir).exists():
+        progress(f"removing the folders given up under {disk.discarded_root(cfg.state_dir)}")
+    disk.finish_discarded(cfg.state_dir)
     purged: dict[str, int] = {}
     if purge:
         progress(f"removing the nodes' /opt under {cfg.state_dir}")

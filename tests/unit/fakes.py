@@ -13,10 +13,14 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from orchestrator.remote.base import CmdResult
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 from orchestrator.stacks import PLAYBOOKS_DIR
+
+if TYPE_CHECKING:
+    from orchestrator.provision.runner import PlaybookResult
 
 Answer = tuple[int, str, str]  # rc, stdout, stderr
 
@@ -125,3 +129,21 @@ def wait_for(cond: Callable[[], object], timeout: float, what: str, *, every: fl
     while not cond():
         assert time.monotonic() < end, f"not within {timeout} s: {what}"
         time.sleep(every)
+
+
+def run_play_on_localhost(tmp_path: Path, play: list[dict[str, object]], tag: str) -> PlaybookResult:
+    """Run ``play`` (a playbook as data) for real on localhost through ansible-runner, in
+    tmp_path/pb-<tag> with its work dir tmp_path/w-<tag>: how the role tests run a role's tasks."""
+    import sys
+
+    import yaml
+
+    from orchestrator.provision import runner as R
+
+    pb = tmp_path / f"pb-{tag}"
+    pb.mkdir()
+    (pb / "p.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    inv = tmp_path / "hosts"
+    inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    req = R.PlaybookRequest(playbook="p.yml", playbooks_dir=pb, inventory=inv, work_dir=tmp_path / f"w-{tag}")
+    return R.execute(req)

@@ -119,7 +119,8 @@ def test_up_refuses_before_starting_anything_when_the_disk_is_short(
         lab.up(_cfg(tmp_path))
 
 
-def test_down_purge_removes_the_nodes_opt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _nothing_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lab.down with no lab process, namespace, link or runtime file to remove."""
     from orchestrator.lab import daemons, files, netns
 
     monkeypatch.setattr(daemons, "running_state_dirs", lambda: [])
@@ -127,6 +128,10 @@ def test_down_purge_removes_the_nodes_opt(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(netns, "lab_namespaces", lambda: [])
     monkeypatch.setattr(netns, "lab_links", lambda: [])
     monkeypatch.setattr(files, "remove_runtime", lambda cfg: None)
+
+
+def test_down_purge_removes_the_nodes_opt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _nothing_running(monkeypatch)
     cfg = _cfg(tmp_path)
     opt = node_opt(tmp_path / "state", "node2") / "orch"
     opt.mkdir(parents=True)
@@ -135,6 +140,44 @@ def test_down_purge_removes_the_nodes_opt(tmp_path: Path, monkeypatch: pytest.Mo
     assert kept.purged == {} and opt.is_dir()
     result = lab.down(cfg, purge=True)
     assert list(result.purged) == ["node2"] and not opt.exists()
+
+
+def _node_tree(state_dir: Path, name: str, files: int = 50) -> Path:
+    folder = state_dir / "nodes" / name
+    venv = folder / "opt" / "orch" / "venv"
+    venv.mkdir(parents=True)
+    for i in range(files):
+        (venv / f"f{i}").write_bytes(b"z" * 100)
+    return folder
+
+
+def test_discard_takes_the_folders_away_at_once_and_lab_down_finishes_their_removal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _nothing_running(monkeypatch)
+    cfg = _cfg(tmp_path)
+    state = tmp_path / "state"
+    kept, gone = _node_tree(state, "node1"), [_node_tree(state, n) for n in ("node4", "node5")]
+    disk.discard(state, [*gone, state / "nodes" / "node9"])  # one that does not exist: nothing to do
+    assert not any(g.exists() for g in gone) and disk.node_names(state) == ["node1"]
+    # a removal cut short (its process killed) leaves a folder under discarded/: down removes it
+    left = disk.discarded_root(state) / "node6.cut"
+    left.mkdir(parents=True, exist_ok=True)
+    (left / "f").write_bytes(b"x")
+    lab.down(cfg)
+    assert not disk.discarded_root(state).exists()
+    assert (kept / "opt" / "orch" / "venv" / "f0").is_file()  # nothing else touched
+    lab.down(cfg)  # safe to repeat
+
+
+def test_discard_refuses_a_folder_outside_the_state_dir(tmp_path: Path) -> None:
+    state, outside = tmp_path / "state", tmp_path / "elsewhere"
+    state.mkdir()
+    outside.mkdir()
+    for bad in (outside, state / ".." / "elsewhere", state):
+        with pytest.raises(LabError, match="not under the lab's state dir"):
+            disk.discard(state, [bad])
+    assert outside.is_dir() and state.is_dir()
 
 
 def test_provision_on_the_lab_refuses_when_the_disk_is_short(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fakes import run_play_on_localhost
 
 from orchestrator.provision import runner as R
 from orchestrator.stacks import PLAYBOOKS_DIR, load_stack
@@ -55,13 +56,7 @@ def _run(tmp_path: Path, stack: dict[str, Any], tag: str) -> R.PlaybookResult:
             "tasks": _lab_model_tasks(),
         }
     ]
-    pb = tmp_path / f"pb-{tag}"
-    pb.mkdir()
-    (pb / "p.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    inv = tmp_path / "hosts"
-    inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
-    req = R.PlaybookRequest(playbook="p.yml", playbooks_dir=pb, inventory=inv, work_dir=tmp_path / f"w-{tag}")
-    return R.execute(req)
+    return run_play_on_localhost(tmp_path, play, tag)
 
 
 @pytest.mark.slow
