@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from importlib import resources
 from pathlib import Path
@@ -25,6 +26,8 @@ from orchestrator.models.plan import (
 from orchestrator.models.results import COLLECTIVES, PlanCollective, run_size
 from orchestrator.models.serving import GPU_ENGINES, ServingStep, ServingWorkload
 from orchestrator.stacks import check_variants
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PLAN = "smoke"
 _SIZES_RE = re.compile(r"^([^:]+):([^:]+)(?::x(\d+))?$", re.IGNORECASE)
@@ -101,10 +104,23 @@ def load_plan(ref: str | Path | None = None) -> Plan:
     if not isinstance(data, dict):
         raise ConfigError(f"plan {source}: expected a mapping of plan fields at the top level")
     data.setdefault("name", Path(str(ref)).stem if not _is_builtin(ref) else str(ref))
+    _warn_old_names(data, source)
     try:
         return Plan.model_validate(data)
     except ValidationError as e:
         raise ConfigError(f"plan {source}: {_first_error(e)}", hint="see docs/plan.md for the fields") from e
+
+
+def _warn_old_names(data: dict[str, Any], source: str) -> None:
+    """Log each old field name the models still read under its new one (models/serving.py)."""
+    for w in data.get("serving") or []:
+        th = w.get("thresholds") if isinstance(w, dict) else None
+        if isinstance(th, dict) and "min_goodput" in th:
+            log.warning(
+                "plan %s: serving %s: thresholds.min_goodput is read as thresholds.min_slo_attainment "
+                "(the share of requests meeting every SLO); rename it in the plan",
+                source, w.get("name", "?"),
+            )  # fmt: skip
 
 
 def apply_overrides(plan: Plan, ov: PlanOverrides) -> Plan:

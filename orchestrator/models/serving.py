@@ -14,7 +14,6 @@ host:port. A refusal names the field and the value.
 from __future__ import annotations
 
 import ipaddress
-import logging
 import re
 from typing import Annotated, Literal
 
@@ -24,8 +23,6 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.cost import CostModel
 from orchestrator.models.names import Name
 from orchestrator.models.serving_recovery import SteadyRule
-
-log = logging.getLogger(__name__)
 
 Engine = Literal["vllm", "sglang", "transformers", "external"]
 """The engines' names, for plan and stack validation; each engine is one EngineSpec in
@@ -383,15 +380,11 @@ class ServingThresholds(StrictModel):
     @classmethod
     def _old_min_goodput(cls, data: object) -> object:
         """min_goodput, the old name of min_slo_attainment (it meant the share, which the field
-        calls SLO attainment; goodput is a rate), is read as it with a warning."""
+        calls SLO attainment; goodput is a rate), is read as it (plan.load_plan warns)."""
         if not isinstance(data, dict) or "min_goodput" not in data:
             return data
         if "min_slo_attainment" in data:
             raise ValueError("give min_slo_attainment only (min_goodput is its old name)")
-        log.warning(
-            "thresholds.min_goodput is read as thresholds.min_slo_attainment (the share of requests "
-            "meeting every SLO); rename it in the plan"
-        )
         return {("min_slo_attainment" if k == "min_goodput" else k): v for k, v in data.items()}
 
     def p99_fields(self) -> list[str]:
