@@ -4,10 +4,10 @@ the cap (orch_max_unavailable=1) keeps the second fatal node in service, and one
 re-admit loop re-tests the drained node (its fault is only in a log: the collectives pass) and
 returns it.
 
-The lab's nodes share one kernel, so each node's kernel log is a file planted on the node (its own
-/var/tmp) and named by orch_health_kernel_log; its sysfs root is an empty planted folder (the
-shared machine's PCIe and NIC counters are not the node's). The lines are the verbatim published
-ones of tests/fixtures/health/.
+The lab's nodes share one kernel (and /var/tmp), so each node's kernel log is a file planted over
+SSH in a folder of its own and named by orch_health_kernel_log; its sysfs root is a planted tree
+holding only its fabric NIC, up (the shared machine's PCIe and NIC counters are not the node's).
+The lines are the verbatim published ones of tests/fixtures/health/.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ PLANTED = {  # node -> the fixture whose lines its kernel log holds
 
 
 def _plant(lab: Lab, node: str, text: str) -> None:
-    script = f"rm -rf {PLANT} && mkdir -p {PLANT}/sysfs {PLANT}/tools && cat > {PLANT}/kern.log"
+    d, net = f"{PLANT}/{node}", f"{PLANT}/{node}/sysfs/class/net/fab0"
+    script = (f"rm -rf {d} && mkdir -p {net} {d}/tools && echo up > {net}/operstate && "
+              f"echo 2 > {net}/carrier_changes && cat > {d}/kern.log")  # fmt: skip
     argv = lab.ssh_argv(lab.node(node), "sh", "-c", shlex.quote(script))
     proc = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -40,11 +42,14 @@ def _plant(lab: Lab, node: str, text: str) -> None:
 
 def _inventory(lab: Lab, tmp_path: Path) -> Path:
     """The lab's inventory with each node's sources planted and a failure budget of one node."""
-    per_node = (f" orch_health_kernel_log={PLANT}/kern.log orch_health_sysfs={PLANT}/sysfs"
-                f" orch_health_tools_dir={PLANT}/tools")  # fmt: skip
     lines = []
     for line in lab.inventory.read_text().splitlines():
-        lines.append(line + per_node if line.split(" ", 1)[0] in PLANTED else line)
+        node = line.split(" ", 1)[0]
+        if node in PLANTED:
+            d = f"{PLANT}/{node}"
+            line += f" orch_health_kernel_log={d}/kern.log orch_health_sysfs={d}/sysfs"
+            line += f" orch_health_tools_dir={d}/tools"
+        lines.append(line)
         if line.strip() == "[all:vars]":
             lines.append("orch_max_unavailable=1")
     inv = tmp_path / "lab-health.ini"
@@ -92,4 +97,4 @@ def test_health_finds_each_planted_finding_drains_within_the_cap_and_readmit_ret
     finally:
         for node in PLANTED:
             lab.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-            lab.ssh(lab.node(node), "rm", "-rf", PLANT, check=False)
+            lab.ssh(lab.node(node), "rm", "-rf", f"{PLANT}/{node}", check=False)
