@@ -98,3 +98,4 @@ def test_health_finds_each_planted_finding_drains_within_the_cap_and_readmit_ret
         for node in PLANTED:
             lab.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
             lab.ssh(lab.node(node), "rm", "-rf", f"{PLANT}/{node}", check=False)
+            lab.ssh(lab.node(node), "rmdir", "--ignore-fail-on-non-empty", PLANT, check=False)
