@@ -10,18 +10,20 @@ same engine passes, a diverging one fails the step naming the exact match and th
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+from test_cli_usage import run_cli
+from test_serving_baseline import _with_baseline, no_store_env  # noqa: F401 (its fixture)
+from test_serving_run import setup
 
+from orchestrator.cli.run import render_serving
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
 from orchestrator.models.requests import ScaleTestRequest
 from orchestrator.report.formats import render_junit, render_markdown
+from orchestrator.report.html import render_html
 from orchestrator.runs.scale_test import scale_test
 from orchestrator.store.load import load_run
-from tests.unit.test_cli_usage import run_cli
-from tests.unit.test_serving_run import setup
 
 GATE = "quality: {max_tokens: 4, concurrency: 2, min_exact_match_of_floor: 0.95}\n"
 
@@ -34,16 +36,9 @@ def _arm(folder: Path, runs: Path, flags: str) -> ScaleTestRequest:
 
 
 def _plan(plan: Path, baseline: str | None = None) -> None:
-    text = plan.read_text() + GATE
+    plan.write_text(plan.read_text() + GATE)
     if baseline is not None:
-        text, n = re.subn(r"(?m)^    thresholds: .*$", f"    thresholds: {{baseline: {baseline}}}", text)
-        assert n == 1
-    plan.write_text(text)
-
-
-@pytest.fixture
-def no_store_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ORCH_STORE", raising=False)
+        _with_baseline(plan, baseline)
 
 
 @pytest.mark.usefixtures("no_store_env")
@@ -89,6 +84,12 @@ def test_quality_gate_in_scale_test_against_a_stored_baseline(
     # shown in the report and in JUnit
     rec = load_run(worse.run_dir)
     assert "Output quality" in render_markdown(rec) and "**FAIL**" in render_markdown(rec)
+    assert 'id="quality-fake-r1"' in render_html(rec) and "exact match 0.0%" in render_html(rec)
+    capsys.readouterr()
+    render_serving(worse.run_id, worse.serving)
+    printed = capsys.readouterr().out
+    shown = f"fake-r1: output quality against baseline golden (run {first.run_id}): exact match 0.0%"
+    assert shown in printed
     junit = render_junit(rec)
     assert 'name="quality fake-r1 against baseline golden"' in junit and "exact match 0" in junit
 
