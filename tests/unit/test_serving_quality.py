@@ -10,6 +10,7 @@ same engine passes, a diverging one fails the step naming the exact match and th
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,15 @@ def test_quality_gate_in_scale_test_against_a_stored_baseline(
     (step,) = same.serving
     assert step.quality is not None and step.quality.judgement is not None
     assert step.quality.judgement.passed and step.quality.judgement.b_vs_a.exact_match == 1.0
+
+    # a baseline without outputs (made before the plan had quality:) is named, not judged against
+    shutil.rmtree(first.run_dir / "steps/fake-r1/quality")
+    req_d = _arm(tmp_path / "d", runs, "--echo --diverge-at 0")
+    _plan(Path(str(req_d.plan)), loose)
+    unjudged = scale_test(req_d)
+    assert unjudged.exit_code == EXIT_OK, [r.reasons for r in unjudged.serving]
+    (step,) = unjudged.serving
+    assert step.quality is not None and step.quality.judgement is None
+    assert any(f"baseline golden (run {first.run_id}) kept no quality outputs" in w for w in step.warnings)
+    junit = render_junit(load_run(unjudged.run_dir))
+    assert 'name="quality fake-r1 against baseline golden"' in junit and "<skipped" in junit
