@@ -33,6 +33,7 @@ from orchestrator.models.run import RunResult
 from orchestrator.models.serving_recovery import ServingRecovery, SpreadStat
 from orchestrator.models.serving_results import ServingLevelResult, ServingStepResult
 from orchestrator.report.common import efficiency_cell, latency_cell, reference_cell
+from orchestrator.report.quality import serving_quality_lines
 from orchestrator.runs.scale_test import scale_test
 from orchestrator.text import plural, seconds
 
@@ -142,6 +143,8 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
         if res.capacity is not None and res.capacity.cost_at is not None:
             for line in cost_at_lines(res.capacity.cost_at):
                 out.print(f"{sid}: {line}", markup=False)
+        for line in serving_quality_lines(sid, res.quality) if res.quality is not None else []:
+            out.print(line, markup=False)
         for line in [*res.reasons, *res.warnings]:
             out.print(f"{sid}: {line}", markup=False)
 

@@ -16,8 +16,9 @@ from pydantic import Field, StringConstraints, model_validator
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cost import CostAtRate
-from orchestrator.models.decision import FigureChange, InteractiveVerdict
+from orchestrator.models.decision import FigureChange, InteractiveVerdict, QualityJudgement
 from orchestrator.models.names import Name
+from orchestrator.models.quality import OutputFigures
 from orchestrator.models.results import Percentiles, Verdict
 from orchestrator.models.serving import CapacitySearch, ServingStep
 from orchestrator.models.serving_recovery import EngineRestart, ServingFaultResult
@@ -435,6 +436,26 @@ class CapacityResult(StrictModel):
     )
 
 
+class ServingQuality(StrictModel):
+    """The output-quality gate of a serving step in scale-test (docs/quality.md, "In scale-test"):
+    this run's A passes on the step's engine, their A-against-A floor, and, when the workload's
+    thresholds name a baseline whose run kept its outputs, this run (B) judged against it (A)."""
+
+    outputs: str = Field(description="the folder of this step's outputs, relative to the run")
+    engine: str = Field(description="the node (or 'external') whose engine answered the prompts")
+    prompts_sha256: str | None = None
+    floor: list[OutputFigures] = Field(
+        default_factory=list, description="this run's A against A: its own noise floor"
+    )
+    baseline: str | None = Field(default=None, description="the baseline judged against, by name")
+    baseline_run: str | None = Field(default=None, description="the baseline's run id")
+    judgement: QualityJudgement | None = Field(
+        default=None, description="this run (B) against the baseline's outputs (A), the floor the baseline's"
+    )
+    not_judged: str | None = Field(default=None, description="why no judgement, when a baseline is named")
+    error: str | None = Field(default=None, description="why the gate's passes did not run or were not read")
+
+
 class ServingStepResult(StrictModel):
     """A serving step's result: its engines, its levels, its verdict (steps/<id>/serving.json)."""
 
@@ -452,5 +473,8 @@ class ServingStepResult(StrictModel):
     )
     capacity: CapacityResult | None = Field(
         default=None, description="the capacity search of a workload with load.capacity"
+    )
+    quality: ServingQuality | None = Field(
+        default=None, description="the plan's output-quality gate on this step (plans with quality:)"
     )
     wall_s: float | None = None

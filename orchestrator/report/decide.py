@@ -23,7 +23,7 @@ from orchestrator.models.decide import DecidePage, DecideRow, Overall, RowName
 from orchestrator.models.decision import FigureChange
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunRecord
-from orchestrator.models.serving_results import CapacityResult, LevelSummary
+from orchestrator.models.serving_results import CapacityResult, LevelSummary, ServingQuality
 from orchestrator.report.compare import Comparison, compare_runs
 from orchestrator.report.escape import html_text
 from orchestrator.report.sections import Section, sections_html, sections_markdown
@@ -57,9 +57,53 @@ def row_compatibility(s: Sides) -> DecideRow:
     )
 
 
+def _judged(holders: Sequence[RunRecord], refs: Sequence[RunRecord]) -> list[tuple[str, ServingQuality]]:
+    """The serving steps of `holders` whose output-quality gate was judged against a run of `refs`
+    (scale-test with thresholds.baseline naming it), with their step ids."""
+    ids = {r.run_id for r in refs}
+    return [
+        (f"{rec.run_id} {sv.step.id}", sv.quality)
+        for rec in holders
+        for sv in rec.serving
+        if sv.quality is not None and sv.quality.judgement is not None and sv.quality.baseline_run in ids
+    ]
+
+
 def row_quality(s: Sides) -> DecideRow:
-    """The output-quality gate, where it ran."""
-    return _missing("output quality", "no output-quality gate ran in these runs")
+    """The output-quality gate where one side's run was judged against the other's (a scale-test of
+    B against A's run set as baseline, or of A against B's): exact match against the baseline's
+    A-against-A floor; the gate's pass is "same", its failure "worse" (answers that changed)."""
+    judged = _judged(s.runs_b, s.runs_a) + _judged(s.runs_a, s.runs_b)
+    if not judged:
+        gated = any(sv.quality is not None for rec in [*s.runs_a, *s.runs_b] for sv in rec.serving)
+        return _missing(
+            "output quality",
+            "no run of one side was judged against a run of the other (scale-test with the plan's "
+            "quality: and thresholds.baseline naming the other side's run)"
+            if gated
+            else "no output-quality gate ran in these runs",
+        )
+    shown_floor: list[str] = []
+    shown_em: list[str] = []
+    details: list[str] = []
+    verdicts: list[str] = []
+    for where, q in judged:
+        j = q.judgement
+        assert j is not None  # _judged keeps judged steps only
+        floors = [f.exact_match for f in j.floor if f.exact_match is not None]
+        floor = f"{min(floors):.1%}" if floors else "none"
+        em = "-" if j.b_vs_a.exact_match is None else f"{j.b_vs_a.exact_match:.1%}"
+        shown_floor.append(f"{where}: A-against-A floor {floor} (baseline run {q.baseline_run})")
+        shown_em.append(f"{where}: exact match {em} (n={j.b_vs_a.n})")
+        verdicts.append("same" if j.passed else "worse")
+        details.append(f"{where}: " + ("passed" if j.passed else "failed: " + "; ".join(j.reasons)))
+    return DecideRow(
+        row="output quality", a="; ".join(shown_floor), b="; ".join(shown_em),
+        verdict=decision.overall(verdicts),
+        why=f"{len(judged)} gate(s) judged by the run against the other side's stored outputs "
+        "(passed: same; failed: worse)",
+        details=details,
+    )  # fmt: skip
 
 
 def _summaries(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[LevelSummary]]:

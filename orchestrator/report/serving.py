@@ -37,6 +37,8 @@ from orchestrator.models.serving_results import (
 from orchestrator.report import svg
 from orchestrator.report.common import Case
 from orchestrator.report.escape import md
+from orchestrator.report.quality import serving_quality_lines, serving_quality_sections
+from orchestrator.report.sections import sections_html, sections_markdown
 from orchestrator.report.serving_faults import (
     FAULT_HEAD,
     SPREAD_HEAD,
@@ -236,7 +238,9 @@ LOAD_HEAD = [
 
 def search_rows(rec: RunRecord) -> list[list[str]]:
     """step, then metrics/capacity.py's capacity rows: each repeat and the capacity (or why none)."""
-    return [[s.step.id, *row] for s in rec.serving if s.capacity is not None for row in capacity_rows(s.capacity)]
+    return [
+        [s.step.id, *row] for s in rec.serving if s.capacity is not None for row in capacity_rows(s.capacity)
+    ]
 
 
 SEARCH_HEAD = ["step", *CAPACITY_HEAD]
@@ -270,6 +274,8 @@ def serving_markdown(rec: RunRecord) -> list[str]:
     ):
         if rows:
             lines += ["", f"### {title}", "", *_md_table(head, rows)]
+    for sec in serving_quality_sections(rec.serving):
+        lines += ["", *sections_markdown([sec], level=3)]
     return lines
 
 
@@ -406,7 +412,9 @@ def serving_html(rec: RunRecord, report_dir: Path | None = None) -> Markup:
         ("Model load times", LOAD_HEAD, load_rows(rec), "serving-load"),
     ]
     del report_dir  # the engines' logs are linked from the steps' raw logs
-    return Markup(_tmpl.render(steps=steps, plots=plots, tables=tables)) + faults_html(rec)  # noqa: S704
+    quality = "".join(sections_html([q], ident=q.ident) for q in serving_quality_sections(rec.serving))
+    body = Markup(_tmpl.render(steps=steps, plots=plots, tables=tables))  # noqa: S704
+    return body + Markup(quality) + faults_html(rec)  # noqa: S704 (sections_html escapes every value)
 
 
 # -- JUnit -------------------------------------------------------------------------------------
@@ -455,7 +463,24 @@ def serving_cases(rec: RunRecord) -> list[Case]:
                 missed = [r for r in s.reasons if r.startswith(at) and f"baseline {bl.name}" in r]
                 cases.append(Case(cls, f"threshold baseline {bl.name}", "fail" if missed else "pass",
                                   "; ".join(missed)))  # fmt: skip
+        cases += _quality_cases(rec, s)
     return cases + fault_cases(rec)
+
+
+def _quality_cases(rec: RunRecord, s: ServingStepResult) -> list[Case]:
+    """The output-quality gate of a step (classname orch.<plan>.<step>): one case, failed with the
+    run's own reasons, passed, or skipped when nothing was judged (floor only, or not judged)."""
+    q = s.quality
+    if q is None:
+        return []
+    cls, at = f"orch.{rec.plan_name}.{s.step.id}", f"step {s.step.id}: output quality"
+    name = f"quality {s.step.id}" + (f" against baseline {q.baseline}" if q.baseline else "")
+    missed = [r for r in s.reasons if r.startswith(at)]
+    if missed:
+        return [Case(cls, name, "fail", "; ".join(missed))]
+    if q.judgement is not None:
+        return [Case(cls, name, "pass", "; ".join(serving_quality_lines(s.step.id, q)))]
+    return [Case(cls, name, "skipped", q.not_judged or "no baseline named: this run's floor only")]
 
 
 # -- OpenMetrics -------------------------------------------------------------------------------

@@ -21,7 +21,10 @@ this machine. For each serving step, in plan order:
    each fault's recovery is computed from the level's records when it ends;
 4. the engines stopped (their jobs cancelled) and the levels summarised (metrics/serving.py): the
    step's figures and each node's per level, the cost, and the thresholds judged, each failure
-   naming step, level and figure.
+   naming step, level and figure;
+5. with the plan's `quality:`, after the levels and while the engines serve, the output-quality
+   gate's passes on the step's engine, judged against the baseline's outputs when the thresholds
+   name one (runs/serving_quality.py).
 
 Whatever ends the run (success, a failing threshold, an exception, Ctrl-C, SIGTERM), every engine
 still running is stopped: after each step, in the runner's `finally`, and by the lifecycle's
@@ -71,6 +74,7 @@ from orchestrator.remote.nodefiles import NodeFiles, RunDataLayout, node_files, 
 from orchestrator.runs.capacity import CapacityRun, capacity_template, probe_name
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.serving_faults import LiveRecords, ServingFaults, attach_recovery
+from orchestrator.runs.serving_quality import quality_failures, run_step_quality
 from orchestrator.safefs import NotInside, read_inside, read_regular
 from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits, run_job_name
 from orchestrator.scheduler.local import LOCAL_ADDR, free_port
@@ -389,6 +393,9 @@ class ServingRunner:
             self._wait_healthy(res, w)
             self._drive(res, w)
             self._search_capacity(res, w)
+            if self.plan.quality is not None and res.engines:
+                folder = self.life.rundir.step_dir(step.id)
+                res.quality = run_step_quality(self.plan.quality, res, w, folder, self.life.root)
         except _StepEnded as e:
             verdict = e.verdict
             timer.cancel()
@@ -411,6 +418,11 @@ class ServingRunner:
             if fails:
                 verdict = V.worst([verdict, "fail"])
                 res.reasons += fails
+        if fails := quality_failures(res):
+            verdict = V.worst([verdict, "fail"])
+            res.reasons += fails
+        if res.quality is not None and res.quality.not_judged is not None:
+            res.warnings.append(f"output quality not judged: {res.quality.not_judged}")
         res.verdict = verdict
         res.wall_s = round(time.monotonic() - t0, 3)
         atomic_write(serving_result_path(self.life.root, step.id), res.model_dump_json(indent=2) + "\n")

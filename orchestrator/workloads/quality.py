@@ -32,7 +32,15 @@ from orchestrator.metrics.decision import quality_verdict
 from orchestrator.metrics.quality import accuracy, compare_outputs
 from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.names import check_name
-from orchestrator.models.quality import MAX_FILE_BYTES, MAX_ITEMS, Output, Prompt, PromptSet, Task
+from orchestrator.models.quality import (
+    MAX_FILE_BYTES,
+    MAX_ITEMS,
+    Output,
+    OutputFigures,
+    Prompt,
+    PromptSet,
+    Task,
+)
 from orchestrator.models.quality_gate import QualityGate
 from orchestrator.models.serving import Api
 from orchestrator.models.serving_results import RequestRecord
@@ -286,37 +294,61 @@ def run_arm(
     return written
 
 
-def judge_run(gate: QualityGate, run_root: Path) -> QualityJudgement:
+def floor_of(gate: QualityGate, root: Path) -> list[OutputFigures]:
+    """The A-against-A noise floor of the A passes run_arm wrote under root: A's second pass at N,
+    and A at 1, against its first pass at N.
+
+    Raises FileNotFoundError, safefs.NotInside or QualityInputError (read_outputs).
+    """
+    (a1, _), (a2, _), (a_c1, _) = passes(gate, "A")
+    first = read_outputs(root, a1)
+    return [
+        compare_outputs("A vs A (run twice)", first, read_outputs(root, a2)),
+        compare_outputs(f"A c1 vs c{gate.concurrency}", read_outputs(root, a_c1), first),
+    ]
+
+
+def prompts_sha256(root: Path) -> str | None:
+    """The prompt set's sha256 run_arm recorded under root (quality/inputs.json), or None.
+
+    Raises FileNotFoundError, safefs.NotInside, or QualityInputError when it is not JSON.
+    """
+    inputs = root / OUTPUTS_DIR / "inputs.json"
+    try:
+        recorded = json.loads(safefs.read_inside(root, inputs))
+    except ValueError as e:
+        raise QualityInputError(f"{inputs}: not JSON: {e}") from e
+    sha = recorded.get("prompts_sha256") if isinstance(recorded, dict) else None
+    return sha if isinstance(sha, str) else None
+
+
+def judge_run(gate: QualityGate, run_root: Path, *, b_root: Path | None = None) -> QualityJudgement:
     """The gate's verdict from the outputs run_arm wrote for A and B (decision.quality_verdict):
-    B against A's first pass at N; the floor A's second pass, and A at 1, against it.
+    B against A's first pass at N; the floor A's second pass, and A at 1, against it (floor_of).
+
+    With b_root, B is another run's A passes (scale-test against a stored baseline: A is the
+    baseline's outputs under run_root, B this run's under b_root, whose arm ran as "A"): B's first
+    pass at N and its tasks. The prompt sets of both must be the same (their sha256), else the
+    judgement fails naming both.
 
     Raises FileNotFoundError when an arm's outputs are missing, safefs.NotInside or
     QualityInputError when they are not the run's own or not outputs.
     """
-    (a1, _), (a2, _), (a_c1, _) = passes(gate, "A")
+    (a1, _), _, _ = passes(gate, "A")
     ((b, _),) = passes(gate, "B")
+    b_name, b_tasks = (a1, "A-tasks") if b_root is not None else (b, "B-tasks")
+    b_from = b_root if b_root is not None else run_root
     first = read_outputs(run_root, a1)
-    floor = [
-        compare_outputs("A vs A (run twice)", first, read_outputs(run_root, a2)),
-        compare_outputs(f"A c1 vs c{gate.concurrency}", read_outputs(run_root, a_c1), first),
-    ]
-    b_vs_a = compare_outputs("B vs A", first, read_outputs(run_root, b))
+    floor = floor_of(gate, run_root)
+    b_vs_a = compare_outputs("B vs A", first, read_outputs(b_from, b_name))
     acc_a = acc_b = None
     if gate.tasks is not None:
         tasks, _ = read_tasks(Path(gate.tasks))
         acc_a = accuracy(tasks, read_outputs(run_root, "A-tasks"))
-        acc_b = accuracy(tasks, read_outputs(run_root, "B-tasks"))
-    inputs = run_root / OUTPUTS_DIR / "inputs.json"
-    try:
-        recorded = json.loads(safefs.read_inside(run_root, inputs))
-    except ValueError as e:
-        raise QualityInputError(f"{inputs}: not JSON: {e}") from e
-    sha = recorded.get("prompts_sha256") if isinstance(recorded, dict) else None
-    return quality_verdict(
-        gate,
-        b_vs_a,
-        floor,
-        accuracy_a=acc_a,
-        accuracy_b=acc_b,
-        prompts_sha256=sha if isinstance(sha, str) else None,
-    )
+        acc_b = accuracy(tasks, read_outputs(b_from, b_tasks))
+    sha = prompts_sha256(run_root)
+    judgement = quality_verdict(gate, b_vs_a, floor, accuracy_a=acc_a, accuracy_b=acc_b, prompts_sha256=sha)
+    if b_root is not None and (sha_b := prompts_sha256(b_root)) != sha:
+        judgement.reasons.insert(0, f"prompt sets differ: A's sha256 {sha}, B's {sha_b}")
+        judgement.passed = False
+    return judgement

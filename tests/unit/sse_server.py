@@ -26,7 +26,8 @@ As a program it stands in for an engine that orch starts (`transformers serve`'s
 `sse_server.py serve MODEL --host H --port P [engine options, ignored]`): GET /health answers 200
 (or 503 for ever with --never-healthy), GET /v1/models lists the model; --pid-file appends its
 process id, so that a test can check that orch stopped it; --ttft and --itl (seconds) give it an
-engine's pace (bench/serving_client.py --versus guidellm drives it so), and --slots a service rate.
+engine's pace (bench/serving_client.py --versus guidellm drives it so), --slots a service rate,
+--echo and --diverge-at N the `echo` and `diverge_at` behaviours.
 """
 
 from __future__ import annotations
@@ -215,12 +216,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--itl", type=float, default=0.0)
     ap.add_argument("--slots", type=int, default=0, help="requests served at once (0: no bound)")
     ap.add_argument("--never-healthy", action="store_true")
+    ap.add_argument("--echo", action="store_true", help="answer with the prompt's words (greedy-like)")
+    ap.add_argument("--diverge-at", type=int, default=-1, help="with --echo: change words from this token on")
     a, rest = ap.parse_known_args(argv)
     if a.pid_file:
         with open(a.pid_file, "a") as f:
             f.write(f"{os.getpid()}\n")
     print(f"stand-in engine for {a.model} on {a.host}:{a.port}; ignored: {rest}", flush=True)
-    b = Behaviour(ttft_s=a.ttft, itl_s=a.itl, healthy=not a.never_healthy, model=a.model, slots=a.slots)
+    b = Behaviour(
+        ttft_s=a.ttft,
+        itl_s=a.itl,
+        healthy=not a.never_healthy,
+        model=a.model,
+        slots=a.slots,
+        echo=a.echo,
+        diverge_at=a.diverge_at,
+    )
     server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128})
     srv = server_class((a.host, a.port), _handler(b))
     srv.daemon_threads = True

@@ -12,8 +12,13 @@ from pathlib import Path
 import pytest
 from test_store_build import make_run
 
+from orchestrator.metrics.decision import quality_verdict
+from orchestrator.metrics.quality import compare_outputs
 from orchestrator.models.decide import DecidePage, DecideRow
+from orchestrator.models.quality import Output
+from orchestrator.models.quality_gate import QualityGate
 from orchestrator.models.run import RunRecord
+from orchestrator.models.serving_results import ServingQuality
 from orchestrator.report.decide import ROWS, decide, decide_overall, page_html, page_markdown
 from orchestrator.store.load import load_run
 
@@ -208,3 +213,35 @@ def test_cost_at_capacity_needs_every_part_on_both_sides_and_is_judged_lower_is_
     row = _row(decide([cheap], [dear]), "cost per 1M tokens at capacity")
     assert row.verdict == "worse" and row.details and "-> worse" in row.details[0]
     assert _row(decide([dear], [cheap]), "cost per 1M tokens at capacity").verdict == "better"
+
+
+def _judged_against(rec: RunRecord, baseline: RunRecord, *, diverge: bool) -> RunRecord:
+    """rec as a new run whose serving steps were judged against baseline's stored outputs: B's
+    answers equal A's, or differ from the second word on (metrics.quality and the decision module)."""
+    gate = QualityGate(min_exact_match_of_floor=0.95)
+    a = [Output(id=f"p{i}", status="ok", text=f"w{i} x y") for i in range(20)]
+    b = [o.model_copy(update={"text": o.text.replace(" x", " z")}) if diverge else o for o in a]
+    floor = [compare_outputs("A vs A (run twice)", a, a)]
+    j = quality_verdict(gate, compare_outputs("B vs A", a, b), floor)
+    rec = rec.model_copy(deep=True, update={"run_id": rec.run_id + "-b"})
+    for sv in rec.serving:
+        sv.quality = ServingQuality(outputs=f"steps/{sv.step.id}/quality", engine="localhost", floor=floor,
+                                    baseline="golden", baseline_run=baseline.run_id, judgement=j)  # fmt: skip
+    return rec
+
+
+def test_output_quality_is_the_gate_judged_against_the_other_sides_run() -> None:
+    a = load_run(SERVING)
+    same = _row(decide([a], [_judged_against(a, a, diverge=False)]), "output quality")
+    assert same.verdict == "same" and same.b is not None and "exact match 100.0% (n=20)" in same.b
+    assert same.a is not None and "A-against-A floor 100.0%" in same.a and a.run_id in same.a
+    worse = _row(decide([a], [_judged_against(a, a, diverge=True)]), "output quality")
+    assert worse.verdict == "worse" and worse.b is not None and "exact match 0.0%" in worse.b
+    assert any("failed: exact match 0.0%" in d for d in worse.details)
+    # A's run holding the judgement against B's counts too
+    b = a.model_copy(deep=True, update={"run_id": a.run_id + "-other"})
+    assert _row(decide([_judged_against(a, b, diverge=True)], [b]), "output quality").verdict == "worse"
+    # judged against a run of neither side: missing, saying why
+    other = _judged_against(a, b, diverge=False)
+    row = _row(decide([a], [other]), "output quality")
+    assert row.verdict == "missing" and "judged against a run of the other" in row.why
