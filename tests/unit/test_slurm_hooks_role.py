@@ -125,3 +125,42 @@ def test_scheduler_parameters_without_nohold_are_refused_and_with_it_kept(tmp_pa
     ok = _run(tmp_path, "present", "2")
     assert _status(ok) == "changed", ok.hosts
     assert conf.read_text().count("SchedulerParameters") == 1
+
+
+def test_orch_hooks_install_check_shows_the_change_then_install_and_remove(tmp_path: Path) -> None:
+    import sys
+
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import build_app
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(CONF)
+    inv = tmp_path / "inv.ini"
+    inv.write_text(
+        f"[local]\nlocalhost ansible_connection=local gpu_vendor=none gpus_per_node=1"
+        f" ansible_python_interpreter={sys.executable}\n"
+        f"[all:vars]\norch_slurm_conf={conf}\nslurm_hooks_dir={tmp_path / 'hooks'}\n"
+    )
+    app = build_app("hooks")
+    args = ["-i", str(inv), "--out", str(tmp_path / "runs"), "--cert-dir", str(tmp_path / "certs")]
+
+    dry = CliRunner().invoke(app, ["hooks", "install", "--check", *args])
+    assert dry.exit_code == 0, dry.output
+    assert f"+Prolog={tmp_path / 'hooks'}/prolog.sh" in dry.output
+    assert conf.read_text() == CONF and not (tmp_path / "hooks").exists()
+
+    done = CliRunner().invoke(app, ["hooks", "install", "--no-reconfigure", *args])
+    assert done.exit_code == 0, done.output
+    orch = Path(sys.executable).parent / "orch"  # the local inventory: this venv's orch
+    prolog = (tmp_path / "hooks" / "prolog.sh").read_text()
+    assert (
+        f"exec {shlex.quote(str(orch))} check --quick --dir {shlex.quote(str(tmp_path / 'certs'))} --"
+        in prolog
+    )
+
+    gone = CliRunner().invoke(
+        app, ["hooks", "remove", "--no-reconfigure", "-i", str(inv), "--out", str(tmp_path)]
+    )
+    assert gone.exit_code == 0, gone.output
+    assert conf.read_bytes() == CONF.encode()
