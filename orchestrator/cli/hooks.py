@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from orchestrator.cli.common import out
 from orchestrator.cli.provision import _hosts_table, _progress
 from orchestrator.errors import EXIT_INFRA, EXIT_OK
-from orchestrator.provision.hooks import HooksReport, HooksRequest, apply
+from orchestrator.provision.hooks import HooksRequest, apply
 
 hooks_app = typer.Typer(
     name="hooks",
@@ -31,13 +31,19 @@ _Out = Annotated[Path, typer.Option("--out", help="Where run directories go.")]
 _Become = Annotated[bool, typer.Option("--become", help="Escalate privileges on the hosts.")]
 
 
-def _show(rep: HooksReport, title: str) -> int:
+def _common(reconfigure: bool, limit: str | None, out_dir: Path, become: bool) -> dict[str, Any]:
+    return {"reconfigure": reconfigure, "limit": limit, "out_dir": out_dir, "become": become}
+
+
+def _apply(req: HooksRequest) -> None:
+    rep = apply(req, listener=_progress)
+    title = f"hooks {'remove' if req.remove else 'install'}{' (check)' if req.check else ''}"
     for diff in rep.diffs:
         out.print(diff, markup=False, highlight=False, end="" if diff.endswith("\n") else "\n")
     res = rep.result
     out.print(_hosts_table(res, f"{title} — {res.elapsed_s:.1f} s"))
     out.print(f"artifacts: {res.artifacts_dir}", markup=False)
-    return EXIT_INFRA if res.failed_hosts else EXIT_OK
+    raise typer.Exit(EXIT_INFRA if res.failed_hosts else EXIT_OK)
 
 
 @hooks_app.command("install")
@@ -58,16 +64,14 @@ def install_cmd(
     """Write the prolog (`orch check --quick`), epilog and HealthCheckProgram (`orch health --local
     --drain`) on each node and orch's block in slurm.conf. Exit 3 when a host failed (a Prolog=,
     Epilog= or HealthCheckProgram= that orch did not write is refused, named)."""
-    req = HooksRequest(
-        inventory=inventory,
-        check=check,
-        cert_dir=cert_dir,
-        reconfigure=reconfigure,
-        limit=limit,
-        out_dir=out_dir,
-        become=become,
+    _apply(
+        HooksRequest(
+            inventory=inventory,
+            check=check,
+            cert_dir=cert_dir,
+            **_common(reconfigure, limit, out_dir, become),
+        )
     )
-    raise typer.Exit(_show(apply(req, listener=_progress), f"hooks install{' (check)' if check else ''}"))
 
 
 @hooks_app.command("remove")
@@ -81,16 +85,11 @@ def remove_cmd(
 ) -> None:
     """Take orch's block out of slurm.conf (the rest of the file stays as it was) and remove the
     scripts. Exit 3 when a host failed."""
-    req = HooksRequest(
-        inventory=inventory,
-        remove=True,
-        check=check,
-        reconfigure=reconfigure,
-        limit=limit,
-        out_dir=out_dir,
-        become=become,
+    _apply(
+        HooksRequest(
+            inventory=inventory, remove=True, check=check, **_common(reconfigure, limit, out_dir, become)
+        )
     )
-    raise typer.Exit(_show(apply(req, listener=_progress), f"hooks remove{' (check)' if check else ''}"))
 
 
 def register(app: typer.Typer) -> None:

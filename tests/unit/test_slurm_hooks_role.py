@@ -55,6 +55,11 @@ def _status(res: R.PlaybookResult) -> str:
     return res.hosts["localhost"].status
 
 
+def _refused(res: R.PlaybookResult, line: str) -> None:
+    assert _status(res) == "failed"
+    assert line in (res.hosts["localhost"].message or ""), res.hosts
+
+
 def test_install_check_idempotent_and_remove(tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
     conf.write_text(CONF)
@@ -87,7 +92,10 @@ def test_install_check_idempotent_and_remove(tmp_path: Path) -> None:
     assert want in prolog.splitlines(), prolog
     for name in ("epilog", "healthcheck"):
         script = (d / f"{name}.sh").read_text().splitlines()
-        assert f'exec {shlex.quote(ORCH)} health --local --drain --node="$node"' in script, script
+        assert f'{shlex.quote(ORCH)} health --local --drain --node="$node" --max-unavailable 1' in script, (
+            script
+        )
+        assert script[-1] == "exit 0"  # the drain is orch's, under the cap: never Slurm's on an exit code
     for name in ("prolog", "epilog", "healthcheck"):
         path = d / f"{name}.sh"
         assert path.stat().st_mode & 0o777 == 0o755
@@ -107,9 +115,7 @@ def test_install_check_idempotent_and_remove(tmp_path: Path) -> None:
 def test_a_foreign_prolog_is_refused_by_name(tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
     conf.write_text(CONF + "prolog = /usr/local/site-prolog.sh\n")
-    res = _run(tmp_path, "present", "1")
-    assert _status(res) == "failed"
-    assert "prolog = /usr/local/site-prolog.sh" in (res.hosts["localhost"].message or "")
+    _refused(_run(tmp_path, "present", "1"), "prolog = /usr/local/site-prolog.sh")
     assert conf.read_text() == CONF + "prolog = /usr/local/site-prolog.sh\n"
     assert not (tmp_path / "hooks").exists()
 
@@ -117,9 +123,7 @@ def test_a_foreign_prolog_is_refused_by_name(tmp_path: Path) -> None:
 def test_scheduler_parameters_without_nohold_are_refused_and_with_it_kept(tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
     conf.write_text(CONF + "SchedulerParameters=bf_continue\n")
-    res = _run(tmp_path, "present", "1")
-    assert _status(res) == "failed"
-    assert "SchedulerParameters=bf_continue" in (res.hosts["localhost"].message or "")
+    _refused(_run(tmp_path, "present", "1"), "SchedulerParameters=bf_continue")
 
     conf.write_text(CONF + "SchedulerParameters=bf_continue,nohold_on_prolog_fail\n")
     ok = _run(tmp_path, "present", "2")
