@@ -6,6 +6,7 @@ that orch did not write is refused, named."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -140,11 +141,17 @@ def test_orch_hooks_install_check_shows_the_change_then_install_and_remove(tmp_p
 
     conf = tmp_path / "slurm.conf"
     conf.write_text(CONF)
+    src = tmp_path / "health"
+    (src / "sysfs" / "class" / "net" / "fab0").mkdir(parents=True)
+    (src / "sysfs" / "class" / "net" / "fab0" / "operstate").write_text("up\n")
+    (src / "tools").mkdir()
+    (src / "kern.log").write_text("")
     inv = tmp_path / "inv.ini"
     inv.write_text(
         f"[local]\nlocalhost ansible_connection=local gpu_vendor=none gpus_per_node=1"
         f" ansible_python_interpreter={sys.executable}\n"
         f"[all:vars]\norch_slurm_conf={conf}\nslurm_hooks_dir={tmp_path / 'hooks'}\n"
+        f"orch_health_kernel_log={src}/kern.log\norch_health_sysfs={src}/sysfs\norch_health_tools_dir={src}/tools\n"
     )
     app = build_app("hooks")
     args = ["-i", str(inv), "--out", str(tmp_path / "runs"), "--cert-dir", str(tmp_path / "certs")]
@@ -162,6 +169,18 @@ def test_orch_hooks_install_check_shows_the_change_then_install_and_remove(tmp_p
         f"exec {shlex.quote(str(orch))} check --quick --dir {shlex.quote(str(tmp_path / 'certs'))} --"
         in prolog
     )
+
+    # the scripts run for real: the prolog refuses a node without a certificate, the health check
+    # reads the node's planted sources (orch_health_* of the inventory) and finds nothing
+    assert orch.exists(), orch  # the venv's orch entry point (pip install -e .)
+    env = {**os.environ, "SLURMD_NODENAME": "node9"}
+    pro = subprocess.run(
+        [tmp_path / "hooks" / "prolog.sh"], env=env, capture_output=True, text=True, check=False
+    )
+    assert pro.returncode == 1 and "no certificate for node9" in pro.stderr, pro
+    hc = [tmp_path / "hooks" / "healthcheck.sh"]
+    health = subprocess.run(hc, env=env, capture_output=True, text=True, check=False)
+    assert health.returncode == 0 and "node9: no findings" in health.stdout, health
 
     gone = CliRunner().invoke(
         app, ["hooks", "remove", "--no-reconfigure", "-i", str(inv), "--out", str(tmp_path)]
