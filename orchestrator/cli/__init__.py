@@ -53,6 +53,9 @@ COMMANDS: dict[str, Command] = {
     "health": Command(
         "health", "Sample each node's kernel log, ECC, PCIe AER, NICs, throttling; drain fatal ones."
     ),
+    "hooks": Command(
+        "hooks", "Install or remove Slurm's prolog, epilog and health check calling orch on the nodes."
+    ),
     "rollback": Command(
         "migrate", "Provision A again on every node, then certify it equals the frozen reference."
     ),

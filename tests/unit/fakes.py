@@ -131,9 +131,12 @@ def wait_for(cond: Callable[[], object], timeout: float, what: str, *, every: fl
         time.sleep(every)
 
 
-def run_play_on_localhost(tmp_path: Path, play: list[dict[str, object]], tag: str) -> PlaybookResult:
+def run_play_on_localhost(
+    tmp_path: Path, play: list[dict[str, object]], tag: str, *, check: bool = False
+) -> PlaybookResult:
     """Run ``play`` (a playbook as data) for real on localhost through ansible-runner, in
-    tmp_path/pb-<tag> with its work dir tmp_path/w-<tag>: how the role tests run a role's tasks."""
+    tmp_path/pb-<tag> with its work dir tmp_path/w-<tag> (``check``: --check --diff): how the role
+    tests run a role's tasks."""
     import sys
 
     import yaml
@@ -145,5 +148,7 @@ def run_play_on_localhost(tmp_path: Path, play: list[dict[str, object]], tag: st
     (pb / "p.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     inv = tmp_path / "hosts"
     inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
-    req = R.PlaybookRequest(playbook="p.yml", playbooks_dir=pb, inventory=inv, work_dir=tmp_path / f"w-{tag}")
+    req = R.PlaybookRequest(
+        playbook="p.yml", playbooks_dir=pb, inventory=inv, work_dir=tmp_path / f"w-{tag}", check=check
+    )
     return R.execute(req)
