@@ -260,6 +260,13 @@ def time_change(
     return band, "worse" if mb - ma > band else "better" if ma - mb > band else "same"
 
 
+def blind(c: FigureChange, detect: float | None) -> bool:
+    """Whether a figure cannot show the smallest change the plan must detect (a relative change,
+    e.g. 0.1): its band is wider than that, or it was not judged (n/a). A blind figure is never
+    "same", and B is not accepted on it. False when the plan names no such change."""
+    return detect is not None and (c.band is None or c.band > detect)
+
+
 def describe(c: FigureChange) -> str:
     """A judged figure in a reason: e.g. `TTFT p99 +12.0% (band +-5.0%, n=100/100)` (? not stated)."""
     n = "/".join("?" if x is None else str(x) for x in (c.n_a, c.n_b))

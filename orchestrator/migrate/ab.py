@@ -32,7 +32,11 @@ from orchestrator.models.decision import FigureChange
 from orchestrator.models.migrate import (
     Arm,
     CollectiveDecision,
+    PlanRun,
     ServingDecision,
+    ServingFigureDecision,
+    ServingFigures,
+    ServingLevelDecision,
     SizeChange,
     SizeSamples,
     Slot,
@@ -147,3 +151,67 @@ def serving_decision(throughput: FigureChange, p99: FigureChange, *, interactive
     return ServingDecision(
         interactive=interactive, throughput=throughput, p99=p99, direction=direction, reason=reason
     )
+
+
+SERVING_FIGURES: tuple[tuple[str, str, str | None, bool], ...] = (
+    ("output_tokens_per_s", "output_tokens_per_s", None, True),
+    ("ttft_p99", "ttft_p99_ms", "ttft_n", False),
+    ("itl_p99", "itl_p99_ms", "itl_n", False),
+    ("tpot_p99", "tpot_p99_ms", "tpot_n", False),
+    ("slo_attainment", "slo_attainment", None, True),
+)
+"""(figure, ServingFigures field, its n's field (None: n is the runs), higher is better)."""
+RATES = ("error_rate", "abort_rate")
+
+
+def _level(runs: Sequence[PlanRun], key: tuple[str, str]) -> list[ServingFigures]:
+    return [f for r in runs for f in r.serving if (f.step, f.level) == key]
+
+
+def serving_levels(
+    a: Sequence[PlanRun],
+    b: Sequence[PlanRun],
+    control: Sequence[PlanRun],
+    *,
+    detect: Mapping[str, float],
+    interactive: bool = True,
+) -> list[ServingLevelDecision]:
+    """Every serving step and level that A and B both measured: each figure of B against A with the
+    A-against-A band (decision.figure_change, the control widening the band), blind where the band
+    is wider than the plan's `detect` for it (decision.blind), and the level's verdict by the
+    interactive rule (decision.serving_verdict over throughput and the p99s)."""
+    keys = list(dict.fromkeys((f.step, f.level) for r in a for f in r.serving))
+    out = []
+    for key in keys:
+        fa, fb, fc = _level(a, key), _level(b, key), _level(control, key)
+        if not fb:
+            continue
+        figures: list[ServingFigureDecision] = []
+        for name, attr, n_attr, higher in SERVING_FIGURES:
+
+            def vals(fs: list[ServingFigures], attr: str = attr) -> list[float]:
+                return [v for f in fs if isinstance(v := getattr(f, attr), float | int)]
+
+            def n(fs: list[ServingFigures], n_attr: str | None = n_attr) -> int:
+                return sum(getattr(f, n_attr) for f in fs) if n_attr else len(vals(fs))
+
+            ch = decision.figure_change(
+                name, vals(fa), vals(fb), higher_is_better=higher, control=vals(fc), n_a=n(fa), n_b=n(fb)
+            )
+            limit = detect.get(name)
+            verdict = "blind" if decision.blind(ch, limit) else ch.change
+            figures.append(ServingFigureDecision(figure=name, change=ch, detect=limit, verdict=verdict))
+        by = {f.figure: f.change for f in figures}
+        p99s = [by["ttft_p99"], by["itl_p99"], by["tpot_p99"]]
+        direction, reason = decision.serving_verdict(by["output_tokens_per_s"], p99s, interactive=interactive)
+        blind = [
+            f"{f.figure}: the A-against-A band "
+            + (f"+-{f.change.band:.1%}" if f.change.band is not None else "n/a")
+            + f" is wider than detect {f.detect:.0%}"
+            for f in figures
+            if f.verdict == "blind" and f.detect is not None
+        ]
+        rates = {r: [getattr(f, r) for f in (*fa, *fb)] for r in RATES}
+        out.append(ServingLevelDecision(step=key[0], level=key[1], figures=figures, direction=direction,
+                                        reason=reason, blind=blind, rates=rates))  # fmt: skip
+    return out

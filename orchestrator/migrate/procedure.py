@@ -21,8 +21,14 @@ from typing import Any, Protocol
 
 from orchestrator.errors import Interrupted, OrchError
 from orchestrator.metrics.decision import FLOOR, judge
-from orchestrator.migrate.ab import collective_decision, interleaved_schedule, serving_decision
+from orchestrator.migrate.ab import (
+    collective_decision,
+    interleaved_schedule,
+    serving_decision,
+    serving_levels,
+)
 from orchestrator.migrate.certify import certify
+from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
 from orchestrator.models.migrate import (
     PHASES,
@@ -55,6 +61,11 @@ class Ops(Protocol):
         ...
 
     def plan_has_faults(self) -> bool: ...
+
+    def judge_quality(self, a: PlanRun, b: PlanRun) -> dict[str, QualityJudgement]:
+        """B's quality outputs against A's, per serving step both kept them (only called when
+        both runs have quality_outputs)."""
+        ...
 
 
 Outcome = tuple[PhaseState, str, str]  # state, gate, reason
@@ -107,6 +118,7 @@ def compare_runs(
     why_mode: str,
     order: list[str],
     interactive: bool = True,
+    detect: Mapping[str, float] | None = None,
 ) -> Comparison:
     """Each series' decision (a change counts beyond the band at 2+ adjacent sizes) and, when the
     runs carry serving figures, the serving decision (worse p99 is worse for interactive)."""
@@ -131,7 +143,9 @@ def compare_runs(
             ),
             interactive=interactive,
         )
-    return Comparison(mode=mode, why_mode=why_mode, order=order, collectives=decisions, serving=serving)
+    levels = serving_levels(a, b, control, detect=detect or {}, interactive=interactive)
+    return Comparison(mode=mode, why_mode=why_mode, order=order, collectives=decisions, serving=serving,
+                      serving_levels=levels)  # fmt: skip
 
 
 def node_states(
@@ -175,12 +189,14 @@ class Procedure:
         clock: Callable[[], float] = time.monotonic,
         started: Sequence[PhaseName] = (),
         reference_from: str | None = None,
+        detect: Mapping[str, float] | None = None,
     ) -> None:
         self.state, self.a, self.b, self.ops = state, a, b, ops
         self.rounds, self.no_rollback, self.reference = rounds, no_rollback, reference
         self.journal, self.save, self.save_reference, self.clock = journal, save, save_reference, clock
         self._started: list[PhaseName] = list(started)  # phases begun before (a resumed run)
         self.reference_from = reference_from or state.run_id  # the run whose freeze is the reference
+        self.detect = dict(detect or {})  # the plan's thresholds.detect: smallest change per figure
 
     # --- driving -------------------------------------------------------------------------------
 
@@ -282,6 +298,21 @@ class Procedure:
             self.save_reference(self.reference)
         return None
 
+    def _quality(self, a: PlanRun | None, b: PlanRun) -> dict[str, QualityJudgement]:
+        """B's outputs judged against A's where both kept them (the plan's `quality:`), kept in
+        B's plan run; {} when the plan has no gate."""
+        if a is None or not (set(a.quality_outputs) & set(b.quality_outputs)):
+            return {}
+        b.quality = self.ops.judge_quality(a, b)
+        self.save(self.state)
+        return b.quality
+
+    @staticmethod
+    def _quality_gate(judged: Mapping[str, QualityJudgement]) -> str | None:
+        bad = [f"output quality of {step} failed: {'; '.join(j.reasons)} ({quality_figures(j)})"
+               for step, j in judged.items() if not j.passed]  # fmt: skip
+        return "; ".join(bad) or None
+
     @staticmethod
     def _plan_gate(*runs: PlanRun) -> str | None:
         bad = [f"{r.label} on {r.stack}: {r.verdict} ({'; '.join(r.reasons) or 'no reason given'})"
@@ -313,9 +344,15 @@ class Procedure:
         why = self._provision(self.b, nodes) or self._held_to(self.b, nodes)
         if why:
             return "failed", gate, why
-        if why := self._plan_gate(self._plan(self.b.name, nodes, "canary")):
+        run = self._plan(self.b.name, nodes, "canary")
+        if why := self._plan_gate(run):
             return "failed", gate, why
-        return "passed", gate, f"{', '.join(nodes)} on {self.b.name}; the plan passed"
+        base = self._runs("baseline")
+        judged = self._quality(base[0] if base else None, run)
+        if why := self._quality_gate(judged):
+            return "failed", gate + "; B's answers pass the output-quality gate against A's", why
+        ok = f"; output quality passed ({', '.join(judged)})" if judged else ""
+        return "passed", gate, f"{', '.join(nodes)} on {self.b.name}; the plan passed{ok}"
 
     def _scale(self) -> Outcome:
         assert self.b is not None
@@ -374,17 +411,22 @@ class Procedure:
             )
             a, c, b = self._runs("baseline"), self._runs("control"), self._runs("scale")
             order = [r.label for r in (*a, *c, *b)]
-        cmp = compare_runs(a, b, c, mode=mode, why_mode=why_mode, order=order)
+        cmp = compare_runs(a, b, c, mode=mode, why_mode=why_mode, order=order, detect=self.detect)
+        if a and b:
+            cmp.quality = self._quality(a[0], b[0])
         self.state.comparison = cmp
-        if not cmp.collectives and cmp.serving is None:
+        if why := self._quality_gate(cmp.quality):
+            return "failed", gate, f"{self.b.name} fails the output-quality gate: {why}"
+        if not cmp.collectives and cmp.serving is None and not cmp.serving_levels:
             return "failed", gate, "nothing to compare: A and B measured no common series"
         if cmp.worse:
             return "failed", gate, f"{self.b.name} is worse: " + "; ".join(cmp.worse)
         better = [d.collective for d in cmp.collectives if d.direction == "better"]
+        levels = f"; {len(cmp.serving_levels)} serving levels within the band" if cmp.serving_levels else ""
         return (
             "passed",
             gate,
-            f"{len(cmp.collectives)} series within the band"
+            f"{len(cmp.collectives)} series within the band{levels}"
             + (f"; better: {', '.join(better)}" if better else ""),
         )
 
@@ -419,6 +461,26 @@ class Procedure:
         if again.worse:
             return "failed", gate, "the re-run on A is worse than the baseline: " + "; ".join(again.worse)
         return "passed", gate, f"{len(self.state.nodes)} nodes equal {against}; the re-run is within the band"
+
+
+def quality_figures(j: QualityJudgement) -> str:
+    """The gate's figures in a reason: B's exact-match share, its first divergences, and the
+    A-against-A floor."""
+    f = j.b_vs_a
+    em = "n/a" if f.exact_match is None else f"{f.exact_match:.1%}"
+    first = f.first_divergence
+    div = (
+        f"first divergence at {f.unit} {first.p50:g} (median of {first.n})"
+        if first.n and first.p50 is not None
+        else "no divergence"
+    )
+    agreed = f"agreed {f.unit} before it: mean {f.agreed.mean:.1f}" if f.agreed.mean is not None else ""
+    floor = ", ".join(
+        f"{x.name} {'n/a' if x.exact_match is None else f'{x.exact_match:.1%}'}" for x in j.floor
+    )
+    return "; ".join(
+        x for x in (f"exact match {em} (n={f.n})", div, agreed, f"A-against-A floor: {floor or 'none'}") if x
+    )
 
 
 def new_state(**fields: Any) -> MigrateRun:

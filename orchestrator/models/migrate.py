@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from orchestrator.models.base import StrictModel
-from orchestrator.models.decision import WORSE, Direction, FigureChange, InteractiveVerdict
+from orchestrator.models.decision import WORSE, Direction, FigureChange, InteractiveVerdict, QualityJudgement
 from orchestrator.models.fingerprint import COMPATS, Compat
 
 __all__ = ["Compat"]  # the fingerprint's verdict, by the name migrate code uses
@@ -200,11 +200,31 @@ class PhaseRecord(StrictModel):
     attempts: int = Field(default=1, ge=1, description="more than 1 when a resume ran it again")
 
 
+class ServingFigures(StrictModel):
+    """One load level of one serving step of a plan run: the figures the compare judges, each p99
+    with its n (from the level's LevelSummary, metrics/serving.py)."""
+
+    step: str = Field(description="the plan's step id, without the plan run's label")
+    level: str
+    n: int = Field(ge=0, description="counted requests")
+    ttft_p99_ms: float | None = None
+    ttft_n: int = Field(default=0, ge=0)
+    itl_p99_ms: float | None = None
+    itl_n: int = Field(default=0, ge=0)
+    tpot_p99_ms: float | None = None
+    tpot_n: int = Field(default=0, ge=0)
+    output_tokens_per_s: float | None = None
+    slo_attainment: float | None = None
+    error_rate: float | None = None
+    abort_rate: float | None = Field(default=None, description="aborted / n: timed out or cancelled")
+
+
 class PlanRun(StrictModel):
-    """One run of the migration's plan on one stack: the verdict and busbw per series and size.
+    """One run of the migration's plan on one stack: the verdict and busbw per series and size,
+    and the serving figures per step and level.
 
     A series is a collective on one ladder step (`all_reduce@n3xg1`): A and B are compared series
-    by series, size by size."""
+    by series, size by size; serving steps level by level, figure by figure."""
 
     label: str
     stack: str
@@ -214,10 +234,46 @@ class PlanRun(StrictModel):
     busbw: dict[str, dict[int, float]] = Field(default_factory=dict, description="series -> size -> GB/s")
     throughput: float | None = Field(default=None, description="serving: output tokens/s")
     p99_s: float | None = Field(default=None, description="serving: p99 latency, s")
+    serving: list[ServingFigures] = Field(default_factory=list, description="per serving step and level")
+    quality_outputs: dict[str, str] = Field(
+        default_factory=dict,
+        description="serving step (without the label) -> the folder of its quality gate's outputs, "
+        "relative to the run folder",
+    )
+    quality: dict[str, QualityJudgement] = Field(
+        default_factory=dict, description="serving step -> this run's outputs (B) judged against A's"
+    )
     wall_s: float = Field(default=0.0, ge=0)
 
 
 CompareMode = Literal["interleaved", "sequential"]
+ServingFigureVerdict = Literal[Direction, "n/a", "blind"]
+"""blind: the A-against-A band is wider than the smallest change the plan must detect (`detect:`):
+the compare cannot see that change, so the figure is not "same", and B is not accepted on it."""
+
+
+class ServingFigureDecision(StrictModel):
+    """One serving figure of one step and level, B against A with the A-against-A band."""
+
+    figure: str = Field(description="ttft_p99, itl_p99, tpot_p99, output_tokens_per_s, slo_attainment")
+    change: FigureChange
+    detect: float | None = Field(default=None, description="the plan's smallest change to detect")
+    verdict: ServingFigureVerdict
+
+
+class ServingLevelDecision(StrictModel):
+    """One serving step and level: each figure's decision and the level's verdict by the
+    interactive rule (metrics/decision.serving_verdict); rates beside, not judged."""
+
+    step: str
+    level: str
+    figures: list[ServingFigureDecision]
+    direction: InteractiveVerdict
+    reason: str
+    blind: list[str] = Field(default_factory=list, description="figures the compare cannot see")
+    rates: dict[str, list[float | None]] = Field(
+        default_factory=dict, description="error_rate, abort_rate: A's runs, then B's"
+    )
 
 
 class Comparison(StrictModel):
@@ -228,6 +284,10 @@ class Comparison(StrictModel):
     order: list[str] = Field(description="the plan runs compared, in time order (labels)")
     collectives: list[CollectiveDecision] = Field(default_factory=list)
     serving: ServingDecision | None = None
+    serving_levels: list[ServingLevelDecision] = Field(default_factory=list)
+    quality: dict[str, QualityJudgement] = Field(
+        default_factory=dict, description="serving step -> B's outputs judged against A's"
+    )
 
     @property
     def worse(self) -> list[str]:
@@ -250,6 +310,14 @@ class Comparison(StrictModel):
             )
         if self.serving is not None and self.serving.direction in WORSE:
             out.append(f"serving {self.serving.direction}: {self.serving.reason}")
+        for lv in self.serving_levels:
+            if lv.direction in WORSE:
+                out.append(f"serving {lv.step} level {lv.level} {lv.direction}: {lv.reason}")
+            if lv.blind:
+                out.append(f"serving {lv.step} level {lv.level} blind: {'; '.join(lv.blind)}")
+        for step, j in self.quality.items():
+            if not j.passed:
+                out.append(f"output quality of {step} failed: {'; '.join(j.reasons)}")
         return out
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic.config import JsonDict
 
 from orchestrator.models.base import StrictModel
@@ -220,6 +220,23 @@ class BaselineThreshold(StrictModel):
     min_fraction: float = Field(gt=0, le=10, description="e.g. 0.9: at least 90% of the baseline")
 
 
+DetectFigure = Literal["ttft_p99", "itl_p99", "tpot_p99", "output_tokens_per_s", "slo_attainment"]
+"""The serving figures a migration's compare judges per step and level (docs/migration.md)."""
+
+
+def _share_text(v: Any) -> Any:
+    """A relative change as a share (0.1) or a percentage ("10%", "10 %")."""
+    if isinstance(v, str) and v.strip().endswith("%"):
+        try:
+            return float(v.strip()[:-1].strip()) / 100
+        except ValueError:
+            return v
+    return v
+
+
+Share = Annotated[float, BeforeValidator(_share_text), Field(gt=0, le=10)]
+
+
 class Thresholds(StrictModel):
     """What a step must reach to pass; empty means no performance verdict, only correctness."""
 
@@ -232,6 +249,12 @@ class Thresholds(StrictModel):
         description="busbw(step) / busbw(reference step) at the largest size: one-node steps against the "
         "one-node step of the fewest ranks above 1, multi-node steps against the 2-node step of the same "
         "ranks per node; judged beyond the noise band only",
+    )
+    detect: dict[DetectFigure, Share] = Field(
+        default_factory=dict,
+        description="a migration's compare: the smallest change it must detect, per serving figure "
+        "(e.g. {ttft_p99: 10%, output_tokens_per_s: 10%}); a figure whose A-against-A band is wider "
+        "is blind, and B is not accepted on it",
     )
 
 

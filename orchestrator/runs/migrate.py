@@ -25,11 +25,14 @@ from orchestrator.errors import ConfigError
 from orchestrator.inventory import load_inventory
 from orchestrator.migrate.procedure import Ops, Procedure, node_states
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.events import Listener, RunKind, RunProgress, RunStarted
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
-from orchestrator.models.migrate import PHASES, MigrateRun, PhaseName, PlanRun
+from orchestrator.models.migrate import PHASES, MigrateRun, PhaseName, PlanRun, ServingFigures
 from orchestrator.models.plan import Plan
 from orchestrator.models.requests import MigrateRequest
+from orchestrator.models.serving_results import ServingStepResult
+from orchestrator.paths import under
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
 from orchestrator.runs.playbook_pids import recording, stop_left_behind
 from orchestrator.stacks import load_stack
@@ -87,8 +90,9 @@ class ClusterOps:
         return bool(self.plan and self.plan.faults)
 
     def run_plan(self, stack: str, nodes: list[str], label: str, *, faults: bool) -> PlanRun:
-        from orchestrator.plan import expand_steps
+        from orchestrator.plan import expand_serving_steps, expand_steps
         from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler
+        from orchestrator.runs.scale_test import _serving_runner
         from orchestrator.runs.step_faults import StepFaults
         from orchestrator.stacks import stack_python
 
@@ -106,30 +110,35 @@ class ClusterOps:
         )
         plan = self.plan.model_copy(update={"faults": pfs})
         steps = [s.model_copy(update={"id": f"{label}-{s.id}"}) for s in expand_steps(plan, sub)]
+        serving = [s.model_copy(update={"id": f"{label}-{s.id}"}) for s in expand_serving_steps(plan, sub)]
         backend = choose_backend(plan, sub)
         python, env = stack_python(stack)
         step_faults = (
             StepFaults(plan, sub, steps, self.life.rundir, self.life.journal, force=False) if pfs else None
         )
         _journal_and_tell(self.life)(
-            "migrate_plan_run", label=label, stack=stack, nodes=nodes, steps=[s.id for s in steps]
-        )
-        runner = StepExecutor(
-            plan, sub, steps, make_scheduler(backend, sub, plan), backend, self.life, python, env, step_faults
-        )
-        runner.run()
+            "migrate_plan_run", label=label, stack=stack, nodes=nodes,
+            steps=[s.id for s in steps] + [s.id for s in serving],
+        )  # fmt: skip
+        sched = make_scheduler(backend, sub, plan)
+        runner = StepExecutor(plan, sub, steps, sched, backend, self.life, python, env, step_faults)
+        if steps:
+            runner.run()
+        served = _serving_runner(plan, sub, serving, sched, backend, self.life, python, env)
+        served.run()
         busbw: dict[str, dict[int, float]] = {}
         for res in runner.results:
             shape = res.step.id.removeprefix(f"{label}-")
             for row in res.rows:
                 busbw.setdefault(f"{row.collective}@{shape}", {})[row.size_bytes] = row.out_of_place.busbw_gbs
-        verdicts = [r.verdict for r in runner.results]
+        verdicts = [r.verdict for r in runner.results] + [r.verdict for r in served.results]
         verdict = (
             "pass"
             if verdicts and all(v == "pass" for v in verdicts)
             else ("infra" if "infra" in verdicts else "fail" if "fail" in verdicts else "skipped")
         )
         reasons = [f"{r.step.id}: {'; '.join(r.reasons)}" for r in runner.results if r.reasons]
+        reasons += [f"{r.step.id}: {'; '.join(r.reasons)}" for r in served.results if r.reasons]
         return PlanRun(
             label=label,
             stack=stack,
@@ -137,8 +146,49 @@ class ClusterOps:
             verdict=verdict,
             reasons=reasons,
             busbw=busbw,
+            serving=serving_figures(label, served.results),
+            quality_outputs={
+                r.step.id.removeprefix(f"{label}-"): r.quality.outputs
+                for r in served.results
+                if r.quality is not None and r.quality.error is None
+            },
             wall_s=time.monotonic() - t0,
         )
+
+    def judge_quality(self, a: PlanRun, b: PlanRun) -> dict[str, QualityJudgement]:
+        """B's quality outputs judged against A's, per serving step both kept them
+        (workloads/quality.judge_run: the floor is A's own A-against-A passes)."""
+        from orchestrator.workloads.quality import judge_run
+
+        assert self.plan is not None and self.plan.quality is not None
+        root = self.life.root
+        return {
+            step: judge_run(
+                self.plan.quality,
+                under(root, *Path(a.quality_outputs[step]).parent.parts, what="quality outputs"),
+                b_root=under(root, *Path(b.quality_outputs[step]).parent.parts, what="quality outputs"),
+            )
+            for step in sorted(set(a.quality_outputs) & set(b.quality_outputs))
+        }
+
+
+def serving_figures(label: str, results: list[ServingStepResult]) -> list[ServingFigures]:
+    """Each serving step's levels as the figures the compare judges (the step id without label)."""
+    out = []
+    for r in results:
+        for lv in r.levels:
+            s = lv.summary
+            if s is None:
+                continue
+            fig = ServingFigures(
+                step=r.step.id.removeprefix(f"{label}-"), level=lv.level, n=s.n,
+                ttft_p99_ms=s.ttft_ms.p99, ttft_n=s.ttft_ms.n, itl_p99_ms=s.itl_ms.p99,
+                itl_n=s.itl_ms.n, tpot_p99_ms=s.tpot_ms.p99, tpot_n=s.tpot_ms.n,
+                output_tokens_per_s=s.output_tokens_per_s, slo_attainment=s.slo_attainment,
+                error_rate=s.error_rate, abort_rate=s.abort_rate,
+            )  # fmt: skip
+            out.append(fig)
+    return out
 
 
 def _save(life: RunLifecycle) -> Callable[[MigrateRun], None]:
@@ -230,6 +280,7 @@ def _procedure(
     ops: Ops,
     reference: FingerprintSet | None,
     started: list[PhaseName] | None = None,
+    plan: Plan | None = None,
 ) -> Procedure:
     a = load_stack(req.from_stack)
     b = load_stack(req.to_stack) if req.to_stack else None
@@ -250,6 +301,7 @@ def _procedure(
         save_reference=save_reference,
         started=started or [],
         reference_from=req.reference_run.name if req.reference_run else None,
+        detect={str(k): v for k, v in plan.thresholds.detect.items()} if plan else None,
     )
 
 
@@ -257,18 +309,18 @@ def _plan_fits(plan: Plan, cluster: Cluster, nodes: list[str], what: str) -> Non
     """Refuse (ConfigError, exit 2) before any node is touched a plan that has no step on `nodes`:
     the canary runs the plan on its own nodes, and a ladder of 2..N nodes has nothing to run on a
     1-node canary. Found here, not after the canary's provisioning."""
-    from orchestrator.plan import expand_steps
+    from orchestrator.plan import expand_serving_steps, expand_steps
 
     sub = cluster.model_copy(update={"nodes": [cluster.node(n) for n in nodes]})
     try:
-        steps = expand_steps(plan, sub)
+        steps = expand_steps(plan, sub) + expand_serving_steps(plan, sub)
     except ConfigError as e:
         raise ConfigError(
             f"plan {plan.name} cannot run on {what} ({', '.join(nodes)}): {e.message}",
             hint="give the plan a ladder with steps that fit the canary (nodes: 1..N), or a larger --canary",
         ) from e
     if not steps:
-        raise ConfigError(f"plan {plan.name} has no collective step to run on {what} ({', '.join(nodes)})")
+        raise ConfigError(f"plan {plan.name} has no step to run on {what} ({', '.join(nodes)})")
 
 
 def run_migration(
@@ -331,7 +383,7 @@ def run_migration(
         )
         if reference is not None:
             atomic_write(life.root / REFERENCE_FILE, reference.model_dump_json(indent=2) + "\n")
-        proc = _procedure(life, req, state, ops_factory(life, cluster, plan), reference)
+        proc = _procedure(life, req, state, ops_factory(life, cluster, plan), reference, plan=plan)
         proc.run(PHASES if req.to_stack else ("rollback", "certify"))
         return _finish(life, state)
 
@@ -383,7 +435,7 @@ def resume_migration(
             for e in life.rundir.events()
             if e.get("event") == "migrate_phase" and e.get("state") == "started" and e.get("phase") in order
         ]
-        proc = _procedure(life, req, state, ops, reference, started)
+        proc = _procedure(life, req, state, ops, reference, started, plan)
         fps, unread = ops.fingerprint(state.from_stack, state.nodes)
         found = node_states(proc.a, state.to_stack, fps, reference)
         state.resumes.append(found)
