@@ -145,6 +145,10 @@ def show(
             out.print(serving_summary(workload), highlight=False, markup=False)
     if resolved.quality is not None:
         out.print(quality_summary(resolved.quality), highlight=False, markup=False)
+    if resolved.thresholds.detect:
+        detect = ", ".join(f"{k} {v:.0%}" for k, v in resolved.thresholds.detect.items())
+        out.print(f"migrate compare must detect: {detect} (a wider A-against-A band is blind)",
+                  highlight=False, markup=False)  # fmt: skip
 
 
 @plan_app.command("list")

@@ -172,6 +172,7 @@ def run_sections(r: MigrateRun) -> list[Section]:
                 after=[f"every node held to {against}: {'proved' if cert.ok else 'NOT proved'}"],
             )
         )
+    sections += serving_sections(r)
     if r.plan_runs:
         sections.append(
             Section(
@@ -191,6 +192,66 @@ def run_sections(r: MigrateRun) -> list[Section]:
             )
         )
     return sections
+
+
+def serving_sections(r: MigrateRun) -> list[Section]:
+    """The serving compare (per step, level and figure: A, B, B/A, the band, detect, the verdict),
+    the output-quality judgements (with their figures) and every plan run's serving figures."""
+    from orchestrator.migrate.procedure import quality_figures
+
+    out = []
+    c = r.comparison
+    if c is not None and c.serving_levels:
+        rows = [
+            [
+                f"{lv.step} {lv.level}",
+                f.figure,
+                _opt(f.change.a, "{:.4g}"),
+                _opt(f.change.b, "{:.4g}"),
+                _opt(None if f.change.ratio is None else (f.change.ratio - 1) * 100, "{:+.1f}%"),
+                _opt(None if f.change.band is None else f.change.band * 100, "±{:.1f}%"),
+                _opt(None if f.detect is None else f.detect * 100, "{:.0f}%"),
+                "/".join("?" if x is None else str(x) for x in (f.change.n_a, f.change.n_b)),
+                f.verdict,
+            ]
+            for lv in c.serving_levels
+            for f in lv.figures
+        ]
+        after = [f"{lv.step} {lv.level}: {lv.direction}: {lv.reason}" for lv in c.serving_levels]
+        after += [f"{lv.step} {lv.level} blind: {b}" for lv in c.serving_levels for b in lv.blind]
+        after += [
+            f"{lv.step} {lv.level} {k} (A's runs, then B's): "
+            + ", ".join("-" if v is None else f"{v:.1%}" for v in vs)
+            for lv in c.serving_levels
+            for k, vs in lv.rates.items()
+        ]
+        head = ["step level", "figure", "A", "B", "B/A", "band", "detect", "n A/B", "verdict"]
+        out.append(Section("Serving compare", head=head, rows=rows, after=after))
+    judged = [(p.label, step, j) for p in r.plan_runs for step, j in p.quality.items()]
+    judged += [("compare", step, j) for step, j in (c.quality.items() if c is not None else [])]
+    if judged:
+        rows = [
+            [label, step, "passed" if j.passed else "FAILED", quality_figures(j), "; ".join(j.reasons)]
+            for label, step, j in judged
+        ]
+        out.append(Section("Output quality, B against A", head=["where", "step", "gate", "figures", "why"],
+                           rows=rows))  # fmt: skip
+    figs = [(p.label, f) for p in r.plan_runs for f in p.serving]
+    if figs:
+
+        def pct(v: float | None) -> str:
+            return _opt(None if v is None else v * 100, "{:.1f}%")
+
+        rows = [
+            [label, f"{f.step} {f.level}", str(f.n)]
+            + [_opt(v, "{:.4g}") for v in (f.ttft_p99_ms, f.itl_p99_ms, f.tpot_p99_ms, f.output_tokens_per_s)]
+            + [pct(f.slo_attainment), pct(f.error_rate), pct(f.abort_rate)]
+            for label, f in figs
+        ]
+        head = ["run", "step level", "n", "TTFT p99 ms", "ITL p99 ms", "TPOT p99 ms", "output tok/s", "SLO",
+                "errors", "aborted"]  # fmt: skip
+        out.append(Section("Serving figures per plan run", head=head, rows=rows))
+    return out
 
 
 def run_markdown(r: MigrateRun, matrix: MigrationMatrix | None = None) -> str:

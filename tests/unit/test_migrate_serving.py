@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_cli_usage import run_cli
 from test_migrate_run import FakeCluster
 from test_serving_quality import GATE
 from test_serving_run import setup
@@ -75,6 +76,11 @@ def test_b_that_changes_answers_fails_the_canary_quality_gate_and_rolls_back(
     # certify re-ran A's serving figures and judged them with the band (its phase says so)
     cert = next(p for p in state.phases if p.phase == "certify")
     assert "re-run of the plan on A" in cert.gate
+    # the report says why, with the gate's figures, and prints every run's serving figures
+    report = (state.run_dir / "report.md").read_text()
+    assert "## Output quality, B against A" in report and "FAILED" in report
+    assert "exact match 0.0% (n=32)" in report and "## Serving figures per plan run" in report
+    assert report.count("fake-r1 c4") >= 4  # baseline, control, canary, certify
 
 
 def test_same_answers_pass_quality_and_a_figure_the_band_cannot_see_is_blind(
@@ -96,6 +102,8 @@ def test_same_answers_pass_quality_and_a_figure_the_band_cannot_see_is_blind(
         assert lv.blind and lv.blind[0].startswith("ttft_p99: the A-against-A band")
     assert "blind: ttft_p99" in (state.failure or "")
     assert state.rolled_back
+    report = (state.run_dir / "report.md").read_text()
+    assert "## Serving compare" in report and "| blind |" in report
 
 
 def _run(label: str, tput: float, ttft: float, n: int = 200) -> PlanRun:
@@ -130,3 +138,14 @@ def test_detect_reads_percentages_and_old_plan_runs_load() -> None:
     old = PlanRun.model_validate({"label": "baseline", "stack": "a", "nodes": ["n"], "verdict": "pass",
                                   "busbw": {"all_reduce@n1xg1": {"1024": 1.0}}})  # fmt: skip
     assert old.serving == [] and old.quality == {}
+
+
+def test_plan_show_states_what_the_compare_must_detect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    req, _ = setup(tmp_path)
+    plan = Path(str(req.plan))
+    plan.write_text(plan.read_text() + "thresholds: {detect: {ttft_p99: 10%, output_tokens_per_s: 0.2}}\n")
+    code, out, err = run_cli(capsys, "plan", "show", "--plan", str(plan), "-i", str(req.inventory))
+    assert code == 0, err
+    assert "migrate compare must detect: ttft_p99 10%, output_tokens_per_s 20%" in out
