@@ -70,6 +70,10 @@ class Ops(Protocol):
 
 Outcome = tuple[PhaseState, str, str]  # state, gate, reason
 
+MAX_ROUNDS = 8
+"""The most interleaved rounds a compare runs to narrow a serving figure's band below the plan's
+`detect` (docs/migration.md); a figure still wider after them is blind."""
+
 
 def same_install(a: Stack, b: Stack) -> bool:
     """Whether one installation serves both stacks (they differ in environment variables only):
@@ -380,7 +384,8 @@ class Procedure:
     def _compare(self) -> Outcome:
         assert self.b is not None
         gate = (
-            "no series worse than A beyond the A-against-A band at 2+ adjacent sizes; serving p99 not worse"
+            "no series worse than A beyond the A-against-A band at 2+ adjacent sizes; no serving level "
+            "worse (interactive rule), no serving figure blind; the output-quality gate passes"
         )
         if self._interleaves():
             mode: CompareMode = "interleaved"
@@ -388,19 +393,16 @@ class Procedure:
                 f"{self.a.name} and {self.b.name} differ in environment variables only: each node runs "
                 "both in turn (A B A' | A' B A …)"
             )
-            nodes = self.state.nodes
-            both = {n: {self.a.name, self.b.name} for n in nodes}
-            slots = interleaved_schedule(
-                self.a.name, self.b.name, both, rounds=self.rounds, nodes_per_run=len(nodes)
-            )
-            arms: dict[str, list[PlanRun]] = {"A": [], "B": [], "A-control": []}
-            order = []
-            for s in slots:
-                label = f"ab{s.order + 1}-{s.arm}"
-                run = self._runs(label)[0] if self._runs(label) else self._plan(s.stack, s.nodes, label)
-                arms[s.arm].append(run)
-                order.append(label)
-            a, b, c = arms["A"], arms["B"], arms["A-control"]
+            rounds = self.rounds
+            a, b, c, order = self._interleaved(rounds)
+            # A figure whose band is wider than the plan's detect: two more rounds at a time (the
+            # serpentine stays balanced), up to MAX_ROUNDS; still wider there, it stays blind.
+            while rounds < MAX_ROUNDS and (
+                blind := [x for lv in serving_levels(a, b, c, detect=self.detect) for x in lv.blind]
+            ):
+                rounds = min(MAX_ROUNDS, rounds + 2)
+                self.journal("migrate_more_rounds", rounds=rounds, blind=blind)
+                a, b, c, order = self._interleaved(rounds)
         else:
             mode, why_mode = (
                 "sequential",
@@ -412,6 +414,8 @@ class Procedure:
             a, c, b = self._runs("baseline"), self._runs("control"), self._runs("scale")
             order = [r.label for r in (*a, *c, *b)]
         cmp = compare_runs(a, b, c, mode=mode, why_mode=why_mode, order=order, detect=self.detect)
+        if mode == "interleaved":
+            cmp.rounds = rounds
         if a and b:
             cmp.quality = self._quality(a[0], b[0])
         self.state.comparison = cmp
@@ -420,7 +424,14 @@ class Procedure:
         if not cmp.collectives and cmp.serving is None and not cmp.serving_levels:
             return "failed", gate, "nothing to compare: A and B measured no common series"
         if cmp.worse:
-            return "failed", gate, f"{self.b.name} is worse: " + "; ".join(cmp.worse)
+            why_blind = ""
+            if any(lv.blind for lv in cmp.serving_levels):
+                why_blind = (
+                    f" (blind after {cmp.rounds} interleaved rounds, the bound is {MAX_ROUNDS})"
+                    if cmp.rounds is not None
+                    else " (blind: a sequential compare cannot add rounds, A and B install different things)"
+                )
+            return "failed", gate, f"{self.b.name} is worse: " + "; ".join(cmp.worse) + why_blind
         better = [d.collective for d in cmp.collectives if d.direction == "better"]
         levels = f"; {len(cmp.serving_levels)} serving levels within the band" if cmp.serving_levels else ""
         return (
@@ -429,6 +440,22 @@ class Procedure:
             f"{len(cmp.collectives)} series within the band{levels}"
             + (f"; better: {', '.join(better)}" if better else ""),
         )
+
+    def _interleaved(self, rounds: int) -> tuple[list[PlanRun], list[PlanRun], list[PlanRun], list[str]]:
+        """The interleaved schedule's runs of A, B and A' over `rounds` rounds (those already run,
+        by label, kept), and their labels in time order."""
+        assert self.b is not None
+        nodes = self.state.nodes
+        both = {n: {self.a.name, self.b.name} for n in nodes}
+        slots = interleaved_schedule(self.a.name, self.b.name, both, rounds=rounds, nodes_per_run=len(nodes))
+        arms: dict[str, list[PlanRun]] = {"A": [], "B": [], "A-control": []}
+        order = []
+        for s in slots:
+            label = f"ab{s.order + 1}-{s.arm}"
+            run = self._runs(label)[0] if self._runs(label) else self._plan(s.stack, s.nodes, label)
+            arms[s.arm].append(run)
+            order.append(label)
+        return arms["A"], arms["B"], arms["A-control"], order
 
     def _rollback(self) -> Outcome:
         gate = f"{self.a.name} provisioned again on every node (B removed with its venv)"

@@ -282,6 +282,9 @@ class Comparison(StrictModel):
     mode: CompareMode
     why_mode: str
     order: list[str] = Field(description="the plan runs compared, in time order (labels)")
+    rounds: int | None = Field(
+        default=None, description="interleaved rounds run (more than asked when a figure was blind)"
+    )
     collectives: list[CollectiveDecision] = Field(default_factory=list)
     serving: ServingDecision | None = None
     serving_levels: list[ServingLevelDecision] = Field(default_factory=list)

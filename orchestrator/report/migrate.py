@@ -217,7 +217,8 @@ def serving_sections(r: MigrateRun) -> list[Section]:
             for lv in c.serving_levels
             for f in lv.figures
         ]
-        after = [f"{lv.step} {lv.level}: {lv.direction}: {lv.reason}" for lv in c.serving_levels]
+        after = [f"interleaved rounds: {c.rounds}"] if c.rounds is not None else []
+        after += [f"{lv.step} {lv.level}: {lv.direction}: {lv.reason}" for lv in c.serving_levels]
         after += [f"{lv.step} {lv.level} blind: {b}" for lv in c.serving_levels for b in lv.blind]
         after += [
             f"{lv.step} {lv.level} {k} (A's runs, then B's): "

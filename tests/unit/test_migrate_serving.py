@@ -8,6 +8,7 @@ bin/transformers is the stand-in with that arm's flags.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,15 @@ class Ops(ClusterOps):
         self.fingerprint = fake.fingerprint  # type: ignore[method-assign]
 
 
-def _migrate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, b_flags: str, extra: str = "") -> MigrateRun:
+def _migrate(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    b_flags: str,
+    extra: str = "",
+    *,
+    to: str = "cpu-gloo-next",
+    rounds: int = 2,
+) -> MigrateRun:
     for arm in ("a", "b"):
         (tmp_path / arm).mkdir(parents=True)
     req_a, _ = setup(tmp_path / "a", engine_flags="--echo")
@@ -46,8 +55,8 @@ def _migrate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, b_flags: str, extr
     monkeypatch.setattr("orchestrator.stacks.stack_python", lambda name: (prefix[str(name)], {}))
     fake = FakeCluster(["localhost"])
     req = MigrateRequest(
-        inventory=req_a.inventory, from_stack="cpu-gloo", to_stack="cpu-gloo-next", plan=str(plan),
-        out_dir=tmp_path / "runs",
+        inventory=req_a.inventory, from_stack="cpu-gloo", to_stack=to, plan=str(plan),
+        out_dir=tmp_path / "runs", rounds=rounds,
     )  # fmt: skip
     state = run_migration(req, ops_factory=lambda life, cluster, p: Ops(life, cluster, p, fake))
     return state
@@ -149,3 +158,23 @@ def test_plan_show_states_what_the_compare_must_detect(
     code, out, err = run_cli(capsys, "plan", "show", "--plan", str(plan), "-i", str(req.inventory))
     assert code == 0, err
     assert "migrate compare must detect: ttft_p99 10%, output_tokens_per_s 20%" in out
+
+
+def test_interleaved_compare_adds_rounds_up_to_the_bound_then_names_the_figure_blind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A against A on one installation: interleaved; TTFT p99 at 1% can never be seen (floor 5%)
+    monkeypatch.setattr("orchestrator.migrate.procedure.MAX_ROUNDS", 3)
+    blind = "thresholds: {detect: {ttft_p99: 1%}}\n"
+    state = _migrate(tmp_path / "z", monkeypatch, "--echo", blind, to="cpu-gloo", rounds=1)
+    cmp = state.comparison
+    assert cmp is not None and cmp.mode == "interleaved" and cmp.rounds == 3
+    assert len(cmp.order) == 9 and cmp.order[:3] == ["ab1-A", "ab2-B", "ab3-A-control"]
+    assert cmp.quality["fake-r1"].passed and cmp.quality["fake-r1"].b_vs_a.exact_match == 1.0
+    for lv in cmp.serving_levels:
+        (ttft,) = [f for f in lv.figures if f.figure == "ttft_p99"]
+        assert ttft.verdict == "blind" and ttft.change.n_a == 300  # 3 runs of A, 100 requests each
+    assert state.failed_phase == "compare"
+    assert "blind after 3 interleaved rounds, the bound is 3" in (state.failure or "")
+    events = [json.loads(x) for x in (state.run_dir / "journal.jsonl").read_text().splitlines()]
+    assert [e["rounds"] for e in events if e.get("event") == "migrate_more_rounds"] == [3]
