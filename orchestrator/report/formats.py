@@ -170,7 +170,7 @@ def _run_case(rec: RunRecord) -> Case:
         classname=f"orch.{rec.plan_name}",
         name=f"{rec.kind} {rec.run_id}",
         outcome=_RUN_OUTCOME[rec.status],
-        message=f"run {rec.status}, exit {rec.exit_code}",
+        message=f"run {rec.status}, exit {rec.exit_code}" + (f": {rec.error}" if rec.error else ""),
         time_s=rec.wall_s,
     )
 

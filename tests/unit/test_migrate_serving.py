@@ -22,8 +22,10 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.migrate import MigrateRun, PlanRun, ServingFigures
 from orchestrator.models.plan import Plan, Thresholds
 from orchestrator.models.requests import MigrateRequest
+from orchestrator.report.formats import render_junit
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.migrate import ClusterOps, run_migration
+from orchestrator.store.load import load_run
 
 
 class Ops(ClusterOps):
@@ -90,6 +92,9 @@ def test_b_that_changes_answers_fails_the_canary_quality_gate_and_rolls_back(
     assert "## Output quality, B against A" in report and "FAILED" in report
     assert "exact match 0.0% (n=32)" in report and "## Serving figures per plan run" in report
     assert report.count("fake-r1 c4") >= 4  # baseline, control, canary, certify
+    # JUnit of the run (orch report --format junit): one failed case that says why, with the figures
+    junit = render_junit(load_run(state.run_dir))
+    assert "<failure" in junit and "exact match 0.0% (n=32)" in junit, junit
 
 
 def test_same_answers_pass_quality_and_a_figure_the_band_cannot_see_is_blind(
