@@ -13,15 +13,19 @@ from pathlib import Path
 
 import pytest
 from test_cli_usage import run_cli
-from test_migrate_run import FakeCluster
+from test_migrate_run import LAB_INI, FakeCluster
 from test_serving_quality import GATE
 from test_serving_run import setup
 
+from orchestrator.inventory import load_inventory
 from orchestrator.migrate.ab import serving_levels
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.migrate import MigrateRun, PlanRun, ServingFigures
 from orchestrator.models.plan import Plan, Thresholds
+from orchestrator.models.quality import OutputFigures
 from orchestrator.models.requests import MigrateRequest
+from orchestrator.models.results import Percentiles
 from orchestrator.report.formats import render_junit
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.migrate import ClusterOps, run_migration
@@ -183,3 +187,78 @@ def test_interleaved_compare_adds_rounds_up_to_the_bound_then_names_the_figure_b
     assert "blind after 3 interleaved rounds, the bound is 3" in (state.failure or "")
     events = [json.loads(x) for x in (state.run_dir / "journal.jsonl").read_text().splitlines()]
     assert [e["rounds"] for e in events if e.get("event") == "migrate_more_rounds"] == [3]
+
+
+class Served(FakeCluster):
+    """test_migrate_run's fake cluster whose plan runs also carry a serving level and quality
+    outputs: B (the `b` stack) at `b_speed` x A's throughput and A's TTFT p99 / `b_speed`; the
+    certify re-run's TTFT p99 given; the quality judgement failing for the plan runs named."""
+
+    def __init__(self, nodes: list[str], b: str, b_speed: float, certify_ttft: float, fail: set[str]) -> None:
+        super().__init__(nodes)
+        self.b, self.b_speed, self.certify_ttft, self.fail = b, b_speed, certify_ttft, fail
+        self.judged: list[tuple[str, str]] = []
+
+    def run_plan(self, stack: str, nodes: list[str], label: str, *, faults: bool) -> PlanRun:
+        run = super().run_plan(stack, nodes, label, faults=faults)
+        speed = self.b_speed if stack == self.b else 1.0
+        ttft = self.certify_ttft if label == "certify" else 50.0 / speed
+        ttft *= 1.01 if label == "control" else 1.0
+        run.serving = [
+            ServingFigures(step="chat-r1", level="c4", n=200, ttft_p99_ms=ttft, ttft_n=200, itl_p99_ms=5.0,
+                           itl_n=600, tpot_p99_ms=5.0, tpot_n=200, output_tokens_per_s=100.0 * speed,
+                           slo_attainment=1.0, error_rate=0.0, abort_rate=0.0)
+        ]  # fmt: skip
+        run.quality_outputs = {"chat-r1": f"steps/{label}-chat-r1/quality"}
+        return run
+
+    def judge_quality(self, a: PlanRun, b: PlanRun) -> dict[str, QualityJudgement]:
+        self.judged.append((a.label, b.label))
+        ok = b.label not in self.fail
+        none = Percentiles(n=0)
+        fig = OutputFigures(name="B vs A", n=32, unit="words", exact_match=1.0 if ok else 0.5,
+                            agreed=none, first_divergence=none)  # fmt: skip
+        floor = fig.model_copy(update={"name": "A vs A (run twice)", "exact_match": 1.0})
+        reasons = [] if ok else ["exact match 50.0% (n=32) below 0.95 x the A-against-A floor 100.0%"]
+        return {"chat-r1": QualityJudgement(passed=ok, reasons=reasons, b_vs_a=fig, floor=[floor])}
+
+
+def _served(tmp_path: Path, fake: Served) -> MigrateRun:
+    req = MigrateRequest(inventory=LAB_INI, from_stack="cpu-gloo", to_stack=fake.b, plan="smoke",
+                         out_dir=tmp_path)  # fmt: skip
+    return run_migration(req, ops_factory=lambda life, cluster, plan: fake)
+
+
+def test_a_failed_quality_gate_fails_the_compare_and_rolls_back_even_when_b_is_faster(tmp_path: Path) -> None:
+    nodes = [n.name for n in load_inventory(LAB_INI).nodes]
+    fake = Served(nodes, "cpu-gloo-next", b_speed=1.5, certify_ttft=50.0, fail={"scale"})
+    state = _served(tmp_path, fake)
+    # the gate ran at the canary (passed there) and in the compare (B's scale run against A's baseline)
+    assert fake.judged == [("baseline", "canary"), ("baseline", "scale")]
+    phases = {p.phase: p.state for p in state.phases}
+    assert phases["canary"] == "passed" and phases["compare"] == "failed" and state.failed_phase == "compare"
+    cmp = state.comparison
+    assert cmp is not None
+    (lv,) = cmp.serving_levels
+    assert lv.direction == "better"  # faster on every figure, and still not accepted
+    assert "fails the output-quality gate" in (state.failure or "")
+    assert "exact match 50.0% (n=32)" in (state.failure or "") and "A-against-A floor" in (
+        state.failure or ""
+    )
+    assert phases["rollback"] == "passed" and state.rolled_back and phases["certify"] == "passed"
+
+
+def test_certify_judges_as_serving_figures_within_the_band(tmp_path: Path) -> None:
+    nodes = [n.name for n in load_inventory(LAB_INI).nodes]
+    # B is A; the certify re-run on A has twice the TTFT p99: certify fails naming step, level, figure
+    fake = Served(nodes, "cpu-gloo-next", b_speed=1.0, certify_ttft=100.0, fail=set())
+    state = _served(tmp_path, fake)
+    phases = {p.phase: p for p in state.phases}
+    assert (
+        phases["compare"].state == "passed" and "1 serving levels within the band" in phases["compare"].reason
+    )
+    assert phases["certify"].state == "failed"
+    assert (
+        "serving chat-r1 level c4 worse" in phases["certify"].reason
+        and "ttft_p99" in phases["certify"].reason
+    )
