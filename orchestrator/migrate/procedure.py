@@ -487,6 +487,8 @@ class Procedure:
         )
         if again.worse:
             return "failed", gate, "the re-run on A is worse than the baseline: " + "; ".join(again.worse)
+        if why := self._quality_gate(self._quality(base[0], rerun)):
+            return "failed", gate, "the re-run on A answers otherwise than the baseline: " + why
         return "passed", gate, f"{len(self.state.nodes)} nodes equal {against}; the re-run is within the band"
 
 

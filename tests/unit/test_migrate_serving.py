@@ -88,6 +88,9 @@ def test_b_that_changes_answers_fails_the_canary_quality_gate_and_rolls_back(
         assert all(f.n == 100 and f.ttft_n == 100 and f.ttft_p99_ms for f in r.serving)
     j = runs["canary"].quality["fake-r1"]
     assert not j.passed and j.b_vs_a.exact_match == 0.0
+    # A's answers after the rollback are A's answers before it
+    again = runs["certify"].quality["fake-r1"]
+    assert again.passed and again.b_vs_a.exact_match == 1.0
     # certify re-ran A's serving figures and judged them with the band (its phase says so)
     cert = next(p for p in state.phases if p.phase == "certify")
     assert "re-run of the plan on A" in cert.gate
@@ -234,7 +237,8 @@ def test_a_failed_quality_gate_fails_the_compare_and_rolls_back_even_when_b_is_f
     fake = Served(nodes, "cpu-gloo-next", b_speed=1.5, certify_ttft=50.0, fail={"scale"})
     state = _served(tmp_path, fake)
     # the gate ran at the canary (passed there) and in the compare (B's scale run against A's baseline)
-    assert fake.judged == [("baseline", "canary"), ("baseline", "scale")]
+    # and in certify: A's re-run after the rollback against A's baseline
+    assert fake.judged == [("baseline", "canary"), ("baseline", "scale"), ("baseline", "certify")]
     phases = {p.phase: p.state for p in state.phases}
     assert phases["canary"] == "passed" and phases["compare"] == "failed" and state.failed_phase == "compare"
     cmp = state.comparison
