@@ -254,6 +254,32 @@ class CapacitySearch(StrictModel):
         return self
 
 
+class AgenticSessions(StrictModel):
+    """Multi-turn sessions, as an agent calls a model again and again: `sessions` sessions of `turns`
+    turns each; every turn resends the whole history (the shared system prompt, the earlier user
+    messages and the model's answers) and adds one user message of the load's input_tokens,
+    answered with up to output_tokens. `concurrency` sessions run at once; a turn waits
+    think_time_s after the answer before it (docs/serving.md, "Agentic sessions")."""
+
+    sessions: int = Field(ge=1, le=100_000, description="sessions counted at this level")
+    turns: int = Field(ge=1, le=1000, description="turns of each session")
+    concurrency: int | None = Field(
+        default=None, ge=1, le=100_000, description="sessions at once (default: all of them)"
+    )
+    system_prompt_tokens: int = Field(
+        default=0, ge=0, le=1_000_000, description="the shared system prompt in front of every history"
+    )
+    think_time_s: float = Field(
+        default=0, ge=0, le=3600, description="wait after an answer, before the next turn"
+    )
+    warmup_sessions: int = Field(default=0, ge=0, le=10_000, description="sessions sent first, not counted")
+
+    @property
+    def level(self) -> str:
+        """The level's name: s8x4 (8 sessions of 4 turns)."""
+        return f"s{self.sessions}x{self.turns}"
+
+
 class ServingLoad(StrictModel):
     """How requests are sent: the levels, the lengths, and how many requests each level counts."""
 
@@ -306,6 +332,11 @@ class ServingLoad(StrictModel):
         description="search the highest Poisson rate that meets the SLOs (docs/serving.md, "
         "'Capacity search')",
     )
+    sessions: AgenticSessions | None = Field(
+        default=None,
+        description="one level of multi-turn sessions whose history grows turn by turn (docs/serving.md, "
+        "'Agentic sessions'), after the concurrency levels and rates",
+    )
 
     @field_validator("concurrency", "rates")
     @classmethod
@@ -316,8 +347,9 @@ class ServingLoad(StrictModel):
 
     @model_validator(mode="after")
     def _complete(self) -> ServingLoad:
-        if not self.concurrency and not self.rates and self.capacity is None:
-            raise ValueError("give concurrency levels, request rates, a capacity search, or several")
+        levels = (self.concurrency, self.rates, self.capacity, self.sessions)
+        if not any(x for x in levels):
+            raise ValueError("give concurrency levels, request rates, a capacity search, sessions, or more")
         if self.requests is None and self.duration_s is None:
             raise ValueError("give requests (per level), duration_s, or both")
         if self.burstiness != 1.0 and not self.rates:
@@ -479,6 +511,15 @@ class ServingWorkload(StrictModel):
                 )
         n_in, n_out = _longest(self.load.input_tokens), _longest(self.load.output_tokens)
         limit = self.model.max_model_len
+        sessions = self.load.sessions
+        if sessions is not None and limit is not None and n_in is not None and n_out is not None:
+            first = sessions.system_prompt_tokens + n_in + n_out
+            if first > limit:
+                raise ValueError(
+                    f"serving {self.name}: a session's first turn (system prompt "
+                    f"{sessions.system_prompt_tokens} + input up to {n_in} + output up to {n_out} tokens) "
+                    f"exceeds model.max_model_len {limit}"
+                )
         if limit is not None and n_in is not None and n_out is not None and n_in + n_out > limit:
             raise ValueError(
                 f"serving {self.name}: input up to {n_in} + output up to {n_out} tokens exceed "

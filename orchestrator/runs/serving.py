@@ -81,15 +81,18 @@ from orchestrator.scheduler.local import LOCAL_ADDR, free_port
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import SERVING_RESULT
 from orchestrator.store.rundir import atomic_write
+from orchestrator.workloads.engine_specs import engine_spec
 from orchestrator.workloads.engines import engine_argv, engine_env, health_path, variant_of
 from orchestrator.workloads.loadgen import (
     LoadGenerator,
+    LoadSpec,
     RecordWriter,
     Target,
     level_specs,
     read_lengths,
     read_trace,
 )
+from orchestrator.workloads.sessions import generator_for, prefix_cache, prefix_cache_counters
 
 HEALTH_POLL_S = 0.5
 WATCH_POLL_S = 1.0
@@ -533,7 +536,8 @@ class ServingRunner:
                         if e is not None and e.health == "healthy":
                             e.load_to_first_answer_s = round(first_ok[rec.server] - t0, 3)
 
-                gen = LoadGenerator(spec, emit)
+                gen = generator_for(spec, emit)
+                cache_before = self._cache_counters(w, res, spec)
                 with self._lock:
                     self._gen = gen
                 threads = self.faults.level_started(res, w.steady, spec.level, gen, live, done)
@@ -552,6 +556,10 @@ class ServingRunner:
                 self.faults.level_ended(threads)  # reverted, and no restart half-way
                 writer.close()
             attach_recovery(res, spec.level, live.snapshot(), w.steady, time.time())
+            if spec.sessions is not None:
+                counters = engine_spec(w.engine).prefix_cache_counters
+                after = self._cache_counters(w, res, spec)
+                res.levels[-1].prefix_cache = prefix_cache(w.engine, counters, cache_before, after)
             if self._expired:
                 limit = f"{self.plan.step_timeout_s} s, step_timeout_s"
                 raise _StepEnded("infra", f"the step's time limit ({limit}) passed during level {spec.level}")
@@ -569,6 +577,16 @@ class ServingRunner:
                 raise _StepEnded(
                     "infra", f"engine on {e.node} ended during level {spec.level}: {job}{left}", e
                 )
+
+    def _cache_counters(
+        self, w: ServingWorkload, res: ServingStepResult, spec: LoadSpec
+    ) -> tuple[float, float] | str | None:
+        """A session level's engines' prefix-cache counters now (None for other levels, or an
+        engine that exposes none: workloads/sessions.py)."""
+        counters = engine_spec(w.engine).prefix_cache_counters
+        if spec.sessions is None or counters is None:
+            return None
+        return prefix_cache_counters([e.url for e in res.engines], counters)
 
     def _search_capacity(self, res: ServingStepResult, w: ServingWorkload) -> None:
         """The workload's capacity search after its fixed levels (runs/capacity.py): each probe's

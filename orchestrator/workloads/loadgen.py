@@ -56,10 +56,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from orchestrator.models.serving import (
+    AgenticSessions,
     DatasetLengths,
     FixedLengths,
     ServingWorkload,
@@ -112,6 +113,8 @@ class LoadSpec:
     trace: Sequence[float] | None = None  # arrival times (s) to replay at `rate`, instead of Poisson
     prompts: Sequence[str] = ()
     """When given, request i sends prompts[i % len] instead of the repeated PROMPT_WORD."""
+    sessions: AgenticSessions | None = None
+    """Multi-turn sessions (workloads/sessions.py runs them; concurrency is the sessions at once)."""
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -127,6 +130,8 @@ class LoadSpec:
 
     @property
     def level(self) -> str:
+        if self.sessions is not None:
+            return self.sessions.level
         return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate:g}"
 
 
@@ -336,9 +341,15 @@ class LoadGenerator:
         s = self.spec
         return s.input_tokens[i % len(s.input_tokens)], s.output_tokens[i % len(s.output_tokens)]
 
-    def _body(self, i: int, n_in: int, n_out: int) -> bytes:
+    def _messages(self, i: int, n_in: int) -> list[dict[str, str]]:
+        """Request i's messages (chat; completions sends their contents as one prompt)."""
         s = self.spec
         prompt = s.prompts[i % len(s.prompts)] if s.prompts else (PROMPT_WORD * n_in).strip()
+        return [{"role": "user", "content": prompt}]
+
+    def _body(self, i: int, n_in: int, n_out: int) -> bytes:
+        s = self.spec
+        messages = self._messages(i, n_in)
         body: dict[str, object] = {
             "model": s.model,
             "max_tokens": n_out,
@@ -348,9 +359,9 @@ class LoadGenerator:
             "temperature": 0,
         }
         if s.api == "chat":
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = messages
         else:
-            body["prompt"] = prompt
+            body["prompt"] = "\n\n".join(m["content"] for m in messages)
         if s.ignore_eos:
             body["ignore_eos"] = True
         return json.dumps(body).encode()
@@ -639,11 +650,11 @@ def level_specs(
     datasets: dict[tuple[str, str], Sequence[int]] | None = None,
     trace: Sequence[float] | None = None,
 ) -> list[LoadSpec]:
-    """One LoadSpec per load level of a plan's workload, in plan order (concurrency levels, then
-    rates), aimed at `targets` (one per replica). Lengths are drawn for warm-up plus counted
-    requests (LENGTHS_CYCLE when the level ends on a duration); input and output lengths use
-    seed and seed + 1. `datasets` maps (path, field) to the lengths read from a dataset spec.
-    `trace`: the arrival times read from the load's trace, replayed at each rate. Raises
+    """One LoadSpec per load level of a plan's workload, in plan order (concurrency levels, rates,
+    then the agentic sessions' level), aimed at `targets` (one per replica). Lengths are drawn for
+    warm-up plus counted requests (LENGTHS_CYCLE when the level ends on a duration); input and
+    output lengths use seed and seed + 1. `datasets` maps (path, field) to the lengths read from a
+    dataset spec. `trace`: the arrival times read from the load's trace, replayed at each rate. Raises
     ValueError for a dataset spec or a trace that was not read."""
     load = w.load
     if load.trace is not None and trace is None:
@@ -666,7 +677,12 @@ def level_specs(
             max_model_len=w.model.max_model_len, trace=trace if rate is not None else None,
         )  # fmt: skip
 
-    return [spec(concurrency=c) for c in load.concurrency] + [spec(rate=r) for r in load.rates]
+    ss = load.sessions  # one level of agentic sessions (workloads/sessions.py), its warm-up in sessions
+    sessions = [] if ss is None else [
+        replace(spec(concurrency=ss.concurrency or ss.sessions), sessions=ss, warmup=ss.warmup_sessions,
+                requests=ss.sessions * ss.turns)
+    ]  # fmt: skip
+    return [spec(concurrency=c) for c in load.concurrency] + [spec(rate=r) for r in load.rates] + sessions
 
 
 def _parse_target(text: str) -> Target:
