@@ -253,6 +253,17 @@ def _capacity_line(w: ServingWorkload) -> list[str]:
             f"{probe_bound(c)} probes (docs/serving.md, 'Capacity search')"]  # fmt: skip
 
 
+def _sessions_line(w: ServingWorkload) -> list[str]:
+    """The workload's agentic session level in one line (none without one)."""
+    s = w.load.sessions
+    if s is None:
+        return []
+    return [f"  sessions {s.level}: {s.sessions} sessions of {s.turns} turns, "
+            f"{s.concurrency or s.sessions} at once, system prompt {s.system_prompt_tokens} tokens, "
+            f"think time {s.think_time_s:g}s, "
+            f"{s.warmup_sessions} warm-up sessions (docs/serving.md, 'Agentic sessions')"]  # fmt: skip
+
+
 def serving_summary(w: ServingWorkload) -> str:
     """A serving workload's model, load, SLOs and thresholds in a few lines. Raises nothing."""
     load, slo, th = w.load, w.slos, w.thresholds
@@ -282,6 +293,7 @@ def serving_summary(w: ServingWorkload) -> str:
             f"{_lengths(load.output_tokens)}, {counted} per level after {load.warmup_requests} warm-up, "
             f"seed {load.seed}",
             *_capacity_line(w),
+            *_sessions_line(w),
             f"  SLOs (attainment, goodput): {', '.join(slos) or 'none'}; "
             f"thresholds: {', '.join(ths) or 'none'}"
             + (f"; price {w.price_per_node_hour:g}/node-hour" if w.price_per_node_hour else ""),

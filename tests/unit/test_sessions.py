@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from sse_server import Behaviour, sse_server
 from test_serving_run import setup
 
+from orchestrator.cli.plan import serving_summary
 from orchestrator.errors import EXIT_OK
 from orchestrator.metrics.serving import level_lines, summarize_level
 from orchestrator.models.serving import AgenticSessions, ServingWorkload
@@ -155,6 +156,7 @@ def test_the_session_level_follows_the_others_in_the_plan() -> None:
                               "warmup_sessions": 1}},
     })  # fmt: skip
     assert load_levels(w) == ["c1", "s4x5"]
+    assert "sessions s4x5: 4 sessions of 5 turns, 2 at once, system prompt 64 tokens" in serving_summary(w)
     specs = level_specs(w, [Target("a", "http://127.0.0.1:8000")])
     assert [s.level for s in specs] == ["c1", "s4x5"]
     ss = specs[1]
