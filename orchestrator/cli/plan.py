@@ -291,7 +291,8 @@ def serving_summary(w: ServingWorkload) -> str:
             + (f", variant {w.variant} (the stack's)" if w.variant else ""),
             f"  load: {load.api}, tokens in {_lengths(load.input_tokens)} / out "
             f"{_lengths(load.output_tokens)}, {counted} per level after {load.warmup_requests} warm-up, "
-            f"seed {load.seed}",
+            f"seed {load.seed}"
+            + (f", prompts from {load.prompts.path} [{load.prompts.field}]" if load.prompts else ""),
             *_capacity_line(w),
             *_sessions_line(w),
             f"  SLOs (attainment, goodput): {', '.join(slos) or 'none'}; "

@@ -226,6 +226,15 @@ class ArrivalTrace(StrictModel):
     unit: Literal["s", "ms"] = Field(default="s", description="the unit of the times (Mooncake's traces: ms)")
 
 
+class DatasetPrompts(StrictModel):
+    """Prompts replayed in turn from a JSONL file: one object per line, `field` a non-empty string;
+    request i sends the (i mod count)-th. Their lengths are the load's input_tokens (a dataset spec
+    on the same file keeps each prompt with its own count)."""
+
+    path: AbsPath = Field(description="absolute path of the JSONL file on the controller")
+    field: Name = Field(default="prompt", description="the key of each line that holds the prompt text")
+
+
 def _longest(spec: TokenLengths) -> int | None:
     """The largest token count a length spec gives; None for a dataset's (known once read)."""
     if isinstance(spec, FixedLengths):
@@ -331,6 +340,11 @@ class ServingLoad(StrictModel):
         default=None,
         description="search the highest Poisson rate that meets the SLOs (docs/serving.md, "
         "'Capacity search')",
+    )
+    prompts: DatasetPrompts | None = Field(
+        default=None,
+        description="the prompts' text from a JSONL file, in turn (instead of a repeated word); their "
+        "lengths stay those of input_tokens",
     )
     sessions: AgenticSessions | None = Field(
         default=None,

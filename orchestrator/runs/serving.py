@@ -90,6 +90,7 @@ from orchestrator.workloads.loadgen import (
     Target,
     level_specs,
     read_lengths,
+    read_prompts,
     read_trace,
 )
 from orchestrator.workloads.sessions import generator_for, prefix_cache, prefix_cache_counters
@@ -514,7 +515,8 @@ class ServingRunner:
         step = res.step
         folder = self.life.rundir.step_dir(step.id)
         targets = [Target(e.node, e.url) for e in res.engines]
-        specs = level_specs(w, targets, datasets=self._datasets(w), trace=self._trace(w))
+        data, trace, prompts = self._datasets(w), self._trace(w), self._prompts(w)
+        specs = level_specs(w, targets, datasets=data, trace=trace, prompts=prompts)
         t0 = self._t_submit
         first_ok: dict[str, float] = {}
         engines = {e.node: e for e in res.engines}
@@ -597,7 +599,7 @@ class ServingRunner:
             return
         folder = self.life.rundir.step_dir(res.step.id)
         targets = [Target(e.node, e.url) for e in res.engines]
-        template = capacity_template(w, targets, datasets=self._datasets(w))
+        template = capacity_template(w, targets, datasets=self._datasets(w), prompts=self._prompts(w))
         files = lambda k, i, r: folder / probe_name(k, i, r)  # noqa: E731
         run = CapacityRun(search, w.slos, template, files, rel=self._rel)
         with self._lock:
@@ -791,6 +793,15 @@ class ServingRunner:
             return read_trace(_data_lines(t.path), t.field, t.unit, source=t.path)
         except (OSError, ValueError) as e:
             raise _StepEnded("infra", f"serving {w.name}: arrival trace not read: {e}") from e
+
+    def _prompts(self, w: ServingWorkload) -> list[str] | None:
+        p = w.load.prompts
+        if p is None:
+            return None
+        try:
+            return read_prompts(_data_lines(p.path), p.field, source=p.path)
+        except (OSError, ValueError) as e:
+            raise _StepEnded("infra", f"serving {w.name}: prompts not read: {e}") from e
 
     def _rel(self, path: Path) -> str:
         return path.relative_to(self.life.root).as_posix()

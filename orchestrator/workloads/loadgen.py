@@ -617,6 +617,19 @@ def read_lengths(lines: Iterator[str] | Sequence[str], field: str, *, source: st
     return out
 
 
+def read_prompts(lines: Iterable[str], field: str, *, source: str = "dataset") -> list[str]:
+    """Prompt texts from JSONL lines (`field` a non-empty string); blank lines skipped. Raises
+    ValueError naming the source and the line."""
+    out: list[str] = []
+    for no, value in _jsonl_field(lines, field, source=source, what="string"):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{source} line {no}: {field} must be a non-empty string, got {value!r:.60}")
+        out.append(value)
+    if not out:
+        raise ValueError(f"{source}: no prompts")
+    return out
+
+
 def token_lengths(
     kind: str, n: int, *, tokens: int = 0, lo: int = 0, hi: int = 0, seed: int = 0
 ) -> list[int]:
@@ -649,16 +662,20 @@ def level_specs(
     *,
     datasets: dict[tuple[str, str], Sequence[int]] | None = None,
     trace: Sequence[float] | None = None,
+    prompts: Sequence[str] | None = None,
 ) -> list[LoadSpec]:
     """One LoadSpec per load level of a plan's workload, in plan order (concurrency levels, rates,
     then the agentic sessions' level), aimed at `targets` (one per replica). Lengths are drawn for
     warm-up plus counted requests (LENGTHS_CYCLE when the level ends on a duration); input and
     output lengths use seed and seed + 1. `datasets` maps (path, field) to the lengths read from a
-    dataset spec. `trace`: the arrival times read from the load's trace, replayed at each rate. Raises
-    ValueError for a dataset spec or a trace that was not read."""
+    dataset spec. `trace`: the arrival times read from the load's trace, replayed at each rate.
+    `prompts`: the texts read from the load's prompts file (read_prompts), sent in turn. Raises
+    ValueError for a dataset spec, a trace or a prompts file that was not read."""
     load = w.load
     if load.trace is not None and trace is None:
         raise ValueError(f"no arrival times read from {load.trace.path}")
+    if load.prompts is not None and not prompts:
+        raise ValueError(f"no prompts read from {load.prompts.path}")
     n = load.warmup_requests + (load.requests if load.requests is not None else LENGTHS_CYCLE)
     data = datasets or {}
 
@@ -675,6 +692,7 @@ def level_specs(
             warmup=load.warmup_requests, api=load.api, timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, seed=load.seed, burstiness=load.burstiness,
             max_model_len=w.model.max_model_len, trace=trace if rate is not None else None,
+            prompts=list(prompts or ()),
         )  # fmt: skip
 
     ss = load.sessions  # one level of agentic sessions (workloads/sessions.py), its warm-up in sessions

@@ -9,10 +9,11 @@ messages and the records' session and turn are its own (docs/serving.md, "Agenti
 - `concurrency` workers each take the next session and run its turns in order; a turn is sent
   when the answer before it has ended and think_time_s has passed;
 - turn 0's prompt is the system prompt (system_prompt_tokens words) and one user message
-  (input_tokens of the request's index); turn t's prompt is turn t-1's, its answer, and a new
-  user message. Its input tokens are counted as turn t-1's prompt tokens (the server's usage
-  where it reports one) + its answer's tokens + the new message's, and a request whose input +
-  output would exceed max_model_len is refused before it is sent (the generator's own check);
+  (input_tokens of the request's index, or the load's prompt text in turn where it has one);
+  turn t's prompt is turn t-1's, its answer, and a new user message. Its input tokens are
+  counted as turn t-1's prompt tokens (the server's usage where it reports one) + its answer's
+  tokens + the new message's, and a request whose input + output would exceed max_model_len
+  is refused before it is sent (the generator's own check);
 - a turn that did not succeed (refused, failed, aborted) ends its session: there is no answer to
   grow the history with, and a refused one would be refused again, longer.
 
@@ -97,8 +98,11 @@ class SessionGenerator(LoadGenerator):
             if (i := self._take(None)) is None:
                 return
             n_user, n_out = super()._lengths(i)
-            # the turn's own words, so that sessions share the system prompt and nothing more
-            user = f"s{k}t{t}" + PROMPT_WORD * (n_user - 1)
+            # the turn's own words, so that sessions share the system prompt and nothing more: a
+            # marker, then the load's prompt text in turn where it has one (load.prompts)
+            prompts = self.spec.prompts
+            text = prompts[i % len(prompts)] if prompts else PROMPT_WORD * (n_user - 1)
+            user = f"s{k}t{t}" + (" " + text if prompts else text)
             history = [*history, {"role": "user", "content": user}]
             with self._lock:
                 self._turn_of[i] = (k, t)
