@@ -256,9 +256,7 @@ def _capacity_line(w: ServingWorkload) -> list[str]:
 def _sessions_line(w: ServingWorkload) -> list[str]:
     """The workload's agentic session level in one line (none without one)."""
     s = w.load.sessions
-    if s is None:
-        return []
-    return [f"  sessions {s.level}: {s.sessions} sessions of {s.turns} turns, "
+    return [] if s is None else [f"  sessions {s.level}: {s.sessions} sessions of {s.turns} turns, "
             f"{s.concurrency or s.sessions} at once, system prompt {s.system_prompt_tokens} tokens, "
             f"think time {s.think_time_s:g}s, "
             f"{s.warmup_sessions} warm-up sessions (docs/serving.md, 'Agentic sessions')"]  # fmt: skip

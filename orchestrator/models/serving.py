@@ -341,15 +341,9 @@ class ServingLoad(StrictModel):
         description="search the highest Poisson rate that meets the SLOs (docs/serving.md, "
         "'Capacity search')",
     )
-    prompts: DatasetPrompts | None = Field(
-        default=None,
-        description="the prompts' text from a JSONL file, in turn (instead of a repeated word); their "
-        "lengths stay those of input_tokens",
-    )
+    prompts: DatasetPrompts | None = Field(default=None, description="prompt texts of a JSONL file, in turn")
     sessions: AgenticSessions | None = Field(
-        default=None,
-        description="one level of multi-turn sessions whose history grows turn by turn (docs/serving.md, "
-        "'Agentic sessions'), after the concurrency levels and rates",
+        default=None, description="one level of agentic sessions (docs/serving.md, 'Agentic sessions')"
     )
 
     @field_validator("concurrency", "rates")
