@@ -358,7 +358,8 @@ class ServingLoad(StrictModel):
         levels = (self.concurrency, self.rates, self.capacity, self.sessions)
         if not any(x for x in levels):
             raise ValueError("give concurrency levels, request rates, a capacity search, sessions, or more")
-        if self.requests is None and self.duration_s is None:
+        fixed = self.concurrency or self.rates or self.capacity is not None  # a session level counts sessions
+        if fixed and self.requests is None and self.duration_s is None:
             raise ValueError("give requests (per level), duration_s, or both")
         if self.burstiness != 1.0 and not self.rates:
             raise ValueError(f"burstiness {self.burstiness:g} shapes open-loop arrivals: give rates too")
@@ -540,8 +541,14 @@ class ServingWorkload(StrictModel):
             for n in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")
             if getattr(self.slos, n) is not None
         ]
-        n = self.load.requests
-        if p99 and (n is None or n < P99_MIN_SAMPLES):
+        n, ss = self.load.requests, self.load.sessions
+        if p99 and ss is not None and ss.sessions * ss.turns < P99_MIN_SAMPLES:
+            raise ValueError(
+                f"serving {self.name}: {', '.join(p99)} judge a p99, which needs sessions x turns >= "
+                f"{P99_MIN_SAMPLES} in the session level (got {ss.sessions * ss.turns})"
+            )
+        fixed = self.load.concurrency or self.load.rates or self.load.capacity is not None
+        if p99 and fixed and (n is None or n < P99_MIN_SAMPLES):
             raise ValueError(
                 f"serving {self.name}: {', '.join(p99)} judge a p99, which needs load.requests >= "
                 f"{P99_MIN_SAMPLES} per level (got {n if n is not None else 'none, only duration_s'})"

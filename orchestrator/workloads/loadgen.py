@@ -56,7 +56,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from orchestrator.models.serving import (
@@ -685,21 +685,23 @@ def level_specs(
 
     inputs, outputs = lengths(load.input_tokens, load.seed), lengths(load.output_tokens, load.seed + 1)
 
-    def spec(concurrency: int | None = None, rate: float | None = None) -> LoadSpec:
+    def spec(
+        concurrency: int | None = None, rate: float | None = None, ss: AgenticSessions | None = None
+    ) -> LoadSpec:
+        # with ss, the level of agentic sessions (workloads/sessions.py): count and warm-up in sessions
         return LoadSpec(
             targets=list(targets), model=w.model.served_name, input_tokens=inputs, output_tokens=outputs,
-            concurrency=concurrency, rate=rate, requests=load.requests, duration_s=load.duration_s,
-            warmup=load.warmup_requests, api=load.api, timeout_s=load.request_timeout_s,
+            concurrency=concurrency, rate=rate, duration_s=load.duration_s,
+            requests=load.requests if ss is None else ss.sessions * ss.turns,
+            warmup=load.warmup_requests if ss is None else ss.warmup_sessions,
+            api=load.api, timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, seed=load.seed, burstiness=load.burstiness,
             max_model_len=w.model.max_model_len, trace=trace if rate is not None else None,
-            prompts=list(prompts or ()),
+            prompts=list(prompts or ()), sessions=ss,
         )  # fmt: skip
 
-    ss = load.sessions  # one level of agentic sessions (workloads/sessions.py), its warm-up in sessions
-    sessions = [] if ss is None else [
-        replace(spec(concurrency=ss.concurrency or ss.sessions), sessions=ss, warmup=ss.warmup_sessions,
-                requests=ss.sessions * ss.turns)
-    ]  # fmt: skip
+    ss = load.sessions
+    sessions = [] if ss is None else [spec(concurrency=ss.concurrency or ss.sessions, ss=ss)]
     return [spec(concurrency=c) for c in load.concurrency] + [spec(rate=r) for r in load.rates] + sessions
 
 

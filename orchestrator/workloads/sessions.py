@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from orchestrator.models.serving_results import PrefixCache, RequestRecord
-from orchestrator.workloads.loadgen import PROMPT_WORD, LoadGenerator, LoadSpec, StreamOutput
+from orchestrator.workloads.loadgen import PROMPT_WORD, LoadGenerator, LoadSpec, StreamOutput, Target
 
 Emit = Callable[[RequestRecord], None]
 OnOutput = Callable[[int, StreamOutput], None]
@@ -73,6 +73,12 @@ class SessionGenerator(LoadGenerator):
 
     def _messages(self, i: int, n_in: int) -> list[dict[str, str]]:
         return self._plan[i][2]
+
+    def _target(self, i: int) -> Target:
+        """A session stays on one replica, as a router with session affinity keeps it (its prefix
+        cache is there)."""
+        k = self._turn_of.get(i, (i, 0))[0]
+        return self.spec.targets[k % len(self.spec.targets)]
 
     # -- sessions --------------------------------------------------------------------------------
 

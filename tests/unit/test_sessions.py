@@ -292,3 +292,31 @@ def test_a_serving_step_runs_the_session_level_and_reports_per_turn_and_the_cach
     rows = [r for r in turn_rows(rec) if r[1] == "s3x3"]
     assert [r[2] for r in rows] == ["0", "1", "2"] and all(r[3] == "3" and r[9] == "3" for r in rows)
     assert 'id="serving-turns"' in str(serving_html(rec))
+
+
+def test_a_session_stays_on_one_replica() -> None:
+    b1, b2 = Behaviour(), Behaviour()
+    with sse_server(b1) as u1, sse_server(b2) as u2:
+        spec = sessions_spec(u1, sessions=4, turns=3)
+        spec.targets = [Target("n1", u1), Target("n2", u2)]
+        recs = run(spec)
+    servers = {s: {r.server for r in recs if r.session == s} for s in range(4)}
+    assert servers == {0: {"n1"}, 1: {"n2"}, 2: {"n1"}, 3: {"n2"}}
+    assert len(b1.bodies) == len(b2.bodies) == 6
+
+
+def sessions_only(**sessions: Any) -> dict[str, Any]:
+    return {
+        "name": "agent", "engine": "external", "url": "http://127.0.0.1:8000", "model": {"name": "m"},
+        "load": {"input_tokens": {"kind": "fixed", "tokens": 16},
+                 "output_tokens": {"kind": "fixed", "tokens": 8}, "sessions": sessions},
+        "slos": {"ttft_p99_ms": 1000},
+    }  # fmt: skip
+
+
+def test_a_sessions_only_load_counts_its_sessions_for_p99() -> None:
+    w = ServingWorkload.model_validate(sessions_only(sessions=25, turns=4))  # no load.requests needed
+    (spec,) = level_specs(w, [Target("a", "http://127.0.0.1:8000")])
+    assert spec.requests == 100 and spec.level == "s25x4"
+    with pytest.raises(ValidationError, match=r"sessions x turns >= 100 in the session level \(got 99\)"):
+        ServingWorkload.model_validate(sessions_only(sessions=33, turns=3))
