@@ -28,7 +28,14 @@ from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from orchestrator.models.serving_results import PrefixCache, RequestRecord
-from orchestrator.workloads.loadgen import PROMPT_WORD, LoadGenerator, LoadSpec, StreamOutput, Target
+from orchestrator.workloads.loadgen import (
+    CONNECT_ERROR_PAUSE_S,
+    PROMPT_WORD,
+    LoadGenerator,
+    LoadSpec,
+    StreamOutput,
+    Target,
+)
 
 Emit = Callable[[RequestRecord], None]
 OnOutput = Callable[[int, StreamOutput], None]
@@ -113,7 +120,8 @@ class SessionGenerator(LoadGenerator):
             with self._lock:
                 self._turn_of[i] = (k, t)
                 self._plan[i] = (before + n_user, n_out, history)
-            self._one(i, warmup)
+            if not self._one(i, warmup):  # no HTTP answer: a dead engine costs a pause, not a spin
+                self._stop.wait(CONNECT_ERROR_PAUSE_S)
             with self._lock:
                 rec = self._records.pop(i, None)
                 answer = self._answers.pop(i, "")

@@ -26,6 +26,7 @@ from orchestrator.models.serving_results import RequestRecord
 from orchestrator.plan import load_levels
 from orchestrator.report.serving import serving_html, serving_markdown, turn_rows
 from orchestrator.runs.scale_test import scale_test
+from orchestrator.scheduler.local import free_port
 from orchestrator.store.load import load_run
 from orchestrator.workloads.loadgen import REFUSED, LoadSpec, Target, level_specs
 from orchestrator.workloads.sessions import (
@@ -320,3 +321,10 @@ def test_a_sessions_only_load_counts_its_sessions_for_p99() -> None:
     assert spec.requests == 100 and spec.level == "s25x4"
     with pytest.raises(ValidationError, match=r"sessions x turns >= 100 in the session level \(got 99\)"):
         ServingWorkload.model_validate(sessions_only(sessions=33, turns=3))
+
+
+def test_a_dead_engine_costs_each_session_one_failed_turn() -> None:
+    port = free_port()  # nothing listens there: connection refused
+    recs = run(sessions_spec(f"http://127.0.0.1:{port}", sessions=3, turns=5))
+    assert sorted((r.session, r.turn, r.status) for r in recs) == [(k, 0, "error") for k in range(3)]
+    assert all(r.http_status is None for r in recs)
