@@ -117,6 +117,16 @@ def engine_processes() -> list[str]:
     return [ln for ln in out.splitlines() if "pgrep" not in ln]
 
 
+def scale_test_plan(inv: Path, folder: Path, name: str, text: str) -> tuple[int, str, Path | None]:
+    """`orch scale-test` of the plan `text` (written to folder/name): its exit code, its output
+    (stdout + stderr), and its run folder (None when it printed no verdict line)."""
+    plan = folder / name
+    plan.write_text(text)
+    proc = orch("scale-test", "-i", str(inv), "--plan", str(plan), "--out", str(folder))
+    has_verdict = any(ln.startswith("verdict:") for ln in proc.stdout.splitlines())
+    return proc.returncode, proc.stdout + proc.stderr, run_dir(proc.stdout) if has_verdict else None
+
+
 def run_dir(out: str) -> Path:
     line = next(ln for ln in out.splitlines() if ln.startswith("verdict:"))
     return REPO / line.rsplit(" — ", 1)[1].strip()
@@ -255,12 +265,8 @@ step_timeout_s: 600
 def test_multi_turn_sessions_report_ttft_per_turn_and_a_long_context_level_stays_within_512(
     lab: Lab, node1_inventory: Path, tmp_path: Path
 ) -> None:
-    plan = tmp_path / "sessions.yaml"
-    plan.write_text(SESSIONS_PLAN)
-    proc = orch("scale-test", "-i", str(node1_inventory), "--plan", str(plan), "--out", str(tmp_path))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    root = run_dir(proc.stdout)
+    code, out, root = scale_test_plan(node1_inventory, tmp_path, "sessions.yaml", SESSIONS_PLAN)
+    assert code == 0 and root is not None, out[-4000:]
     # the long-context level: every request of 480 + 16 tokens answered, none refused
     long = json.loads((root / "steps" / "long-r1" / "serving.json").read_text())
     for lv in long["levels"]:
