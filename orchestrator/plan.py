@@ -285,8 +285,10 @@ def serving_step_id(workload: str, replicas: int) -> str:
 
 
 def load_levels(w: ServingWorkload) -> list[str]:
-    """A workload's load levels in the order they run: `c4` (4 in flight), then `r0.5` (0.5 requests/s)."""
-    return [f"c{c}" for c in w.load.concurrency] + [f"r{r:g}" for r in w.load.rates]
+    """A workload's load levels in the order they run: `c4` (4 in flight), then `r0.5` (0.5 requests/s),
+    then `s8x4` (8 agentic sessions of 4 turns)."""
+    sessions = [w.load.sessions.level] if w.load.sessions is not None else []
+    return [f"c{c}" for c in w.load.concurrency] + [f"r{r:g}" for r in w.load.rates] + sessions
 
 
 def expand_serving_steps(plan: Plan, cluster: Cluster, *, group: str | None = None) -> list[ServingStep]:

@@ -257,6 +257,15 @@ def _capacity_line(w: ServingWorkload) -> list[str]:
             f"{probe_bound(c)} probes (docs/serving.md, 'Capacity search')"]  # fmt: skip
 
 
+def _sessions_line(w: ServingWorkload) -> list[str]:
+    """The workload's agentic session level in one line (none without one)."""
+    s = w.load.sessions
+    return [] if s is None else [f"  sessions {s.level}: {s.sessions} sessions of {s.turns} turns, "
+            f"{s.concurrency or s.sessions} at once, system prompt {s.system_prompt_tokens} tokens, "
+            f"think time {s.think_time_s:g}s, "
+            f"{s.warmup_sessions} warm-up sessions (docs/serving.md, 'Agentic sessions')"]  # fmt: skip
+
+
 def serving_summary(w: ServingWorkload) -> str:
     """A serving workload's model, load, SLOs and thresholds in a few lines. Raises nothing."""
     load, slo, th = w.load, w.slos, w.thresholds
@@ -284,8 +293,10 @@ def serving_summary(w: ServingWorkload) -> str:
             + (f", variant {w.variant} (the stack's)" if w.variant else ""),
             f"  load: {load.api}, tokens in {_lengths(load.input_tokens)} / out "
             f"{_lengths(load.output_tokens)}, {counted} per level after {load.warmup_requests} warm-up, "
-            f"seed {load.seed}",
+            f"seed {load.seed}"
+            + (f", prompts from {load.prompts.path} [{load.prompts.field}]" if load.prompts else ""),
             *_capacity_line(w),
+            *_sessions_line(w),
             f"  SLOs (attainment, goodput): {', '.join(slos) or 'none'}; "
             f"thresholds: {', '.join(ths) or 'none'}"
             + (f"; price {w.price_per_node_hour:g}/node-hour" if w.price_per_node_hour else ""),

@@ -13,6 +13,7 @@ from orchestrator.cli.plan import GroupOpt, PlanOpt, ladder_options
 from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.metrics.capacity import capacity_rows
 from orchestrator.metrics.cost import cost_at_lines, cost_label
+from orchestrator.metrics.serving import prefix_cache_label
 from orchestrator.metrics.serving_recovery import recovery_spread
 from orchestrator.models.container import ContainerChoice
 from orchestrator.models.events import (
@@ -129,6 +130,12 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
             for node, ns in lv.per_node.items():
                 out.print(f"{sid} {lv.level} {node}: {ns.ok}/{ns.n} ok, TTFT {_pcts(ns.ttft_ms)}, "
                           f"ITL {_pcts(ns.itl_ms)}, TPOT {_pcts(ns.tpot_ms)}", markup=False)  # fmt: skip
+            for t in lv.summary.per_turn if lv.summary is not None else []:
+                turn = f"{sid} {lv.level} turn {t.turn}: {t.ok}/{t.n} ok, TTFT {_pcts(t.ttft_ms)}"
+                out.print(turn, markup=False)
+            if lv.prefix_cache is not None:
+                out.print(f"{sid} {lv.level}: prefix-cache hit rate {prefix_cache_label(lv.prefix_cache)}",
+                          markup=False)  # fmt: skip
             if lv.cost is not None:
                 source = f"; price from {lv.cost.source}" if lv.cost.source else ""
                 out.print(f"{sid} {lv.level}: {cost_label(lv.cost)}{source}", markup=False)

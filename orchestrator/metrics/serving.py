@@ -37,9 +37,11 @@ from orchestrator.models.results import Percentiles
 from orchestrator.models.serving import ServingSlos
 from orchestrator.models.serving_results import (
     LevelSummary,
+    PrefixCache,
     RequestRecord,
     ServingComparison,
     SloCheck,
+    TurnFigures,
 )
 
 LATENCY_FIGURES = ("ttft", "itl", "tpot", "e2e")
@@ -206,7 +208,28 @@ def summarize_level(records: Iterable[RequestRecord], slos: ServingSlos | None =
         servers=dict(sorted(Counter(r.server for r in recs).items())),
         p99_log_se={k: p99_log_se(v) for k, v in series.items()},
         drift_log_se=drift_log_se(ok),
+        per_turn=per_turn(recs),
     )
+
+
+def per_turn(records: Iterable[RequestRecord]) -> list[TurnFigures]:
+    """Agentic sessions: TTFT per turn index over the counted records that carry one (each turn's
+    percentiles with its n; a turn's n falls where sessions ended early); [] for other levels."""
+    turns: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.turn is not None and not r.warmup:
+            turns.setdefault(r.turn, []).append(r)
+    out = []
+    for t, rs in sorted(turns.items()):
+        ok = [r for r in rs if r.status == "ok"]
+        out.append(
+            TurnFigures(
+                turn=t, n=len(rs), ok=len(ok),
+                input_tokens_mean=statistics.fmean(r.input_tokens for r in ok) if ok else None,
+                ttft_ms=summarize(v for r in ok if (v := ttft_ms(r)) is not None),
+            )
+        )  # fmt: skip
+    return out
 
 
 def _slo_check(metric: str, limit: float, p: Percentiles) -> SloCheck:
@@ -236,6 +259,15 @@ def by_server(records: Iterable[RequestRecord]) -> dict[str, list[RequestRecord]
     return dict(sorted(out.items()))
 
 
+def prefix_cache_label(pc: PrefixCache | None) -> str:
+    """A session level's prefix-cache hit rate with its counts, or why there is none."""
+    if pc is None:
+        return "-"
+    if pc.hit_rate is None:
+        return pc.note or "-"
+    return f"{pc.hit_rate:.1%} ({pc.hits:.0f} of {pc.queries:.0f} tokens)"
+
+
 def level_lines(s: LevelSummary) -> list[str]:
     """A level's figures as text, every percentile with its n (no figure without its basis)."""
     rate = "-" if s.output_tokens_per_s is None else f"{s.output_tokens_per_s:.4g}"
@@ -248,6 +280,10 @@ def level_lines(s: LevelSummary) -> list[str]:
         f"  TPOT {label(s.tpot_ms, 'ms')}",
         f"  E2E  {label(s.e2e_ms, 'ms')}",
     ]
+    for t in s.per_turn:
+        tokens = "-" if t.input_tokens_mean is None else f"{t.input_tokens_mean:.0f}"
+        ttft = label(t.ttft_ms, "ms")
+        lines.append(f"  turn {t.turn}: {t.ok}/{t.n} ok, input {tokens} tokens on average, TTFT {ttft}")
     if s.slo_attainment is not None:
         slo = ", ".join(
             f"{c.metric.upper()} p99 {'-' if c.p99_ms is None else f'{c.p99_ms:.4g}'} <= {c.limit_ms:g} ms "

@@ -226,6 +226,15 @@ class ArrivalTrace(StrictModel):
     unit: Literal["s", "ms"] = Field(default="s", description="the unit of the times (Mooncake's traces: ms)")
 
 
+class DatasetPrompts(StrictModel):
+    """Prompts replayed in turn from a JSONL file: one object per line, `field` a non-empty string;
+    request i sends the (i mod count)-th. Their lengths are the load's input_tokens (a dataset spec
+    on the same file keeps each prompt with its own count)."""
+
+    path: AbsPath = Field(description="absolute path of the JSONL file on the controller")
+    field: Name = Field(default="prompt", description="the key of each line that holds the prompt text")
+
+
 def _longest(spec: TokenLengths) -> int | None:
     """The largest token count a length spec gives; None for a dataset's (known once read)."""
     if isinstance(spec, FixedLengths):
@@ -252,6 +261,32 @@ class CapacitySearch(StrictModel):
         if self.min_rate >= self.max_rate:
             raise ValueError(f"capacity: min_rate {self.min_rate:g} must be below max_rate {self.max_rate:g}")
         return self
+
+
+class AgenticSessions(StrictModel):
+    """Multi-turn sessions, as an agent calls a model again and again: `sessions` sessions of `turns`
+    turns each; every turn resends the whole history (the shared system prompt, the earlier user
+    messages and the model's answers) and adds one user message of the load's input_tokens,
+    answered with up to output_tokens. `concurrency` sessions run at once; a turn waits
+    think_time_s after the answer before it (docs/serving.md, "Agentic sessions")."""
+
+    sessions: int = Field(ge=1, le=100_000, description="sessions counted at this level")
+    turns: int = Field(ge=1, le=1000, description="turns of each session")
+    concurrency: int | None = Field(
+        default=None, ge=1, le=100_000, description="sessions at once (default: all of them)"
+    )
+    system_prompt_tokens: int = Field(
+        default=0, ge=0, le=1_000_000, description="the shared system prompt in front of every history"
+    )
+    think_time_s: float = Field(
+        default=0, ge=0, le=3600, description="wait after an answer, before the next turn"
+    )
+    warmup_sessions: int = Field(default=0, ge=0, le=10_000, description="sessions sent first, not counted")
+
+    @property
+    def level(self) -> str:
+        """The level's name: s8x4 (8 sessions of 4 turns)."""
+        return f"s{self.sessions}x{self.turns}"
 
 
 class ServingLoad(StrictModel):
@@ -306,6 +341,10 @@ class ServingLoad(StrictModel):
         description="search the highest Poisson rate that meets the SLOs (docs/serving.md, "
         "'Capacity search')",
     )
+    prompts: DatasetPrompts | None = Field(default=None, description="prompt texts of a JSONL file, in turn")
+    sessions: AgenticSessions | None = Field(
+        default=None, description="one level of agentic sessions (docs/serving.md, 'Agentic sessions')"
+    )
 
     @field_validator("concurrency", "rates")
     @classmethod
@@ -316,9 +355,11 @@ class ServingLoad(StrictModel):
 
     @model_validator(mode="after")
     def _complete(self) -> ServingLoad:
-        if not self.concurrency and not self.rates and self.capacity is None:
-            raise ValueError("give concurrency levels, request rates, a capacity search, or several")
-        if self.requests is None and self.duration_s is None:
+        levels = (self.concurrency, self.rates, self.capacity, self.sessions)
+        if not any(x for x in levels):
+            raise ValueError("give concurrency levels, request rates, a capacity search, sessions, or more")
+        fixed = self.concurrency or self.rates or self.capacity is not None  # a session level counts sessions
+        if fixed and self.requests is None and self.duration_s is None:
             raise ValueError("give requests (per level), duration_s, or both")
         if self.burstiness != 1.0 and not self.rates:
             raise ValueError(f"burstiness {self.burstiness:g} shapes open-loop arrivals: give rates too")
@@ -479,6 +520,15 @@ class ServingWorkload(StrictModel):
                 )
         n_in, n_out = _longest(self.load.input_tokens), _longest(self.load.output_tokens)
         limit = self.model.max_model_len
+        sessions = self.load.sessions
+        if sessions is not None and limit is not None and n_in is not None and n_out is not None:
+            first = sessions.system_prompt_tokens + n_in + n_out
+            if first > limit:
+                raise ValueError(
+                    f"serving {self.name}: a session's first turn (system prompt "
+                    f"{sessions.system_prompt_tokens} + input up to {n_in} + output up to {n_out} tokens) "
+                    f"exceeds model.max_model_len {limit}"
+                )
         if limit is not None and n_in is not None and n_out is not None and n_in + n_out > limit:
             raise ValueError(
                 f"serving {self.name}: input up to {n_in} + output up to {n_out} tokens exceed "
@@ -491,8 +541,14 @@ class ServingWorkload(StrictModel):
             for n in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")
             if getattr(self.slos, n) is not None
         ]
-        n = self.load.requests
-        if p99 and (n is None or n < P99_MIN_SAMPLES):
+        n, ss = self.load.requests, self.load.sessions
+        if p99 and ss is not None and ss.sessions * ss.turns < P99_MIN_SAMPLES:
+            raise ValueError(
+                f"serving {self.name}: {', '.join(p99)} judge a p99, which needs sessions x turns >= "
+                f"{P99_MIN_SAMPLES} in the session level (got {ss.sessions * ss.turns})"
+            )
+        fixed = self.load.concurrency or self.load.rates or self.load.capacity is not None
+        if p99 and fixed and (n is None or n < P99_MIN_SAMPLES):
             raise ValueError(
                 f"serving {self.name}: {', '.join(p99)} judge a p99, which needs load.requests >= "
                 f"{P99_MIN_SAMPLES} per level (got {n if n is not None else 'none, only duration_s'})"

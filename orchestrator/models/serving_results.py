@@ -61,6 +61,12 @@ class RequestRecord(StrictModel):
     )
     requested_output_tokens: int = Field(ge=0, description="max_tokens of the request")
     usage_reported: bool = Field(default=False, description="the token counts came from the server's usage")
+    session: int | None = Field(
+        default=None, ge=0, description="agentic sessions: the session it belongs to (None otherwise)"
+    )
+    turn: int | None = Field(
+        default=None, ge=0, description="agentic sessions: its turn in the session, from 0 (None otherwise)"
+    )
 
 
 class SloCheck(StrictModel):
@@ -71,6 +77,28 @@ class SloCheck(StrictModel):
     p99_ms: float | None = Field(description="None when n < 100 (p99 not defined)")
     n: int
     met: bool | None = Field(description="None when the p99 is not defined")
+
+
+class TurnFigures(StrictModel):
+    """Agentic sessions: the TTFT of one turn index over all sessions (its history grows with it)."""
+
+    turn: int = Field(ge=0, description="the turn, from 0")
+    n: int = Field(ge=0, description="counted requests of this turn")
+    ok: int = Field(ge=0)
+    input_tokens_mean: float | None = Field(
+        default=None, description="mean prompt tokens of its successful requests"
+    )
+    ttft_ms: Percentiles
+
+
+class PrefixCache(StrictModel):
+    """The engines' prefix-cache hit rate over a level (their counters read before and after it), or
+    why there is none: hit_rate None with `note` (never 0 for a figure the engine does not expose)."""
+
+    hits: float | None = None
+    queries: float | None = None
+    hit_rate: float | None = Field(default=None, description="hits / queries over the level (tokens)")
+    note: str | None = Field(default=None, description="why there is no hit rate: not exposed by <engine>, …")
 
 
 class LevelSummary(StrictModel):
@@ -117,6 +145,9 @@ class LevelSummary(StrictModel):
         "figure on the log scale, from 5 blocks of consecutive successful requests (output tokens/s of "
         "each block; the p95 latency of each block): how much the figure moved within the run, "
         "which one run's p99 order statistics do not see (None under 50 successful requests)",
+    )
+    per_turn: list[TurnFigures] = Field(
+        default_factory=list, description="agentic sessions: TTFT per turn index (empty for other levels)"
     )
 
     @model_validator(mode="before")
@@ -372,6 +403,9 @@ class ServingLevelResult(StrictModel):
     baseline: BaselineRatios | None = Field(
         default=None,
         description="its ratios to the plan's baseline, when it names one and the baseline has the level",
+    )
+    prefix_cache: PrefixCache | None = Field(
+        default=None, description="agentic sessions: the engines' prefix-cache hit rate over the level"
     )
 
 

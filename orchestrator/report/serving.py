@@ -120,6 +120,24 @@ FIGURE_HEAD = ["step", "level", "n", "ok", "errors", "aborted", "requests/s", "o
                *(f"{m} {q}" for m in ("TTFT ms", "ITL ms", "TPOT ms", "E2E ms") for q in ("p50", "p95", "p99", "n"))]  # fmt: skip
 
 
+def turn_rows(rec: RunRecord) -> list[list[str]]:
+    """Agentic sessions: step, level, turn, n, ok, mean input tokens, TTFT p50/p95/p99/n, and the
+    level's prefix-cache hit rate (on its first turn's row)."""
+
+    def rows(lv: Level) -> list[list[str]]:
+        return [
+            [lv.step.step.id, lv.summary.level, str(t.turn), str(t.n), str(t.ok), _p(t.input_tokens_mean),
+             *_pct(t.ttft_ms), M.prefix_cache_label(lv.result.prefix_cache) if k == 0 else ""]
+            for k, t in enumerate(lv.summary.per_turn)
+        ]  # fmt: skip
+
+    return [row for lv in levels(rec) for row in rows(lv)]
+
+
+TURN_HEAD = ["step", "level", "turn", "n", "ok", "input tokens (mean)", "TTFT ms p50", "TTFT ms p95",
+             "TTFT ms p99", "TTFT n", "prefix-cache hit rate"]  # fmt: skip
+
+
 def cost_part_rows(rec: RunRecord) -> list[list[str]]:
     """Per level with a cost by part, then each capacity's (level "capacity"): one row per part (its cost per hour, or why it is missing),
     then the total with the figures per request and per 1M output tokens, partial or complete."""
@@ -267,6 +285,7 @@ def serving_markdown(rec: RunRecord) -> list[str]:
         ("Cost", COST_HEAD, cost_rows(rec)),
         ("Cost by part (a missing part is named, not counted)", COST_PART_HEAD, cost_part_rows(rec)),
         ("Capacity at SLO (capacity search)", SEARCH_HEAD, search_rows(rec)),
+        ("Agentic sessions: TTFT per turn (the history grows with the turn)", TURN_HEAD, turn_rows(rec)),
         ("Against the baseline (this run / the baseline's)", BASELINE_HEAD, baseline_rows(rec)),
         ("Model load times", LOAD_HEAD, load_rows(rec)),
         ("Faults during serving (seconds after the fault)", FAULT_HEAD, fault_rows(rec)),
@@ -397,6 +416,12 @@ def serving_html(rec: RunRecord, report_dir: Path | None = None) -> Markup:
         ("SLOs, attainment and goodput", SLO_HEAD, slo_rows(rec), "serving-slos"),
         ("Cost", COST_HEAD, cost_rows(rec), "serving-cost"),
         ("Capacity at SLO (capacity search)", SEARCH_HEAD, search_rows(rec), "serving-capacity"),
+        (
+            "Agentic sessions: TTFT per turn (the history grows with the turn)",
+            TURN_HEAD,
+            turn_rows(rec),
+            "serving-turns",
+        ),
         (
             "Cost by part (a missing part is named, not counted)",
             COST_PART_HEAD,

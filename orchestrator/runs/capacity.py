@@ -28,7 +28,11 @@ def probe_name(repeat: int, index: int, rate: float) -> str:
 
 
 def capacity_template(
-    w: ServingWorkload, targets: Sequence[Target], *, datasets: dict[tuple[str, str], Sequence[int]]
+    w: ServingWorkload,
+    targets: Sequence[Target],
+    *,
+    datasets: dict[tuple[str, str], Sequence[int]],
+    prompts: Sequence[str] | None = None,
 ) -> LoadSpec:
     """The open-loop LoadSpec of a workload's probes (lengths, warm-up, count, client settings as
     its levels have them) at min_rate; each probe replaces rate and seed. Raises ValueError when
@@ -37,7 +41,7 @@ def capacity_template(
     if search is None:
         raise ValueError(f"serving {w.name}: no load.capacity")
     load = w.load.model_copy(update={"concurrency": [], "rates": [search.min_rate]})
-    return level_specs(w.model_copy(update={"load": load}), targets, datasets=datasets)[0]
+    return level_specs(w.model_copy(update={"load": load}), targets, datasets=datasets, prompts=prompts)[0]
 
 
 class CapacityRun:

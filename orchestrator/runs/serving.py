@@ -81,15 +81,19 @@ from orchestrator.scheduler.local import LOCAL_ADDR, free_port
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import SERVING_RESULT
 from orchestrator.store.rundir import atomic_write
+from orchestrator.workloads.engine_specs import engine_spec
 from orchestrator.workloads.engines import engine_argv, engine_env, health_path, variant_of
 from orchestrator.workloads.loadgen import (
     LoadGenerator,
+    LoadSpec,
     RecordWriter,
     Target,
     level_specs,
     read_lengths,
+    read_prompts,
     read_trace,
 )
+from orchestrator.workloads.sessions import generator_for, prefix_cache, prefix_cache_counters
 
 HEALTH_POLL_S = 0.5
 WATCH_POLL_S = 1.0
@@ -511,7 +515,8 @@ class ServingRunner:
         step = res.step
         folder = self.life.rundir.step_dir(step.id)
         targets = [Target(e.node, e.url) for e in res.engines]
-        specs = level_specs(w, targets, datasets=self._datasets(w), trace=self._trace(w))
+        data, trace, prompts = self._datasets(w), self._trace(w), self._prompts(w)
+        specs = level_specs(w, targets, datasets=data, trace=trace, prompts=prompts)
         t0 = self._t_submit
         first_ok: dict[str, float] = {}
         engines = {e.node: e for e in res.engines}
@@ -533,7 +538,8 @@ class ServingRunner:
                         if e is not None and e.health == "healthy":
                             e.load_to_first_answer_s = round(first_ok[rec.server] - t0, 3)
 
-                gen = LoadGenerator(spec, emit)
+                gen = generator_for(spec, emit)
+                cache_before = self._cache_counters(w, res, spec)
                 with self._lock:
                     self._gen = gen
                 threads = self.faults.level_started(res, w.steady, spec.level, gen, live, done)
@@ -552,6 +558,10 @@ class ServingRunner:
                 self.faults.level_ended(threads)  # reverted, and no restart half-way
                 writer.close()
             attach_recovery(res, spec.level, live.snapshot(), w.steady, time.time())
+            if spec.sessions is not None:
+                counters = engine_spec(w.engine).prefix_cache_counters
+                after = self._cache_counters(w, res, spec)
+                res.levels[-1].prefix_cache = prefix_cache(w.engine, counters, cache_before, after)
             if self._expired:
                 limit = f"{self.plan.step_timeout_s} s, step_timeout_s"
                 raise _StepEnded("infra", f"the step's time limit ({limit}) passed during level {spec.level}")
@@ -570,6 +580,16 @@ class ServingRunner:
                     "infra", f"engine on {e.node} ended during level {spec.level}: {job}{left}", e
                 )
 
+    def _cache_counters(
+        self, w: ServingWorkload, res: ServingStepResult, spec: LoadSpec
+    ) -> tuple[float, float] | str | None:
+        """A session level's engines' prefix-cache counters now (None for other levels, or an
+        engine that exposes none: workloads/sessions.py)."""
+        counters = engine_spec(w.engine).prefix_cache_counters
+        if spec.sessions is None or counters is None:
+            return None
+        return prefix_cache_counters([e.url for e in res.engines], counters)
+
     def _search_capacity(self, res: ServingStepResult, w: ServingWorkload) -> None:
         """The workload's capacity search after its fixed levels (runs/capacity.py): each probe's
         records in steps/<step>/records-capacity-<repeat>-<probe>-r<rate>.jsonl. A capacity that
@@ -579,7 +599,7 @@ class ServingRunner:
             return
         folder = self.life.rundir.step_dir(res.step.id)
         targets = [Target(e.node, e.url) for e in res.engines]
-        template = capacity_template(w, targets, datasets=self._datasets(w))
+        template = capacity_template(w, targets, datasets=self._datasets(w), prompts=self._prompts(w))
         files = lambda k, i, r: folder / probe_name(k, i, r)  # noqa: E731
         run = CapacityRun(search, w.slos, template, files, rel=self._rel)
         with self._lock:
@@ -773,6 +793,15 @@ class ServingRunner:
             return read_trace(_data_lines(t.path), t.field, t.unit, source=t.path)
         except (OSError, ValueError) as e:
             raise _StepEnded("infra", f"serving {w.name}: arrival trace not read: {e}") from e
+
+    def _prompts(self, w: ServingWorkload) -> list[str] | None:
+        p = w.load.prompts
+        if p is None:
+            return None
+        try:
+            return read_prompts(_data_lines(p.path), p.field, source=p.path)
+        except (OSError, ValueError) as e:
+            raise _StepEnded("infra", f"serving {w.name}: prompts not read: {e}") from e
 
     def _rel(self, path: Path) -> str:
         return path.relative_to(self.life.root).as_posix()

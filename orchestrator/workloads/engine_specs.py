@@ -45,6 +45,9 @@ class EngineSpec:
     output_detail: tuple[tuple[str, object], ...] = ()
     """request fields that ask the engine to stream each token's id and logprob (the quality gate,
     workloads/quality.py); () where it gives neither (`transformers serve` ignores `logprobs`)."""
+    prefix_cache_counters: tuple[str, str] | None = None
+    """(hits, queries): the Prometheus counters of its prefix cache on GET /metrics (agentic sessions'
+    hit rate, workloads/sessions.py); None where it exposes none."""
 
     @property
     def needs_gpu(self) -> bool:
@@ -94,7 +97,14 @@ ENGINES: dict[str, EngineSpec] = {
     for e in (
         # vLLM: OpenAI's `logprobs` (a completions integer, a chat boolean: the quality client sends
         # the completions form) and vLLM's own `return_token_ids`; SGLang: `logprobs` only.
-        EngineSpec("vllm", _vllm, output_detail=(("logprobs", 1), ("return_token_ids", True))),
+        # vLLM V1's counters (docs.vllm.ai, usage/metrics, "Production Metrics"), in tokens; the
+        # Prometheus client writes their samples as vllm:prefix_cache_hits_total and _queries_total.
+        EngineSpec(
+            "vllm",
+            _vllm,
+            output_detail=(("logprobs", 1), ("return_token_ids", True)),
+            prefix_cache_counters=("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"),
+        ),
         EngineSpec("sglang", _sglang, output_detail=(("logprobs", 1),)),
         EngineSpec("transformers", _transformers, served_name=False),
         EngineSpec("external", None, health_path=EXTERNAL_HEALTH_PATH),

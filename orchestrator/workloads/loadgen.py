@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from orchestrator.models.serving import (
+    AgenticSessions,
     DatasetLengths,
     FixedLengths,
     ServingWorkload,
@@ -112,6 +113,8 @@ class LoadSpec:
     trace: Sequence[float] | None = None  # arrival times (s) to replay at `rate`, instead of Poisson
     prompts: Sequence[str] = ()
     """When given, request i sends prompts[i % len] instead of the repeated PROMPT_WORD."""
+    sessions: AgenticSessions | None = None
+    """Multi-turn sessions (workloads/sessions.py runs them; concurrency is the sessions at once)."""
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -127,6 +130,8 @@ class LoadSpec:
 
     @property
     def level(self) -> str:
+        if self.sessions is not None:
+            return self.sessions.level
         return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate:g}"
 
 
@@ -336,9 +341,15 @@ class LoadGenerator:
         s = self.spec
         return s.input_tokens[i % len(s.input_tokens)], s.output_tokens[i % len(s.output_tokens)]
 
-    def _body(self, i: int, n_in: int, n_out: int) -> bytes:
+    def _messages(self, i: int, n_in: int) -> list[dict[str, str]]:
+        """Request i's messages (chat; completions sends their contents as one prompt)."""
         s = self.spec
         prompt = s.prompts[i % len(s.prompts)] if s.prompts else (PROMPT_WORD * n_in).strip()
+        return [{"role": "user", "content": prompt}]
+
+    def _body(self, i: int, n_in: int, n_out: int) -> bytes:
+        s = self.spec
+        messages = self._messages(i, n_in)
         body: dict[str, object] = {
             "model": s.model,
             "max_tokens": n_out,
@@ -348,9 +359,9 @@ class LoadGenerator:
             "temperature": 0,
         }
         if s.api == "chat":
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = messages
         else:
-            body["prompt"] = prompt
+            body["prompt"] = "\n\n".join(m["content"] for m in messages)
         if s.ignore_eos:
             body["ignore_eos"] = True
         return json.dumps(body).encode()
@@ -606,6 +617,19 @@ def read_lengths(lines: Iterator[str] | Sequence[str], field: str, *, source: st
     return out
 
 
+def read_prompts(lines: Iterable[str], field: str, *, source: str = "dataset") -> list[str]:
+    """Prompt texts from JSONL lines (`field` a non-empty string); blank lines skipped. Raises
+    ValueError naming the source and the line."""
+    out: list[str] = []
+    for no, value in _jsonl_field(lines, field, source=source, what="string"):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{source} line {no}: {field} must be a non-empty string, got {value!r:.60}")
+        out.append(value)
+    if not out:
+        raise ValueError(f"{source}: no prompts")
+    return out
+
+
 def token_lengths(
     kind: str, n: int, *, tokens: int = 0, lo: int = 0, hi: int = 0, seed: int = 0
 ) -> list[int]:
@@ -638,16 +662,20 @@ def level_specs(
     *,
     datasets: dict[tuple[str, str], Sequence[int]] | None = None,
     trace: Sequence[float] | None = None,
+    prompts: Sequence[str] | None = None,
 ) -> list[LoadSpec]:
-    """One LoadSpec per load level of a plan's workload, in plan order (concurrency levels, then
-    rates), aimed at `targets` (one per replica). Lengths are drawn for warm-up plus counted
-    requests (LENGTHS_CYCLE when the level ends on a duration); input and output lengths use
-    seed and seed + 1. `datasets` maps (path, field) to the lengths read from a dataset spec.
-    `trace`: the arrival times read from the load's trace, replayed at each rate. Raises
-    ValueError for a dataset spec or a trace that was not read."""
+    """One LoadSpec per load level of a plan's workload, in plan order (concurrency levels, rates,
+    then the agentic sessions' level), aimed at `targets` (one per replica). Lengths are drawn for
+    warm-up plus counted requests (LENGTHS_CYCLE when the level ends on a duration); input and
+    output lengths use seed and seed + 1. `datasets` maps (path, field) to the lengths read from a
+    dataset spec. `trace`: the arrival times read from the load's trace, replayed at each rate.
+    `prompts`: the texts read from the load's prompts file (read_prompts), sent in turn. Raises
+    ValueError for a dataset spec, a trace or a prompts file that was not read."""
     load = w.load
     if load.trace is not None and trace is None:
         raise ValueError(f"no arrival times read from {load.trace.path}")
+    if load.prompts is not None and not prompts:
+        raise ValueError(f"no prompts read from {load.prompts.path}")
     n = load.warmup_requests + (load.requests if load.requests is not None else LENGTHS_CYCLE)
     data = datasets or {}
 
@@ -657,16 +685,24 @@ def level_specs(
 
     inputs, outputs = lengths(load.input_tokens, load.seed), lengths(load.output_tokens, load.seed + 1)
 
-    def spec(concurrency: int | None = None, rate: float | None = None) -> LoadSpec:
+    def spec(
+        concurrency: int | None = None, rate: float | None = None, ss: AgenticSessions | None = None
+    ) -> LoadSpec:
+        # with ss, the level of agentic sessions (workloads/sessions.py): count and warm-up in sessions
         return LoadSpec(
             targets=list(targets), model=w.model.served_name, input_tokens=inputs, output_tokens=outputs,
-            concurrency=concurrency, rate=rate, requests=load.requests, duration_s=load.duration_s,
-            warmup=load.warmup_requests, api=load.api, timeout_s=load.request_timeout_s,
+            concurrency=concurrency, rate=rate, duration_s=load.duration_s,
+            requests=load.requests if ss is None else ss.sessions * ss.turns,
+            warmup=load.warmup_requests if ss is None else ss.warmup_sessions,
+            api=load.api, timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, seed=load.seed, burstiness=load.burstiness,
             max_model_len=w.model.max_model_len, trace=trace if rate is not None else None,
+            prompts=list(prompts or ()), sessions=ss,
         )  # fmt: skip
 
-    return [spec(concurrency=c) for c in load.concurrency] + [spec(rate=r) for r in load.rates]
+    ss = load.sessions
+    sessions = [] if ss is None else [spec(concurrency=ss.concurrency or ss.sessions, ss=ss)]
+    return [spec(concurrency=c) for c in load.concurrency] + [spec(rate=r) for r in load.rates] + sessions
 
 
 def _parse_target(text: str) -> Target:

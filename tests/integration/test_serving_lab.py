@@ -117,6 +117,16 @@ def engine_processes() -> list[str]:
     return [ln for ln in out.splitlines() if "pgrep" not in ln]
 
 
+def scale_test_plan(inv: Path, folder: Path, name: str, text: str) -> tuple[int, str, Path | None]:
+    """`orch scale-test` of the plan `text` (written to folder/name): its exit code, its output
+    (stdout + stderr), and its run folder (None when it printed no verdict line)."""
+    plan = folder / name
+    plan.write_text(text)
+    proc = orch("scale-test", "-i", str(inv), "--plan", str(plan), "--out", str(folder))
+    has_verdict = any(ln.startswith("verdict:") for ln in proc.stdout.splitlines())
+    return proc.returncode, proc.stdout + proc.stderr, run_dir(proc.stdout) if has_verdict else None
+
+
 def run_dir(out: str) -> Path:
     line = next(ln for ln in out.splitlines() if ln.startswith("verdict:"))
     return REPO / line.rsplit(" — ", 1)[1].strip()
@@ -207,3 +217,85 @@ def test_the_lab_model_built_twice_in_the_nodes_venv_has_the_pinned_hash(
         on_node("rm", "-rf", base, check=False)
     # the node's venv is the stack's: its versions are the pins, so the pinned hash is compared
     assert check_two_real_builds(builds[0], builds[1], set(tok["model"]["vocab"]), versions), versions
+
+
+# Issue 24, must-show 3: a multi-turn scenario with TTFT per turn, and a long-context level, on the
+# lab model (512 positions). The long level sends 480 + 16 tokens. The sessions' limit is 480, 32
+# below the model's: a turn's count learns the chat template's tokens and the answers' tokens as
+# re-tokenised only from the next usage figure, so orch's count may trail the engine's by a few.
+# They grow by at least 32 tokens a turn (a 64-word system prompt, 32 words per user message,
+# answers of up to 16 tokens), so every session reaches 480 by turn 12 at the latest, and that turn
+# is refused before it is sent.
+SESSIONS_PLAN = f"""\
+name: serve-lab-sessions
+stack: cpu-serve
+collectives: []
+serving:
+  - name: long
+    engine: transformers
+    model: {{path: /opt/orch/models/lab-tiny, max_model_len: 512}}
+    dtype: float32
+    replicas: [1]
+    engine_args: {ENGINE_ARGS}
+    load:
+      concurrency: [1, 4]
+      input_tokens: {{kind: fixed, tokens: 480}}
+      output_tokens: {{kind: fixed, tokens: 16}}
+      requests: 100
+      warmup_requests: 4
+      request_timeout_s: 60
+    health_timeout_s: 240
+  - name: agent
+    engine: transformers
+    model: {{path: /opt/orch/models/lab-tiny, max_model_len: 480}}
+    dtype: float32
+    replicas: [1]
+    engine_args: {ENGINE_ARGS}
+    load:
+      input_tokens: {{kind: fixed, tokens: 32}}
+      output_tokens: {{kind: fixed, tokens: 16}}
+      sessions: {{sessions: 8, turns: 20, concurrency: 4, system_prompt_tokens: 64, warmup_sessions: 1}}
+      api: chat
+      request_timeout_s: 60
+    health_timeout_s: 240
+step_timeout_s: 600
+"""
+
+
+def test_multi_turn_sessions_report_ttft_per_turn_and_a_long_context_level_stays_within_512(
+    lab: Lab, node1_inventory: Path, tmp_path: Path
+) -> None:
+    code, out, root = scale_test_plan(node1_inventory, tmp_path, "sessions.yaml", SESSIONS_PLAN)
+    assert code == 0 and root is not None, out[-4000:]
+    # the long-context level: every request of 480 + 16 tokens answered, none refused
+    long = json.loads((root / "steps" / "long-r1" / "serving.json").read_text())
+    for lv in long["levels"]:
+        s = lv["summary"]
+        assert s["n"] == 100 and s["ok"] == 100 and s["ttft_ms"]["p99"] is not None, (lv["level"], s)
+    # the sessions: the history grows turn by turn, and the turn over 512 is refused before sending
+    res = json.loads((root / "steps" / "agent-r1" / "serving.json").read_text())
+    (lv,) = res["levels"]
+    assert lv["level"] == "s8x20"
+    recs = [json.loads(x) for x in (root / lv["records"]).read_text().splitlines()]
+    counted = [r for r in recs if not r["warmup"]]
+    for k in range(8):
+        turns = sorted((r for r in counted if r["session"] == k), key=lambda r: r["turn"])
+        assert [r["turn"] for r in turns] == list(range(len(turns))), turns
+        ok, last = turns[:-1], turns[-1]
+        assert ok and all(r["status"] == "ok" for r in ok), turns
+        inputs = [r["input_tokens"] for r in ok]
+        assert inputs == sorted(inputs) and len(set(inputs)) == len(inputs), inputs
+        assert last["status"] == "error" and last["error"].startswith("refused before sending"), last
+        assert last["input_tokens"] + last["requested_output_tokens"] > 480, last
+        assert all(r["input_tokens"] + r["requested_output_tokens"] <= 512 for r in ok), ok
+    # TTFT per turn with its n, in the step's figures and on the terminal; no prefix-cache figure
+    per_turn = lv["summary"]["per_turn"]
+    assert per_turn[0]["turn"] == 0 and per_turn[0]["n"] == 8 and per_turn[0]["ttft_ms"]["p50"] is not None
+    assert lv["prefix_cache"]["hit_rate"] is None
+    assert lv["prefix_cache"]["note"] == "not exposed by transformers"
+    assert "agent-r1 s8x20 turn 0: 8/8 ok, TTFT" in out, out[-4000:]
+    assert engine_processes() == []
+    long_p50 = [x["summary"]["ttft_ms"]["p50"] for x in long["levels"]]
+    print("TTFT p50 per turn on the lab (ms): "
+          + ", ".join(f"{t['turn']}: {t['ttft_ms']['p50']} (n={t['n']})" for t in per_turn)
+          + f"; long level TTFT p50 {long_p50} ms")  # fmt: skip

@@ -23,6 +23,7 @@ from orchestrator.plan import (
     load_plan,
     plan_to_yaml,
 )
+from orchestrator.workloads.loadgen import Target, level_specs
 
 
 def cluster(n: int, gpus: int = 1) -> Cluster:
@@ -259,7 +260,9 @@ def test_scale_test_expansion_takes_serving_plans_and_refuses_what_cannot_run(tm
 @pytest.mark.parametrize("name", ["serving-smoke", "serving-acceptance"])
 def test_built_in_serving_plans_count_enough_for_p99(name: str) -> None:
     plan = load_plan(name)
-    assert plan.serving and all((w.load.requests or 0) >= P99_MIN_SAMPLES for w in plan.serving)
+    specs = [s for w in plan.serving for s in level_specs(w, [Target("a", "http://127.0.0.1:8000")])]
+    # each level's planned count (a session level's: sessions x turns)
+    assert specs and all((s.requests or 0) >= P99_MIN_SAMPLES for s in specs)
     assert expand_serving_steps(plan, cluster(3, gpus=8))
 
 
