@@ -1,0 +1,259 @@
+"""Diagnostics as plan steps: the plan's `diagnostics:` validated, expanded into steps (one per tool
+on every node, one per perftest pair of the straggler rounds), rendered as a Slurm job whose values
+the `sh` filter quotes, and run through the step executor with a scheduler that replays the
+published outputs (tests/fixtures/diag/) per node: per-node figures, thresholds, and a node without
+the tool as "not run", never a pass."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fakes import InstantScheduler
+
+from orchestrator.diagnostics.plan_steps import expand_diag_steps, judge_diag_step, with_diag_steps
+from orchestrator.errors import ConfigError
+from orchestrator.inventory import load_inventory
+from orchestrator.metrics.stragglers import round_robin
+from orchestrator.models.cluster import Cluster
+from orchestrator.models.plan import Plan
+from orchestrator.plan import expand_steps, load_plan
+from orchestrator.runs.executor import StepExecutor, job_spec
+from orchestrator.runs.lifecycle import RunLifecycle
+from orchestrator.runs.scale_test import _execute
+from orchestrator.scheduler.base import JobOutput, JobSpec, RankOutput
+from orchestrator.scheduler.slurm import SlurmScheduler
+from orchestrator.store.rundir import new_run_id
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diag"
+NODES = ("node1", "node2", "node3")
+
+
+def _fixture(name: str) -> str:
+    """A published output as the tool printed it (the fixture's source line cut)."""
+    return (FIX / name).read_text().split("\n", 1)[1]
+
+
+def _cluster(tmp_path: Path, vendor: str = "nvidia") -> Cluster:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    inv = tmp_path / "inv.yml"
+    hosts = {n: {"ansible_host": f"198.18.0.{i}", "gpu_vendor": vendor, "gpus_per_node": 1}
+             for i, n in enumerate(NODES, 1)}  # fmt: skip
+    # The run folder is on a share the nodes see (no node folders to make or collect over SSH).
+    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": {"orch_shared_dirs": str(tmp_path)}}}))
+    return load_inventory(inv)
+
+
+def _plan(diagnostics: list[dict[str, Any]], **extra: Any) -> Plan:
+    data = {"name": "diag", "collectives": [], "backend": "slurm", "diagnostics": diagnostics, **extra}
+    return Plan.model_validate(data)
+
+
+# --- the plan ---------------------------------------------------------------------------------------
+
+
+def test_a_plan_of_diagnostics_only_loads_from_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "diag.yaml"
+    path.write_text(
+        "collectives: []\n"
+        "diagnostics:\n"
+        "  - {tool: dcgmi-diag, level: 2}\n"
+        "  - {tool: gpu-burn, duration_s: 30, thresholds: [{figure: gflops, min: 16000}]}\n"
+        "  - {tool: transferbench, preset: a2a}\n"
+        "  - {tool: ib_write_bw, pairs: ring}\n"
+    )
+    plan = load_plan(path)
+    assert [d.tool for d in plan.diagnostics] == ["dcgmi-diag", "gpu-burn", "transferbench", "ib_write_bw"]
+    assert plan.diagnostics[1].thresholds[0].min == 16000
+    assert [d.over_pairs for d in plan.diagnostics] == [False, False, False, True]
+
+
+@pytest.mark.parametrize(
+    ("diag", "message"),
+    [
+        ({"tool": "gpu-burn", "seconds": 60}, "seconds: Extra inputs are not permitted"),
+        ({"tool": "transferbench", "preset": "p2p; rm -rf /"}, "diagnostics.0.preset"),
+        ({"tool": "dcgmi-diag", "level": 5}, "diagnostics.0.level"),
+        ({"tool": "a b"}, "diagnostics.0.tool"),
+    ],
+)
+def test_a_plan_diagnostic_is_validated(tmp_path: Path, diag: dict[str, Any], message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"collectives": [], "diagnostics": [diag]}))
+    with pytest.raises(ConfigError, match=r"plan .*bad\.yaml") as e:
+        load_plan(path)
+    assert message in e.value.message
+
+
+def test_one_step_per_tool_so_a_tool_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"diagnostic tool\(s\) given twice: gpu-burn"):
+        _plan([{"tool": "gpu-burn"}, {"tool": "gpu-burn", "duration_s": 5}])
+
+
+# --- the steps --------------------------------------------------------------------------------------
+
+
+def test_a_tool_runs_once_on_every_node_and_perftest_over_the_straggler_pairs(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path)
+    plan = _plan([{"tool": "dcgmi-diag", "level": 3}, {"tool": "ib_write_bw"}])
+    steps = expand_diag_steps(plan, cluster)
+    pairs = [p for rnd in round_robin(list(NODES)) for p in rnd]
+    assert [s.id for s in steps] == ["diag-dcgmi-diag", *(f"diag-ib_write_bw-{a}-{b}" for a, b in pairs)]
+    assert steps[0].nodes == list(NODES) and steps[0].collectives == [] and steps[0].world_size == 3
+    assert [tuple(s.nodes) for s in steps[1:]] == pairs
+    ring = expand_diag_steps(_plan([{"tool": "ib_read_bw", "pairs": "ring"}]), cluster)
+    assert [s.nodes for s in ring] == [["node1", "node2"], ["node2", "node3"], ["node3", "node1"]]
+
+
+def test_diag_steps_come_before_the_ladder_numbered_again(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path)
+    plan = load_plan("smoke").model_copy(update={"diagnostics": _plan([{"tool": "nvbandwidth"}]).diagnostics})
+    ladder = expand_steps(plan, cluster)
+    steps = with_diag_steps(plan, cluster, ladder)
+    assert [s.id for s in steps] == ["diag-nvbandwidth", *(s.id for s in ladder)]
+    assert [s.index for s in steps] == list(range(len(steps)))
+
+
+@pytest.mark.parametrize(
+    ("diag", "message"),
+    [
+        ({"tool": "rvs"}, "diagnostic rvs: unknown tool"),
+        ({"tool": "dcgmi-diag", "device": "mlx5_0"}, "device and pairs are options of the perftest tests"),
+        ({"tool": "gpu-burn", "duration_s": 600}, "600 s does not fit in step_timeout_s 600"),
+    ],
+)
+def test_a_step_that_cannot_run_is_refused_before_the_run(
+    tmp_path: Path, diag: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as e:
+        expand_diag_steps(_plan([diag]), _cluster(tmp_path))
+    if diag["tool"] == "rvs":
+        assert e.value.hint is not None and "ib_write_bw" in e.value.hint and "dcgmi-diag" in e.value.hint
+
+
+def test_a_pair_test_on_one_node_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="runs over node pairs, and the run has 1 node"):
+        expand_diag_steps(_plan([{"tool": "ib_write_bw"}]), _cluster(tmp_path), group="node1")
+
+
+def test_the_job_script_quotes_the_plan_values(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path)
+    plan = _plan([{"tool": "transferbench", "preset": "a2a"}, {"tool": "ib_send_bw", "device": "mlx5_0"}],
+                 partition="gpu")  # fmt: skip
+    steps = expand_diag_steps(plan, cluster)
+    sched = SlurmScheduler()
+    for step in steps[:2]:
+        spec = job_spec(step, plan, cluster, "slurm", tmp_path / step.id, "/x/python", 20000, run_id="r1")
+        assert spec.partition == "gpu" and spec.time_limit_s == plan.step_timeout_s
+        assert not spec.kill_on_bad_exit and spec.nodes == step.nodes
+        script = sched.render(spec)
+        assert shlex.join(spec.argv) in script  # every value through the `sh` filter
+    tb = job_spec(steps[0], plan, cluster, "slurm", tmp_path, "/x/python", 20000, run_id="r1")
+    assert tb.argv[-2:] == ["TransferBench", "a2a"] and tb.gpus_per_node == 1
+    ib = job_spec(steps[1], plan, cluster, "slurm", tmp_path, "/x/python", 20000, run_id="r1")
+    assert ib.argv[4:] == [steps[1].nodes[0], "ib_send_bw", "--report_gbits", "-s", "1048576", "-D", "5",
+                           "-d", "mlx5_0"]  # fmt: skip
+
+
+# --- the judgement ----------------------------------------------------------------------------------
+
+
+def test_a_pair_is_one_result_and_blames_both_nodes(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path)
+    plan = _plan([{"tool": "ib_write_bw", "thresholds": [{"figure": "bw_average", "min": 100}]}])
+    step = expand_diag_steps(plan, cluster)[0]
+    a, b = step.nodes
+    out = _fixture("ib_write_bw-roce-postlist.txt")
+    judged = judge_diag_step(
+        step, {"rank-0.log": f"orch-diag: node {a}\n", "rank-1.log": f"orch-diag: node {b}\n{out}"}
+    )
+    assert judged.verdict == "fail" and judged.blamed == [a, b]
+    assert [n.node for n in judged.nodes] == [f"{a}-{b}"]
+    assert judged.reasons[0].startswith(f"{a}-{b}: fail: bw_average")
+
+
+# --- through the step executor ----------------------------------------------------------------------
+
+
+class NodeLogs(InstantScheduler):
+    """Every task of a job leaves its own log: what `outputs[node]` says that node printed (None:
+    the wrapper's words for a node without the tool)."""
+
+    def __init__(self, outputs: dict[str, str | None], binary: str) -> None:
+        super().__init__()
+        self.outputs, self.binary = outputs, binary
+
+    def log_for(self, spec: JobSpec) -> Path | None:
+        return None
+
+    def submit(self, spec: JobSpec, *, after: str | None = None) -> str:
+        job = super().submit(spec, after=after)
+        for rank, node in enumerate(spec.nodes):
+            said = self.outputs[node]
+            tail = f"orch-diag: no {self.binary} on {node}\n" if said is None else said
+            (spec.workdir / f"rank-{rank}.log").write_text(f"orch-diag: node {node}\n{tail}")
+        return job
+
+    def fails(self, spec: JobSpec) -> bool:
+        return any(self.outputs[n] is None for n in spec.nodes)
+
+    def collect(self, job_id: str, spec: JobSpec) -> JobOutput:
+        ranks = [
+            RankOutput(rank=i, log=spec.workdir / f"rank-{i}.log")
+            for i in range(len(self.specs[job_id].nodes))
+        ]
+        return JobOutput(job_id=job_id, ranks=ranks)
+
+
+def _run(tmp_path: Path, plan: Plan, sched: NodeLogs) -> dict[str, Any]:
+    cluster = _cluster(tmp_path)
+    steps = with_diag_steps(plan, cluster, expand_steps(plan, cluster))
+    life = RunLifecycle.create(tmp_path / "runs", new_run_id(plan.name))
+    runner = StepExecutor(plan, cluster, steps, sched, "slurm", life, "/x/python")
+    with runner.life:
+        _execute(runner)
+    saved = json.loads((runner.rundir.step_dir(steps[0].id) / "result.json").read_text())
+    return {"result": json.loads((runner.rundir.root / "result.json").read_text()), "step": saved}
+
+
+def test_a_node_without_the_tool_is_not_run_not_a_crash_and_not_a_pass(tmp_path: Path) -> None:
+    dcgmi = _fixture("dcgmi-diag-r3-1gpu.json")
+    plan = _plan([{"tool": "dcgmi-diag", "level": 3}], telemetry_interval_s=0)
+    got = _run(tmp_path, plan, NodeLogs({"node1": dcgmi, "node2": None, "node3": dcgmi}, "dcgmi"))
+    step = got["step"]
+    assert step["verdict"] == "infra"
+    assert step["reasons"] == ["not run: no dcgmi on node2"]
+    assert step["blamed_nodes"] == ["node2"]
+    assert [(n["node"], n["status"]) for n in step["diagnostics"]] == [
+        ("node1", "pass"), ("node2", "missing"), ("node3", "pass"),
+    ]  # fmt: skip
+    # the per-node figures are the printed ones (PCIe GPU to Host bandwidth 13.15 GB/s in the fixture)
+    figures = step["diagnostics"][0]["report"]["figures"]
+    assert {
+        "name": "PCIe",
+        "value": 13.15,
+        "unit": "GB/s",
+        "gpu": 0,
+        "where": "GPU to Host bandwidth",
+    } in figures
+    assert got["result"]["status"] == "infra" and got["result"]["exit_code"] == 3
+
+
+def test_a_node_below_a_plan_threshold_fails_the_step(tmp_path: Path) -> None:
+    burn = _fixture("gpu-burn-a100x8.txt")
+    plan = _plan(
+        [{"tool": "gpu-burn", "duration_s": 30, "thresholds": [{"figure": "gflops", "min": 17000}]}],
+        telemetry_interval_s=0,
+    )
+    got = _run(tmp_path, plan, NodeLogs(dict.fromkeys(NODES, burn), "gpu_burn"))
+    step = got["step"]
+    assert step["verdict"] == "fail" and step["blamed_nodes"] == list(NODES)
+    assert step["reasons"][0].startswith("node1: fail: gflops GPU 0: 16942 Gflop/s below 17000")
+    assert got["result"]["status"] == "failed"
+    passing = _plan([{"tool": "gpu-burn", "duration_s": 30}], telemetry_interval_s=0)
+    ok = _run(tmp_path / "ok", passing, NodeLogs(dict.fromkeys(NODES, burn), "gpu_burn"))
+    assert ok["step"]["verdict"] == "pass" and ok["result"]["status"] == "accepted"
