@@ -36,10 +36,6 @@ from orchestrator.scheduler.base import JobSpec
 
 DEFAULT_BURN_S = 60
 DEFAULT_PERFTEST_S = 5
-# what each node's status makes of the step (the worst one wins, metrics/verdict.worst)
-_STATUS_VERDICT: dict[str, V.Verdict] = {
-    "pass": "pass", "fail": "fail", "missing": "infra", "unreadable": "infra",
-}  # fmt: skip
 
 
 def diag_step_id(d: PlanDiagnostic, pair: Pair | None = None) -> str:
@@ -126,12 +122,6 @@ class DiagJudgement:
     blamed: list[str] = field(default_factory=list)
 
 
-def _reason(r: NodeDiag) -> str:
-    if r.status == "missing":
-        return f"not run: {'; '.join(r.reasons)}"
-    return f"{r.node}: {r.status}: {'; '.join(r.reasons) or 'no reason given'}"
-
-
 def judge_diag_step(step: Step, logs: Mapping[str, str]) -> DiagJudgement:
     """Every task log of the step (log name -> text) judged against its thresholds: one NodeDiag per
     node (a node whose log is absent or names no node is unreadable), or one per pair."""
@@ -150,9 +140,9 @@ def judge_diag_step(step: Step, logs: Mapping[str, str]) -> DiagJudgement:
                     for n in step.nodes if n not in seen]  # fmt: skip
         results.sort(key=lambda r: step.nodes.index(r.node))
     bad = [r for r in results if r.status != "pass"]
-    verdict = V.worst([_STATUS_VERDICT[r.status] for r in results])
+    verdict = V.worst([r.verdict for r in results])
     blamed = [r.node for r in bad] if not d.over_pairs else list(step.nodes) if bad else []
-    return DiagJudgement(verdict=verdict, nodes=results, reasons=[_reason(r) for r in bad], blamed=blamed)
+    return DiagJudgement(verdict=verdict, nodes=results, reasons=[r.note for r in bad], blamed=blamed)
 
 
 def with_diag_steps(

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.names import Name
+from orchestrator.models.results import Verdict
 
 DiagStatus = Literal["pass", "fail", "warn", "skip"]
 PERFTEST_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
@@ -69,13 +70,33 @@ class DiagThreshold(StrictModel):
     max: float | None = None
 
 
+NodeStatus = Literal["pass", "fail", "missing", "unreadable"]
+# what a node's status makes of its step (the worst one wins): a node without the tool, or whose
+# output cannot be read, was not judged: never a pass, and not the node's failure either
+NODE_VERDICT: dict[NodeStatus, Verdict] = {
+    "pass": "pass", "fail": "fail", "missing": "infra", "unreadable": "infra",
+}  # fmt: skip
+
+
 class NodeDiag(StrictModel):
     """One node's (or one perftest pair's, named 'server-client') result of a diagnostic step."""
 
     node: str
-    status: Literal["pass", "fail", "missing", "unreadable"]
+    status: NodeStatus
     reasons: list[str] = Field(default_factory=list)
     report: DiagReport | None = None
+
+    @property
+    def verdict(self) -> Verdict:
+        """The node's verdict (NODE_VERDICT)."""
+        return NODE_VERDICT[self.status]
+
+    @property
+    def note(self) -> str:
+        """One line for a report or a step's reasons: 'not run: no dcgmi on node1', 'node2: fail: ...'."""
+        if self.status == "missing":
+            return f"not run: {'; '.join(self.reasons)}"
+        return f"{self.node}: {self.status}: {'; '.join(self.reasons) or 'no reason given'}"
 
 
 class PlanDiagnostic(StrictModel):

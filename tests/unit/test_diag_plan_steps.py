@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,14 @@ from orchestrator.metrics.stragglers import round_robin
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan
 from orchestrator.plan import expand_steps, load_plan
+from orchestrator.report.diagnostics import diag_text
+from orchestrator.report.formats import render
 from orchestrator.runs.executor import StepExecutor, job_spec
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.scale_test import _execute
 from orchestrator.scheduler.base import JobOutput, JobSpec, RankOutput
 from orchestrator.scheduler.slurm import SlurmScheduler
+from orchestrator.store.load import load_run
 from orchestrator.store.rundir import new_run_id
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diag"
@@ -217,7 +221,8 @@ def _run(tmp_path: Path, plan: Plan, sched: NodeLogs) -> dict[str, Any]:
     with runner.life:
         _execute(runner)
     saved = json.loads((runner.rundir.step_dir(steps[0].id) / "result.json").read_text())
-    return {"result": json.loads((runner.rundir.root / "result.json").read_text()), "step": saved}
+    result = json.loads((runner.rundir.root / "result.json").read_text())
+    return {"result": result, "step": saved, "dir": runner.rundir.root}
 
 
 def test_a_node_without_the_tool_is_not_run_not_a_crash_and_not_a_pass(tmp_path: Path) -> None:
@@ -257,3 +262,56 @@ def test_a_node_below_a_plan_threshold_fails_the_step(tmp_path: Path) -> None:
     passing = _plan([{"tool": "gpu-burn", "duration_s": 30}], telemetry_interval_s=0)
     ok = _run(tmp_path / "ok", passing, NodeLogs(dict.fromkeys(NODES, burn), "gpu_burn"))
     assert ok["step"]["verdict"] == "pass" and ok["result"]["status"] == "accepted"
+
+
+# --- the report -------------------------------------------------------------------------------------
+
+
+def test_the_report_shows_each_nodes_figures_in_every_format(tmp_path: Path) -> None:
+    burn = _fixture("gpu-burn-a100x8.txt")
+    plan = _plan([{"tool": "gpu-burn", "duration_s": 30, "thresholds": [{"figure": "gflops", "min": 16000}]}],
+                 telemetry_interval_s=0)  # fmt: skip
+    got = _run(tmp_path, plan, NodeLogs({"node1": burn, "node2": None, "node3": burn}, "gpu_burn"))
+    rec = load_run(got["dir"])
+    gflops = [f.value for f in rec.steps[0].diagnostics[0].report.figures if f.name == "gflops"]  # type: ignore[union-attr]
+    summary = f"gflops {min(gflops):g}..{max(gflops):g} Gflop/s (n=8)"
+
+    markdown = render(rec, "md")
+    assert "## Diagnostics" in markdown and "### Diagnostic diag-gpu-burn" in markdown
+    assert "- thresholds: gflops min 16000" in markdown
+    assert f"| node1 | pass | {summary}" in markdown
+    assert "| node2 | not run | - | not run: no gpu_burn on node2 |" in markdown
+
+    html = render(rec, "html")
+    assert '<section id="diagnostics">' in html and f"<td>{summary}" in html
+    assert "<td>not run: no gpu_burn on node2</td>" in html
+
+    junit = ET.fromstring(render(rec, "junit"))
+    cases = {
+        c.get("name", ""): c
+        for c in junit.iter("testcase")
+        if c.get("classname", "").endswith("diag-gpu-burn")
+    }
+    assert sorted(cases) == ["node node1", "node node2", "node node3", "step"]
+    assert cases["node node1"].find("error") is None and cases["node node1"].find("failure") is None
+    error = cases["node node2"].find("error")
+    assert error is not None and error.get("message") == "no gpu_burn on node2"
+    assert cases["step"].find("error") is not None  # infra: a node was not run
+
+    lines = diag_text(rec)
+    assert lines[0].startswith(f"diag-gpu-burn node1: pass: {summary}; errors 0 count (n=8)")
+    assert lines[1] == "diag-gpu-burn node2: not run: - — no gpu_burn on node2"
+
+
+def test_report_cells_from_the_run_folder_are_escaped(tmp_path: Path) -> None:
+    hostile = "<script>alert(1)</script>|x"
+    plan = _plan(
+        [{"tool": "nvbandwidth", "thresholds": [{"figure": hostile, "min": 1}]}], telemetry_interval_s=0
+    )
+    nvbw = _fixture("nvbandwidth-gh200-v0.6.txt")
+    got = _run(tmp_path, plan, NodeLogs(dict.fromkeys(NODES, nvbw), "nvbandwidth"))
+    rec = load_run(got["dir"])
+    assert rec.steps[0].verdict == "fail"
+    html = render(rec, "html")
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
+    assert "<script>alert(1)</script>|x" not in render(rec, "md")
