@@ -10,7 +10,9 @@ result.json, and the raw logs are linked from the report.
 
 from __future__ import annotations
 
-from orchestrator.models.diagnostics import DiagReport, NodeDiag
+from collections.abc import Sequence
+
+from orchestrator.models.diagnostics import DiagFigure, NodeDiag
 from orchestrator.models.run import RunRecord, StepResult
 from orchestrator.report.common import Case
 from orchestrator.report.sections import Section, sections_html, sections_markdown
@@ -18,12 +20,12 @@ from orchestrator.report.sections import Section, sections_html, sections_markdo
 HEAD = ["node", "status", "figures", "why"]
 
 
-def figure_summary(report: DiagReport | None) -> str:
-    """Each figure name and unit of the report: its range and count; '-' without a report."""
-    if report is None or not report.figures:
+def figure_summary(figures: Sequence[DiagFigure]) -> str:
+    """Each figure name and unit: its range and count; '-' without figures."""
+    if not figures:
         return "-"
     groups: dict[tuple[str, str], list[float]] = {}
-    for f in report.figures:
+    for f in figures:
         groups.setdefault((f.name, f.unit), []).append(f.value)
     parts = []
     for (name, unit), values in groups.items():
@@ -33,9 +35,13 @@ def figure_summary(report: DiagReport | None) -> str:
     return "; ".join(parts)
 
 
+def _figures(n: NodeDiag) -> str:
+    return figure_summary(n.report.figures if n.report else [])
+
+
 def _row(n: NodeDiag) -> list[str]:
     why = n.note if n.status != "pass" else ""
-    return [n.node, "not run" if n.status == "missing" else n.status, figure_summary(n.report), why]
+    return [n.node, "not run" if n.status == "missing" else n.status, _figures(n), why]
 
 
 def diag_steps(rec: RunRecord) -> list[StepResult]:
@@ -82,7 +88,7 @@ def diag_text(rec: RunRecord) -> list[str]:
     """Plain lines for the terminal: a line per node of each diagnostic step."""
     return [
         f"{s.step.id} {n.node}: {'not run' if n.status == 'missing' else n.status}: "
-        f"{figure_summary(n.report)}" + (f" — {'; '.join(n.reasons)}" if n.reasons else "")
+        f"{_figures(n)}" + (f" — {'; '.join(n.reasons)}" if n.reasons else "")
         for s in diag_steps(rec)
         for n in s.diagnostics
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,12 @@ import pytest
 import yaml
 from fakes import InstantScheduler
 
+from orchestrator.certs.service import issue, verify
 from orchestrator.diagnostics.plan_steps import expand_diag_steps, judge_diag_step, with_diag_steps
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import load_inventory
 from orchestrator.metrics.stragglers import round_robin
+from orchestrator.models.cert import Certificate
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Plan
 from orchestrator.plan import expand_steps, load_plan
@@ -217,6 +220,7 @@ def _run(tmp_path: Path, plan: Plan, sched: NodeLogs) -> dict[str, Any]:
     cluster = _cluster(tmp_path)
     steps = with_diag_steps(plan, cluster, expand_steps(plan, cluster))
     life = RunLifecycle.create(tmp_path / "runs", new_run_id(plan.name))
+    life.write_inputs(plan=plan, inventory=cluster)
     runner = StepExecutor(plan, cluster, steps, sched, "slurm", life, "/x/python")
     with runner.life:
         _execute(runner)
@@ -315,3 +319,43 @@ def test_report_cells_from_the_run_folder_are_escaped(tmp_path: Path) -> None:
     html = render(rec, "html")
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
     assert "<script>alert(1)</script>|x" not in render(rec, "md")
+
+
+# --- the certificates -------------------------------------------------------------------------------
+
+
+def test_certificates_carry_each_nodes_figures_and_refuse_a_node_not_run(tmp_path: Path) -> None:
+    dcgmi = _fixture("dcgmi-diag-r3-1gpu.json")
+    plan = _plan([{"tool": "dcgmi-diag", "level": 3, "thresholds": [{"figure": "PCIe", "max": 1e6}]}],
+                 telemetry_interval_s=0)  # fmt: skip
+    got = _run(tmp_path, plan, NodeLogs({"node1": dcgmi, "node2": None, "node3": dcgmi}, "dcgmi"))
+    done = issue(got["dir"], valid_days=7, now=datetime(2026, 12, 1, tzinfo=UTC))
+    assert sorted(done.issued) == ["node1", "node3"]
+    assert [(r.node, r.reasons) for r in done.refused] == [
+        ("node2", ["step diag-dcgmi-diag: not run: no dcgmi on node2"])
+    ]
+    path = Path(done.issued["node1"])
+    assert verify(path).ok
+    cert = Certificate.model_validate_json(path.read_text())
+    assert cert.tests == [] and len(cert.diagnostics) == 1
+    d = cert.diagnostics[0]
+    assert (d.step, d.tool, d.on) == ("diag-dcgmi-diag", "dcgmi-diag", "node1")
+    assert d.thresholds[0].figure == "PCIe" and d.checks_passed > 0
+    # `orch cert show` names the diagnostic and its figures
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    shown = CliRunner().invoke(app, ["cert", "show", "node1", "--dir", str(tmp_path / "runs")])
+    assert shown.exit_code == 0, shown.output
+    assert "diagnostic diag-dcgmi-diag (dcgmi-diag on node1):" in shown.output
+    assert "PCIe" in shown.output and "GB/s" in shown.output
+    # the figures are the printed ones, and an edit of one is found
+    assert any(f.value == 13.15 and f.where == "GPU to Host bandwidth" for f in d.figures)
+    data = json.loads(path.read_text())
+    data["diagnostics"][0]["figures"][0]["value"] += 1
+    path.write_text(json.dumps(data))
+    check = verify(path)
+    assert not check.ok and any("diagnostics[0]" in p for p in check.problems)
+    # the raw logs the figures came from are hashed into it
+    assert {r.path for r in cert.raw_logs} >= {"steps/diag-dcgmi-diag/rank-0.log"}
