@@ -460,9 +460,7 @@ class StepExecutor:
             res.rows = parsed.rows
             res.warnings += parsed.warnings
             res.summary = V.summarize(parsed.rows)
-        if self.telemetry is not None:
-            folder = self.rundir.step_dir(res.step.id)
-            res.telemetry = self.telemetry.step_ended(res.step, res.summary, folder)
+        self._end_telemetry(res)
         verdict: V.Verdict = "pass"
         if res.job.status != JobStatus.COMPLETED:
             wrong = parsed is not None and parsed.wrong_total > 0
@@ -487,6 +485,11 @@ class StepExecutor:
         self._save(res)
         self.life.log(StepDone(step=res.step.id, job_id=res.job_id, verdict=verdict, reasons=res.reasons))
 
+    def _end_telemetry(self, res: StepResult) -> None:
+        if self.telemetry is not None:
+            folder = self.rundir.step_dir(res.step.id)
+            res.telemetry = self.telemetry.step_ended(res.step, res.summary, folder)
+
     def _judge_diag(self, res: StepResult, ranks: Sequence[RankOutput]) -> None:
         """A diagnostic step: every task's log judged per node (diagnostics/plan_steps.py); the job's
         own end says nothing more (a node without the tool ends its task with 127)."""
@@ -498,6 +501,7 @@ class StepExecutor:
                     logs[r.log.name] = read_inside(self.rundir.root, r.log).decode("utf-8", errors="replace")
                 except (NotInside, OSError) as e:
                     res.warnings.append(f"rank {r.rank} output not read: {e}")
+        self._end_telemetry(res)  # the GPUs' power and temperatures under a burn, say
         judged = judge_diag_step(res.step, logs)
         res.diagnostics, res.verdict, res.blamed_nodes = judged.nodes, judged.verdict, judged.blamed
         res.reasons += judged.reasons

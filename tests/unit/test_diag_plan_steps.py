@@ -359,3 +359,21 @@ def test_certificates_carry_each_nodes_figures_and_refuse_a_node_not_run(tmp_pat
     assert not check.ok and any("diagnostics[0]" in p for p in check.problems)
     # the raw logs the figures came from are hashed into it
     assert {r.path for r in cert.raw_logs} >= {"steps/diag-dcgmi-diag/rank-0.log"}
+
+
+def test_plan_show_lists_the_diag_steps_and_refuses_an_unknown_tool(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    _cluster(tmp_path)
+    plan = tmp_path / "d.yaml"
+    plan.write_text("collectives: []\ndiagnostics: [{tool: dcgmi-diag}, {tool: ib_write_bw, pairs: ring}]\n")
+    args = ["plan", "show", "-p", str(plan), "-i", str(tmp_path / "inv.yml")]
+    shown = CliRunner().invoke(app, args)
+    assert shown.exit_code == 0, shown.output
+    assert "diag-dcgmi-diag" in shown.output and "diag-ib_write_bw-node3-node1" in shown.output
+    plan.write_text("collectives: []\ndiagnostics: [{tool: rvs}]\n")
+    refused = CliRunner().invoke(app, args)
+    assert isinstance(refused.exception, ConfigError) and refused.exception.exit_code == 2
+    assert "diagnostic rvs: unknown tool" in str(refused.exception)
