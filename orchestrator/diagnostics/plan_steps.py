@@ -132,8 +132,6 @@ def judge_diag_step(step: Step, logs: Mapping[str, str]) -> DiagJudgement:
         results = [read_pair((step.nodes[0], step.nodes[1]), logs, d.thresholds)]
     else:
         results = read_step(TOOLS[d.tool], logs, d.thresholds)
-        if len(step.nodes) == 1 and len(results) == 1:  # the local backend: the node is this machine
-            results = [results[0].model_copy(update={"node": step.nodes[0]})]
         results = [r for r in results if r.node in step.nodes]
         seen = {r.node for r in results}
         results += [NodeDiag(node=n, status="unreadable", reasons=["no output from the node"])

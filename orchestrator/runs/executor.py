@@ -116,7 +116,9 @@ def job_spec(
     if step.diagnostic is not None:  # the tool on the nodes themselves, never in the stack's container
         name = run_job_name(run_id, plan.name, step.id)
         spec = diag_step_spec(step, plan, cluster, name=name, workdir=workdir)
-        return spec.model_copy(update={"nodes": []}) if here else spec
+        # on this machine the node's name is the inventory's, not Slurm's (the wrapper's $ORCH_NODE)
+        here_env = {"nodes": [], "task_env": {}, "env": {**spec.env, "ORCH_NODE": step.nodes[0]}}
+        return spec.model_copy(update=here_env) if here else spec
     nodes = [cluster.node(n) for n in step.nodes]
     first = nodes[0]
     master = "127.0.0.1" if here else str(first.fabric_address or first.address)

@@ -7,6 +7,7 @@ the tool as "not run", never a pass."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
@@ -24,13 +25,14 @@ from orchestrator.inventory import load_inventory
 from orchestrator.metrics.stragglers import round_robin
 from orchestrator.models.cert import Certificate
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.plan import Plan
+from orchestrator.models.plan import Plan, PlanOverrides
+from orchestrator.models.requests import ScaleTestRequest
 from orchestrator.plan import expand_steps, load_plan
 from orchestrator.report.diagnostics import diag_text
 from orchestrator.report.formats import render
 from orchestrator.runs.executor import StepExecutor, job_spec
 from orchestrator.runs.lifecycle import RunLifecycle
-from orchestrator.runs.scale_test import _execute
+from orchestrator.runs.scale_test import _execute, scale_test
 from orchestrator.scheduler.base import JobOutput, JobSpec, RankOutput
 from orchestrator.scheduler.slurm import SlurmScheduler
 from orchestrator.store.load import load_run
@@ -377,3 +379,40 @@ def test_plan_show_lists_the_diag_steps_and_refuses_an_unknown_tool(tmp_path: Pa
     refused = CliRunner().invoke(app, args)
     assert isinstance(refused.exception, ConfigError) and refused.exception.exit_code == 2
     assert "diagnostic rvs: unknown tool" in str(refused.exception)
+
+
+# --- for real, on the local backend -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_tool", [False, True])
+def test_scale_test_runs_the_wrapper_for_real_on_the_local_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_tool: bool
+) -> None:
+    """The whole path: scale-test, the local scheduler, the wrapper under /bin/sh on this machine
+    (the node is 'localhost', the inventory's name), with or without a stand-in dcgmi on PATH that
+    prints the published output."""
+    if with_tool:
+        bindir = tmp_path / "bin"
+        bindir.mkdir()
+        (bindir / "dcgmi").write_text(f"#!/bin/sh\n/usr/bin/tail -n +2 '{FIX / 'dcgmi-diag-r3-1gpu.json'}'\n")
+        (bindir / "dcgmi").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    plan = tmp_path / "p.yaml"
+    plan.write_text("collectives: []\ntelemetry_interval_s: 0\ndiagnostics: [{tool: dcgmi-diag, level: 3}]\n")
+    inv = Path(__file__).resolve().parents[2] / "inventories" / "local.ini"
+    req = ScaleTestRequest(inventory=inv, plan=str(plan), out_dir=tmp_path / "runs",
+                           overrides=PlanOverrides(stack="none"))  # fmt: skip
+    result = scale_test(req)
+    (step,) = result.steps
+    (node,) = step.diagnostics
+    if with_tool:
+        assert (result.status, step.verdict, node.node, node.status) == (
+            "accepted",
+            "pass",
+            "localhost",
+            "pass",
+        )
+        assert node.report is not None and node.report.tool == "dcgmi diag"
+    else:
+        assert (result.status, result.exit_code, step.verdict) == ("infra", 3, "infra")
+        assert step.reasons == ["not run: no dcgmi on localhost"] and node.status == "missing"
