@@ -64,7 +64,7 @@ def diag_sections(rec: RunRecord) -> list[Section]:
             + (f" max {t.max:g}" if t.max is not None else "")
             for t in d.thresholds
         ]
-        limits_line = "thresholds: " + (", ".join(limits) or "none (the tool's own checks)")
+        limits_line = "thresholds: " + (", ".join(limits) or "none (only the checks of the tool)")
         lines = [f"verdict: {s.verdict}", limits_line]
         rows = [_row(n) for n in s.diagnostics]
         out.append(Section(f"Diagnostic {s.step.id}", f"diag-{s.step.id}", lines, HEAD, rows,
