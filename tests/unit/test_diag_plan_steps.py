@@ -35,7 +35,7 @@ from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.scale_test import _execute, scale_test
 from orchestrator.scheduler.base import JobOutput, JobSpec, RankOutput
 from orchestrator.scheduler.slurm import SlurmScheduler
-from orchestrator.store.load import load_run
+from orchestrator.store.load import ladder_steps, load_run
 from orchestrator.store.rundir import new_run_id
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "diag"
@@ -416,3 +416,6 @@ def test_scale_test_runs_the_wrapper_for_real_on_the_local_backend(
     else:
         assert (result.status, result.exit_code, step.verdict) == ("infra", 3, "infra")
         assert step.reasons == ["not run: no dcgmi on localhost"] and node.status == "missing"
+    # what `orch runs resume` reads back: the step with its diagnostic, the result with its nodes
+    assert ladder_steps(result.run_dir) == [step.step]
+    assert load_run(result.run_dir).steps[0].diagnostics == [node]
