@@ -419,3 +419,15 @@ def test_scale_test_runs_the_wrapper_for_real_on_the_local_backend(
     # what `orch runs resume` reads back: the step with its diagnostic, the result with its nodes
     assert ladder_steps(result.run_dir) == [step.step]
     assert load_run(result.run_dir).steps[0].diagnostics == [node]
+
+
+def test_a_failed_diagnostic_step_is_no_suspect_for_isolation(tmp_path: Path) -> None:
+    """scale-test --isolate isolates failed collective steps; a diagnostic step judged its nodes."""
+    from orchestrator.models.run import RunResult, StepResult
+    from orchestrator.runs.isolate import failed_multinode_nodes
+
+    steps = expand_diag_steps(_plan([{"tool": "gpu-burn"}]), _cluster(tmp_path))
+    failed = StepResult(step=steps[0], verdict="fail", blamed_nodes=["node2"])
+    result = RunResult(run_id="r1", run_dir=tmp_path, plan="diag", backend="slurm", status="failed",
+                       exit_code=1, steps=[failed], nodes={}, wall_s=1.0)  # fmt: skip
+    assert failed_multinode_nodes(result) == ([], [])
