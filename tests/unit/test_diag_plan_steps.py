@@ -431,3 +431,23 @@ def test_a_failed_diagnostic_step_is_no_suspect_for_isolation(tmp_path: Path) ->
     result = RunResult(run_id="r1", run_dir=tmp_path, plan="diag", backend="slurm", status="failed",
                        exit_code=1, steps=[failed], nodes={}, wall_s=1.0)  # fmt: skip
     assert failed_multinode_nodes(result) == ([], [])
+
+
+def test_a_perftest_pair_runs_as_a_step_and_both_nodes_certificates_carry_it(tmp_path: Path) -> None:
+    ib = _fixture("ib_write_bw-roce-postlist.txt")
+    plan = _plan([{"tool": "ib_write_bw", "thresholds": [{"figure": "bw_average", "min": 0.1}]}],
+                 telemetry_interval_s=0)  # fmt: skip
+    got = _run(tmp_path, plan, NodeLogs(dict.fromkeys(NODES, ib), "ib_write_bw"))
+    rec = load_run(got["dir"])
+    assert [(s.step.id, s.verdict, [n.node for n in s.diagnostics]) for s in rec.steps] == [
+        (f"diag-ib_write_bw-{a}-{b}", "pass", [f"{a}-{b}"])
+        for rnd in round_robin(list(NODES))
+        for a, b in rnd
+    ]
+    done = issue(got["dir"], valid_days=7, now=datetime(2026, 12, 1, tzinfo=UTC))
+    assert sorted(done.issued) == list(NODES) and not done.refused
+    cert = Certificate.model_validate_json(Path(done.issued["node1"]).read_text())
+    assert sorted(d.on for d in cert.diagnostics) == ["node1-node2", "node1-node3"]
+    assert all(
+        d.tool == "ib_write_bw" and any(f.name == "bw_average" for f in d.figures) for d in cert.diagnostics
+    )
