@@ -13,6 +13,9 @@ close to 0) from convicting a node over noise; k = 3 and floor = 5 % by default.
 rule of Google's cluster-health-scanner (a latency bound) made robust: no fixed number, the
 cluster's own spread. Sampled matrices (a bounded set of pairs on a large cluster) work the same
 way as long as each node has three or more partners.
+
+The pair-rounds the matrix is measured in (round_robin: every pair once, in rounds of disjoint
+pairs) are here too, for `orch stragglers` and for perftest diagnostics over node pairs.
 """
 
 from __future__ import annotations
