@@ -166,7 +166,12 @@ def steps_table(plan: Plan, steps: list[Step]) -> Table:
         table.add_column(col, justify="right" if col in ("#", "nodes", "ranks/node", "world") else "left")
     for s in steps:
         table.add_row(
-            str(s.index + 1), s.id, str(s.nnodes), str(s.ranks_per_node), str(s.world_size), ",".join(s.nodes)
+            f"{'d' if s.diagnostic else ''}{s.index + 1}",
+            s.id,
+            str(s.nnodes),
+            str(s.ranks_per_node),
+            str(s.world_size),
+            ",".join(s.nodes),
         )
     return table
 

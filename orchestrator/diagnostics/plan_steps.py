@@ -146,7 +146,7 @@ def judge_diag_step(step: Step, logs: Mapping[str, str]) -> DiagJudgement:
 def with_diag_steps(
     plan: Plan, cluster: Cluster, ladder: Sequence[Step], *, group: str | None = None
 ) -> list[Step]:
-    """The plan's diagnostic steps (expand_diag_steps), then the ladder, numbered again in that
-    order: a node is proven before it is measured. Raises what expand_diag_steps raises."""
-    steps = [*expand_diag_steps(plan, cluster, group=group), *ladder]
-    return [s.model_copy(update={"index": i}) for i, s in enumerate(steps)]
+    """The plan's diagnostic steps (expand_diag_steps), then the ladder: a node is proven before it
+    is measured. Each keeps its own numbering (a ladder step's index is still its place in the
+    ladder, which a plan fault's `step: N` names). Raises what expand_diag_steps raises."""
+    return [*expand_diag_steps(plan, cluster, group=group), *ladder]

@@ -421,7 +421,7 @@ class Step(StrictModel):
     """One point of the ladder on a given cluster: one job of nnodes x ranks_per_node ranks."""
 
     id: Name = Field(description="e.g. n2xg1: 2 nodes x 1 rank per node")
-    index: int = Field(ge=0, description="position in the ladder, from 0")
+    index: int = Field(ge=0, description="position in the ladder, from 0 (a diagnostic step: among them)")
     nnodes: int = Field(ge=1)
     ranks_per_node: int = Field(ge=1)
     nodes: list[str] = Field(description="inventory node names the step runs on")

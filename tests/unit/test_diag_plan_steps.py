@@ -118,13 +118,33 @@ def test_a_tool_runs_once_on_every_node_and_perftest_over_the_straggler_pairs(tm
     assert [s.nodes for s in ring] == [["node1", "node2"], ["node2", "node3"], ["node3", "node1"]]
 
 
-def test_diag_steps_come_before_the_ladder_numbered_again(tmp_path: Path) -> None:
+def test_diag_steps_come_before_the_ladder_which_keeps_its_numbers_faults_and_references(
+    tmp_path: Path,
+) -> None:
+    """The ladder's steps keep their indexes (a plan fault's `step: 0` is still the first ladder
+    step); a fault never hits a diagnostic step, and a 2-node perftest step is no efficiency
+    reference for the ladder's 2-node steps."""
+    from orchestrator.metrics.verdict import reference_step
+    from orchestrator.models.fault import PlanFault
+    from orchestrator.runs.step_faults import fault_matches
+
     cluster = _cluster(tmp_path)
-    plan = load_plan("smoke").model_copy(update={"diagnostics": _plan([{"tool": "nvbandwidth"}]).diagnostics})
+    diags = _plan([{"tool": "nvbandwidth"}, {"tool": "ib_write_bw"}]).diagnostics
+    plan = load_plan("smoke").model_copy(update={"diagnostics": diags})
     ladder = expand_steps(plan, cluster)
     steps = with_diag_steps(plan, cluster, ladder)
-    assert [s.id for s in steps] == ["diag-nvbandwidth", *(s.id for s in ladder)]
-    assert [s.index for s in steps] == list(range(len(steps)))
+    n_diag = 1 + 3  # nvbandwidth, then the 3 pairs of 3 nodes
+    assert [s.id for s in steps[:2]] == ["diag-nvbandwidth", "diag-ib_write_bw-node2-node3"]
+    assert steps[n_diag:] == ladder and [s.index for s in steps[:n_diag]] == list(range(n_diag))
+    every = PlanFault.model_validate(
+        {"kind": "throttle", "target": "node1:fab0", "params": {"rate": "1mbit"}}
+    )
+    first = every.model_copy(update={"step": 0})
+    assert [s.id for s in steps if fault_matches(first, s)] == [ladder[0].id]
+    assert [s for s in steps if fault_matches(every, s)] == ladder
+    two_node = next(s for s in ladder if s.nnodes == 3 and s.ranks_per_node == 1)
+    found = reference_step(two_node, steps)
+    assert found is not None and found[1].diagnostic is None and found[1].nnodes == 2
 
 
 @pytest.mark.parametrize(
