@@ -15,7 +15,15 @@ from datetime import datetime, timedelta
 from orchestrator.certs import digest
 from orchestrator.errors import ConfigError
 from orchestrator.metrics import verdict as V
-from orchestrator.models.cert import Certificate, CertTest, RawLog, Refusal, StackSummary, SurvivedFault
+from orchestrator.models.cert import (
+    CertDiagnostic,
+    Certificate,
+    CertTest,
+    RawLog,
+    Refusal,
+    StackSummary,
+    SurvivedFault,
+)
 from orchestrator.models.fingerprint import COMPATS, Fingerprint
 from orchestrator.models.names import is_name
 from orchestrator.models.plan import Plan
@@ -55,6 +63,33 @@ def step_tests(plan: Plan, res: StepResult) -> list[CertTest]:
         if plan.check:
             add(coll, "wrong", None, 0.0, float(summ.wrong), summ.wrong == 0)
     return out
+
+
+def node_diagnostics(steps: list[StepResult], node: str) -> tuple[list[CertDiagnostic], list[str]]:
+    """The node's own results in the diagnostic steps it took part in (a perftest pair's is both
+    nodes'): what its certificate carries, and why it is refused (a result that is not a pass;
+    another node's missing tool is not this node's)."""
+    diags: list[CertDiagnostic] = []
+    reasons: list[str] = []
+    for s in steps:
+        d = s.step.diagnostic
+        if d is None:
+            continue
+        mine = [
+            n for n in s.diagnostics if n.node == node or (d.over_pairs and n.node == "-".join(s.step.nodes))
+        ]
+        if not mine:
+            reasons.append(_step_refusal(s) if s.verdict != "pass" else f"step {s.step.id}: no result of it")
+        for n in mine:
+            if n.status != "pass" or n.report is None:
+                reasons.append(f"step {s.step.id}: {n.note}")
+                continue
+            diags.append(CertDiagnostic(
+                step=s.step.id, tool=d.tool, on=n.node, version=n.report.version,
+                checks_passed=sum(c.status == "pass" for c in n.report.checks),
+                figures=n.report.figures, thresholds=d.thresholds,
+            ))  # fmt: skip
+    return diags, reasons
 
 
 def stack_summary(stack: str, taken_at: datetime | None, fp: Fingerprint) -> StackSummary:
@@ -164,7 +199,9 @@ def certify(
         mine = [s for s in rec.steps if node in s.step.nodes]
         if not mine:
             reasons.append("took part in no step")
-        reasons += [_step_refusal(s) for s in mine if s.verdict != "pass"]
+        reasons += [_step_refusal(s) for s in mine if s.verdict != "pass" and s.step.diagnostic is None]
+        diagnostics, diag_reasons = node_diagnostics(mine, node)
+        reasons += diag_reasons
         records = [r for r in rec.recovery if _targets(r, node) and r.outcome in _UNRECOVERED]
         reasons += [f"fault {r.fault_id} ({r.fault}) on it: {r.outcome}" for r in records]
         summary: StackSummary | None = None
@@ -184,7 +221,7 @@ def certify(
                                     for d in drifted)
                     )  # fmt: skip
         tests = [t for s in mine if s.verdict == "pass" for t in step_tests(rec.plan, s)]
-        if mine and not reasons and not tests:
+        if mine and not reasons and not tests and not diagnostics:
             reasons.append("its steps recorded no figures")
         reasons += [
             f"step {t.step}: {t.collective} {t.metric} {t.measured} misses {t.threshold}"
@@ -206,6 +243,7 @@ def certify(
             stack=summary,
             tests=tests,
             faults=_faults(rec.recovery, node, steps),
+            diagnostics=diagnostics,
             raw_logs=[r for s in mine for r in (logs or {}).get(s.step.id, [])],
             thresholds_from=thresholds_from(rec, rec.plan),
             baseline_sha256=baseline_sha256,

@@ -124,6 +124,12 @@ def _show(path: Path, cert: Certificate, problems: list[str]) -> None:
     out.print(fitted_table("tests", cols, rows, out.width))
     for f in cert.faults:
         out.print(f"survived {f.fault} ({f.role}, {f.target}, step {f.step or '-'}): {f.outcome}")
+    if cert.diagnostics:
+        from orchestrator.report.diagnostics import figure_summary
+
+        for d in cert.diagnostics:
+            out.print(f"diagnostic {d.step} ({d.tool} on {d.on}): {d.checks_passed} checks passed; "
+                      f"{figure_summary(d.figures)}", markup=False)  # fmt: skip
     for p in problems:
         err.print(f"{path}: {p}")
 

@@ -91,8 +91,12 @@ def install_cmd(
         limit = time_limit_min(None, int(SAMPLE_TIMEOUT_S), -(-len(cluster.nodes) // 16))
     else:
         resolved = load_plan(plan)
-        # The same expansion as scale-test: a plan it would refuse is refused here; serving steps count.
-        n_steps = len(expand_steps(resolved, cluster)) + len(expand_serving_steps(resolved, cluster))
+        from orchestrator.diagnostics.plan_steps import with_diag_steps
+
+        # The same expansion as scale-test: a plan it would refuse is refused here; serving and
+        # diagnostic steps count.
+        ladder = with_diag_steps(resolved, cluster, expand_steps(resolved, cluster))
+        n_steps = len(ladder) + len(expand_serving_steps(resolved, cluster))
         limit = time_limit_min(resolved.run_timeout_s, resolved.step_timeout_s, n_steps)
     entry = CronEntry(
         name=name or ("health" if cron_kind == "health" else plan),

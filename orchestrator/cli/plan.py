@@ -125,12 +125,14 @@ def show(
     The plan is checked against the inventory in both views (--yaml too): what scale-test would
     refuse, plan show refuses, with the same message and exit code.
     """
+    from orchestrator.diagnostics.plan_steps import with_diag_steps
+
     ov = overrides or PlanOverrides()
     resolved = resolve_plan(plan, ov)
     cluster = load_inventory(inventory)
     for w in cluster.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False, style="yellow")
-    steps = expand_ladder(resolved, cluster, group=group)
+    steps = with_diag_steps(resolved, cluster, expand_ladder(resolved, cluster, group=group), group=group)
     serving = expand_serving_steps(resolved, cluster, group=group)
     check_serving_steps(resolved, cluster, serving)
     if as_yaml:
@@ -138,6 +140,7 @@ def show(
         return
     if steps:
         out.print(steps_table(resolved, steps))
+    if resolved.collectives and any(s.diagnostic is None for s in steps):
         out.print(plan_summary(resolved), highlight=False)
     if serving:
         out.print(serving_table(resolved, serving))
@@ -167,7 +170,12 @@ def steps_table(plan: Plan, steps: list[Step]) -> Table:
         table.add_column(col, justify="right" if col in ("#", "nodes", "ranks/node", "world") else "left")
     for s in steps:
         table.add_row(
-            str(s.index + 1), s.id, str(s.nnodes), str(s.ranks_per_node), str(s.world_size), ",".join(s.nodes)
+            f"{'d' if s.diagnostic else ''}{s.index + 1}",
+            s.id,
+            str(s.nnodes),
+            str(s.ranks_per_node),
+            str(s.world_size),
+            ",".join(s.nodes),
         )
     return table
 

@@ -14,6 +14,7 @@ from orchestrator.models.fault import RecoverySummary
 from orchestrator.models.migrate import MigrateRun
 from orchestrator.models.plan import format_size
 from orchestrator.report.common import efficiency_cell, reference_cell
+from orchestrator.report.diagnostics import diag_text
 from orchestrator.runs.orphans import cleanup_orphans
 from orchestrator.store.db import ResultsStore, default_store_path, resolve_run_dir
 from orchestrator.store.load import load_run
@@ -176,6 +177,8 @@ def show_cmd(run: RunArg, store: StoreOpt = None) -> int:
     for s in rec.steps:
         for reason in s.reasons:
             out.print(f"{s.step.id}: {reason}", markup=False)
+    for line in diag_text(rec):  # each node's diagnostic figures
+        out.print(line, markup=False)
     if rec.serving:
         from orchestrator.cli.run import render_serving
 

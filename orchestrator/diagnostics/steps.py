@@ -20,7 +20,12 @@ from pydantic import Field
 from orchestrator.errors import ConfigError, ParseError
 from orchestrator.metrics.decision import above, below
 from orchestrator.models.base import StrictModel
-from orchestrator.models.diagnostics import DiagReport
+from orchestrator.models.diagnostics import (
+    DiagReport,
+    DiagThreshold,
+    NodeDiag,
+    PerftestTest,
+)
 from orchestrator.models.names import Name
 from orchestrator.provision import diagtools
 from orchestrator.scheduler.base import JobSpec
@@ -38,7 +43,6 @@ PAIR_WRAPPER = (
     'command -v "$1" >/dev/null 2>&1 || { echo "orch-diag: no $1 on $node"; exit 127; }; '
     f'if [ "${{SLURM_PROCID:-0}}" = 0 ]; then exec "$@"; fi; sleep {PAIR_WAIT_S}; exec "$@" "$server"'
 )
-PERFTEST_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
 _NODE_LINE = re.compile(r"^orch-diag: node (\S+)$", re.M)
 _MISSING_LINE = re.compile(r"^orch-diag: no (\S+) on (\S+)$", re.M)
 
@@ -113,7 +117,7 @@ def diag_job_spec(
 class PerftestOptions(StrictModel):
     """A perftest bandwidth test between two nodes."""
 
-    test: Literal["ib_write_bw", "ib_read_bw", "ib_send_bw"] = "ib_write_bw"
+    test: PerftestTest = "ib_write_bw"
     device: Name | None = Field(default=None, description="-d: the RDMA device (mlx5_0); None: the first")
     size: int = Field(default=1 << 20, ge=1, le=1 << 30, description="-s: message size in bytes")
     duration_s: int = Field(default=5, ge=1, le=3600, description="-D: seconds to run")
@@ -146,24 +150,6 @@ def perftest_pair_spec(
         kill_on_bad_exit=False,
         time_limit_s=time_limit_s,
     )
-
-
-class DiagThreshold(StrictModel):
-    """A limit on one figure of one tool: the figure fails below min or above max."""
-
-    figure: str
-    where: str | None = None
-    min: float | None = None
-    max: float | None = None
-
-
-class NodeDiag(StrictModel):
-    """One node's result of a diagnostic step."""
-
-    node: str
-    status: Literal["pass", "fail", "missing", "unreadable"]
-    reasons: list[str] = Field(default_factory=list)
-    report: DiagReport | None = None
 
 
 def _judge(report: DiagReport, thresholds: Sequence[DiagThreshold]) -> list[str]:

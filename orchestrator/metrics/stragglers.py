@@ -13,6 +13,9 @@ close to 0) from convicting a node over noise; k = 3 and floor = 5 % by default.
 rule of Google's cluster-health-scanner (a latency bound) made robust: no fixed number, the
 cluster's own spread. Sampled matrices (a bounded set of pairs on a large cluster) work the same
 way as long as each node has three or more partners.
+
+The pair-rounds the matrix is measured in (round_robin: every pair once, in rounds of disjoint
+pairs) are here too, for `orch stragglers` and for perftest diagnostics over node pairs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from orchestrator.models.base import StrictModel
 from orchestrator.models.requests import MIN_PARTNERS
 from orchestrator.models.run import StepResult
 
+Pair = tuple[str, str]
 DEFAULT_K = 3.0
 DEFAULT_FLOOR = 0.05
 
@@ -154,3 +158,24 @@ def split_by_kind(
         else:
             per.setdefault(ka, {})[(a, b)] = v
     return per, sorted(across)
+
+
+def round_robin(nodes: Sequence[str]) -> list[list[Pair]]:
+    """Every pair of nodes exactly once, in rounds of disjoint pairs (the circle method): N-1
+    rounds of N/2 pairs for an even N, N rounds of (N-1)/2 pairs for an odd N. Pairs keep the
+    order of `nodes` (the earlier node first)."""
+    if len(set(nodes)) != len(nodes):
+        raise ValueError("a node is listed twice")
+    pos = {n: i for i, n in enumerate(nodes)}
+    ring: list[str | None] = [*nodes, None] if len(nodes) % 2 else list(nodes)
+    n = len(ring)
+    rounds: list[list[Pair]] = []
+    for _ in range(n - 1):
+        pairs: list[Pair] = []
+        for i in range(n // 2):
+            a, b = ring[i], ring[n - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((a, b) if pos[a] < pos[b] else (b, a))
+        rounds.append(pairs)
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return [r for r in rounds if r]

@@ -124,8 +124,9 @@ def reference_step(step: Step, ladder: Sequence[Step]) -> tuple[Scaling, Step] |
     judged: there every collective is a local copy (sendrecv, broadcast) or moves nothing (the
     busbw factor of the reductions is 0 at n = 1).
     """
-    if step.world_size < 2:
+    if step.world_size < 2 or step.diagnostic is not None:
         return None
+    ladder = [s for s in ladder if s.diagnostic is None]  # a diagnostic step measures no collective
     if step.nnodes == 1:
         one_node = [s for s in ladder if s.nnodes == 1 and s.world_size >= 2]
         ref = min(one_node, key=lambda s: (s.world_size, s.index), default=None)

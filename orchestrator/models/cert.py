@@ -16,9 +16,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import AwareDatetime, Field
+from pydantic import AwareDatetime, Field, model_validator
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.diagnostics import DiagFigure, DiagThreshold
 from orchestrator.models.fingerprint import Compat as Compatibility
 from orchestrator.models.fingerprint import FieldDrift
 from orchestrator.models.names import LongId, Name
@@ -76,6 +77,19 @@ class CertTest(StrictModel):
     )
     measured: float | None = Field(default=None, description="None: the step has no such figure")
     passed: bool
+
+
+class CertDiagnostic(StrictModel):
+    """A GPU or NIC diagnostic the node passed (docs/diagnostics.md): the tool's figures on this node
+    (or on a perftest pair it was part of, `on` = 'server-client') as printed, and the plan's limits."""
+
+    step: Name
+    tool: Name
+    on: str = Field(description="the node, or the perftest pair 'server-client'")
+    version: str | None = Field(default=None, description="the tool's version where it prints one")
+    checks_passed: int = Field(ge=0, description="the tool's own checks that passed (none failed)")
+    figures: list[DiagFigure] = Field(default_factory=list)
+    thresholds: list[DiagThreshold] = Field(default_factory=list, description="the plan's limits on them")
 
 
 class RawLog(StrictModel):
@@ -158,8 +172,12 @@ class Certificate(StrictModel):
     stack: StackSummary | None = Field(
         default=None, description="None: the run took no fingerprint (stack 'none')"
     )
-    tests: list[CertTest] = Field(min_length=1)
+    tests: list[CertTest] = Field(default_factory=list, description="the collective figures")
     faults: list[SurvivedFault] = Field(default_factory=list)
+    diagnostics: list[CertDiagnostic] = Field(
+        default_factory=list,
+        description="the GPU and NIC diagnostics it passed, per node (absent in certificates before them)",
+    )
     raw_logs: list[RawLog] = Field(
         default_factory=list, description="the raw logs of the steps its figures came from, by hash"
     )
@@ -179,6 +197,12 @@ class Certificate(StrictModel):
         default=None,
         description="None: unsigned. Not under content_hash: it signs it (certs.sign, SignedPayload)",
     )
+
+    @model_validator(mode="after")
+    def _some_figure(self) -> Certificate:
+        if not self.tests and not self.diagnostics:
+            raise ValueError("a certificate holds at least one test or diagnostic")
+        return self
 
     def expired(self, now: datetime) -> bool:
         """Whether valid_until has passed at now."""

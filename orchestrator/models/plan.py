@@ -17,6 +17,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, field_v
 from pydantic.config import JsonDict
 
 from orchestrator.models.base import StrictModel
+from orchestrator.models.diagnostics import PlanDiagnostic
 from orchestrator.models.fault import PlanFault
 from orchestrator.models.names import Name
 from orchestrator.models.quality_gate import QualityGate
@@ -301,6 +302,13 @@ _NO_SIZES = SizeRange(min=1 << 10, max=1 << 20, factor=4)
 """Stands for `sizes` in a plan without collectives, where no size is ever used."""
 
 
+def _refuse_twice(names: list[str], what: str, why: str = "") -> None:
+    """Raise ValueError naming the names given more than once."""
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{what} given twice: {', '.join(twice)}{why}")
+
+
 class Plan(StrictModel):
     """A resolved test plan (a YAML file plus CLI overrides)."""
 
@@ -366,14 +374,21 @@ class Plan(StrictModel):
     quality: QualityGate | None = Field(
         default=None, description="the output-quality gate of B's answers against A's (docs/quality.md)"
     )
+    diagnostics: list[PlanDiagnostic] = Field(
+        default_factory=list,
+        description="GPU and NIC diagnostics, run before the ladder (docs/diagnostics.md)",
+    )
+
+    @field_validator("diagnostics")
+    @classmethod
+    def _diagnostic_tools(cls, v: list[PlanDiagnostic]) -> list[PlanDiagnostic]:
+        _refuse_twice([d.tool for d in v], "diagnostic tool(s)", " (one step per tool)")
+        return v
 
     @field_validator("serving")
     @classmethod
     def _serving_names(cls, v: list[ServingWorkload]) -> list[ServingWorkload]:
-        names = [w.name for w in v]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ValueError(f"serving workload name(s) given twice: {', '.join(twice)}")
+        _refuse_twice([w.name for w in v], "serving workload name(s)")
         for w in v:
             try:
                 check_counts(w.replicas)
@@ -383,8 +398,10 @@ class Plan(StrictModel):
 
     @model_validator(mode="after")
     def _something_to_run(self) -> Plan:
-        if not self.collectives and not self.serving:
-            raise ValueError("collectives is empty and there is no serving workload: the plan runs nothing")
+        if not self.collectives and not self.serving and not self.diagnostics:
+            raise ValueError(
+                "collectives is empty and there is no serving workload or diagnostic: the plan runs nothing"
+            )
         if self.collectives and "sizes" not in self.model_fields_set:
             raise ValueError(
                 "sizes: required when the plan has collectives (e.g. {min: 1K, max: 1M, factor: 4})"
@@ -427,10 +444,13 @@ class Step(StrictModel):
     """One point of the ladder on a given cluster: one job of nnodes x ranks_per_node ranks."""
 
     id: Name = Field(description="e.g. n2xg1: 2 nodes x 1 rank per node")
-    index: int = Field(ge=0, description="position in the ladder, from 0")
+    index: int = Field(ge=0, description="position in the ladder, from 0 (a diagnostic step: among them)")
     nnodes: int = Field(ge=1)
     ranks_per_node: int = Field(ge=1)
     nodes: list[str] = Field(description="inventory node names the step runs on")
     world_size: int = Field(ge=1)
     collectives: list[PlanCollective]
     sizes: list[int]
+    diagnostic: PlanDiagnostic | None = Field(
+        default=None, description="a diagnostic step (no collectives): the tool it runs (docs/diagnostics.md)"
+    )

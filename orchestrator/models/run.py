@@ -11,6 +11,7 @@ from pydantic import Field
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cluster import Cluster
+from orchestrator.models.diagnostics import NodeDiag
 from orchestrator.models.events import RunKind
 from orchestrator.models.fingerprint import DriftReport, FingerprintSet
 from orchestrator.models.isolation import IsolationRun
@@ -43,6 +44,9 @@ class StepResult(StrictModel):
     )
     started_mono: float | None = None
     ended_mono: float | None = None
+    diagnostics: list[NodeDiag] = Field(
+        default_factory=list, description="a diagnostic step's result per node or pair (docs/diagnostics.md)"
+    )
 
 
 class RunResult(StrictModel):

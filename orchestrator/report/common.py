@@ -80,6 +80,8 @@ def threshold_cases(rec: RunRecord) -> list[Case]:
     for sid in rec.step_ids:
         cls = f"orch.{rec.plan_name}.{sid}"
         res = finished.get(sid)
+        if res is not None and res.step.diagnostic is not None:
+            continue  # its cases are report/diagnostics.diag_cases
         if res is None or res.verdict == "skipped":
             cases.append(Case(cls, "step", "skipped", f"step not run (run {rec.status})"))
             if plan:

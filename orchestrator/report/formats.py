@@ -31,6 +31,7 @@ from orchestrator.report.common import (
     step_notes,
     threshold_cases,
 )
+from orchestrator.report.diagnostics import diag_cases, diag_markdown
 from orchestrator.report.escape import md, xml_text
 from orchestrator.report.isolation import isolate_folder, isolation_markdown
 from orchestrator.report.serving import serving_cases, serving_families, serving_markdown
@@ -133,6 +134,7 @@ def render_markdown(rec: RunRecord, report_dir: Path | None = None) -> str:
     if reasons:
         lines += ["", "## Reasons and warnings", ""] + [f"- {md(sid)}: {md(r)}" for sid, r in reasons]
     lines += stragglers_markdown(rec)
+    lines += diag_markdown(rec)
     if rec.recovery:
         lines += ["", "## Recovery", ""]
         lines += ["| fault | target | repeat | detect s | recover s | restore s | outcome | notes |"]
@@ -177,7 +179,7 @@ def _run_case(rec: RunRecord) -> Case:
 
 def render_junit(rec: RunRecord) -> str:
     """JUnit XML: one testsuite per run, one testcase per step and per threshold of each step."""
-    cases: list[Case] = threshold_cases(rec) + serving_cases(rec) or [_run_case(rec)]
+    cases: list[Case] = threshold_cases(rec) + diag_cases(rec) + serving_cases(rec) or [_run_case(rec)]
     failures = sum(c.outcome == "fail" for c in cases)
     errors = sum(c.outcome == "infra" for c in cases)
     skipped = sum(c.outcome == "skipped" for c in cases)

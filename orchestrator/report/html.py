@@ -29,6 +29,7 @@ from orchestrator.report.common import (
     step_wrong,
     threshold_rows,
 )
+from orchestrator.report.diagnostics import diag_html
 from orchestrator.report.isolation import isolate_folder, isolation_html
 from orchestrator.report.serving import serving_html
 from orchestrator.report.stragglers import stragglers_html
@@ -116,6 +117,7 @@ the minimum only below it by more than the noise band.</p>
 {% endfor %}{% endif %}
 {% endif %}
 {% if isolation and r.kind != "isolate" %}{{ isolation }}{% endif %}
+{{ diagnostics }}
 {{ serving }}
 <h2 id="recovery">Recovery</h2>
 {% if recovery_plots %}<div class="plots">{% for p in recovery_plots %}{{ p }}{% endfor %}</div>
@@ -320,6 +322,7 @@ def render_html(rec: RunRecord, report_dir: Path | None = None) -> str:
         coll_plots=coll_plots, coll_tables=coll_tables, scaling_plot=scaling_plot, eff_plots=eff_plots,
         eff_rows=_eff_rows(rec),
         recovery_plots=_recovery(rec), stragglers=_stragglers(rec), isolation=_isolation(rec), serving=serving_html(rec, report_dir), inv=inv, links=links, thresholds=threshold_rows(rec),
+        diagnostics=Markup(diag_html(rec)),  # noqa: S704 - report/diagnostics.py escapes every value
         plan_yaml=plan_to_yaml(rec.plan) if rec.plan else
         (rec.request.model_dump_json(indent=2) if rec.request else "(plan.json missing)"),
         stack=rec.stack.model_dump_json(indent=2) if rec.stack else "(no stack.json in this run)",

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+from orchestrator.diagnostics.plan_steps import diag_step_spec, judge_diag_step
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.metrics import verdict as V
 from orchestrator.models.cluster import Cluster
@@ -48,6 +49,7 @@ from orchestrator.scheduler.base import (
     JobSpec,
     JobState,
     JobStatus,
+    RankOutput,
     backend_traits,
     inventory_backend,
     pending_wait,
@@ -108,10 +110,16 @@ def job_spec(
 ) -> JobSpec:
     """The job of one step: collbench on step.nodes, rendezvous on the first node's fabric address;
     with ``container``, each rank runs it in the stack's image (``python`` is then the image's)."""
-    nodes = [cluster.node(n) for n in step.nodes]
     here = backend_traits(backend).on_this_machine
     if here and step.nnodes > 1:
         raise ConfigError(f"step {step.id}: the {backend} backend runs on one node only (asks {step.nnodes})")
+    if step.diagnostic is not None:  # the tool on the nodes themselves, never in the stack's container
+        name = run_job_name(run_id, plan.name, step.id)
+        spec = diag_step_spec(step, plan, cluster, name=name, workdir=workdir)
+        # on this machine the node's name is the inventory's, not Slurm's (the wrapper's $ORCH_NODE)
+        here_env = {"nodes": [], "task_env": {}, "env": {**spec.env, "ORCH_NODE": step.nodes[0]}}
+        return spec.model_copy(update=here_env) if here else spec
+    nodes = [cluster.node(n) for n in step.nodes]
     first = nodes[0]
     master = "127.0.0.1" if here else str(first.fabric_address or first.address)
     vendors = {n.gpu_vendor for n in nodes}
@@ -434,6 +442,9 @@ class StepExecutor:
         # The rank logs are read from the step's folder here, wherever the nodes wrote them.
         here = spec.model_copy(update={"workdir": self.rundir.step_dir(res.step.id).absolute()})
         out = self.sched.collect(res.job_id, here)
+        if res.step.diagnostic is not None:
+            self._judge_diag(res, out.ranks)
+            return
         rank0 = next((r.log for r in out.ranks if r.rank == 0), None)
         text = ""
         if rank0 is not None and os.path.lexists(rank0):
@@ -451,9 +462,7 @@ class StepExecutor:
             res.rows = parsed.rows
             res.warnings += parsed.warnings
             res.summary = V.summarize(parsed.rows)
-        if self.telemetry is not None:
-            folder = self.rundir.step_dir(res.step.id)
-            res.telemetry = self.telemetry.step_ended(res.step, res.summary, folder)
+        self._end_telemetry(res)
         verdict: V.Verdict = "pass"
         if res.job.status != JobStatus.COMPLETED:
             wrong = parsed is not None and parsed.wrong_total > 0
@@ -477,6 +486,31 @@ class StepExecutor:
         res.verdict = verdict
         self._save(res)
         self.life.log(StepDone(step=res.step.id, job_id=res.job_id, verdict=verdict, reasons=res.reasons))
+
+    def _end_telemetry(self, res: StepResult) -> None:
+        if self.telemetry is not None:
+            folder = self.rundir.step_dir(res.step.id)
+            res.telemetry = self.telemetry.step_ended(res.step, res.summary, folder)
+
+    def _judge_diag(self, res: StepResult, ranks: Sequence[RankOutput]) -> None:
+        """A diagnostic step: every task's log judged per node (diagnostics/plan_steps.py); the job's
+        own end says nothing more (a node without the tool ends its task with 127)."""
+        assert res.job is not None
+        logs: dict[str, str] = {}
+        for r in ranks:
+            if os.path.lexists(r.log):
+                try:
+                    logs[r.log.name] = read_inside(self.rundir.root, r.log).decode("utf-8", errors="replace")
+                except (NotInside, OSError) as e:
+                    res.warnings.append(f"rank {r.rank} output not read: {e}")
+        self._end_telemetry(res)  # the GPUs' power and temperatures under a burn, say
+        judged = judge_diag_step(res.step, logs)
+        res.diagnostics, res.verdict, res.blamed_nodes = judged.nodes, judged.verdict, judged.blamed
+        res.reasons += judged.reasons
+        if res.job.status != JobStatus.COMPLETED:
+            res.warnings.append(f"job {res.job_id} ended {res.job.raw_state}")
+        self._save(res)
+        self.life.log(StepDone(step=res.step.id, job_id=res.job_id, verdict=res.verdict, reasons=res.reasons))
 
 
 def steps_json(steps: Sequence[Step | ServingStep]) -> str:

@@ -452,10 +452,12 @@ def isolation_markdown(r: IsolationRun) -> str:
 
 def failed_multinode_nodes(result: RunResult) -> tuple[list[str], list[str]]:
     """(suspects, known good) after a scale-test: the nodes of multi-node steps that failed their
-    thresholds, and the nodes of multi-node steps that passed and are in no failing one."""
-    failed = [r for r in result.steps if r.step.nnodes > 1 and r.verdict == "fail"]
+    thresholds, and the nodes of multi-node steps that passed and are in no failing one. Diagnostic
+    steps are not collective ones: each judged its nodes on their own (StepResult.diagnostics)."""
+    steps = [r for r in result.steps if r.step.nnodes > 1 and r.step.diagnostic is None]
+    failed = [r for r in steps if r.verdict == "fail"]
     suspects = sorted({n for r in failed for n in r.step.nodes})
-    passed = {n for r in result.steps if r.step.nnodes > 1 and r.verdict == "pass" for n in r.step.nodes}
+    passed = {n for r in steps if r.verdict == "pass" for n in r.step.nodes}
     return suspects, sorted(passed - set(suspects))
 
 

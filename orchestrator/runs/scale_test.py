@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
+from orchestrator.diagnostics.plan_steps import with_diag_steps
 from orchestrator.errors import ConfigError, OrchError, SchedulerError
 from orchestrator.inventory import load_inventory
 from orchestrator.metrics import verdict as V
@@ -65,7 +66,7 @@ def scale_test(req: ScaleTestRequest, listeners: list[Listener] | None = None) -
     t0 = time.monotonic()
     cluster = load_inventory(req.inventory)
     plan = resolve_plan(req.plan, req.overrides)
-    steps = expand_steps(plan, cluster, group=req.group)
+    steps = with_diag_steps(plan, cluster, expand_steps(plan, cluster, group=req.group), group=req.group)
     serving = expand_serving_steps(plan, cluster, group=req.group)
     backend = choose_backend(plan, cluster)
     sched = make_scheduler(backend, cluster, plan)
@@ -242,7 +243,7 @@ def resume_run(
     # step id becomes a job name and a folder, so an edited file is refused, naming the value.
     plan = require_model(Plan, run_dir, run_dir / "plan.json")
     cluster = run_cluster(run_dir, slurm_conf)  # Slurm's configuration never from the run folder
-    steps = ladder_steps(run_dir) or expand_steps(plan, cluster)
+    steps = ladder_steps(run_dir) or with_diag_steps(plan, cluster, expand_steps(plan, cluster))
     done = finished_steps(run_dir, [s.id for s in steps])
     serving = serving_steps(run_dir) or []
     sdone = finished_serving(run_dir, [s.id for s in serving])

@@ -37,7 +37,9 @@ def plan_transport(cluster: Cluster, steps: list[Step]) -> Transport:
 
 def fault_matches(pf: PlanFault, step: Step) -> bool:
     """Whether plan fault pf belongs to collective step (by id, by index, or to every collective
-    step when it names none)."""
+    step when it names none); never to a diagnostic step."""
+    if step.diagnostic is not None:
+        return False
     return pf.step is None or pf.step == step.id or pf.step == step.index
 
 

@@ -42,8 +42,10 @@ from orchestrator.inventory import load_inventory
 from orchestrator.metrics.stragglers import (
     DEFAULT_FLOOR,
     DEFAULT_K,
+    Pair,
     StragglerReport,
     pair_matrix,
+    round_robin,
     split_by_kind,
     stragglers,
 )
@@ -64,29 +66,7 @@ from orchestrator.stacks import stack_name, stack_python
 from orchestrator.store.load import STEPS_FILE
 from orchestrator.store.rundir import atomic_write, new_run_id
 
-Pair = tuple[str, str]
 MatrixCollective = Literal["sendrecv", "alltoall"]
-
-
-def round_robin(nodes: Sequence[str]) -> list[list[Pair]]:
-    """Every pair of nodes exactly once, in rounds of disjoint pairs (the circle method): N-1
-    rounds of N/2 pairs for an even N, N rounds of (N-1)/2 pairs for an odd N. Pairs keep the
-    order of `nodes` (the earlier node first)."""
-    if len(set(nodes)) != len(nodes):
-        raise ValueError("a node is listed twice")
-    pos = {n: i for i, n in enumerate(nodes)}
-    ring: list[str | None] = [*nodes, None] if len(nodes) % 2 else list(nodes)
-    n = len(ring)
-    rounds: list[list[Pair]] = []
-    for _ in range(n - 1):
-        pairs: list[Pair] = []
-        for i in range(n // 2):
-            a, b = ring[i], ring[n - 1 - i]
-            if a is not None and b is not None:
-                pairs.append((a, b) if pos[a] < pos[b] else (b, a))
-        rounds.append(pairs)
-        ring = [ring[0], ring[-1], *ring[1:-1]]
-    return [r for r in rounds if r]
 
 
 def sample_rounds(nodes: Sequence[str], k: int, seed: int) -> list[list[Pair]]:
