@@ -19,7 +19,7 @@ from pydantic import Field
 from orchestrator.inventory import load_inventory
 from orchestrator.models.base import StrictModel
 from orchestrator.provision.runner import Listener, PlaybookRequest, PlaybookResult, execute
-from orchestrator.provision.service import _run_dir
+from orchestrator.provision.service import playbook_run_dir
 from orchestrator.stacks import PLAYBOOKS_DIR, node_python
 
 
@@ -106,7 +106,7 @@ def apply(req: HooksRequest, listener: Listener | None = None) -> HooksReport:
     venv), ProvisionError when ansible-runner cannot run.
     """
     variables = extravars(req)
-    run_dir = _run_dir(req.out_dir, "hooks")
+    run_dir = playbook_run_dir(req.out_dir, "hooks")
     result = execute(
         PlaybookRequest(
             playbook="hooks.yml",

@@ -49,7 +49,7 @@ class FingerprintReport(StrictModel):
     compatibility: fpmod.Compatibility
 
 
-def _run_dir(out_dir: Path, kind: str) -> Path:
+def playbook_run_dir(out_dir: Path, kind: str) -> Path:
     ident = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + kind + "-" + secrets.token_hex(3)
     return make_dir(out_dir / ident)
 
@@ -146,7 +146,7 @@ def provision(
         # the lab's nodes keep their /opt on this machine's disk: refuse before an image import fails
         check_disk(disk_need(stack, cluster.vars.orch_lab_state, [n.name for n in targets]))
     orch_source = orchwheel.resolve(req.orch_wheel) if stack.python is not None else None
-    run_dir = _run_dir(req.out_dir, "provision")
+    run_dir = playbook_run_dir(req.out_dir, "provision")
     extra: dict[str, object] = {"orch_become": req.become, "orch_clean_venv": req.clean}
     wheelhouse, wh_s = None, 0.0
     if orch_source is not None:
@@ -195,7 +195,7 @@ def fingerprint(
     stack = load_stack(stack_name)
     cluster = load_inventory(inventory)
     nodes = cluster.select(limit) if limit else cluster.nodes
-    run_dir = _run_dir(out_dir, "fingerprint")
+    run_dir = playbook_run_dir(out_dir, "fingerprint")
     facts = run_dir / "facts"
     make_dir(facts, exist_ok=False)
     result = execute(
