@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from orchestrator.metrics import decision
 from orchestrator.metrics.cost import total_label
+from orchestrator.metrics.percentiles import median_of
 from orchestrator.models.decide import DecidePage, DecideRow, Overall, RowName
 from orchestrator.models.decision import FigureChange
 from orchestrator.models.plan import format_size
@@ -118,12 +119,7 @@ def _summaries(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[LevelSum
 
 def _pcts(sums: list[LevelSummary]) -> str:
     """TTFT p50/p95/p99 (ms) of a level: the median over the runs, with the requests behind them."""
-
-    def med(xs: list[float | None]) -> float | None:
-        got = [x for x in xs if x is not None]
-        return statistics.median(got) if got else None
-
-    p = [med([getattr(x.ttft_ms, q) for x in sums]) for q in ("p50", "p95", "p99")]
+    p = [median_of(getattr(x.ttft_ms, q) for x in sums) for q in ("p50", "p95", "p99")]
     n = sum(x.ttft_ms.n for x in sums)
     return f"TTFT p50/p95/p99 {'/'.join(_ms(v) for v in p)} ms (n={n})"
 
