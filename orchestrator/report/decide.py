@@ -73,8 +73,11 @@ def _judged(holders: Sequence[RunRecord], refs: Sequence[RunRecord]) -> list[tup
 def row_quality(s: Sides) -> DecideRow:
     """The output-quality gate where one side's run was judged against the other's (a scale-test of
     B against A's run set as baseline, or of A against B's): exact match against the baseline's
-    A-against-A floor; the gate's pass is "same", its failure "worse" (answers that changed)."""
-    judged = _judged(s.runs_b, s.runs_a) + _judged(s.runs_a, s.runs_b)
+    run-twice floor; the gate's pass is "same", its failure "worse" (answers that changed). Each
+    figure stands in its own side's column: the floor in the baseline's, the exact match in the
+    judged run's, whichever side holds the judgement."""
+    judged = [("B", "A", *j) for j in _judged(s.runs_b, s.runs_a)]
+    judged += [("A", "B", *j) for j in _judged(s.runs_a, s.runs_b)]
     if not judged:
         gated = any(sv.quality is not None for rec in [*s.runs_a, *s.runs_b] for sv in rec.serving)
         return _missing(
@@ -84,22 +87,21 @@ def row_quality(s: Sides) -> DecideRow:
             if gated
             else "no output-quality gate ran in these runs",
         )
-    shown_floor: list[str] = []
-    shown_em: list[str] = []
+    shown: dict[str, list[str]] = {"A": [], "B": []}
     details: list[str] = []
     verdicts: list[str] = []
-    for where, q in judged:
+    for holder, base, where, q in judged:
         j = q.judgement
         assert j is not None  # _judged keeps judged steps only
         floors = [f.exact_match for f in j.floor if f.exact_match is not None]
         floor = f"{min(floors):.1%}" if floors else "none"
         em = "-" if j.b_vs_a.exact_match is None else f"{j.b_vs_a.exact_match:.1%}"
-        shown_floor.append(f"{where}: A-against-A floor {floor} (baseline run {q.baseline_run})")
-        shown_em.append(f"{where}: exact match {em} (n={j.b_vs_a.n})")
+        shown[base].append(f"{where}: {base}-against-{base} floor {floor} (baseline run {q.baseline_run})")
+        shown[holder].append(f"{where}: exact match {em} (n={j.b_vs_a.n})")
         verdicts.append("same" if j.passed else "worse")
         details.append(f"{where}: " + ("passed" if j.passed else "failed: " + "; ".join(j.reasons)))
     return DecideRow(
-        row="output quality", a="; ".join(shown_floor), b="; ".join(shown_em),
+        row="output quality", a="; ".join(shown["A"]), b="; ".join(shown["B"]),
         verdict=decision.overall(verdicts),
         why=f"{len(judged)} gate(s) judged by the run against the other side's stored outputs "
         "(passed: same; failed: worse)",
@@ -229,13 +231,16 @@ def row_cost(s: Sides) -> DecideRow:
     name: RowName = "cost per 1M tokens at capacity"
     shared, why = _shared_capacity(s)
     if not shared:
-        costs = [r for r in s.comparison.serving if r.a_cost_per_million is not None or r.b_cost_per_million]
+        priced = [
+            r for r in s.comparison.serving if (r.a_cost_per_million, r.b_cost_per_million) != (None, None)
+        ]
         seen = ""
-        if costs:
-            r = costs[-1]
+        if priced:
+            r = priced[-1]
             seen = (
-                f" (at the fixed level {r.step} {r.level}: A {_ms(r.a_cost_per_million)}, "
-                f"B {_ms(r.b_cost_per_million)} per 1M output tokens: a fixed level does not compare fairly)"
+                f"; at the fixed level {r.step} {r.level}: A {_ms(r.a_cost_per_million)}, "
+                f"B {_ms(r.b_cost_per_million)} per 1M output tokens, shown, not compared (it does not "
+                "grow with the replicas)"
             )
         return _missing(name, "no capacity to price" + (f": {why}" if why else "") + seen)
     shown_a: list[str] = []
