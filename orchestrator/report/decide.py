@@ -231,12 +231,12 @@ def row_cost(s: Sides) -> DecideRow:
     name: RowName = "cost per 1M tokens at capacity"
     shared, why = _shared_capacity(s)
     if not shared:
-        priced = [
+        at_levels = [
             r for r in s.comparison.serving if (r.a_cost_per_million, r.b_cost_per_million) != (None, None)
         ]
         seen = ""
-        if priced:
-            r = priced[-1]
+        if at_levels:
+            r = at_levels[-1]
             seen = (
                 f"; at the fixed level {r.step} {r.level}: A {_ms(r.a_cost_per_million)}, "
                 f"B {_ms(r.b_cost_per_million)} per 1M output tokens, shown, not compared (it does not "
