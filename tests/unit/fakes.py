@@ -1,5 +1,6 @@
 """The stand-ins that several unit test modules share: a scripted CommandRunner, a scheduler whose
-jobs end at once, the fingerprint probe loaded as a module, and a bounded wait on a condition.
+jobs end at once, a small cluster, the fingerprint probe loaded as a module, and a bounded wait on
+a condition.
 
 A plain module (imported as `from fakes import ...`, like hostile_text.py), not conftest.py: test
 modules cannot import a conftest reliably, since tests/integration has one of the same name.
@@ -15,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from orchestrator.models.cluster import Cluster, Node
 from orchestrator.remote.base import CmdResult
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 from orchestrator.stacks import PLAYBOOKS_DIR
@@ -110,6 +112,12 @@ class InstantScheduler:
 
     def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
         return {}
+
+
+def cluster(n: int, gpus: int = 1) -> Cluster:
+    """n nodes node1..nodeN (198.18.0.11 on), each with gpus GPUs, all in the group "all"."""
+    nodes = [Node(name=f"node{i}", address=f"198.18.0.{10 + i}", gpus_per_node=gpus) for i in range(1, n + 1)]
+    return Cluster(source=Path("lab.ini"), nodes=nodes, groups={"all": [x.name for x in nodes]})
 
 
 def probe_module() -> ModuleType:
