@@ -29,6 +29,7 @@ output tokens is shown side by side (not judged: it follows from throughput and 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
@@ -270,6 +271,18 @@ def _serving_levels(rec: RunRecord) -> dict[SLevel, tuple[LevelSummary, float | 
             if lv.summary is not None:
                 cost = lv.cost.per_million_output_tokens if lv.cost is not None else None
                 out[(s.step.id, lv.level)] = (lv.summary, cost)
+    return out
+
+
+def level_summaries(runs: Sequence[RunRecord]) -> dict[SLevel, list[LevelSummary]]:
+    """(serving step, level) -> the level's figures over the runs, in the order the runs first have
+    them (a level without figures left out)."""
+    out: dict[SLevel, list[LevelSummary]] = {}
+    for rec in runs:
+        for sv in rec.serving:
+            for lv in sv.levels:
+                if lv.summary is not None:
+                    out.setdefault((sv.step.id, lv.level), []).append(lv.summary)
     return out
 
 

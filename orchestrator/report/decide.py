@@ -25,7 +25,7 @@ from orchestrator.models.decision import FigureChange
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunRecord
 from orchestrator.models.serving_results import CapacityResult, LevelSummary, ServingQuality
-from orchestrator.report.compare import Comparison, compare_runs
+from orchestrator.report.compare import Comparison, compare_runs, level_summaries
 from orchestrator.report.escape import html_text
 from orchestrator.report.sections import Section, sections_html, sections_markdown
 
@@ -109,16 +109,6 @@ def row_quality(s: Sides) -> DecideRow:
     )  # fmt: skip
 
 
-def _summaries(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[LevelSummary]]:
-    out: dict[tuple[str, str], list[LevelSummary]] = {}
-    for rec in runs:
-        for sv in rec.serving:
-            for lv in sv.levels:
-                if lv.summary is not None:
-                    out.setdefault((sv.step.id, lv.level), []).append(lv.summary)
-    return out
-
-
 def _pcts(sums: list[LevelSummary]) -> str:
     """TTFT p50/p95/p99 (ms) of a level: the median over the runs, with the requests behind them."""
     p = [median_of(getattr(x.ttft_ms, q) for x in sums) for q in ("p50", "p95", "p99")]
@@ -138,7 +128,7 @@ def row_latency(s: Sides) -> DecideRow:
             else "no shared level could be judged (a p99 needs n >= 100 requests on each side)"
         )
         return _missing("latency", why)
-    sa, sb = _summaries(s.runs_a), _summaries(s.runs_b)
+    sa, sb = level_summaries(s.runs_a), level_summaries(s.runs_b)
     top = judged[-1]
     key = (top.step, top.level)
     words = ["worse" if decision.is_worse(r.verdict) else r.verdict for r in judged]
