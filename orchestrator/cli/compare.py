@@ -23,6 +23,7 @@ from orchestrator.report.compare_foreign import ForeignComparison, compare_forei
 from orchestrator.store.db import resolve_run_dir
 from orchestrator.store.load import load_run
 from orchestrator.store.rundir import atomic_write
+from orchestrator.text import figure
 
 _COLOUR = {"better": "green", "same": "white", "worse": "red", "worse for interactive": "red"}
 
@@ -64,10 +65,6 @@ def _fig(c: FigureChange) -> str:
     return f"{c.ratio - 1:+.1%} ±{c.band:.0%} (n={c.n_a}/{c.n_b})"
 
 
-def _cost(v: float | None) -> str:
-    return f"{v:.4g}" if v is not None else "-"
-
-
 def render_serving_table(c: Comparison, only_changed: bool) -> Table:
     """Serving steps per level: each figure's change B/A with its band and n, the verdict, cost."""
     table = Table(
@@ -85,7 +82,7 @@ def render_serving_table(c: Comparison, only_changed: bool) -> Table:
         a_eng, b_eng = r.engine_a or "-", r.engine_b or "-"
         engines = a_eng if a_eng == b_eng else f"{a_eng} / {b_eng}"
         table.add_row(r.step, r.level, engines, *figs, styled(r.verdict, _COLOUR.get(r.verdict, "magenta")),
-                      _cost(r.a_cost_per_million), _cost(r.b_cost_per_million))  # fmt: skip
+                      figure(r.a_cost_per_million), figure(r.b_cost_per_million))  # fmt: skip
     return table
 
 

@@ -28,6 +28,7 @@ from orchestrator.models.serving_results import CapacityResult, LevelSummary, Se
 from orchestrator.report.compare import Comparison, compare_runs, level_summaries
 from orchestrator.report.escape import html_text
 from orchestrator.report.sections import Section, sections_html, sections_markdown
+from orchestrator.text import figure
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,6 @@ class Sides:
 
 def _missing(row: RowName, why: str, a: str | None = None, b: str | None = None) -> DecideRow:
     return DecideRow(row=row, a=a, b=b, verdict="missing", why=why)
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
 
 
 # --- the rows ------------------------------------------------------------------------------------
@@ -113,7 +110,7 @@ def _pcts(sums: list[LevelSummary]) -> str:
     """TTFT p50/p95/p99 (ms) of a level: the median over the runs, with the requests behind them."""
     p = [median_of(getattr(x.ttft_ms, q) for x in sums) for q in ("p50", "p95", "p99")]
     n = sum(x.ttft_ms.n for x in sums)
-    return f"TTFT p50/p95/p99 {'/'.join(_ms(v) for v in p)} ms (n={n})"
+    return f"TTFT p50/p95/p99 {'/'.join(figure(v) for v in p)} ms (n={n})"
 
 
 def row_latency(s: Sides) -> DecideRow:
@@ -228,8 +225,8 @@ def row_cost(s: Sides) -> DecideRow:
         if at_levels:
             r = at_levels[-1]
             seen = (
-                f"; at the fixed level {r.step} {r.level}: A {_ms(r.a_cost_per_million)}, "
-                f"B {_ms(r.b_cost_per_million)} per 1M output tokens, shown, not compared (it does not "
+                f"; at the fixed level {r.step} {r.level}: A {figure(r.a_cost_per_million)}, "
+                f"B {figure(r.b_cost_per_million)} per 1M output tokens, shown, not compared (it does not "
                 "grow with the replicas)"
             )
         return _missing(name, "no capacity to price" + (f": {why}" if why else "") + seen)
@@ -304,7 +301,7 @@ def row_faults(s: Sides) -> DecideRow:
         shown_b.append(f"{r.fault} {r.phase} {r.b_median_s:.3g} s (n={r.n_b})")
         details.append(
             f"{r.fault} {r.phase}: A {r.a_median_s:.3g} s, B {r.b_median_s:.3g} s, "
-            f"band ±{_ms(r.band_s)} s -> {r.verdict}"
+            f"band ±{figure(r.band_s)} s -> {r.verdict}"
         )
     if not words:
         only = sorted({k[0] for k in set(oa) ^ set(ob)})
@@ -336,12 +333,12 @@ def row_network(s: Sides) -> DecideRow:
     better = sum(r.verdict == "better" for r in rows)
     return DecideRow(
         row="network",
-        a=f"{top.collective} busbw {_ms(top.a_gbs)} GB/s at {format_size(top.size_bytes)}, {top.step} "
+        a=f"{top.collective} busbw {figure(top.a_gbs)} GB/s at {format_size(top.size_bytes)}, {top.step} "
         f"(n={top.n_a})",
-        b=f"{top.collective} busbw {_ms(top.b_gbs)} GB/s (n={top.n_b})",
+        b=f"{top.collective} busbw {figure(top.b_gbs)} GB/s (n={top.n_b})",
         verdict=decision.overall(r.verdict for r in rows),
         why=f"{len(rows)} size(s) over {len(steps)} step(s): {worse} worse, {better} better beyond the band",
-        details=[f"{r.step} {r.collective} {format_size(r.size_bytes)}: B/A {_ms(r.ratio)} -> {r.verdict}"
+        details=[f"{r.step} {r.collective} {format_size(r.size_bytes)}: B/A {figure(r.ratio)} -> {r.verdict}"
                  for r in rows if r.verdict != "same"],
     )  # fmt: skip
 
