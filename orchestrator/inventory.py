@@ -595,13 +595,15 @@ def _node_path(var: str, value: str, problems: list[str]) -> Path | None:
     return Path(value)
 
 
-def _positive_number(value: Any) -> float | None:
-    """A number > 0 (not a bool), else None."""
+def _number(value: Any, *, zero: bool = False) -> float | None:
+    """A finite number > 0 (>= 0 with zero), not a bool, else None."""
+    if isinstance(value, bool):
+        return None
     try:
         n = float(value)
     except (TypeError, ValueError):
         return None
-    return n if not isinstance(value, bool) and math.isfinite(n) and n > 0 else None
+    return abs(n) if math.isfinite(n) and (n > 0 or (zero and n == 0)) else None  # -0 reads as 0
 
 
 def _whole_number(value: Any) -> int | None:
@@ -610,25 +612,13 @@ def _whole_number(value: Any) -> int | None:
     return n if n is not None and n >= 0 else None
 
 
-def _nonnegative_number(value: Any) -> float | None:
-    """A number >= 0 (not a bool), else None."""
-    n = _positive_number(value)
-    if n is None and not isinstance(value, bool):
-        try:
-            return 0.0 if float(value) == 0 else None
-        except (TypeError, ValueError):
-            return None
-    return n
-
-
 def _positive(
     hosts: list[RawHost], var: str, unit: str, problems: list[str], *, zero: bool = False
 ) -> float | None:
     """var (orch_fabric_gbps, orch_gpu_hour_cost, orch_cost_*): a positive number (or 0 with
     zero), the same on every host that has it."""
-    if zero:
-        return _same_number(hosts, var, _nonnegative_number, f"a number ({unit})", problems)
-    return _same_number(hosts, var, _positive_number, f"a positive number ({unit})", problems)
+    what = f"a number ({unit})" if zero else f"a positive number ({unit})"
+    return _same_number(hosts, var, lambda v: _number(v, zero=zero), what, problems)
 
 
 def _max_unavailable(hosts: list[RawHost], problems: list[str]) -> int | None:

@@ -24,12 +24,11 @@ from pathlib import Path
 from pydantic import Field
 
 from orchestrator.certs import digest
-from orchestrator.certs.service import latest, signature_problems
+from orchestrator.certs.service import latest, node_name, signature_problems
 from orchestrator.errors import ConfigError
 from orchestrator.models.base import StrictModel
 from orchestrator.models.cert import Certificate
 from orchestrator.models.cluster import Cluster, Node
-from orchestrator.models.names import check_name
 
 
 class QuickCheck(StrictModel):
@@ -57,10 +56,7 @@ def quick_check(
     from orchestrator.provision.quickprint import quick_fingerprint
     from orchestrator.stacks import manifest_sha256, packaged_stack
 
-    try:
-        check_name(node, what="node name")
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+    node_name(node)
     cluster: Cluster | None = None
     if inventory is not None:
         from orchestrator.inventory import load_inventory

@@ -34,12 +34,17 @@ CERTS_DIR = "certs"
 DEFAULT_VALID_DAYS = 30
 
 
-def cert_path(run_dir: Path, node: str) -> Path:
-    """<run_dir>/certs/<node>.json; raises ConfigError when node is not a plain name."""
+def node_name(node: str) -> str:
+    """node, when it is a plain name (models/names.check_name); raises ConfigError otherwise."""
     try:
-        check_name(node, what="node name")
+        return check_name(node, what="node name")
     except ValueError as e:
         raise ConfigError(str(e)) from e
+
+
+def cert_path(run_dir: Path, node: str) -> Path:
+    """<run_dir>/certs/<node>.json; raises ConfigError when node is not a plain name."""
+    node_name(node)
     return under(run_dir, CERTS_DIR, f"{node}.json", what="certificate")
 
 
@@ -217,10 +222,7 @@ def latest(node: str, root: Path) -> tuple[Path, Certificate, list[str]]:
 
     Raises ConfigError when node is not a plain name or has no readable certificate under root.
     """
-    try:
-        check_name(node, what="node name")
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+    node_name(node)
     best: tuple[Path, Certificate, list[str]] | None = None
     if root.is_dir():
         for path in (p for p in cert_files(root) if p.name == f"{node}.json"):

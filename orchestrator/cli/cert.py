@@ -12,6 +12,7 @@ from orchestrator.cli.common import Cell, Col, OutDirOpt, err, fitted_table, out
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS
 from orchestrator.models.cert import Certificate, CertTest
 from orchestrator.models.plan import format_size, parse_size
+from orchestrator.text import figure
 
 cert_app = typer.Typer(
     name="cert",
@@ -117,7 +118,7 @@ def _show(path: Path, cert: Certificate, problems: list[str]) -> None:
             Col("measured", whole=True), Col("", whole=True)]  # fmt: skip
     rows: list[list[Cell]] = [
         [t.step, str(t.ranks), t.collective, "-" if t.size_bytes is None else format_size(t.size_bytes),
-         t.metric, _limit(t), "-" if t.measured is None else f"{t.measured:.4g}",
+         t.metric, _limit(t), figure(t.measured),
          styled("pass", "green") if t.passed else styled("FAIL", "red")]
         for t in cert.tests
     ]  # fmt: skip

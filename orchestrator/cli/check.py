@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.plain import say
+from orchestrator.cli.plain import say, short_hostname
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE
 
 
@@ -45,14 +45,12 @@ def check_cmd(
     """Exit 1 when NODE's newest certificate is missing, edited, expired or (with a public key)
     not signed by it, or its fingerprint drifted against the stack; 0 otherwise (for a Slurm prolog
     or health-check program)."""
-    import socket
-
     from orchestrator.certs.quick import quick_check
 
     if not quick:
         say("only --quick exists today", stream=sys.stderr)
         return EXIT_USAGE
-    res = quick_check(node or socket.gethostname().split(".")[0], inventory, root, pubkey=pubkey)
+    res = quick_check(node or short_hostname(), inventory, root, pubkey=pubkey)
     for p in res.problems:
         say(f"{res.node}: {p}", stream=sys.stderr)
     if res.ok:

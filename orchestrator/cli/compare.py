@@ -17,13 +17,13 @@ from orchestrator.metrics.decision import FLOOR, K
 from orchestrator.models.decision import FigureChange
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunRecord
-from orchestrator.models.serving_results import LevelSummary
 from orchestrator.parse import parse_file
-from orchestrator.report.compare import Comparison, ServingRow, compare_runs
+from orchestrator.report.compare import Comparison, ServingRow, compare_runs, level_summaries
 from orchestrator.report.compare_foreign import ForeignComparison, compare_foreign
 from orchestrator.store.db import resolve_run_dir
 from orchestrator.store.load import load_run
 from orchestrator.store.rundir import atomic_write
+from orchestrator.text import figure
 
 _COLOUR = {"better": "green", "same": "white", "worse": "red", "worse for interactive": "red"}
 
@@ -65,10 +65,6 @@ def _fig(c: FigureChange) -> str:
     return f"{c.ratio - 1:+.1%} ±{c.band:.0%} (n={c.n_a}/{c.n_b})"
 
 
-def _cost(v: float | None) -> str:
-    return f"{v:.4g}" if v is not None else "-"
-
-
 def render_serving_table(c: Comparison, only_changed: bool) -> Table:
     """Serving steps per level: each figure's change B/A with its band and n, the verdict, cost."""
     table = Table(
@@ -86,7 +82,7 @@ def render_serving_table(c: Comparison, only_changed: bool) -> Table:
         a_eng, b_eng = r.engine_a or "-", r.engine_b or "-"
         engines = a_eng if a_eng == b_eng else f"{a_eng} / {b_eng}"
         table.add_row(r.step, r.level, engines, *figs, styled(r.verdict, _COLOUR.get(r.verdict, "magenta")),
-                      _cost(r.a_cost_per_million), _cost(r.b_cost_per_million))  # fmt: skip
+                      figure(r.a_cost_per_million), figure(r.b_cost_per_million))  # fmt: skip
     return table
 
 
@@ -215,21 +211,6 @@ def _file_side(run_a: str, run_b: str) -> Literal["a", "b"] | None:
     return "a" if fa else "b" if fb else None
 
 
-def _orch_levels(runs: list[RunRecord]) -> list[tuple[str, list[LevelSummary]]]:
-    """(step, the level's summaries over the runs) per serving step and level, in the first run's order."""
-    keys: list[tuple[str, str]] = []
-    by: dict[tuple[str, str], list[LevelSummary]] = {}
-    for rec in runs:
-        for sv in rec.serving:
-            for lv in sv.levels:
-                if lv.summary is not None:
-                    key = (sv.step.id, lv.level)
-                    if key not in by:
-                        keys.append(key)
-                    by.setdefault(key, []).append(lv.summary)
-    return [(key[0], by[key]) for key in keys]
-
-
 def _compare_file(
     run_a: str,
     run_b: str,
@@ -259,7 +240,7 @@ def _compare_file(
         )
     rec = load_ref(run_ref, store)
     runs = [rec, *(load_ref(r, store) for r in (repeat_b if file_side == "a" else repeat_a) or [])]
-    levels = _orch_levels(runs)
+    levels = [(step, sums) for (step, _), sums in level_summaries(runs).items()]
     if not levels:
         raise ConfigError(
             f"run {rec.run_id} has no serving level with figures to compare with {path}",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from orchestrator.cli.plain import say
+from orchestrator.cli.plain import say, short_hostname
 from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_THRESHOLDS, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -95,13 +95,11 @@ def health_cmd(
         say("give either --inventory/-i (over SSH) or --local (this machine)", stream=sys.stderr)
         return EXIT_USAGE
     if local:
-        import socket
-
         from orchestrator.models.health import HealthSources
         from orchestrator.runs.health import check_here
 
         src = HealthSources(kernel_log=kernel_log, sysfs=sysfs, tools_dir=tools_dir, ifaces=list(iface or []))
-        name = node or socket.gethostname().split(".")[0]
+        name = node or short_hostname()
         budget = 1 if max_unavailable is None else max_unavailable
         report = check_here(name, src, drain=drain, max_unavailable=budget)
     else:

@@ -14,7 +14,7 @@ from orchestrator.cli.runs import StoreOpt, open_existing, store_path
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
 from orchestrator.report.history import History, history, render_history_html
 from orchestrator.store.rundir import atomic_write
-from orchestrator.text import plural
+from orchestrator.text import figure, plural
 
 
 def history_cmd(
@@ -81,7 +81,7 @@ def history_tables(h: History, shown: dict[str, str], plan: str | None, width: i
         row: list[Cell] = [n.run_id, n.status]
         for f in figures:
             v = n.figures.get(f)
-            txt = f"{v:.4g}" if v is not None else "-"
+            txt = figure(v)
             row.append(styled(f"{txt} ▼", "red") if (n.run_id, f) in flagged else txt)
         rows.append(row)
     cols = [Col("run", whole=True), Col("status", whole=True), *(Col(f, whole=True) for f in figures)]

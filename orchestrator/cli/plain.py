@@ -8,6 +8,7 @@ escapes what it prints as the consoles of cli/common.py do (control characters a
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from dataclasses import dataclass
 from typing import TextIO
@@ -21,6 +22,12 @@ class CliState:
 
 
 state = CliState()
+
+
+def short_hostname() -> str:
+    """This machine's host name up to its first dot: the node's Slurm name (the default NODE of
+    `orch check --quick` and `orch health --local`)."""
+    return socket.gethostname().split(".")[0]
 
 
 def silence_stdout() -> None:

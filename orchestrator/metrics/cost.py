@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from orchestrator.models.cost import IN_NODE_HOUR, MONTH_HOURS, CostAtRate, CostModel, CostPart, CostPartName
 from orchestrator.models.serving_results import LevelSummary, ServingCost
+from orchestrator.text import figure
 
 _MONTHLY: tuple[tuple[CostPartName, str, str], ...] = (
     ("network", "network_per_month", "network"),
@@ -49,8 +50,8 @@ def level_cost(s: LevelSummary, *, nodes: int, price_per_node_hour: float) -> Se
 
 def cost_label(c: ServingCost) -> str:
     """The cost with the inputs of its calculation beside it."""
-    per_req = "-" if c.per_request is None else f"{c.per_request:.4g}"
-    per_m = "-" if c.per_million_output_tokens is None else f"{c.per_million_output_tokens:.4g}"
+    per_req = figure(c.per_request)
+    per_m = figure(c.per_million_output_tokens)
     return (
         f"cost {per_req} per successful request, {per_m} per 1M output tokens "
         f"(= {c.price_per_node_hour:g}/node-hour x {c.nodes} node(s) x {c.duration_s:.1f} s = {c.total:.4g}; "
@@ -181,13 +182,13 @@ def total_label(c: CostAtRate) -> str:
 
 def cost_at_lines(c: CostAtRate) -> list[str]:
     """The cost at a rate as text: the figures with their completeness, then every part."""
-    per_req = "-" if c.per_request is None else f"{c.per_request:.4g}"
-    per_m = "-" if c.per_million_output_tokens is None else f"{c.per_million_output_tokens:.4g}"
+    per_req = figure(c.per_request)
+    per_m = figure(c.per_million_output_tokens)
     lines = [
         f"cost at {c.rate}: {per_req} per successful request, {per_m} per 1M output tokens, "
         f"{c.per_hour:.4g}/hour for {c.nodes} node(s); total {total_label(c)}"
     ]
     for p in c.parts:
-        figure = "-" if p.per_hour is None else f"{p.per_hour:.4g}/h"
-        lines.append(f"  {p.name}: {figure} ({p.basis})")
+        hourly = "-" if p.per_hour is None else f"{p.per_hour:.4g}/h"
+        lines.append(f"  {p.name}: {hourly} ({p.basis})")
     return lines

@@ -33,6 +33,13 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+def median_of(values: Iterable[float | None]) -> float | None:
+    """The median of the values that are not None (a run or repeat without the figure is left
+    out); None when none has it."""
+    got = [x for x in values if x is not None]
+    return statistics.median(got) if got else None
+
+
 def summarize(values: Iterable[float]) -> Percentiles:
     """n, mean, p50, p95 and p99 of values, each percentile hidden (None) below its n."""
     xs = list(values)

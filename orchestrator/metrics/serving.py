@@ -43,6 +43,7 @@ from orchestrator.models.serving_results import (
     SloCheck,
     TurnFigures,
 )
+from orchestrator.text import figure
 
 LATENCY_FIGURES = ("ttft", "itl", "tpot", "e2e")
 
@@ -270,8 +271,8 @@ def prefix_cache_label(pc: PrefixCache | None) -> str:
 
 def level_lines(s: LevelSummary) -> list[str]:
     """A level's figures as text, every percentile with its n (no figure without its basis)."""
-    rate = "-" if s.output_tokens_per_s is None else f"{s.output_tokens_per_s:.4g}"
-    rps = "-" if s.requests_per_s is None else f"{s.requests_per_s:.4g}"
+    rate = figure(s.output_tokens_per_s)
+    rps = figure(s.requests_per_s)
     lines = [
         f"{s.level}: {s.ok}/{s.n} ok, errors {s.errors}, aborted {s.aborted}, {rps} requests/s, "
         f"{rate} output tokens/s over {s.duration_s:.1f} s",
@@ -290,7 +291,7 @@ def level_lines(s: LevelSummary) -> list[str]:
             f"{'met' if c.met else 'not judged (n<100)' if c.met is None else 'MISSED'} (n={c.n})"
             for c in s.slos
         )
-        good = "-" if s.request_goodput is None else f"{s.request_goodput:.4g}"
+        good = figure(s.request_goodput)
         lines.append(
             f"  SLO attainment {s.slo_attainment:.1%} of {s.n} counted requests, goodput {good} requests/s; "
             f"SLOs: {slo}"

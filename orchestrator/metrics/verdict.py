@@ -18,6 +18,7 @@ from orchestrator.models.plan import BaselineThreshold, BusbwThreshold, Plan, St
 from orchestrator.models.results import Collective, CollRow, CollSummary, Scaling, Verdict, run_size
 from orchestrator.models.serving import ServingWorkload
 from orchestrator.models.serving_results import LevelSummary
+from orchestrator.text import figure
 
 __all__ = ["CollSummary", "Scaling", "Verdict"]
 
@@ -275,6 +276,6 @@ def serving_threshold_failures(step_id: str, w: ServingWorkload, s: LevelSummary
     if th.min_output_tokens_per_s is not None:
         tps = s.output_tokens_per_s
         if tps is None or tps < th.min_output_tokens_per_s:
-            got = "-" if tps is None else f"{tps:.4g}"
+            got = figure(tps)
             out.append(f"{at}: output tokens/s {got} < {th.min_output_tokens_per_s:g} (n={s.ok})")
     return out

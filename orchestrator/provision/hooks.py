@@ -18,9 +18,9 @@ from pydantic import Field
 
 from orchestrator.inventory import load_inventory
 from orchestrator.models.base import StrictModel
-from orchestrator.provision.runner import Listener, PlaybookRequest, PlaybookResult, execute
-from orchestrator.provision.service import _run_dir
-from orchestrator.stacks import PLAYBOOKS_DIR, node_python
+from orchestrator.provision.runner import Listener, PlaybookResult, execute
+from orchestrator.provision.service import playbook_request, playbook_run_dir
+from orchestrator.stacks import node_python
 
 
 class HooksRequest(StrictModel):
@@ -106,18 +106,7 @@ def apply(req: HooksRequest, listener: Listener | None = None) -> HooksReport:
     venv), ProvisionError when ansible-runner cannot run.
     """
     variables = extravars(req)
-    run_dir = _run_dir(req.out_dir, "hooks")
-    result = execute(
-        PlaybookRequest(
-            playbook="hooks.yml",
-            playbooks_dir=PLAYBOOKS_DIR,
-            inventory=req.inventory,
-            work_dir=run_dir / "ansible",
-            extravars=variables,
-            check=req.check,
-            limit=req.limit,
-            ident="hooks",
-        ),
-        listener,
-    )
+    run_dir = playbook_run_dir(req.out_dir, "hooks")
+    request = playbook_request("hooks", req.inventory, run_dir, variables, check=req.check, limit=req.limit)
+    result = execute(request, listener)
     return HooksReport(run_dir=run_dir, result=result, diffs=diffs(result))

@@ -49,9 +49,35 @@ class FingerprintReport(StrictModel):
     compatibility: fpmod.Compatibility
 
 
-def _run_dir(out_dir: Path, kind: str) -> Path:
+def playbook_run_dir(out_dir: Path, kind: str) -> Path:
     ident = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + kind + "-" + secrets.token_hex(3)
     return make_dir(out_dir / ident)
+
+
+def playbook_request(
+    kind: str,
+    inventory: Path,
+    run_dir: Path,
+    extravars: dict[str, object],
+    *,
+    check: bool = False,
+    limit: str | None = None,
+    vault_password_file: Path | None = None,
+    become_password: str | None = None,
+) -> PlaybookRequest:
+    """The run of orch's playbook `<kind>.yml` whose artifacts go to <run_dir>/ansible/."""
+    return PlaybookRequest(
+        playbook=f"{kind}.yml",
+        playbooks_dir=PLAYBOOKS_DIR,
+        inventory=inventory,
+        work_dir=run_dir / "ansible",
+        extravars=extravars,
+        check=check,
+        limit=limit,
+        vault_password_file=vault_password_file,
+        become_password=become_password,
+        ident=kind,
+    )
 
 
 def requirements(stack: Stack) -> list[str]:
@@ -146,7 +172,7 @@ def provision(
         # the lab's nodes keep their /opt on this machine's disk: refuse before an image import fails
         check_disk(disk_need(stack, cluster.vars.orch_lab_state, [n.name for n in targets]))
     orch_source = orchwheel.resolve(req.orch_wheel) if stack.python is not None else None
-    run_dir = _run_dir(req.out_dir, "provision")
+    run_dir = playbook_run_dir(req.out_dir, "provision")
     extra: dict[str, object] = {"orch_become": req.become, "orch_clean_venv": req.clean}
     wheelhouse, wh_s = None, 0.0
     if orch_source is not None:
@@ -160,17 +186,15 @@ def provision(
         wh_s = time.monotonic() - t0
         extra |= {"orch_wheelhouse": str(wheelhouse.absolute()), "orch_requirements": requirements(stack)}
     result = execute(
-        PlaybookRequest(
-            playbook="provision.yml",
-            playbooks_dir=PLAYBOOKS_DIR,
-            inventory=req.inventory,
-            work_dir=run_dir / "ansible",
-            extravars=_extravars(stack, **extra),
+        playbook_request(
+            "provision",
+            req.inventory,
+            run_dir,
+            _extravars(stack, **extra),
             check=req.check,
             limit=req.limit,
             vault_password_file=req.vault_password_file,
             become_password=req.become_password,
-            ident="provision",
         ),
         listener,
     )
@@ -195,21 +219,11 @@ def fingerprint(
     stack = load_stack(stack_name)
     cluster = load_inventory(inventory)
     nodes = cluster.select(limit) if limit else cluster.nodes
-    run_dir = _run_dir(out_dir, "fingerprint")
+    run_dir = playbook_run_dir(out_dir, "fingerprint")
     facts = run_dir / "facts"
     make_dir(facts, exist_ok=False)
-    result = execute(
-        PlaybookRequest(
-            playbook="fingerprint.yml",
-            playbooks_dir=PLAYBOOKS_DIR,
-            inventory=inventory,
-            work_dir=run_dir / "ansible",
-            limit=limit,
-            ident="fingerprint",
-            extravars=_extravars(stack, orch_fingerprint_dir=str(facts.absolute()), orch_become=become),
-        ),
-        listener,
-    )
+    extravars = _extravars(stack, orch_fingerprint_dir=str(facts.absolute()), orch_become=become)
+    result = execute(playbook_request("fingerprint", inventory, run_dir, extravars, limit=limit), listener)
     fps = fpmod.read_probe_dir(facts, [n.name for n in nodes])
     fset = fpmod.FingerprintSet(stack=stack.name, nodes=fps)
     fpmod.save(fset, run_dir / "fingerprint.json")

@@ -14,7 +14,7 @@ import io
 import json
 import re
 from collections.abc import Callable
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from pydantic import Field
 
@@ -410,35 +410,46 @@ def _amd_smi_gpu(index: int, block: str) -> Gpu:
     )
 
 
+def rocm_json_cards(text: str) -> tuple[dict[str, Any], list[tuple[int, dict[str, str]]]]:
+    """`rocm-smi ... --json`: the document and its `cardN` objects by index, each value as a string
+    (the fingerprint's and the telemetry's reader). Raises ParseError when the text is not a JSON
+    object, a card is not an object, or there is no card."""
+    try:
+        doc = json.loads(_strip_comments(text).strip())
+    except ValueError as e:
+        raise ParseError(f"rocm-smi --json output is not JSON: {e}", raw=text) from e
+    if not isinstance(doc, dict):
+        raise ParseError("rocm-smi --json output is not an object", raw=text)
+    cards = []
+    for key in sorted((k for k in doc if re.fullmatch(r"card\d+", k)), key=lambda k: int(k[4:])):
+        card = doc[key]
+        if not isinstance(card, dict):
+            raise ParseError(f"rocm-smi --json: {key} is not an object", raw=text)
+        cards.append((int(key[4:]), {str(k): str(v) for k, v in card.items()}))
+    if not cards:
+        raise ParseError("rocm-smi --json output without any cardN", raw=text)
+    return doc, cards
+
+
 @_raw_on_error
 def parse_rocm_smi(text: str) -> SmiReport:
     """rocm-smi: `--json` output (cardN objects) or the default concise table."""
     body = _strip_comments(text).strip()
     if body.startswith("{"):
-        try:
-            doc = json.loads(body)
-        except ValueError as e:
-            raise ParseError(f"rocm-smi --json output is not JSON: {e}", raw=text) from e
-        gpus = []
-        for key in sorted((k for k in doc if re.fullmatch(r"card\d+", k)), key=lambda k: int(k[4:])):
-            card = doc[key]
-            gpus.append(
-                Gpu(
-                    index=int(key[4:]),
-                    name=card.get("Card Series") or card.get("Device Name"),
-                    vendor="amd",
-                    bus_id=card.get("PCI Bus"),
-                    arch=card.get("GFX Version"),
-                    extra={
-                        k: str(v) for k, v in card.items() if k in ("Card Model", "Device ID", "Card SKU")
-                    },
-                )
+        doc, cards = rocm_json_cards(text)
+        gpus = [
+            Gpu(
+                index=index,
+                name=card.get("Card Series") or card.get("Device Name"),
+                vendor="amd",
+                bus_id=card.get("PCI Bus"),
+                arch=card.get("GFX Version"),
+                extra={k: v for k, v in card.items() if k in ("Card Model", "Device ID", "Card SKU")},
             )
-        if not gpus:
-            raise ParseError("rocm-smi --json output without any cardN", raw=text)
-        driver = (
-            (doc.get("system") or {}).get("Driver version") if isinstance(doc.get("system"), dict) else None
-        )
+            for index, card in cards
+        ]
+        system = doc.get("system")
+        driver = system.get("Driver version") if isinstance(system, dict) else None
         return SmiReport(tool="rocm-smi", driver=driver, gpus=gpus)
     if "ROCm System Management Interface" not in body:
         raise ParseError("not rocm-smi output (no banner, not JSON)", raw=text)

@@ -29,12 +29,14 @@ output tokens is shown side by side (not judged: it follows from throughput and 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
 
 from orchestrator.metrics import decision
 from orchestrator.metrics.decision import FLOOR, MIN_ADJACENT, K
+from orchestrator.metrics.percentiles import median_of
 from orchestrator.metrics.serving import compare_level
 from orchestrator.models.base import StrictModel
 from orchestrator.models.decision import Change, InteractiveVerdict
@@ -242,8 +244,7 @@ def _compare_recovery(
             rows.append(
                 RecoveryRow(
                     fault=key[0], phase=key[1],
-                    a_median_s=statistics.median(va) if va else None,
-                    b_median_s=statistics.median(vb) if vb else None,
+                    a_median_s=median_of(va), b_median_s=median_of(vb),
                     ratio=None, band_s=None, verdict="missing", n_a=len(va), n_b=len(vb),
                 )
             )  # fmt: skip
@@ -273,6 +274,18 @@ def _serving_levels(rec: RunRecord) -> dict[SLevel, tuple[LevelSummary, float | 
     return out
 
 
+def level_summaries(runs: Sequence[RunRecord]) -> dict[SLevel, list[LevelSummary]]:
+    """(serving step, level) -> the level's figures over the runs, in the order the runs first have
+    them (a level without figures left out)."""
+    out: dict[SLevel, list[LevelSummary]] = {}
+    for rec in runs:
+        for sv in rec.serving:
+            for lv in sv.levels:
+                if lv.summary is not None:
+                    out.setdefault((sv.step.id, lv.level), []).append(lv.summary)
+    return out
+
+
 def engine_label(engine: str, variant: str | None) -> str:
     """An engine with the stack's variant it ran, as the store and compare show it."""
     return f"{engine} ({variant})" if variant else engine
@@ -289,10 +302,6 @@ def _engines(runs: list[RunRecord]) -> dict[str, str]:
     return {step: ", ".join(labels) for step, labels in seen.items()}
 
 
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
 def compare_serving(
     runs_a: list[RunRecord], runs_b: list[RunRecord], *, floor: float = FLOOR, k: float = K
 ) -> list[ServingRow]:
@@ -306,8 +315,7 @@ def compare_serving(
     rows: list[ServingRow] = []
     for key in keys:
         sa, sb = [m[key] for m in la if key in m], [m[key] for m in lb if key in m]
-        ca = _median([c for _, c in sa if c is not None])
-        cb = _median([c for _, c in sb if c is not None])
+        ca, cb = median_of(c for _, c in sa), median_of(c for _, c in sb)
         if not sa or not sb:
             rows.append(ServingRow(step=key[0], level=key[1], comparison=None, verdict="missing",
                                    a_cost_per_million=ca, b_cost_per_million=cb,

@@ -19,14 +19,16 @@ from dataclasses import dataclass
 
 from orchestrator.metrics import decision
 from orchestrator.metrics.cost import total_label
+from orchestrator.metrics.percentiles import median_of
 from orchestrator.models.decide import DecidePage, DecideRow, Overall, RowName
 from orchestrator.models.decision import FigureChange
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunRecord
 from orchestrator.models.serving_results import CapacityResult, LevelSummary, ServingQuality
-from orchestrator.report.compare import Comparison, compare_runs
+from orchestrator.report.compare import Comparison, compare_runs, level_summaries
 from orchestrator.report.escape import html_text
 from orchestrator.report.sections import Section, sections_html, sections_markdown
+from orchestrator.text import figure
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,6 @@ class Sides:
 
 def _missing(row: RowName, why: str, a: str | None = None, b: str | None = None) -> DecideRow:
     return DecideRow(row=row, a=a, b=b, verdict="missing", why=why)
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
 
 
 # --- the rows ------------------------------------------------------------------------------------
@@ -72,8 +70,11 @@ def _judged(holders: Sequence[RunRecord], refs: Sequence[RunRecord]) -> list[tup
 def row_quality(s: Sides) -> DecideRow:
     """The output-quality gate where one side's run was judged against the other's (a scale-test of
     B against A's run set as baseline, or of A against B's): exact match against the baseline's
-    A-against-A floor; the gate's pass is "same", its failure "worse" (answers that changed)."""
-    judged = _judged(s.runs_b, s.runs_a) + _judged(s.runs_a, s.runs_b)
+    run-twice floor; the gate's pass is "same", its failure "worse" (answers that changed). Each
+    figure stands in its own side's column: the floor in the baseline's, the exact match in the
+    judged run's, whichever side holds the judgement."""
+    judged = [("B", "A", *j) for j in _judged(s.runs_b, s.runs_a)]
+    judged += [("A", "B", *j) for j in _judged(s.runs_a, s.runs_b)]
     if not judged:
         gated = any(sv.quality is not None for rec in [*s.runs_a, *s.runs_b] for sv in rec.serving)
         return _missing(
@@ -83,22 +84,21 @@ def row_quality(s: Sides) -> DecideRow:
             if gated
             else "no output-quality gate ran in these runs",
         )
-    shown_floor: list[str] = []
-    shown_em: list[str] = []
+    shown: dict[str, list[str]] = {"A": [], "B": []}
     details: list[str] = []
     verdicts: list[str] = []
-    for where, q in judged:
+    for holder, base, where, q in judged:
         j = q.judgement
         assert j is not None  # _judged keeps judged steps only
         floors = [f.exact_match for f in j.floor if f.exact_match is not None]
         floor = f"{min(floors):.1%}" if floors else "none"
         em = "-" if j.b_vs_a.exact_match is None else f"{j.b_vs_a.exact_match:.1%}"
-        shown_floor.append(f"{where}: A-against-A floor {floor} (baseline run {q.baseline_run})")
-        shown_em.append(f"{where}: exact match {em} (n={j.b_vs_a.n})")
+        shown[base].append(f"{where}: {base}-against-{base} floor {floor} (baseline run {q.baseline_run})")
+        shown[holder].append(f"{where}: exact match {em} (n={j.b_vs_a.n})")
         verdicts.append("same" if j.passed else "worse")
         details.append(f"{where}: " + ("passed" if j.passed else "failed: " + "; ".join(j.reasons)))
     return DecideRow(
-        row="output quality", a="; ".join(shown_floor), b="; ".join(shown_em),
+        row="output quality", a="; ".join(shown["A"]), b="; ".join(shown["B"]),
         verdict=decision.overall(verdicts),
         why=f"{len(judged)} gate(s) judged by the run against the other side's stored outputs "
         "(passed: same; failed: worse)",
@@ -106,26 +106,11 @@ def row_quality(s: Sides) -> DecideRow:
     )  # fmt: skip
 
 
-def _summaries(runs: Sequence[RunRecord]) -> dict[tuple[str, str], list[LevelSummary]]:
-    out: dict[tuple[str, str], list[LevelSummary]] = {}
-    for rec in runs:
-        for sv in rec.serving:
-            for lv in sv.levels:
-                if lv.summary is not None:
-                    out.setdefault((sv.step.id, lv.level), []).append(lv.summary)
-    return out
-
-
 def _pcts(sums: list[LevelSummary]) -> str:
     """TTFT p50/p95/p99 (ms) of a level: the median over the runs, with the requests behind them."""
-
-    def med(xs: list[float | None]) -> float | None:
-        got = [x for x in xs if x is not None]
-        return statistics.median(got) if got else None
-
-    p = [med([getattr(x.ttft_ms, q) for x in sums]) for q in ("p50", "p95", "p99")]
+    p = [median_of(getattr(x.ttft_ms, q) for x in sums) for q in ("p50", "p95", "p99")]
     n = sum(x.ttft_ms.n for x in sums)
-    return f"TTFT p50/p95/p99 {'/'.join(_ms(v) for v in p)} ms (n={n})"
+    return f"TTFT p50/p95/p99 {'/'.join(figure(v) for v in p)} ms (n={n})"
 
 
 def row_latency(s: Sides) -> DecideRow:
@@ -140,7 +125,7 @@ def row_latency(s: Sides) -> DecideRow:
             else "no shared level could be judged (a p99 needs n >= 100 requests on each side)"
         )
         return _missing("latency", why)
-    sa, sb = _summaries(s.runs_a), _summaries(s.runs_b)
+    sa, sb = level_summaries(s.runs_a), level_summaries(s.runs_b)
     top = judged[-1]
     key = (top.step, top.level)
     words = ["worse" if decision.is_worse(r.verdict) else r.verdict for r in judged]
@@ -233,13 +218,16 @@ def row_cost(s: Sides) -> DecideRow:
     name: RowName = "cost per 1M tokens at capacity"
     shared, why = _shared_capacity(s)
     if not shared:
-        costs = [r for r in s.comparison.serving if r.a_cost_per_million is not None or r.b_cost_per_million]
+        at_levels = [
+            r for r in s.comparison.serving if (r.a_cost_per_million, r.b_cost_per_million) != (None, None)
+        ]
         seen = ""
-        if costs:
-            r = costs[-1]
+        if at_levels:
+            r = at_levels[-1]
             seen = (
-                f" (at the fixed level {r.step} {r.level}: A {_ms(r.a_cost_per_million)}, "
-                f"B {_ms(r.b_cost_per_million)} per 1M output tokens: a fixed level does not compare fairly)"
+                f"; at the fixed level {r.step} {r.level}: A {figure(r.a_cost_per_million)}, "
+                f"B {figure(r.b_cost_per_million)} per 1M output tokens, shown, not compared (it does not "
+                "grow with the replicas)"
             )
         return _missing(name, "no capacity to price" + (f": {why}" if why else "") + seen)
     shown_a: list[str] = []
@@ -313,7 +301,7 @@ def row_faults(s: Sides) -> DecideRow:
         shown_b.append(f"{r.fault} {r.phase} {r.b_median_s:.3g} s (n={r.n_b})")
         details.append(
             f"{r.fault} {r.phase}: A {r.a_median_s:.3g} s, B {r.b_median_s:.3g} s, "
-            f"band ±{_ms(r.band_s)} s -> {r.verdict}"
+            f"band ±{figure(r.band_s)} s -> {r.verdict}"
         )
     if not words:
         only = sorted({k[0] for k in set(oa) ^ set(ob)})
@@ -345,12 +333,12 @@ def row_network(s: Sides) -> DecideRow:
     better = sum(r.verdict == "better" for r in rows)
     return DecideRow(
         row="network",
-        a=f"{top.collective} busbw {_ms(top.a_gbs)} GB/s at {format_size(top.size_bytes)}, {top.step} "
+        a=f"{top.collective} busbw {figure(top.a_gbs)} GB/s at {format_size(top.size_bytes)}, {top.step} "
         f"(n={top.n_a})",
-        b=f"{top.collective} busbw {_ms(top.b_gbs)} GB/s (n={top.n_b})",
+        b=f"{top.collective} busbw {figure(top.b_gbs)} GB/s (n={top.n_b})",
         verdict=decision.overall(r.verdict for r in rows),
         why=f"{len(rows)} size(s) over {len(steps)} step(s): {worse} worse, {better} better beyond the band",
-        details=[f"{r.step} {r.collective} {format_size(r.size_bytes)}: B/A {_ms(r.ratio)} -> {r.verdict}"
+        details=[f"{r.step} {r.collective} {format_size(r.size_bytes)}: B/A {figure(r.ratio)} -> {r.verdict}"
                  for r in rows if r.verdict != "same"],
     )  # fmt: skip
 

@@ -21,6 +21,7 @@ from orchestrator.models.names import is_name
 from orchestrator.models.plan import format_size
 from orchestrator.report.sections import Section, sections_html, sections_markdown
 from orchestrator.store.rundir import RunDir
+from orchestrator.text import figure
 
 
 @dataclass
@@ -87,10 +88,6 @@ def _timing(folder: Path | None) -> _Timing:
         if sid in submitted and sid in done:
             out.step_s[sid] = (done[sid] - submitted[sid]).total_seconds()
     return out
-
-
-def _gbs(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
 
 
 def compared_with(o: Outcome, min_gbs: float | None) -> str:
@@ -195,7 +192,7 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
     def evidence(name: str, why: str, t: Trial) -> list[str]:
         sid = timing.step_of.get((t.round, tuple(t.group)), "-")
         return [name, why, str(t.round), f"{t.kind} ({t.purpose}), step {sid}", "+".join(t.group),
-                _verdict(t), _gbs(t.outcome.figure), compared_with(t.outcome, min_gbs),
+                _verdict(t), figure(t.outcome.figure), compared_with(t.outcome, min_gbs),
                 t.outcome.detail]  # fmt: skip
 
     for c in found.culprits:
@@ -241,7 +238,7 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
             step_s = timing.step_s.get(test) if test else None
             rnd_rows.append([
                 str(rnd.index), "-" if wall is None else f"{wall:.1f}", test or "-", "+".join(t.group),
-                f"{t.kind} ({t.purpose})", _gbs(t.outcome.figure), compared_with(t.outcome, min_gbs),
+                f"{t.kind} ({t.purpose})", figure(t.outcome.figure), compared_with(t.outcome, min_gbs),
                 _verdict(t), "-" if step_s is None else f"{step_s:.1f}",
                 "" if t.outcome.passed else t.outcome.detail,
             ])  # fmt: skip

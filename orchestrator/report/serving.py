@@ -49,6 +49,7 @@ from orchestrator.report.serving_faults import (
     spread_rows,
 )
 from orchestrator.safefs import inside
+from orchestrator.text import figure
 
 _LEVEL = re.compile(r"^(c|r)(\d+(?:\.\d+)?)$")
 CDF_POINTS = 200
@@ -88,12 +89,8 @@ def model_label(rec: RunRecord, s: ServingStepResult) -> str:
     return name + (f"@{m.revision}" if m.revision else "")
 
 
-def _p(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
-
-
 def _pct(p: Percentiles) -> list[str]:
-    return [_p(p.p50), _p(p.p95), _p(p.p99), str(p.n)]
+    return [figure(p.p50), figure(p.p95), figure(p.p99), str(p.n)]
 
 
 def _share(v: float | None) -> str:
@@ -110,7 +107,7 @@ def figure_rows(rec: RunRecord) -> list[list[str]]:
 
     def cells(lv: Level) -> list[str]:
         s = lv.summary
-        return [str(s.n), str(s.ok), str(s.errors), str(s.aborted), _p(s.requests_per_s), _p(s.output_tokens_per_s),
+        return [str(s.n), str(s.ok), str(s.errors), str(s.aborted), figure(s.requests_per_s), figure(s.output_tokens_per_s),
                 *_pct(s.ttft_ms), *_pct(s.itl_ms), *_pct(s.tpot_ms), *_pct(s.e2e_ms)]  # fmt: skip
 
     return level_rows(rec, cells)
@@ -148,9 +145,9 @@ def cost_part_rows(rec: RunRecord) -> list[list[str]]:
         if c is None:
             continue
         for p in c.parts:
-            rows.append([step, level, p.name, p.status, _p(p.per_hour), p.basis, "", ""])
-        rows.append([step, level, "total", total_label(c), _p(c.per_hour), f"{c.nodes} node(s) at {c.rate}",
-                     _p(c.per_request), _p(c.per_million_output_tokens)])  # fmt: skip
+            rows.append([step, level, p.name, p.status, figure(p.per_hour), p.basis, "", ""])
+        rows.append([step, level, "total", total_label(c), figure(c.per_hour), f"{c.nodes} node(s) at {c.rate}",
+                     figure(c.per_request), figure(c.per_million_output_tokens)])  # fmt: skip
     return rows
 
 
@@ -164,11 +161,11 @@ def slo_rows(rec: RunRecord) -> list[list[str]]:
     def cells(lv: Level) -> list[str]:
         s = lv.summary
         slos = "; ".join(
-            f"{c.metric.upper()} p99 {_p(c.p99_ms)} <= {c.limit_ms:g} ms (n={c.n}): "
+            f"{c.metric.upper()} p99 {figure(c.p99_ms)} <= {c.limit_ms:g} ms (n={c.n}): "
             f"{'met' if c.met else 'not judged (n<100)' if c.met is None else 'MISSED'}"
             for c in s.slos
         )
-        return [_share(s.slo_attainment), str(s.n), _p(s.request_goodput), _share(s.error_rate),
+        return [_share(s.slo_attainment), str(s.n), figure(s.request_goodput), _share(s.error_rate),
                 _share(s.abort_rate), slos or "no SLO in the plan"]  # fmt: skip
 
     return level_rows(rec, cells)
@@ -187,7 +184,7 @@ def cost_rows(rec: RunRecord) -> list[list[str]]:
             return ["-", "-", "no price given (plan or inventory)"]
         inputs = (f"{c.price_per_node_hour:g}/node-hour x {c.nodes} node(s) x {c.duration_s:.1f} s = {c.total:.4g}; "
                   f"over {c.ok} successful requests, {c.output_tokens} output tokens; price from {c.source or '-'}")  # fmt: skip
-        return [_p(c.per_request), _p(c.per_million_output_tokens), inputs]
+        return [figure(c.per_request), figure(c.per_million_output_tokens), inputs]
 
     return level_rows(rec, cells)
 
@@ -203,13 +200,13 @@ def load_rows(rec: RunRecord) -> list[list[str]]:
         for e in s.engines:
             restarts = sorted((r for r in s.restarts if r.node == e.node), key=lambda r: r.attempt)
             first_job = e.first_job_id or (e.job_id if not restarts else None)  # older results: no first job
-            rows.append([s.step.id, e.node, "first", e.health, _p(e.load_to_health_s),
-                         _p(e.load_to_first_answer_s), first_job or "-", "-" if restarts else e.job_state or "-"])  # fmt: skip
+            rows.append([s.step.id, e.node, "first", e.health, figure(e.load_to_health_s),
+                         figure(e.load_to_first_answer_s), first_job or "-", "-" if restarts else e.job_state or "-"])  # fmt: skip
             for r in restarts:
                 up = None if r.healthy_at is None else r.healthy_at - r.started_at
                 last = r is restarts[-1] and r.job_id == e.job_id
                 rows.append([s.step.id, e.node, f"restart {r.attempt}",
-                             ("healthy" if r.healthy_at is not None else "not healthy"), _p(up), "-",
+                             ("healthy" if r.healthy_at is not None else "not healthy"), figure(up), "-",
                              r.job_id or "-", (e.job_state or "-") if last else "-"])  # fmt: skip
     return rows
 
@@ -471,7 +468,7 @@ def serving_cases(rec: RunRecord) -> list[Case]:
                 continue
             for c in sm.slos:
                 outcome: V.Verdict = "skipped" if c.met is None else "pass" if c.met else "fail"
-                msg = f"{c.metric.upper()} p99 {_p(c.p99_ms)} ms, limit {c.limit_ms:g} ms (n={c.n})"
+                msg = f"{c.metric.upper()} p99 {figure(c.p99_ms)} ms, limit {c.limit_ms:g} ms (n={c.n})"
                 cases.append(Case(cls, f"SLO {c.metric.upper()} p99 <= {c.limit_ms:g} ms", outcome, msg))
             if w is None:
                 continue

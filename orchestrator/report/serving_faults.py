@@ -33,6 +33,7 @@ from orchestrator.report import svg
 from orchestrator.report.common import Case
 from orchestrator.report.escape import visible
 from orchestrator.safefs import inside
+from orchestrator.text import figure
 from orchestrator.text import seconds as _secs
 from orchestrator.workloads.loadgen import CONNECT_ERROR_PAUSE_S
 
@@ -59,15 +60,11 @@ def _s(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
-
-
 def _ttft(p: Percentiles | None) -> str:
     """'p50 12.3, p99 - (n=37)' (ms): p99 is shown from n = 100 on."""
     if p is None:
         return "-"
-    return f"p50 {_ms(p.p50)}, p99 {_ms(p.p99)} (n={p.n})"
+    return f"p50 {figure(p.p50)}, p99 {figure(p.p99)} (n={p.n})"
 
 
 def _when(t: float) -> str:

@@ -38,7 +38,6 @@ import contextlib
 import http.client
 import secrets
 import sqlite3
-import statistics
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -50,6 +49,7 @@ from orchestrator.errors import OrchError
 from orchestrator.metrics import serving as SM
 from orchestrator.metrics import verdict as V
 from orchestrator.metrics.cost import cost_at, level_cost
+from orchestrator.metrics.percentiles import median_of
 from orchestrator.metrics.serving_baseline import ServingBaselineFigures, baseline_failures, baseline_ratios
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.cost import CostAtRate, CostModel
@@ -184,14 +184,9 @@ def capacity_cost(
     ]
     if cap.capacity is None or not at:
         return None
-
-    def median(xs: list[float | None]) -> float | None:
-        got = [x for x in xs if x is not None]
-        return statistics.median(got) if got else None
-
     return cost_at(
-        requests_per_s=median([s.requests_per_s for s in at]),
-        output_tokens_per_s=median([s.output_tokens_per_s for s in at]),
+        requests_per_s=median_of(s.requests_per_s for s in at),
+        output_tokens_per_s=median_of(s.output_tokens_per_s for s in at),
         model=model, nodes=nodes, watts=None, outage_s=outage_s,
         rate=f"capacity {cap.capacity:g} req/s (n={sum(s.n for s in at)})",
     )  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.errors import ParseError
 from orchestrator.models.telemetry import GpuSample, TelemetryTool
+from orchestrator.provision.smi import rocm_json_cards
 
 # nvidia-smi --query-gpu fields, each in the --help-query-gpu list of drivers 450 and later;
 # clocks_throttle_reasons.active is the older name of clocks_event_reasons.active, which newer
@@ -177,24 +178,12 @@ _ROCM_POWER_KEYS = (
 
 def parse_rocm_json(text: str) -> list[GpuSample]:
     """`rocm-smi ... --json`: one `cardN` object per GPU, values as strings. Raises ParseError."""
-    body = _strip_source(text).strip()
-    try:
-        doc = json.loads(body)
-    except ValueError as e:
-        raise ParseError(f"rocm-smi --json output is not JSON: {e}", raw=text) from e
-    if not isinstance(doc, dict):
-        raise ParseError("rocm-smi --json output is not an object", raw=text)
     out: list[GpuSample] = []
-    for key in sorted((k for k in doc if re.fullmatch(r"card\d+", k)), key=lambda k: int(k[4:])):
-        card = doc[key]
-        if not isinstance(card, dict):
-            raise ParseError(f"rocm-smi --json: {key} is not an object", raw=text)
+    for index, card in rocm_json_cards(text)[1]:
         try:
-            out.append(_rocm_gpu(int(key[4:]), {str(k): str(v) for k, v in card.items()}))
+            out.append(_rocm_gpu(index, card))
         except ValueError as e:
-            raise ParseError(f"rocm-smi --json {key}: {e}", raw=text) from e
-    if not out:
-        raise ParseError("rocm-smi --json output without any cardN", raw=text)
+            raise ParseError(f"rocm-smi --json card{index}: {e}", raw=text) from e
     return out
 
 

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -39,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from labfaults import throttled
 
 from orchestrator.lab import disk, down, slurm_env, up
 from orchestrator.lab.config import LabConfig
@@ -125,10 +124,6 @@ def lab8(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         record_setup("8-node lab down and the 3-node lab back (test_isolate8_lab)", t1)
 
 
-def _tc(lab: Lab, node: str) -> str:
-    return lab.slurm("ip", "netns", "exec", f"orch-{node}", "tc", "qdisc", "show", "dev", "fab0").stdout
-
-
 def _node_line(lab: Lab, node: str) -> str:
     return lab.slurm("scontrol", "show", "node", "-o", node).stdout
 
@@ -145,26 +140,11 @@ def _plan(tmp_path: Path) -> Path:
 
 
 def test_throttled_node6_is_found_drained_and_resumed(lab8: Lab, tmp_path: Path) -> None:
-    before = _tc(lab8, "node6")
-    throttle = subprocess.Popen(
-        [*ORCH, "fault", "inject", "-i", str(lab8.inventory), "--kind", "throttle", "--target", "node6:fab0",
-         "--rate", "20mbit", "--duration", "300s", "--runs", str(tmp_path / "faults")],
-        env=lab8.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while "tbf" not in _tc(lab8, "node6") and time.monotonic() < deadline and throttle.poll() is None:
-            time.sleep(0.5)
-        assert "tbf" in _tc(lab8, "node6"), "the throttle did not land"
+    with throttled(lab8, "node6", tmp_path / "faults"):
         proc = orch(
             lab8, "scale-test", "-i", str(lab8.inventory), "--plan", str(_plan(tmp_path)),
             "--isolate", "--drain-bad", "--out", str(tmp_path / "r"), timeout=420,
         )  # fmt: skip
-    finally:
-        if throttle.poll() is None:
-            os.kill(throttle.pid, signal.SIGTERM)  # the CLI reverts on SIGTERM (and the timer anyway)
-        throttle.communicate(timeout=60)
-    assert _tc(lab8, "node6") == before
     assert proc.returncode == 1, proc.stdout + proc.stderr
     # the short plan fails its multi-node step with node6, not the 2-node step without it
     scale_dir = _one(tmp_path / "r", "*iso8*")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from labfaults import fab0_qdisc
 
 if TYPE_CHECKING:
     from conftest import Lab
@@ -165,10 +166,6 @@ def _no_orch_jobs_left(lab: Lab) -> None:
         lab.slurm("scancel", *ids)
 
 
-def _tc(lab: Lab, node: str) -> str:
-    return lab.slurm("ip", "netns", "exec", f"orch-{node}", "tc", "qdisc", "show", "dev", "fab0").stdout
-
-
 def test_plan_fault_injected_during_its_step_and_reverted(lab: Lab, tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text(
@@ -178,7 +175,7 @@ def test_plan_fault_injected_during_its_step_and_reverted(lab: Lab, tmp_path: Pa
         " params: {rate: 20mbit}}\n"
         "  - {kind: roce-drop, step: 0, at_s: 0.2, target: 'node1:fab0', duration: 1s}\n"
     )
-    before = _tc(lab, "node2")
+    before = fab0_qdisc(lab, "node2")
     proc = orch(lab, "scale-test", "-i", str(lab.inventory), "--plan", str(plan), "--stack", "none",
                 "--out", str(tmp_path / "r"))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -197,7 +194,7 @@ def test_plan_fault_injected_during_its_step_and_reverted(lab: Lab, tmp_path: Pa
     assert all(e["outcome"] == "reverted" for e in reverted)
     records = [json.loads(p.read_text()) for p in (run_dir / "faults").glob("*.json")]
     assert {r["outcome"] for r in records} == {"reverted"} and len(records) == 2
-    assert _tc(lab, "node2") == before
+    assert fab0_qdisc(lab, "node2") == before
     result = json.loads((run_dir / "result.json").read_text())
     assert any("roce-drop" in w for w in result["steps"][0]["warnings"])
 

@@ -10,13 +10,12 @@ a kind (the 8-node lab).
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from labfaults import throttled
 
 if TYPE_CHECKING:
     from conftest import Lab
@@ -32,10 +31,6 @@ def _orch(lab: Lab, *args: str, timeout: float = 300) -> subprocess.CompletedPro
     )
 
 
-def _tc(lab: Lab, node: str) -> str:
-    return lab.slurm("ip", "netns", "exec", f"orch-{node}", "tc", "qdisc", "show", "dev", "fab0").stdout
-
-
 def _matrix(lab: Lab, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, object], Path]:
     proc = _orch(lab, "stragglers", "-i", str(lab.inventory), *ARGS, "--out", str(out))
     runs = [p for p in out.iterdir() if p.is_dir()]
@@ -48,23 +43,8 @@ def test_the_pair_matrix_runs_through_slurm_is_drawn_and_a_throttled_node_has_th
 ) -> None:
     """One matrix (CI time), with node3's fab0 at 20 mbit: every pair runs, in 3 rounds, and is
     kept and drawn; node3's pairs are the slowest."""
-    before = _tc(lab, "node3")
-    throttle = subprocess.Popen(
-        [*ORCH, "fault", "inject", "-i", str(lab.inventory), "--kind", "throttle", "--target", "node3:fab0",
-         "--rate", "20mbit", "--duration", "300s", "--runs", str(tmp_path / "faults")],
-        env=lab.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while "tbf" not in _tc(lab, "node3") and time.monotonic() < deadline and throttle.poll() is None:
-            time.sleep(0.5)
-        assert "tbf" in _tc(lab, "node3"), "the throttle did not land"
+    with throttled(lab, "node3", tmp_path / "faults"):
         proc, res, run_dir = _matrix(lab, tmp_path / "slow")
-    finally:
-        if throttle.poll() is None:
-            os.kill(throttle.pid, signal.SIGTERM)  # the CLI reverts on SIGTERM (and the timer anyway)
-        throttle.communicate(timeout=60)
-    assert _tc(lab, "node3") == before
     assert proc.returncode == 1, proc.stdout + proc.stderr  # 3 nodes: measured, not judged
     assert "round 1/3:" in proc.stderr and "round 3/3:" in proc.stderr
     assert "every pair: 3 pairs in 3 rounds" in proc.stdout

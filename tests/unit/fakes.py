@@ -1,5 +1,6 @@
 """The stand-ins that several unit test modules share: a scripted CommandRunner, a scheduler whose
-jobs end at once, the fingerprint probe loaded as a module, and a bounded wait on a condition.
+jobs end at once, a small cluster, the fingerprint probe loaded as a module, and a bounded wait on
+a condition.
 
 A plain module (imported as `from fakes import ...`, like hostile_text.py), not conftest.py: test
 modules cannot import a conftest reliably, since tests/integration has one of the same name.
@@ -15,11 +16,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+import yaml
+
+from orchestrator.models.cluster import Cluster, Node
 from orchestrator.remote.base import CmdResult
 from orchestrator.scheduler.base import JobOutput, JobSpec, JobState, JobStatus, RankOutput
 from orchestrator.stacks import PLAYBOOKS_DIR
 
 if TYPE_CHECKING:
+    from orchestrator.models.plan import Plan, Step
     from orchestrator.provision.runner import PlaybookResult
 
 Answer = tuple[int, str, str]  # rc, stdout, stderr
@@ -110,6 +115,28 @@ class InstantScheduler:
 
     def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
         return {}
+
+
+def cluster(n: int, gpus: int = 1) -> Cluster:
+    """n nodes node1..nodeN (198.18.0.11 on), each with gpus GPUs, all in the group "all"."""
+    nodes = [Node(name=f"node{i}", address=f"198.18.0.{10 + i}", gpus_per_node=gpus) for i in range(1, n + 1)]
+    return Cluster(source=Path("lab.ini"), nodes=nodes, groups={"all": [x.name for x in nodes]})
+
+
+def smoke_on_slurm(
+    tmp_path: Path, hosts: dict[str, dict[str, object]], cluster_vars: dict[str, object]
+) -> tuple[Cluster, Plan, list[Step]]:
+    """The inventory of hosts and cluster_vars (written as tmp_path/inv.yml), and the built-in smoke
+    plan on the slurm backend at one rank per node, expanded into its steps."""
+    from orchestrator.inventory import load_inventory
+    from orchestrator.plan import expand_steps, load_plan
+
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": cluster_vars}}))
+    cluster = load_inventory(inv)
+    plan = load_plan("smoke").model_copy(update={"backend": "slurm"})
+    plan = plan.model_copy(update={"ladder": plan.ladder.model_copy(update={"ranks_per_node": [1]})})
+    return cluster, plan, expand_steps(plan, cluster)
 
 
 def probe_module() -> ModuleType:

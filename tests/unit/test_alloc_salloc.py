@@ -172,12 +172,17 @@ def test_a_queued_allocation_is_named_at_once_and_no_srun_starts_before_it_is_gr
     sched.release()
 
 
-def test_the_loop_wakes_when_an_srun_exits_and_sees_the_end_in_sacct(tmp_path: Path) -> None:
+def _first_srun(tmp_path: Path) -> tuple[Sacct, FakeLaunch, SallocScheduler, list[str], FakeProc]:
+    """A ladder submitted to a new allocation (sacct answering), its first srun started."""
     runner = Sacct()
     launch = FakeLaunch()
     sched = SallocScheduler(runner=runner, launch=launch)  # type: ignore[arg-type]
     ids = sched.submit_ladder(ladder(tmp_path), tmp_path / "alloc")
-    first = launch.next_srun()
+    return runner, launch, sched, ids, launch.next_srun()
+
+
+def test_the_loop_wakes_when_an_srun_exits_and_sees_the_end_in_sacct(tmp_path: Path) -> None:
+    runner, _, sched, ids, first = _first_srun(tmp_path)
     runner.steps[0] = "RUNNING"
     assert sched.poll(ids)["77.0"].status == JobStatus.RUNNING
     threading.Timer(0.1, first.exit).start()
@@ -212,11 +217,7 @@ def test_an_srun_that_started_no_step_ends_it_as_infra_after_a_grace(tmp_path: P
 
 
 def test_cancel_starts_no_further_srun_and_scancels_the_allocation(tmp_path: Path) -> None:
-    runner = Sacct()
-    launch = FakeLaunch()
-    sched = SallocScheduler(runner=runner, launch=launch)  # type: ignore[arg-type]
-    ids = sched.submit_ladder(ladder(tmp_path), tmp_path / "alloc")
-    first = launch.next_srun()
+    runner, launch, sched, ids, first = _first_srun(tmp_path)
     sched.cancel(ids)
     assert ["scancel", "77"] in runner.calls
     first.exit(143)  # scancel ended the running step

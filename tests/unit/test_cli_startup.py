@@ -13,6 +13,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import typer
 from test_quick_check import write_certificate
 
@@ -131,3 +132,14 @@ def test_check_quick_refuses_a_node_name_that_is_not_plain_with_exit_2(tmp_path:
     code, _, output = _run(tmp_path, ["check", "--quick", "../x", "--dir", str(tmp_path)])
     assert code == 2, output
     assert "error: node name '../x' is not a valid name" in output
+
+
+def test_the_default_node_is_the_host_name_up_to_its_first_dot(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from orchestrator.cli.plain import short_hostname
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "node3.rack2.cluster.example")
+    assert short_hostname() == "node3"
+    monkeypatch.setattr(socket, "gethostname", lambda: "node4")
+    assert short_hostname() == "node4"

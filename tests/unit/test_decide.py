@@ -238,10 +238,34 @@ def test_output_quality_is_the_gate_judged_against_the_other_sides_run() -> None
     worse = _row(decide([a], [_judged_against(a, a, diverge=True)]), "output quality")
     assert worse.verdict == "worse" and worse.b is not None and "exact match 0.0%" in worse.b
     assert any("failed: exact match 0.0%" in d for d in worse.details)
-    # A's run holding the judgement against B's counts too
+    # A's run holding the judgement against B's counts too, each figure in its own side's column:
+    # the exact match under A (the judged run), the floor under B (the baseline)
     b = a.model_copy(deep=True, update={"run_id": a.run_id + "-other"})
-    assert _row(decide([_judged_against(a, b, diverge=True)], [b]), "output quality").verdict == "worse"
+    on_a = _row(decide([_judged_against(a, b, diverge=True)], [b]), "output quality")
+    assert on_a.verdict == "worse"
+    assert on_a.a is not None and "exact match 0.0% (n=20)" in on_a.a and "floor" not in on_a.a
+    assert on_a.b is not None and f"B-against-B floor 100.0% (baseline run {b.run_id})" in on_a.b
+    assert "exact match" not in on_a.b
     # judged against a run of neither side: missing, saying why
     other = _judged_against(a, b, diverge=False)
     row = _row(decide([a], [other]), "output quality")
     assert row.verdict == "missing" and "judged against a run of the other" in row.why
+
+
+def test_without_a_capacity_the_cost_row_names_the_fixed_level_cost_once_and_either_side_s() -> None:
+    a = load_run(SERVING)
+    row = _row(decide([a], [a]), "cost per 1M tokens at capacity")
+    assert row.verdict == "missing" and row.a is None and row.b is None
+    assert row.why.startswith("no capacity to price; at the fixed level fake-r1 c4: A 0.1785, B 0.1785 ")
+    assert row.why.count("fixed level") == 1 and "not compared" in row.why
+    # a cost on B's side only (A's levels unpriced, B's free) is still shown
+    unpriced, free = a.model_copy(deep=True), a.model_copy(deep=True)
+    for sv in unpriced.serving:
+        for lv in sv.levels:
+            lv.cost = None
+    for sv in free.serving:
+        for lv in sv.levels:
+            assert lv.cost is not None
+            lv.cost = lv.cost.model_copy(update={"per_million_output_tokens": 0.0})
+    row = _row(decide([unpriced], [free]), "cost per 1M tokens at capacity")
+    assert "at the fixed level fake-r1 c4: A -, B 0 per 1M output tokens" in row.why

@@ -375,6 +375,17 @@ def test_fabric_line_rate_is_a_positive_number(tmp_path: Path) -> None:
     two = "[g]\na orch_fabric_gbps=200\nb orch_fabric_gbps=400\n"
     message = refused(write(tmp_path, two, name="two.ini"))
     assert "orch_fabric_gbps differs" in message
+    for bad in ("0", "-400", "nan", "inf"):
+        message = refused(write(tmp_path, f"[g]\na orch_fabric_gbps={bad}\n", name="bad.ini"))
+        assert "host a: orch_fabric_gbps=" in message and "must be a positive number (Gbit/s)" in message
+
+
+def test_a_cost_variable_is_a_number_of_0_or_more(tmp_path: Path) -> None:
+    zero = load_inventory(write(tmp_path, "[g]\na orch_cost_staff_per_month=-0\n"))
+    assert zero.vars.orch_cost is not None and str(zero.vars.orch_cost.staff_per_month) == "0.0"
+    for bad in ("-1", "nan", "cheap"):
+        message = refused(write(tmp_path, f"[g]\na orch_cost_staff_per_month={bad}\n", name="bad.ini"))
+        assert "host a: orch_cost_staff_per_month=" in message and "must be a number (0 or more)" in message
 
 
 # --- CLI --------------------------------------------------------------------------------------------

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes import smoke_on_slurm
 
 from orchestrator.errors import ConfigError, InfraError
 from orchestrator.inventory import load_inventory
 from orchestrator.models.cluster import Cluster, ClusterVars, Node
-from orchestrator.plan import expand_steps, load_plan
 from orchestrator.remote.local import LocalShell
 from orchestrator.remote.nodefiles import (
     DEFAULT_NODE_DIR,
@@ -263,14 +263,9 @@ class FakeSlurm:
 def test_the_runner_collects_each_step_into_the_run_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inv = tmp_path / "inv.yml"
     hosts = {f"node{i}": {"ansible_host": f"198.18.0.{i}", "gpus_per_node": 1} for i in (1, 2)}
     node_dir = tmp_path / "nodes"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": {"orch_node_dir": str(node_dir)}}}))
-    cluster = load_inventory(inv)
-    plan = load_plan("smoke").model_copy(update={"backend": "slurm"})
-    plan = plan.model_copy(update={"ladder": plan.ladder.model_copy(update={"ranks_per_node": [1]})})
-    steps = expand_steps(plan, cluster)
+    cluster, plan, steps = smoke_on_slurm(tmp_path, hosts, {"orch_node_dir": str(node_dir)})
     rundir = RunDir.create(tmp_path / "runs", new_run_id(plan.name))
 
     @contextmanager

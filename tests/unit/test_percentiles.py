@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.metrics.percentiles import label, min_samples, percentile, summarize
+from orchestrator.metrics.percentiles import label, median_of, min_samples, percentile, summarize
 
 
 def test_the_rule_is_one_sample_beyond_the_percentile() -> None:
@@ -31,3 +31,9 @@ def test_p99_of_50_samples_would_be_the_maximum_so_it_is_hidden() -> None:
 
 def test_label_of_nothing_still_says_n() -> None:
     assert label(summarize([])) == "- (n=0)"
+
+
+def test_median_of_leaves_out_the_missing_figures() -> None:
+    assert median_of([3.0, None, 1.0, 2.0, None]) == 2.0
+    assert median_of(x for x in (4.0, None, 1.0)) == 2.5
+    assert median_of([None, None]) is None and median_of([]) is None

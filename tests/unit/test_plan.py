@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import typer
+from fakes import cluster
 
 from orchestrator.errors import ConfigError
-from orchestrator.models.cluster import Cluster, Node
 from orchestrator.models.plan import PlanOverrides, parse_size, resolve_counts
 from orchestrator.plan import (
     apply_overrides,
@@ -21,11 +21,6 @@ from orchestrator.plan import (
     plan_to_yaml,
     resolve_plan,
 )
-
-
-def cluster(n: int, gpus: int = 1) -> Cluster:
-    nodes = [Node(name=f"node{i}", address=f"198.18.0.{10 + i}", gpus_per_node=gpus) for i in range(1, n + 1)]
-    return Cluster(source=Path("lab.ini"), nodes=nodes, groups={"all": [x.name for x in nodes]})
 
 
 @pytest.mark.parametrize(

@@ -289,20 +289,28 @@ def test_a_record_says_no_interruption_and_the_measured_hold() -> None:
     assert rec.outcome == "recovered" and rec.stall_s == 5.0 and rec.timings.detect_s is None
 
 
+def _interrupted(monkeypatch: pytest.MonkeyPatch, root: Path, recover: tuple[float, ...]) -> Path:
+    """root: a kill-worker recovery run on node2:1, one repeat per value of recover, stopped by
+    Ctrl-C once its first repeat is recorded."""
+    from orchestrator.errors import Interrupted
+
+    monkeypatch.setattr(rt, "_run", _fake_run(recover, stop_after=1))
+    req = rt.RecoveryTestRequest(kind="kill-worker", target="node2:1", repeat=len(recover))
+    with pytest.raises(Interrupted):
+        rt.run_recovery_test(_cluster(), {}, req, root)
+    return root
+
+
 def test_an_interrupted_recovery_run_resumes_with_the_repeats_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_env: Path
 ) -> None:
     from contextlib import nullcontext
 
-    from orchestrator.errors import ConfigError, Interrupted
+    from orchestrator.errors import ConfigError
     from orchestrator.runs.resume import resume
     from orchestrator.store.load import run_kind
 
-    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2, 2.4), stop_after=1))
-    req = rt.RecoveryTestRequest(kind="kill-worker", target="node2:1", repeat=3)
-    root = tmp_path / "runs" / "rec-r"
-    with pytest.raises(Interrupted):
-        rt.run_recovery_test(_cluster(), {}, req, root)
+    root = _interrupted(monkeypatch, tmp_path / "runs" / "rec-r", (2.0, 2.2, 2.4))
     rec = load_run(root)
     assert rec.status == "interrupted" and rec.kind == "recovery-test" and run_kind(root) == "recovery-test"
     assert [r.repeat for r in rec.recovery] == [0]
@@ -340,14 +348,9 @@ def test_a_failing_repeat_after_resume_fails_the_whole_run(
 ) -> None:
     from contextlib import nullcontext
 
-    from orchestrator.errors import Interrupted
     from orchestrator.runs.resume import resume
 
-    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2), stop_after=1))
-    root = tmp_path / "runs" / "rec-f"
-    with pytest.raises(Interrupted):
-        rt.run_recovery_test(_cluster(), {}, rt.RecoveryTestRequest(kind="kill-worker", target="node2:1",
-                                                                    repeat=2), root)  # fmt: skip
+    root = _interrupted(monkeypatch, tmp_path / "runs" / "rec-f", (2.0, 2.2))
     ran = _fake_run((2.0, 2.2))
 
     def second_fails(*a: Any) -> list[RecoveryResult]:
@@ -367,14 +370,9 @@ def test_orch_runs_resume_finishes_a_recovery_run(
 ) -> None:
     from contextlib import nullcontext
 
-    from orchestrator.errors import Interrupted
     from orchestrator.remote import shells
 
-    monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2), stop_after=1))
-    root = tmp_path / "runs" / "rec-c"
-    with pytest.raises(Interrupted):
-        rt.run_recovery_test(_cluster(), {}, rt.RecoveryTestRequest(kind="kill-worker", target="node2:1",
-                                                                    repeat=2), root)  # fmt: skip
+    root = _interrupted(monkeypatch, tmp_path / "runs" / "rec-c", (2.0, 2.2))
     monkeypatch.setattr(rt, "_run", _fake_run((2.0, 2.2)))
     monkeypatch.setattr(shells, "node_shells", lambda _c: nullcontext({}))
     code, out, err = _cli(["runs", "resume", str(root)], capsys)

@@ -135,3 +135,10 @@ def test_no_1_ranks_or_1_nodes_in_the_report(tmp_path: Path) -> None:
     assert "n1xg1 (1 rank)" in html and "n1xg2 (2 ranks)" in html
     assert "Inventory (1 node)" in html
     assert "1 ranks" not in html and "1 nodes" not in html
+
+
+def test_a_figure_is_shown_to_4_significant_digits_or_as_a_dash() -> None:
+    from orchestrator.text import figure
+
+    shown = [figure(v) for v in (None, 0.0, 1234.567, 0.000123456)]
+    assert shown == ["-", "0", "1235", "0.0001235"]

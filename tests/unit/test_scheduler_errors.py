@@ -8,13 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
-from fakes import Answer, ScriptedRunner
+from fakes import Answer, ScriptedRunner, smoke_on_slurm
 
 from orchestrator.errors import RemoteError, SchedulerError
-from orchestrator.inventory import load_inventory
 from orchestrator.models.run import RunResult
-from orchestrator.plan import expand_steps, load_plan
 from orchestrator.runs.executor import StepExecutor
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.scale_test import _execute
@@ -179,15 +176,10 @@ class FakeSlurm:
 
 
 def _runner(tmp_path: Path, fake: FakeSlurm) -> StepExecutor:
-    inv = tmp_path / "inv.yml"
     host = {"ansible_host": "198.18.0.1", "gpu_vendor": "none", "gpus_per_node": 1}
     hosts = {f"node{i}": {**host, "ansible_host": f"198.18.0.{i}"} for i in (1, 2, 3)}
     # The run folder is on a share the nodes see (no node folders to make or collect over SSH).
-    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": {"orch_shared_dirs": str(tmp_path)}}}))
-    cluster = load_inventory(inv)
-    plan = load_plan("smoke").model_copy(update={"backend": "slurm"})
-    plan = plan.model_copy(update={"ladder": plan.ladder.model_copy(update={"ranks_per_node": [1]})})
-    steps = expand_steps(plan, cluster)
+    cluster, plan, steps = smoke_on_slurm(tmp_path, hosts, {"orch_shared_dirs": str(tmp_path)})
     life = RunLifecycle.create(tmp_path / "runs", new_run_id(plan.name))
     return StepExecutor(plan, cluster, steps, fake, "slurm", life, "/x/python")
 

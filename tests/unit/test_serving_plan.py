@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
+from fakes import cluster
 
 from orchestrator.errors import ConfigError
 from orchestrator.metrics.percentiles import min_samples
-from orchestrator.models.cluster import Cluster, Node
 from orchestrator.models.plan import PlanOverrides
 from orchestrator.models.serving import P99_MIN_SAMPLES
 from orchestrator.plan import (
@@ -24,11 +24,6 @@ from orchestrator.plan import (
     plan_to_yaml,
 )
 from orchestrator.workloads.loadgen import Target, level_specs
-
-
-def cluster(n: int, gpus: int = 1) -> Cluster:
-    nodes = [Node(name=f"node{i}", address=f"198.18.0.{10 + i}", gpus_per_node=gpus) for i in range(1, n + 1)]
-    return Cluster(source=Path("lab.ini"), nodes=nodes, groups={"all": [x.name for x in nodes]})
 
 
 def workload(**over: Any) -> dict[str, Any]:
@@ -208,9 +203,7 @@ def test_old_min_goodput_is_read_as_min_slo_attainment_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="orchestrator.models.serving"):
-        plan = load_plan(
-            serving_plan(tmp_path, slos={"ttft_p99_ms": 500}, thresholds={"min_goodput": 0.9})
-        )
+        plan = load_plan(serving_plan(tmp_path, slos={"ttft_p99_ms": 500}, thresholds={"min_goodput": 0.9}))
     assert plan.serving[0].thresholds.min_slo_attainment == 0.9
     assert "min_goodput is read as thresholds.min_slo_attainment" in caplog.text
     both = {"min_goodput": 0.9, "min_slo_attainment": 0.8}

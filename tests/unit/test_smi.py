@@ -72,6 +72,20 @@ def test_rocm_smi_json_and_concise() -> None:
     assert c.gpus[0].extra["SCLK_OD"] == "0%"
 
 
+def test_rocm_smi_json_is_read_by_one_reader_for_the_fingerprint_and_the_telemetry() -> None:
+    from orchestrator.telemetry.smi import parse_rocm_json
+
+    text = (FIX / "rocm-smi-productname.json").read_text()
+    _, cards = smi.rocm_json_cards(text)
+    assert [g.index for g in smi.parse_rocm_smi(text).gpus] == [i for i, _ in cards]
+    assert [g.index for g in parse_rocm_json(text)] == [i for i, _ in cards]
+    for bad, why in (('{"card0": "x"}', "card0 is not an object"), ('{"system": {}}', "without any cardN"),
+                     ("{", "not JSON")):  # fmt: skip
+        for parse in (smi.parse_rocm_smi, parse_rocm_json):
+            with pytest.raises(ParseError, match=why):
+                parse(bad)
+
+
 def test_rocm_smi_showid_gives_every_gpu() -> None:
     a = smi.parse_rocm_smi((FIX / "rocm-smi-showid-mi300a.txt").read_text())
     assert [(g.index, g.name, g.extra["GUID"]) for g in a.gpus] == [
