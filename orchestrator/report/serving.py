@@ -123,7 +123,7 @@ def turn_rows(rec: RunRecord) -> list[list[str]]:
 
     def rows(lv: Level) -> list[list[str]]:
         return [
-            [lv.step.step.id, lv.summary.level, str(t.turn), str(t.n), str(t.ok), _p(t.input_tokens_mean),
+            [lv.step.step.id, lv.summary.level, str(t.turn), str(t.n), str(t.ok), figure(t.input_tokens_mean),
              *_pct(t.ttft_ms), M.prefix_cache_label(lv.result.prefix_cache) if k == 0 else ""]
             for k, t in enumerate(lv.summary.per_turn)
         ]  # fmt: skip
