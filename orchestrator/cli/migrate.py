@@ -184,8 +184,10 @@ def register(app: typer.Typer) -> None:
 
     @migrate_app.command("run")
     def run_cmd(
-        from_stack: Annotated[str, typer.Option("--from", help="The stack the nodes run now (A).")],
-        to_stack: Annotated[str, typer.Option("--to", help="The stack to move to (B).")],
+        from_stack: Annotated[
+            str, typer.Option("--from", help="A: STACK or STACK:VARIANT (an engine variant of it).")
+        ],
+        to_stack: Annotated[str, typer.Option("--to", help="B: STACK or STACK:VARIANT (rocm-6.4:aiter).")],
         plan: Annotated[str, typer.Option("--plan", "-p", help="Built-in plan or YAML file run on A and B.")],
         inventory: InventoryOpt = DEFAULT_INVENTORY,
         canary: Annotated[int, typer.Option("--canary", min=1, help="Nodes that get B first.")] = 1,
@@ -202,13 +204,17 @@ def register(app: typer.Typer) -> None:
         certify, each with a gate; a failed gate stops it and rolls back (unless --no-rollback).
         Exit 0 every gate passed, 1 a gate failed, 2 usage, 3 infra, 130 interrupted (orch runs
         resume continues it)."""
+        from orchestrator.migrate.arms import parse_arm
         from orchestrator.models.requests import MigrateRequest
         from orchestrator.runs.migrate import run_migration
 
+        a, b = parse_arm(from_stack), parse_arm(to_stack)
         req = MigrateRequest(
             inventory=inventory,
-            from_stack=from_stack,
-            to_stack=to_stack,
+            from_stack=a.stack,
+            to_stack=b.stack,
+            from_variant=a.variant,
+            to_variant=b.variant,
             plan=plan,
             canary=canary,
             rounds=rounds,

@@ -23,11 +23,12 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import load_inventory
+from orchestrator.migrate.arms import Arm, arm_plan, arm_record, parse_arm
 from orchestrator.migrate.procedure import Ops, Procedure, node_states
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener, RunKind, RunProgress, RunStarted
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
-from orchestrator.models.migrate import PHASES, MigrateRun, PhaseName, PlanRun
+from orchestrator.models.migrate import PHASES, ArmRecord, MigrateRun, PhaseName, PlanRun
 from orchestrator.models.plan import Plan
 from orchestrator.models.requests import MigrateRequest
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
@@ -94,6 +95,8 @@ class ClusterOps:
 
         assert self.plan is not None
         t0 = time.monotonic()
+        arm = parse_arm(stack)  # STACK[:VARIANT]: the plan runs on the arm's stack with its variant
+        stack, base_plan = arm.stack, arm_plan(self.plan, arm)
         sub = self.cluster.model_copy(update={"nodes": [self.cluster.node(n) for n in nodes]})
         # Each plan run gets its own step ids (label-n3xg1): its folders sit beside the others'.
         pfs = (
@@ -104,7 +107,7 @@ class ClusterOps:
             if faults
             else []
         )
-        plan = self.plan.model_copy(update={"faults": pfs})
+        plan = base_plan.model_copy(update={"faults": pfs})
         steps = [s.model_copy(update={"id": f"{label}-{s.id}"}) for s in expand_steps(plan, sub)]
         backend = choose_backend(plan, sub)
         python, env = stack_python(stack)
@@ -230,6 +233,7 @@ def _procedure(
     ops: Ops,
     reference: FingerprintSet | None,
     started: list[PhaseName] | None = None,
+    render: Callable[[str], ArmRecord | None] = lambda side: None,
 ) -> Procedure:
     a = load_stack(req.from_stack)
     b = load_stack(req.to_stack) if req.to_stack else None
@@ -250,7 +254,29 @@ def _procedure(
         save_reference=save_reference,
         started=started or [],
         reference_from=req.reference_run.name if req.reference_run else None,
+        render=render,
     )
+
+
+def _arms(req: MigrateRequest) -> dict[str, Arm]:
+    arms = {"A": Arm(req.from_stack, req.from_variant)}
+    return arms | ({"B": Arm(req.to_stack, req.to_variant)} if req.to_stack else {})
+
+
+def _render(req: MigrateRequest, plan: Plan | None, cluster: Cluster) -> Callable[[str], ArmRecord | None]:
+    """An arm ("A", "B") with its engines rendered as a serving step renders them (None without a
+    plan: a rollback renders A's stack alone)."""
+    arms = _arms(req)
+
+    def render(side: str) -> ArmRecord | None:
+        arm = arms.get(side)
+        if arm is None:
+            return None
+        if plan is None:
+            return ArmRecord(side="A" if side == "A" else "B", stack=arm.stack, variant=arm.variant)
+        return arm_record(plan, cluster, arm, "A" if side == "A" else "B")
+
+    return render
 
 
 def _plan_fits(plan: Plan, cluster: Cluster, nodes: list[str], what: str) -> None:
@@ -295,8 +321,14 @@ def run_migration(
             raise ConfigError(
                 f"--canary {req.canary}: the cluster has {len(nodes)} nodes; the canary is a subset"
             )
-        _plan_fits(plan, cluster, nodes[: req.canary], "the canary")
-        _plan_fits(plan, cluster, nodes, "the cluster")
+    render = _render(req, plan, cluster)
+    # Each arm's engines rendered now: a variant the stack lacks, or one the plan contradicts, is
+    # refused (exit 2) before the run exists.
+    arms = [r for r in (render("A"), render("B")) if r is not None] if plan else []
+    if req.to_stack and plan is not None:
+        plan_a = arm_plan(plan, _arms(req)["A"])  # the plan as A runs it (its stack, its variant)
+        _plan_fits(plan_a, cluster, nodes[: req.canary], "the canary")
+        _plan_fits(plan_a, cluster, nodes, "the cluster")
     reference = None
     if req.reference_run is not None:
         reference = _reference(req.reference_run)
@@ -325,13 +357,16 @@ def run_migration(
             kind=kind,
             from_stack=a.name,
             to_stack=req.to_stack,
+            from_variant=req.from_variant,
+            to_variant=req.to_variant,
+            arms=arms,
             plan=plan.name if plan else None,
             nodes=nodes,
             canary=nodes[: req.canary] if req.to_stack else [],
         )
         if reference is not None:
             atomic_write(life.root / REFERENCE_FILE, reference.model_dump_json(indent=2) + "\n")
-        proc = _procedure(life, req, state, ops_factory(life, cluster, plan), reference)
+        proc = _procedure(life, req, state, ops_factory(life, cluster, plan), reference, render=render)
         proc.run(PHASES if req.to_stack else ("rollback", "certify"))
         return _finish(life, state)
 
@@ -383,7 +418,7 @@ def resume_migration(
             for e in life.rundir.events()
             if e.get("event") == "migrate_phase" and e.get("state") == "started" and e.get("phase") in order
         ]
-        proc = _procedure(life, req, state, ops, reference, started)
+        proc = _procedure(life, req, state, ops, reference, started, render=_render(req, plan, cluster))
         fps, unread = ops.fingerprint(state.from_stack, state.nodes)
         found = node_states(proc.a, state.to_stack, fps, reference)
         state.resumes.append(found)
