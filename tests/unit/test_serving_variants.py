@@ -354,3 +354,26 @@ def test_a_variant_s_engine_args_still_may_not_set_dtype(tmp_path: Path, arg: st
         load_stack(bad)
     with pytest.raises(ConfigError, match="dtype"):
         load_stack(stack_file(tmp_path, _set("variants.aiter.dtype", "int4"), name="rocm-y"))
+
+
+def test_cpu_serve_names_a_numerics_pair_and_a_slower_pair_for_the_lab() -> None:
+    """fp32 -> bf16 changes the dtype the engine computes in; fp32 -> fp32-small-kv keeps float32
+    and gives the engine 4 KV blocks after serving-smoke's 256 (typer/click: the last value of an
+    option wins, checked against transformers 5.24.0's `serve` signature, docs/migration.md)."""
+    from orchestrator.plan import resolve_plan
+
+    cpu = load_stack("cpu-serve")
+    w = resolve_plan("serving-smoke", None).serving[0].model_copy(update={"dtype": "auto"})
+    at = {"bindir": "/opt/orch/venv/bin", "host": "10.0.0.1", "port": 8000, "gpu_vendor": "none"}
+    argv = {}
+    for name in ("fp32", "bf16", "fp32-small-kv"):
+        v = stack_variant(w.model_copy(update={"variant": name}), cpu)
+        argv[name] = engine_argv(w, **at, variant=v)  # type: ignore[arg-type]
+
+    def last(a: list[str], flag: str) -> str | None:
+        return next((a[i + 1] for i in range(len(a) - 2, -1, -1) if a[i] == flag), None)
+
+    assert [last(argv[n], "--dtype") for n in argv] == ["float32", "bfloat16", "float32"]
+    assert [last(argv[n], "--cb-num-blocks") for n in argv] == ["256", "256", "4"]
+    assert all("--continuous-batching" in a for a in argv.values())  # the same paged-attention path
+    assert argv["fp32-small-kv"][: len(argv["fp32"])] == argv["fp32"]  # only the KV cache differs
