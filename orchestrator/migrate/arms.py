@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from orchestrator.errors import ConfigError
@@ -28,7 +29,7 @@ from orchestrator.models.migrate import ArmEngine, ArmRecord
 from orchestrator.models.names import check_name
 from orchestrator.models.plan import Plan
 from orchestrator.models.stack import EngineVariant, Stack
-from orchestrator.stacks import load_stack, stack_variant
+from orchestrator.stacks import load_stack, stack_python, stack_variant
 
 ARM_SEP = ":"
 RECORD_PORT = 8000
@@ -131,7 +132,8 @@ def arm_record(
     stack = load_stack(arm.stack)
     p = check_arm(plan, arm, stack, side=side)
     where = cluster.node(node) if node else cluster.nodes[0]
-    bindir = f"{stack.python.prefix}/bin" if stack.python else "/usr/bin"
+    python, stack_env = stack_python(arm.stack)  # as ClusterOps.run_plan takes them
+    bindir = str(Path(python).parent)  # the serving runner's: the engines' programs beside python
     host = str(where.fabric_address or where.address)
     engines = []
     for w in p.serving:
@@ -140,7 +142,7 @@ def arm_record(
         variant = stack_variant(w, stack)
         argv = engine_argv(w, bindir=bindir, host=host, port=RECORD_PORT, gpu_vendor=where.gpu_vendor,
                            variant=variant)  # fmt: skip
-        env = engine_env(dict(stack.env), variant)
+        env = engine_env(stack_env, variant)
         pin = stack.serving.engine(w.engine) if stack.serving is not None else None
         seen = read_variant(argv, env, pin.variants) if pin is not None else None
         engines.append(
