@@ -92,8 +92,8 @@ def render_run(r: MigrateRun) -> None:
     rows: list[list[Cell]] = [
         [p.phase, styled(p.state, _STATE_STYLE[p.state]), f"{p.wall_s:.1f}", p.reason] for p in r.phases
     ]
-    to = f" -> {r.to_stack}" if r.to_stack else ""
-    title = f"{r.kind} {r.from_stack}{to}: {r.status}"
+    to = f" -> {r.to_ref}" if r.to_ref else ""
+    title = f"{r.kind} {r.from_ref}{to}: {r.status}"
     out.print(
         fitted_table(title, [Col("phase"), Col("gate", whole=True), Col("s"), Col("why")], rows, out.width)
     )

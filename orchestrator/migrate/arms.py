@@ -25,7 +25,7 @@ from typing import Literal
 
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.migrate import ArmEngine, ArmRecord
+from orchestrator.models.migrate import ArmEngine, ArmRecord, arm_ref
 from orchestrator.models.names import check_name
 from orchestrator.models.plan import Plan
 from orchestrator.models.stack import EngineVariant, Stack
@@ -46,7 +46,7 @@ class Arm:
     @property
     def ref(self) -> str:
         """STACK or STACK:VARIANT (what --from/--to take, and what the procedure's runs are named)."""
-        return f"{self.stack}{ARM_SEP}{self.variant}" if self.variant else self.stack
+        return arm_ref(self.stack, self.variant)
 
 
 def parse_arm(text: str) -> Arm:

@@ -36,6 +36,7 @@ from orchestrator.models.migrate import (
     PhaseState,
     PlanRun,
     SizeSamples,
+    arm_ref,
 )
 from orchestrator.models.stack import Stack
 
@@ -185,8 +186,8 @@ class Procedure:
         self.reference_from = reference_from or state.run_id  # the run whose freeze is the reference
         self.render = render  # an arm ("A", "B") as its engines are rendered now (migrate/arms.py)
         # The arms as the plan runs them: STACK[:VARIANT] (ClusterOps.run_plan reads them back).
-        self.ref_a = f"{a.name}:{state.from_variant}" if state.from_variant else a.name
-        self.ref_b = "" if b is None else f"{b.name}:{state.to_variant}" if state.to_variant else b.name
+        self.ref_a = arm_ref(a.name, state.from_variant)
+        self.ref_b = "" if b is None else arm_ref(b.name, state.to_variant)
 
     # --- driving -------------------------------------------------------------------------------
 

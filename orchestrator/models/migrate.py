@@ -150,6 +150,11 @@ class SizeSamples(StrictModel):
 # --- certify: the proof that a rollback restored the reference -------------------------------------
 
 
+def arm_ref(stack: str, variant: str | None) -> str:
+    """An arm as `--from/--to` give it and the plan runs name it: STACK, or STACK:VARIANT."""
+    return f"{stack}:{variant}" if variant else stack
+
+
 class ArmEngine(StrictModel):
     """One serving workload's engine on one arm, as orch renders it (workloads/engines.py): its
     argv and environment, and the variant read back from them (migrate/arms.py: read_variant)."""
@@ -177,7 +182,7 @@ class ArmRecord(StrictModel):
     @property
     def ref(self) -> str:
         """STACK or STACK:VARIANT, as the command line gives it."""
-        return f"{self.stack}:{self.variant}" if self.variant else self.stack
+        return arm_ref(self.stack, self.variant)
 
 
 class NodeProof(StrictModel):
@@ -332,3 +337,13 @@ class MigrateRun(StrictModel):
     )
     exit_code: int = 1
     wall_s: float = 0.0
+
+    @property
+    def from_ref(self) -> str:
+        """A as --from gave it: STACK or STACK:VARIANT."""
+        return arm_ref(self.from_stack, self.from_variant)
+
+    @property
+    def to_ref(self) -> str | None:
+        """B as --to gave it (None for a rollback)."""
+        return arm_ref(self.to_stack, self.to_variant) if self.to_stack else None

@@ -186,6 +186,14 @@ def test_two_variants_of_one_stack_provision_nothing_and_record_each_arm(tmp_pat
     assert (saved.from_variant, saved.to_variant) == ("fp32", "bf16")
     argv = saved.arms[1].engines[0].argv
     assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    report = (_run_dir(tmp_path / "runs") / "report.md").read_text()
+    assert "migrate cpu-serve:fp32 → cpu-serve:bf16 on node1" in report
+    assert "rolled back to cpu-serve:fp32" in report
+    arms = report[report.index("## Arms") :]
+    assert "--dtype bfloat16" in arms and "rollback: cpu-serve:fp32 (variant read" in arms
+    assert "certify: cpu-serve:fp32 (variant read from the rendered engine: lab-tiny fp32)" in arms
+    html = (_run_dir(tmp_path / "runs") / "report.html").read_text()
+    assert ">Arms<" in html and "--dtype bfloat16" in html
 
 
 def test_a_plan_variant_that_disagrees_with_an_arm_refuses_the_run_before_it_exists(tmp_path: Path) -> None:
