@@ -259,3 +259,32 @@ def test_plan_model_unchanged_by_arms(tmp_path: Path) -> None:
     plan = resolve_plan(str(serving_plan(tmp_path)), None)
     arm_plan(plan, Arm("cpu-serve", "bf16"))
     assert isinstance(plan, Plan) and plan.serving[0].variant is None and plan.stack is None
+
+
+def test_a_run_between_variants_killed_in_scale_resumes_with_its_arms(tmp_path: Path) -> None:
+    from test_migrate_run import Stop
+
+    from orchestrator.errors import Interrupted
+    from orchestrator.runs.migrate import resume_migration
+
+    class Killed(ArmsFake):
+        def run_plan(self, stack: str, nodes: list[str], label: str, *, faults: bool) -> PlanRun:
+            if label == "scale" and not getattr(self, "killed", False):
+                self.killed = True
+                raise Stop
+            return super().run_plan(stack, nodes, label, faults=faults)
+
+    fake = Killed(_nodes())
+    req = _arms_req(tmp_path, serving_plan(tmp_path), "cpu-serve:fp32", "cpu-serve:fp32-small-kv")
+    with pytest.raises(Interrupted):
+        run_migration(req, ops_factory=_factory(fake))
+    run_dir = _run_dir(tmp_path / "runs")
+    r = resume_migration(run_dir, ops_factory=_factory(fake))
+    assert {s.holds for s in r.resumes[0]} == {"A"}  # one stack: every node holds it, whole
+    assert [p.phase for p in r.phases] == ["freeze", "canary", "scale", "faults", "compare", "rollback",
+                                            "certify"]  # fmt: skip
+    assert r.exit_code == 0 and fake.provisioned == []
+    assert [a.variant for a in r.arms] == ["fp32", "fp32-small-kv"]
+    assert r.certification is not None and r.certification.arm is not None
+    assert r.certification.arm.engines[0].variant == "fp32"
+    assert "cpu-serve:fp32-small-kv" in {p.stack for p in r.plan_runs if p.label == "scale"}
