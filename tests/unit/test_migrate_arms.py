@@ -288,3 +288,13 @@ def test_a_run_between_variants_killed_in_scale_resumes_with_its_arms(tmp_path: 
     assert r.certification is not None and r.certification.arm is not None
     assert r.certification.arm.engines[0].variant == "fp32"
     assert "cpu-serve:fp32-small-kv" in {p.stack for p in r.plan_runs if p.label == "scale"}
+
+
+def test_a_against_a_of_one_stack_provisions_nothing_and_interleaves(tmp_path: Path) -> None:
+    fake = FakeCluster(_nodes())
+    req = MigrateRequest(inventory=LAB_INI, from_stack="cpu-gloo", to_stack="cpu-gloo", plan="smoke",
+                         out_dir=tmp_path)  # fmt: skip
+    state = run_migration(req, ops_factory=_factory(fake))
+    assert state.exit_code == 0 and fake.provisioned == []
+    assert state.comparison is not None and state.comparison.mode == "interleaved"
+    assert state.certification is not None and state.certification.ok
