@@ -157,8 +157,8 @@ def register(app: typer.Typer) -> None:
 
     @migrate_app.command("plan")
     def plan_cmd(
-        from_stack: Annotated[str, typer.Option("--from", help="The stack the nodes run now (A).")],
-        to_stack: Annotated[str, typer.Option("--to", help="The stack to move to (B).")],
+        from_stack: Annotated[str, typer.Option("--from", help="A: STACK or STACK:VARIANT.")],
+        to_stack: Annotated[str, typer.Option("--to", help="B: STACK or STACK:VARIANT.")],
         inventory: Annotated[
             Path | None, typer.Option("--inventory", "-i", help="Ansible inventory: its nodes get a column.")
         ] = None,
@@ -173,7 +173,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The compatibility matrix from A to B per component, with the four verdicts, and the
         questions orch cannot answer. Exit 0 when every row is unchanged, 1 otherwise."""
-        m = migration_plan(from_stack, to_stack, inventory=inventory, fingerprints=fingerprints)
+        from orchestrator.migrate.arms import parse_arm, with_variants
+        from orchestrator.stacks import load_stack
+
+        arm_a, arm_b = parse_arm(from_stack), parse_arm(to_stack)  # STACK[:VARIANT]
+        m = migration_plan(arm_a.stack, arm_b.stack, inventory=inventory, fingerprints=fingerprints)
+        if arm_a.variant or arm_b.variant:
+            m = with_variants(m, load_stack(arm_a.stack), arm_a, load_stack(arm_b.stack), arm_b)
         if fmt == "json":
             write_out(m.model_dump_json(indent=2) + "\n")
         elif fmt == "md":

@@ -25,7 +25,7 @@ from typing import Literal
 
 from orchestrator.errors import ConfigError
 from orchestrator.models.cluster import Cluster
-from orchestrator.models.migrate import ArmEngine, ArmRecord, arm_ref
+from orchestrator.models.migrate import COMPONENTS, ArmEngine, ArmRecord, MatrixRow, MigrationMatrix, arm_ref
 from orchestrator.models.names import check_name
 from orchestrator.models.plan import Plan
 from orchestrator.models.stack import EngineVariant, Stack
@@ -151,3 +151,52 @@ def arm_record(
     named = {w.variant for w in p.serving}  # the arm's, else the plan's when every workload names one
     asked = arm.variant or (named.pop() if len(named) == 1 else None)
     return ArmRecord(side=side, stack=stack.name, variant=asked, engines=engines)
+
+
+def _settings(v: EngineVariant) -> str:
+    parts = [f"{k}={val}" for k, val in sorted(v.env.items())] + list(v.engine_args)
+    return " ".join(parts + ([f"dtype {v.dtype}"] if v.dtype else [])) or "no settings"
+
+
+def _arm_variants(stack: Stack, arm: Arm) -> dict[str, EngineVariant]:
+    """engine -> arm's variant, for each engine of stack that has one of arm's name; raises
+    ConfigError when the arm names a variant no engine of the stack has."""
+    if arm.variant is None:
+        return {}
+    pins = stack.serving.engines if stack.serving is not None else []
+    out: dict[str, EngineVariant] = {
+        p.engine: p.variants[arm.variant] for p in pins if arm.variant in p.variants
+    }
+    if not out:
+        offered = "; ".join(f"{p.engine}: {', '.join(p.variants) or 'none'}" for p in pins) or "no engine"
+        raise ConfigError(
+            f"{arm.ref}: stack {stack.name} has no variant {arm.variant!r} ({offered})",
+            hint=f"see orch stack show {stack.name}",
+        )
+    return out
+
+
+def variant_rows(a: Stack, arm_a: Arm, b: Stack, arm_b: Arm) -> list[MatrixRow]:
+    """The compatibility matrix's rows for the arms' variants: one per engine that has an arm's
+    variant, A's against B's, `unchanged` when their settings (env, engine arguments, dtype) are
+    the same, else `needs config change` (a variant is configuration). Raises ConfigError when an
+    arm names a variant that no engine of its stack has."""
+    va, vb = _arm_variants(a, arm_a), _arm_variants(b, arm_b)
+    rows = []
+    for engine in sorted(set(va) | set(vb)):
+        x, y = va.get(engine), vb.get(engine)
+        same = x is not None and y is not None and _settings(x) == _settings(y)
+        rows.append(MatrixRow(
+            component="serving engine", item=f"{engine} variant",
+            from_value=f"{arm_a.variant}: {_settings(x)}" if x is not None else None,
+            to_value=f"{arm_b.variant}: {_settings(y)}" if y is not None else None,
+            verdict="unchanged" if same else "needs config change",
+            note="a runtime switch, not seen by a fingerprint; migrate run reads it from the rendered engine",
+        ))  # fmt: skip
+    return rows
+
+
+def with_variants(m: MigrationMatrix, a: Stack, arm_a: Arm, b: Stack, arm_b: Arm) -> MigrationMatrix:
+    """m (the stacks' matrix) with the arms' variant rows among the serving engine's, titled by arm."""
+    rows = sorted([*m.rows, *variant_rows(a, arm_a, b, arm_b)], key=lambda r: COMPONENTS.index(r.component))
+    return m.model_copy(update={"rows": rows, "from_stack": arm_a.ref, "to_stack": arm_b.ref})

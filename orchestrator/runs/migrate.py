@@ -23,7 +23,7 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import load_inventory
-from orchestrator.migrate.arms import Arm, arm_plan, arm_record, parse_arm
+from orchestrator.migrate.arms import Arm, arm_plan, arm_record, parse_arm, with_variants
 from orchestrator.migrate.procedure import Ops, Procedure, node_states
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener, RunKind, RunProgress, RunStarted
@@ -172,9 +172,11 @@ def migrate_report(run_dir: Path, fmt: str) -> str:
     matrix = None
     if state.to_stack is not None:
         ref = _reference(run_dir)
-        matrix = build_matrix(
-            load_stack(state.from_stack), load_stack(state.to_stack), ref.nodes if ref else None
-        )
+        a, b = load_stack(state.from_stack), load_stack(state.to_stack)
+        matrix = build_matrix(a, b, ref.nodes if ref else None)
+        if state.from_variant or state.to_variant:  # the arms' variants, as `orch migrate plan` shows them
+            arm_a, arm_b = Arm(state.from_stack, state.from_variant), Arm(state.to_stack, state.to_variant)
+            matrix = with_variants(matrix, a, arm_a, b, arm_b)
     return run_html(state, matrix) if fmt == "html" else run_markdown(state, matrix)
 
 

@@ -189,6 +189,7 @@ def test_two_variants_of_one_stack_provision_nothing_and_record_each_arm(tmp_pat
     report = (_run_dir(tmp_path / "runs") / "report.md").read_text()
     assert "migrate cpu-serve:fp32 → cpu-serve:bf16 on node1" in report
     assert "rolled back to cpu-serve:fp32" in report
+    assert "| serving engine | transformers variant | fp32: dtype float32 | bf16: dtype bfloat16 |" in report
     arms = report[report.index("## Arms") :]
     assert "--dtype bfloat16" in arms and "rollback: cpu-serve:fp32 (variant read" in arms
     assert "certify: cpu-serve:fp32 (variant read from the rendered engine: lab-tiny fp32)" in arms
@@ -298,3 +299,37 @@ def test_a_against_a_of_one_stack_provisions_nothing_and_interleaves(tmp_path: P
     assert state.exit_code == 0 and fake.provisioned == []
     assert state.comparison is not None and state.comparison.mode == "interleaved"
     assert state.certification is not None and state.certification.ok
+
+
+# --- orch migrate plan with arms ------------------------------------------------------------------
+
+
+def test_migrate_plan_sets_the_arms_variants_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
+    from test_cli_usage import run_cli
+
+    code, out, _ = run_cli(capsys, "migrate", "plan", "--from", "rocm-6.4:plain", "--to", "rocm-6.4:aiter",
+                           "--format", "json")  # fmt: skip
+    m = json.loads(out)
+    assert code == 1 and (m["from_stack"], m["to_stack"]) == ("rocm-6.4:plain", "rocm-6.4:aiter")
+    (row,) = [r for r in m["rows"] if r["item"] == "vllm variant"]
+    assert (row["from_value"], row["to_value"], row["verdict"]) == (
+        "plain: VLLM_ROCM_USE_AITER=0", "aiter: VLLM_ROCM_USE_AITER=1", "needs config change",
+    )  # fmt: skip
+    assert [r["verdict"] for r in m["rows"] if r is not row] == ["unchanged"] * (len(m["rows"]) - 1)
+    code, out, _ = run_cli(capsys, "migrate", "plan", "--from", "cpu-serve:fp32",
+                           "--to", "cpu-serve:fp32-small-kv", "--format", "json")  # fmt: skip
+    (row,) = [r for r in json.loads(out)["rows"] if r["item"] == "transformers variant"]
+    assert row["to_value"] == "fp32-small-kv: --cb-num-blocks 4 dtype float32"
+    code, out, _ = run_cli(capsys, "migrate", "plan", "--from", "cpu-serve:fp32", "--to", "cpu-serve:fp32",
+                           "--format", "json")  # fmt: skip
+    assert code == 0  # one variant on both sides: every row unchanged
+
+
+def test_migrate_plan_refuses_a_variant_the_stack_lacks(capsys: pytest.CaptureFixture[str]) -> None:
+    from test_cli_usage import one_error_line, run_cli
+
+    code, _, err = run_cli(capsys, "migrate", "plan", "--from", "rocm-6.4:plain", "--to", "rocm-6.4:atom")
+    assert code == 2
+    assert "rocm-6.4:atom: stack rocm-6.4 has no variant 'atom' (vllm: aiter, plain; sglang: none)" in (
+        one_error_line(err)
+    )
