@@ -95,8 +95,10 @@ class ClusterOps:
 
         assert self.plan is not None
         t0 = time.monotonic()
-        arm = parse_arm(stack)  # STACK[:VARIANT]: the plan runs on the arm's stack with its variant
-        stack, base_plan = arm.stack, arm_plan(self.plan, arm)
+        # stack is the arm, STACK[:VARIANT]: the plan runs on its stack with its variant, and the
+        # run (PlanRun.stack, the journal) is named by the arm.
+        arm = parse_arm(stack)
+        base_plan = arm_plan(self.plan, arm)
         sub = self.cluster.model_copy(update={"nodes": [self.cluster.node(n) for n in nodes]})
         # Each plan run gets its own step ids (label-n3xg1): its folders sit beside the others'.
         pfs = (
@@ -110,7 +112,7 @@ class ClusterOps:
         plan = base_plan.model_copy(update={"faults": pfs})
         steps = [s.model_copy(update={"id": f"{label}-{s.id}"}) for s in expand_steps(plan, sub)]
         backend = choose_backend(plan, sub)
-        python, env = stack_python(stack)
+        python, env = stack_python(arm.stack)
         step_faults = (
             StepFaults(plan, sub, steps, self.life.rundir, self.life.journal, force=False) if pfs else None
         )

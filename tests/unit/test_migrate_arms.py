@@ -333,3 +333,36 @@ def test_migrate_plan_refuses_a_variant_the_stack_lacks(capsys: pytest.CaptureFi
     assert "rocm-6.4:atom: stack rocm-6.4 has no variant 'atom' (vllm: aiter, plain; sglang: none)" in (
         one_error_line(err)
     )
+
+
+def test_cluster_ops_runs_the_plan_on_the_arm_s_stack_with_its_variant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ClusterOps.run_plan given an arm: the step executor gets the plan with the arm's stack and
+    variant and the arm's stack's Python and environment; the plan run is named by the arm."""
+    import orchestrator.runs.executor as executor
+    from orchestrator.runs.lifecycle import Ending, RunLifecycle
+    from orchestrator.runs.migrate import ClusterOps
+
+    seen: dict[str, Any] = {}
+
+    class Recording:
+        results: list[Any] = []
+
+        def __init__(self, plan: Plan, cluster: Any, steps: Any, sched: Any, backend: Any, life: Any,
+                     python: str, env: dict[str, str], faults: Any = None) -> None:  # fmt: skip
+            seen.update(plan=plan, python=python, env=env)
+
+        def run(self) -> None:
+            pass
+
+    monkeypatch.setattr(executor, "StepExecutor", Recording)
+    plan = resolve_plan(str(serving_plan(tmp_path)), None)
+    with RunLifecycle.create(tmp_path, "t-migrate-1") as life:
+        run = ClusterOps(life, load_inventory(LAB_INI), plan).run_plan(
+            "cpu-serve:bf16", ["node1"], "canary", faults=False
+        )
+        life.finish(Ending("accepted", 0))
+    assert run.stack == "cpu-serve:bf16" and run.label == "canary"
+    assert seen["plan"].stack == "cpu-serve" and [w.variant for w in seen["plan"].serving] == ["bf16"]
+    assert seen["python"] == "/opt/orch/venv/bin/python" and seen["env"] == dict(load_stack("cpu-serve").env)
