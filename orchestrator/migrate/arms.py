@@ -18,7 +18,7 @@ arms name the same stack).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -95,6 +95,26 @@ def check_arm(plan: Plan, arm: Arm, stack: Stack, *, side: str = "") -> Plan:
     for w in p.serving:
         stack_variant(w, stack, where=f"{side} {arm.ref}: ".lstrip())
     return p
+
+
+Renderer = Callable[[str], ArmRecord | None]
+"""An arm ("A", "B") with its engines rendered now; None for a side the run does not have."""
+
+
+def renderer(arms: Mapping[str, Arm], plan: Plan | None, cluster: Cluster) -> Renderer:
+    """The arms' Renderer for a run of plan on cluster: arm_record of each (a rollback, without a
+    plan, records A's stack and variant alone)."""
+
+    def render(side: str) -> ArmRecord | None:
+        arm = arms.get(side)
+        if arm is None:
+            return None
+        which: Literal["A", "B"] = "A" if side == "A" else "B"
+        if plan is None:
+            return ArmRecord(side=which, stack=arm.stack, variant=arm.variant)
+        return arm_record(plan, cluster, arm, which)
+
+    return render
 
 
 def read_variant(

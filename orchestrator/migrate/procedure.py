@@ -174,20 +174,20 @@ class Procedure:
         journal: Callable[..., None] = lambda kind, **f: None,
         save: Callable[[MigrateRun], None] = lambda s: None,
         save_reference: Callable[[FingerprintSet], None] = lambda r: None,
+        render: Callable[[str], ArmRecord | None] = lambda side: None,
         clock: Callable[[], float] = time.monotonic,
         started: Sequence[PhaseName] = (),
         reference_from: str | None = None,
-        render: Callable[[str], ArmRecord | None] = lambda side: None,
     ) -> None:
         self.state, self.a, self.b, self.ops = state, a, b, ops
-        self.rounds, self.no_rollback, self.reference = rounds, no_rollback, reference
-        self.journal, self.save, self.save_reference, self.clock = journal, save, save_reference, clock
-        self._started: list[PhaseName] = list(started)  # phases begun before (a resumed run)
-        self.reference_from = reference_from or state.run_id  # the run whose freeze is the reference
         self.render = render  # an arm ("A", "B") as its engines are rendered now (migrate/arms.py)
         # The arms as the plan runs them: STACK[:VARIANT] (ClusterOps.run_plan reads them back).
         self.ref_a = arm_ref(a.name, state.from_variant)
         self.ref_b = "" if b is None else arm_ref(b.name, state.to_variant)
+        self.rounds, self.no_rollback, self.reference = rounds, no_rollback, reference
+        self.journal, self.save, self.save_reference, self.clock = journal, save, save_reference, clock
+        self._started: list[PhaseName] = list(started)  # phases begun before (a resumed run)
+        self.reference_from = reference_from or state.run_id  # the run whose freeze is the reference
 
     # --- driving -------------------------------------------------------------------------------
 

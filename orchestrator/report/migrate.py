@@ -84,7 +84,7 @@ def run_sections(r: MigrateRun) -> list[Section]:
         summary.append(f"resume {i}: " + ", ".join(f"{s.node} {s.holds}" for s in found))
     if r.stopped_playbooks:
         summary.append(f"ansible-playbook left behind and stopped on resume: PIDs {r.stopped_playbooks}")
-    sections = [Section("Summary", after=summary)]
+    sections = [Section("Summary", after=summary), *arm_sections(r)]
     sections.append(
         Section(
             "Phases",
@@ -174,7 +174,6 @@ def run_sections(r: MigrateRun) -> list[Section]:
                 after=[f"every node held to {against}: {'proved' if cert.ok else 'NOT proved'}"],
             )
         )
-    sections += arm_sections(r)
     if r.plan_runs:
         sections.append(
             Section(
@@ -194,27 +193,6 @@ def run_sections(r: MigrateRun) -> list[Section]:
             )
         )
     return sections
-
-
-def arm_sections(r: MigrateRun) -> list[Section]:
-    """The arms (STACK[:VARIANT]) with each engine as rendered and the variant read back from it,
-    and the arm the rollback and the certification found (none for a run before arms)."""
-    if not r.arms:
-        return []
-    rows = [
-        [a.side, a.stack, a.variant or "-", e.workload, e.engine, e.variant or "none shows",
-         shlex.join(e.argv), " ".join(f"{k}={v}" for k, v in sorted(e.env.items()))]
-        for a in r.arms
-        for e in a.engines or []
-    ]  # fmt: skip
-    rows += [[a.side, a.stack, a.variant or "-", "-", "-", "-", "-", "-"] for a in r.arms if not a.engines]
-    after = []
-    for what, arm in (("rollback", r.rolled_back_to), ("certify", r.certification and r.certification.arm)):
-        if arm:
-            seen = ", ".join(f"{e.workload} {e.variant or 'none shows'}" for e in arm.engines) or "no engine"
-            after.append(f"{what}: {arm.ref} (variant read from the rendered engine: {seen})")
-    head = ["arm", "stack", "variant asked", "workload", "engine", "variant read", "argv", "environment"]
-    return [Section("Arms", head=head, rows=rows, after=after)]
 
 
 def run_markdown(r: MigrateRun, matrix: MigrationMatrix | None = None) -> str:
@@ -269,3 +247,24 @@ def run_html(r: MigrateRun, matrix: MigrationMatrix | None = None) -> str:
 def _opt(v: float | None, fmt: str) -> str:
     """v formatted, or - where there is none."""
     return "-" if v is None else fmt.format(v)
+
+
+def arm_sections(r: MigrateRun) -> list[Section]:
+    """The arms (STACK[:VARIANT]) with each engine as rendered and the variant read back from it,
+    and the arm the rollback and the certification found (none for a run before arms)."""
+    if not r.arms:
+        return []
+    rows = [
+        [a.side, a.stack, a.variant or "-", e.workload, e.engine, e.variant or "none shows",
+         shlex.join(e.argv), " ".join(f"{k}={v}" for k, v in sorted(e.env.items()))]
+        for a in r.arms
+        for e in a.engines or []
+    ]  # fmt: skip
+    rows += [[a.side, a.stack, a.variant or "-", "-", "-", "-", "-", "-"] for a in r.arms if not a.engines]
+    after = []
+    for what, arm in (("rollback", r.rolled_back_to), ("certify", r.certification and r.certification.arm)):
+        if arm:
+            seen = ", ".join(f"{e.workload} {e.variant or 'none shows'}" for e in arm.engines) or "no engine"
+            after.append(f"{what}: {arm.ref} (variant read from the rendered engine: {seen})")
+    head = ["arm", "stack", "variant asked", "workload", "engine", "variant read", "argv", "environment"]
+    return [Section("Arms", head=head, rows=rows, after=after)]

@@ -23,12 +23,12 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import load_inventory
-from orchestrator.migrate.arms import Arm, arm_plan, arm_record, parse_arm, with_variants
+from orchestrator.migrate.arms import Arm, Renderer, arm_plan, parse_arm, renderer, with_variants
 from orchestrator.migrate.procedure import Ops, Procedure, node_states
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.events import Listener, RunKind, RunProgress, RunStarted
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
-from orchestrator.models.migrate import PHASES, ArmRecord, MigrateRun, PhaseName, PlanRun
+from orchestrator.models.migrate import PHASES, MigrateRun, PhaseName, PlanRun
 from orchestrator.models.plan import Plan
 from orchestrator.models.requests import MigrateRequest
 from orchestrator.runs.lifecycle import Ending, RunLifecycle
@@ -237,7 +237,7 @@ def _procedure(
     ops: Ops,
     reference: FingerprintSet | None,
     started: list[PhaseName] | None = None,
-    render: Callable[[str], ArmRecord | None] = lambda side: None,
+    render: Renderer = lambda side: None,
 ) -> Procedure:
     a = load_stack(req.from_stack)
     b = load_stack(req.to_stack) if req.to_stack else None
@@ -263,24 +263,10 @@ def _procedure(
 
 
 def _arms(req: MigrateRequest) -> dict[str, Arm]:
-    arms = {"A": Arm(req.from_stack, req.from_variant)}
-    return arms | ({"B": Arm(req.to_stack, req.to_variant)} if req.to_stack else {})
-
-
-def _render(req: MigrateRequest, plan: Plan | None, cluster: Cluster) -> Callable[[str], ArmRecord | None]:
-    """An arm ("A", "B") with its engines rendered as a serving step renders them (None without a
-    plan: a rollback renders A's stack alone)."""
-    arms = _arms(req)
-
-    def render(side: str) -> ArmRecord | None:
-        arm = arms.get(side)
-        if arm is None:
-            return None
-        if plan is None:
-            return ArmRecord(side="A" if side == "A" else "B", stack=arm.stack, variant=arm.variant)
-        return arm_record(plan, cluster, arm, "A" if side == "A" else "B")
-
-    return render
+    """A and B (none for a rollback) as the request gives them."""
+    return {"A": Arm(req.from_stack, req.from_variant)} | (
+        {"B": Arm(req.to_stack, req.to_variant)} if req.to_stack else {}
+    )
 
 
 def _plan_fits(plan: Plan, cluster: Cluster, nodes: list[str], what: str) -> None:
@@ -325,7 +311,7 @@ def run_migration(
             raise ConfigError(
                 f"--canary {req.canary}: the cluster has {len(nodes)} nodes; the canary is a subset"
             )
-    render = _render(req, plan, cluster)
+    render = renderer(_arms(req), plan, cluster)
     # Each arm's engines rendered now: a variant the stack lacks, or one the plan contradicts, is
     # refused (exit 2) before the run exists.
     arms = [r for r in (render("A"), render("B")) if r is not None] if plan else []
@@ -422,7 +408,8 @@ def resume_migration(
             for e in life.rundir.events()
             if e.get("event") == "migrate_phase" and e.get("state") == "started" and e.get("phase") in order
         ]
-        proc = _procedure(life, req, state, ops, reference, started, render=_render(req, plan, cluster))
+        render = renderer(_arms(req), plan, cluster)
+        proc = _procedure(life, req, state, ops, reference, started, render=render)
         fps, unread = ops.fingerprint(state.from_stack, state.nodes)
         found = node_states(proc.a, state.to_stack, fps, reference)
         state.resumes.append(found)
