@@ -146,6 +146,13 @@ class ClusterOps:
         )
 
 
+def _arms(req: MigrateRequest) -> dict[str, Arm]:
+    """A and B (none for a rollback) as the request gives them."""
+    return {"A": Arm(req.from_stack, req.from_variant)} | (
+        {"B": Arm(req.to_stack, req.to_variant)} if req.to_stack else {}
+    )
+
+
 def _save(life: RunLifecycle) -> Callable[[MigrateRun], None]:
     def save(state: MigrateRun) -> None:
         state.wall_s = life.wall_s
@@ -259,13 +266,6 @@ def _procedure(
         started=started or [],
         reference_from=req.reference_run.name if req.reference_run else None,
         render=render,
-    )
-
-
-def _arms(req: MigrateRequest) -> dict[str, Arm]:
-    """A and B (none for a rollback) as the request gives them."""
-    return {"A": Arm(req.from_stack, req.from_variant)} | (
-        {"B": Arm(req.to_stack, req.to_variant)} if req.to_stack else {}
     )
 
 
