@@ -357,6 +357,13 @@ def test_cluster_ops_runs_the_plan_on_the_arm_s_stack_with_its_variant(
             pass
 
     monkeypatch.setattr(executor, "StepExecutor", Recording)
+    import orchestrator.runs.scale_test as scale_test
+
+    def serving_runner(plan: Plan, *args: Any) -> Recording:  # serving steps, where run_plan runs them
+        seen.update(serving_plan=plan)
+        return Recording(plan, *args)
+
+    monkeypatch.setattr(scale_test, "_serving_runner", serving_runner, raising=False)
     plan = resolve_plan(str(serving_plan(tmp_path)), None)
     with RunLifecycle.create(tmp_path, "t-migrate-1") as life:
         run = ClusterOps(life, load_inventory(LAB_INI), plan).run_plan(
