@@ -97,7 +97,7 @@ def test_the_variant_is_read_from_argv_and_env_the_most_specific_winning() -> No
     cb = ["--continuous-batching", "--cb-num-blocks", "256"]
     assert read_variant([*base, "--dtype", "bfloat16", *cb], {}, cpu) == "bf16"
     assert read_variant([*base, "--dtype", "float32", *cb], {}, cpu) == "fp32"
-    small = [*base, "--dtype", "float32", *cb, "--cb-num-blocks", "4"]
+    small = [*base, "--dtype", "float32", *cb, "--cb-block-size", "32", "--cb-num-blocks", "4"]
     assert read_variant(small, {}, cpu) == "fp32-small-kv"  # fp32 shows too, with fewer settings
     assert read_variant([*base, *cb], {}, cpu) is None  # auto: no --dtype, no variant
     rocm = load_stack("rocm-6.4").serving.engines[0].variants  # type: ignore[union-attr]
@@ -319,7 +319,7 @@ def test_migrate_plan_sets_the_arms_variants_side_by_side(capsys: pytest.Capture
     code, out, _ = run_cli(capsys, "migrate", "plan", "--from", "cpu-serve:fp32",
                            "--to", "cpu-serve:fp32-small-kv", "--format", "json")  # fmt: skip
     (row,) = [r for r in json.loads(out)["rows"] if r["item"] == "transformers variant"]
-    assert row["to_value"] == "fp32-small-kv: --cb-num-blocks 4 dtype float32"
+    assert row["to_value"] == "fp32-small-kv: --cb-block-size 32 --cb-num-blocks 4 dtype float32"
     code, out, _ = run_cli(capsys, "migrate", "plan", "--from", "cpu-serve:fp32", "--to", "cpu-serve:fp32",
                            "--format", "json")  # fmt: skip
     assert code == 0  # one variant on both sides: every row unchanged

@@ -358,7 +358,7 @@ def test_a_variant_s_engine_args_still_may_not_set_dtype(tmp_path: Path, arg: st
 
 def test_cpu_serve_names_a_numerics_pair_and_a_slower_pair_for_the_lab() -> None:
     """fp32 -> bf16 changes the dtype the engine computes in; fp32 -> fp32-small-kv keeps float32
-    and gives the engine 4 KV blocks after serving-smoke's 256 (typer/click: the last value of an
+    and gives the engine 4 KV blocks of 32 tokens after serving-smoke's 256 (typer/click: the last value of an
     option wins, checked against transformers 5.24.0's `serve` signature, docs/migration.md)."""
     from orchestrator.plan import resolve_plan
 
@@ -375,5 +375,6 @@ def test_cpu_serve_names_a_numerics_pair_and_a_slower_pair_for_the_lab() -> None
 
     assert [last(argv[n], "--dtype") for n in argv] == ["float32", "bfloat16", "float32"]
     assert [last(argv[n], "--cb-num-blocks") for n in argv] == ["256", "256", "4"]
+    assert [last(argv[n], "--cb-block-size") for n in argv] == ["32", "32", "32"]
     assert all("--continuous-batching" in a for a in argv.values())  # the same paged-attention path
     assert argv["fp32-small-kv"][: len(argv["fp32"])] == argv["fp32"]  # only the KV cache differs
