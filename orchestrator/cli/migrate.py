@@ -131,20 +131,21 @@ def rollback_cmd(
 
     root = out_dir or Path("runs")
     ref = _reference_dir(to_run, root) if to_run else None
-    stack = to
+    stack, variant = to, None
     if ref is not None:
         from orchestrator.store.load import require_model
 
-        from_run = require_model(MigrateRun, ref, ref / "migrate.json").from_stack
+        frozen = require_model(MigrateRun, ref, ref / "migrate.json")
+        from_run, variant = frozen.from_stack, frozen.from_variant  # A's arm: its stack and variant
         if stack is not None and stack != from_run:
             raise ConfigError(f"--to {stack}: run {ref.name} froze stack {from_run}", hint="leave out --to")
         stack = from_run
     if stack is None:
         raise ConfigError("orch rollback needs --to STACK or --to-run RUN_ID")
-    r = run_migration(
-        MigrateRequest(inventory=inventory, from_stack=stack, reference_run=ref, out_dir=root),
-        [ProgressPrinter()],
+    req = MigrateRequest(
+        inventory=inventory, from_stack=stack, from_variant=variant, reference_run=ref, out_dir=root
     )
+    r = run_migration(req, [ProgressPrinter()])
     render_run(r)
     return r.exit_code
 

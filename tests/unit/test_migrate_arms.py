@@ -373,3 +373,27 @@ def test_cluster_ops_runs_the_plan_on_the_arm_s_stack_with_its_variant(
     assert run.stack == "cpu-serve:bf16" and run.label == "canary"
     assert seen["plan"].stack == "cpu-serve" and [w.variant for w in seen["plan"].serving] == ["bf16"]
     assert seen["python"] == "/opt/orch/venv/bin/python" and seen["env"] == dict(load_stack("cpu-serve").env)
+
+
+def test_rollback_to_a_run_between_variants_goes_back_to_its_a_arm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_cli_usage import run_cli
+
+    import orchestrator.runs.migrate as rm
+
+    run = tmp_path / "20261205T000000Z-migrate-ab12"
+    run.mkdir()
+    state = MigrateRun(run_id=run.name, run_dir=run, from_stack="rocm-6.4", to_stack="rocm-6.4",
+                       from_variant="plain", to_variant="aiter", nodes=["node1"])  # fmt: skip
+    (run / "migrate.json").write_text(state.model_dump_json())
+    seen: list[MigrateRequest] = []
+
+    def fake_run(req: MigrateRequest, listeners: object = None) -> MigrateRun:
+        seen.append(req)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(rm, "run_migration", fake_run)
+    code, _, _ = run_cli(capsys, "rollback", "-i", str(LAB_INI), "--to-run", str(run))
+    assert code == 2
+    assert (seen[0].from_stack, seen[0].from_variant, seen[0].reference_run) == ("rocm-6.4", "plain", run)
