@@ -162,7 +162,7 @@ def node_python(cluster: Cluster) -> str:
 def stack_variant(w: ServingWorkload, stack: Stack | None, *, where: str = "") -> EngineVariant | None:
     """The variant w names, from stack; None when w names none. Raises ConfigError naming the
     variant and what the stack offers when there is no stack, the stack pins no such engine, or
-    the engine has no such variant."""
+    the engine has no such variant; or naming both dtypes when the variant sets one and w another."""
     if w.variant is None:
         return None
     at = f"{where}serving {w.name}: variant {w.variant!r}"
@@ -184,7 +184,13 @@ def stack_variant(w: ServingWorkload, stack: Stack | None, *, where: str = "") -
             f"{at}: stack {stack.name} has no such {w.engine} variant (its {w.engine} variants: {names})",
             hint="choose one of the stack's variants, or leave variant out",
         )
-    return pin.variants[w.variant]
+    variant = pin.variants[w.variant]
+    if variant.dtype is not None and w.dtype not in ("auto", variant.dtype):
+        raise ConfigError(
+            f"{at}: the variant sets dtype {variant.dtype}, the workload dtype {w.dtype}",
+            hint="leave the workload's dtype at auto (the variant's applies), or choose another variant",
+        )
+    return variant
 
 
 def check_variants(plan: Plan, cluster: Cluster) -> None:

@@ -92,8 +92,8 @@ def render_run(r: MigrateRun) -> None:
     rows: list[list[Cell]] = [
         [p.phase, styled(p.state, _STATE_STYLE[p.state]), f"{p.wall_s:.1f}", p.reason] for p in r.phases
     ]
-    to = f" -> {r.to_stack}" if r.to_stack else ""
-    title = f"{r.kind} {r.from_stack}{to}: {r.status}"
+    to = f" -> {r.to_ref}" if r.to_ref else ""
+    title = f"{r.kind} {r.from_ref}{to}: {r.status}"
     out.print(
         fitted_table(title, [Col("phase"), Col("gate", whole=True), Col("s"), Col("why")], rows, out.width)
     )
@@ -131,20 +131,21 @@ def rollback_cmd(
 
     root = out_dir or Path("runs")
     ref = _reference_dir(to_run, root) if to_run else None
-    stack = to
+    stack, variant = to, None
     if ref is not None:
         from orchestrator.store.load import require_model
 
-        from_run = require_model(MigrateRun, ref, ref / "migrate.json").from_stack
+        frozen = require_model(MigrateRun, ref, ref / "migrate.json")
+        from_run, variant = frozen.from_stack, frozen.from_variant  # A's arm: its stack and variant
         if stack is not None and stack != from_run:
             raise ConfigError(f"--to {stack}: run {ref.name} froze stack {from_run}", hint="leave out --to")
         stack = from_run
     if stack is None:
         raise ConfigError("orch rollback needs --to STACK or --to-run RUN_ID")
-    r = run_migration(
-        MigrateRequest(inventory=inventory, from_stack=stack, reference_run=ref, out_dir=root),
-        [ProgressPrinter()],
+    req = MigrateRequest(
+        inventory=inventory, from_stack=stack, from_variant=variant, reference_run=ref, out_dir=root
     )
+    r = run_migration(req, [ProgressPrinter()])
     render_run(r)
     return r.exit_code
 
@@ -157,8 +158,8 @@ def register(app: typer.Typer) -> None:
 
     @migrate_app.command("plan")
     def plan_cmd(
-        from_stack: Annotated[str, typer.Option("--from", help="The stack the nodes run now (A).")],
-        to_stack: Annotated[str, typer.Option("--to", help="The stack to move to (B).")],
+        from_stack: Annotated[str, typer.Option("--from", help="A: STACK or STACK:VARIANT.")],
+        to_stack: Annotated[str, typer.Option("--to", help="B: STACK or STACK:VARIANT.")],
         inventory: Annotated[
             Path | None, typer.Option("--inventory", "-i", help="Ansible inventory: its nodes get a column.")
         ] = None,
@@ -173,7 +174,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The compatibility matrix from A to B per component, with the four verdicts, and the
         questions orch cannot answer. Exit 0 when every row is unchanged, 1 otherwise."""
-        m = migration_plan(from_stack, to_stack, inventory=inventory, fingerprints=fingerprints)
+        from orchestrator.migrate.arms import parse_arm, with_variants
+        from orchestrator.stacks import load_stack
+
+        arm_a, arm_b = parse_arm(from_stack), parse_arm(to_stack)  # STACK[:VARIANT]
+        m = migration_plan(arm_a.stack, arm_b.stack, inventory=inventory, fingerprints=fingerprints)
+        if arm_a.variant or arm_b.variant:
+            m = with_variants(m, load_stack(arm_a.stack), arm_a, load_stack(arm_b.stack), arm_b)
         if fmt == "json":
             write_out(m.model_dump_json(indent=2) + "\n")
         elif fmt == "md":
@@ -184,8 +191,10 @@ def register(app: typer.Typer) -> None:
 
     @migrate_app.command("run")
     def run_cmd(
-        from_stack: Annotated[str, typer.Option("--from", help="The stack the nodes run now (A).")],
-        to_stack: Annotated[str, typer.Option("--to", help="The stack to move to (B).")],
+        from_stack: Annotated[
+            str, typer.Option("--from", help="A: STACK or STACK:VARIANT (an engine variant of it).")
+        ],
+        to_stack: Annotated[str, typer.Option("--to", help="B: STACK or STACK:VARIANT (rocm-6.4:aiter).")],
         plan: Annotated[str, typer.Option("--plan", "-p", help="Built-in plan or YAML file run on A and B.")],
         inventory: InventoryOpt = DEFAULT_INVENTORY,
         canary: Annotated[int, typer.Option("--canary", min=1, help="Nodes that get B first.")] = 1,
@@ -202,13 +211,17 @@ def register(app: typer.Typer) -> None:
         certify, each with a gate; a failed gate stops it and rolls back (unless --no-rollback).
         Exit 0 every gate passed, 1 a gate failed, 2 usage, 3 infra, 130 interrupted (orch runs
         resume continues it)."""
+        from orchestrator.migrate.arms import parse_arm
         from orchestrator.models.requests import MigrateRequest
         from orchestrator.runs.migrate import run_migration
 
+        a, b = parse_arm(from_stack), parse_arm(to_stack)
         req = MigrateRequest(
             inventory=inventory,
-            from_stack=from_stack,
-            to_stack=to_stack,
+            from_stack=a.stack,
+            to_stack=b.stack,
+            from_variant=a.variant,
+            to_variant=b.variant,
             plan=plan,
             canary=canary,
             rounds=rounds,

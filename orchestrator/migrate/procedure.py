@@ -32,6 +32,7 @@ from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
 from orchestrator.models.migrate import (
     PHASES,
+    ArmRecord,
     CompareMode,
     Comparison,
     MigrateRun,
@@ -41,6 +42,7 @@ from orchestrator.models.migrate import (
     PhaseState,
     PlanRun,
     SizeSamples,
+    arm_ref,
 )
 from orchestrator.models.stack import Stack
 
@@ -190,12 +192,17 @@ class Procedure:
         journal: Callable[..., None] = lambda kind, **f: None,
         save: Callable[[MigrateRun], None] = lambda s: None,
         save_reference: Callable[[FingerprintSet], None] = lambda r: None,
+        render: Callable[[str], ArmRecord | None] = lambda side: None,
         clock: Callable[[], float] = time.monotonic,
         started: Sequence[PhaseName] = (),
         reference_from: str | None = None,
         detect: Mapping[str, float] | None = None,
     ) -> None:
         self.state, self.a, self.b, self.ops = state, a, b, ops
+        self.render = render  # an arm ("A", "B") as its engines are rendered now (migrate/arms.py)
+        # The arms as the plan runs them: STACK[:VARIANT] (ClusterOps.run_plan reads them back).
+        self.ref_a = arm_ref(a.name, state.from_variant)
+        self.ref_b = "" if b is None else arm_ref(b.name, state.to_variant)
         self.rounds, self.no_rollback, self.reference = rounds, no_rollback, reference
         self.journal, self.save, self.save_reference, self.clock = journal, save, save_reference, clock
         self._started: list[PhaseName] = list(started)  # phases begun before (a resumed run)
@@ -272,8 +279,12 @@ class Procedure:
         by = {r.label: r for r in self.state.plan_runs}
         return [by[x] for x in labels if x in by]
 
+    def _same_stack(self) -> bool:
+        """Both arms name one stack (variants of it): nothing to install between them."""
+        return self.b is not None and self.a.name == self.b.name
+
     def _provision(self, stack: Stack, nodes: list[str]) -> str | None:
-        if not nodes:
+        if not nodes or self._same_stack():  # arms of one stack: only the engine restarts
             return None
         failed = self.ops.provision(stack.name, nodes, clean=True)
         if failed:
@@ -290,7 +301,7 @@ class Procedure:
             stack, nodes, fps, reference, reference_from=self.reference_from if reference else None
         )
         if proof:
-            self.state.certification = cert
+            self.state.certification = cert.model_copy(update={"arm": self.render("A")})
         bad = [f"{n}: {why}" for n, why in sorted(unread.items())]
         bad += [
             f"{p.node}: {'; '.join(p.differences)}" for p in cert.nodes if not p.ok and p.node not in unread
@@ -331,7 +342,7 @@ class Procedure:
         if why:
             return "failed", gate, why
         labels = ["baseline"] if self._interleaves() else ["baseline", "control"]
-        runs = [self._plan(self.a.name, self.state.nodes, x) for x in labels]
+        runs = [self._plan(self.ref_a, self.state.nodes, x) for x in labels]
         if why := self._plan_gate(*runs):
             return "failed", gate, why
         return (
@@ -348,7 +359,7 @@ class Procedure:
         why = self._provision(self.b, nodes) or self._held_to(self.b, nodes)
         if why:
             return "failed", gate, why
-        run = self._plan(self.b.name, nodes, "canary")
+        run = self._plan(self.ref_b, nodes, "canary")
         if why := self._plan_gate(run):
             return "failed", gate, why
         base = self._runs("baseline")
@@ -365,7 +376,7 @@ class Procedure:
         why = self._provision(self.b, rest) or self._held_to(self.b, self.state.nodes)
         if why:
             return "failed", gate, why
-        if why := self._plan_gate(self._plan(self.b.name, self.state.nodes, "scale")):
+        if why := self._plan_gate(self._plan(self.ref_b, self.state.nodes, "scale")):
             return "failed", gate, why
         return "passed", gate, f"{len(self.state.nodes)} nodes on {self.b.name}; the plan passed"
 
@@ -374,7 +385,7 @@ class Procedure:
         gate = "the plan's fault steps pass on B"
         if not self.ops.plan_has_faults():
             return "skipped", gate, "the plan has no fault steps"
-        if why := self._plan_gate(self._plan(self.b.name, self.state.nodes, "faults", faults=True)):
+        if why := self._plan_gate(self._plan(self.ref_b, self.state.nodes, "faults", faults=True)):
             return "failed", gate, why
         return "passed", gate, "every fault step passed"
 
@@ -446,8 +457,8 @@ class Procedure:
         by label, kept), and their labels in time order."""
         assert self.b is not None
         nodes = self.state.nodes
-        both = {n: {self.a.name, self.b.name} for n in nodes}
-        slots = interleaved_schedule(self.a.name, self.b.name, both, rounds=rounds, nodes_per_run=len(nodes))
+        both = {n: {self.ref_a, self.ref_b} for n in nodes}
+        slots = interleaved_schedule(self.ref_a, self.ref_b, both, rounds=rounds, nodes_per_run=len(nodes))
         arms: dict[str, list[PlanRun]] = {"A": [], "B": [], "A-control": []}
         order = []
         for s in slots:
@@ -459,9 +470,14 @@ class Procedure:
 
     def _rollback(self) -> Outcome:
         gate = f"{self.a.name} provisioned again on every node (B removed with its venv)"
+        if self._same_stack():
+            gate = f"the engine back on {self.ref_a} (one stack: nothing to reinstall)"
         if why := self._provision(self.a, self.state.nodes):
             return "failed", gate, why
         self.state.rolled_back = True
+        self.state.rolled_back_to = self.render("A")
+        if self._same_stack():
+            return "passed", gate, f"{len(self.state.nodes)} nodes run {self.ref_a}'s engine again"
         return "passed", gate, f"{len(self.state.nodes)} nodes provisioned with {self.a.name}"
 
     def _certify(self) -> Outcome:
@@ -473,7 +489,7 @@ class Procedure:
         if not base or self.state.plan is None:
             return "passed", gate, f"{len(self.state.nodes)} nodes equal {against}"
         gate += "; a re-run of the plan on A within the band of the baseline"
-        rerun = self._plan(self.a.name, self.state.nodes, "certify")
+        rerun = self._plan(self.ref_a, self.state.nodes, "certify")
         if why := self._plan_gate(rerun):
             return "failed", gate, why
         control = self._runs("control") or [r for r in self.state.plan_runs if r.label.endswith("-A-control")]

@@ -17,6 +17,7 @@ from pydantic import Field
 from orchestrator.models.base import StrictModel
 from orchestrator.models.decision import WORSE, Direction, FigureChange, InteractiveVerdict, QualityJudgement
 from orchestrator.models.fingerprint import COMPATS, Compat
+from orchestrator.models.names import Name
 
 __all__ = ["Compat"]  # the fingerprint's verdict, by the name migrate code uses
 
@@ -149,6 +150,41 @@ class SizeSamples(StrictModel):
 # --- certify: the proof that a rollback restored the reference -------------------------------------
 
 
+def arm_ref(stack: str, variant: str | None) -> str:
+    """An arm as `--from/--to` give it and the plan runs name it: STACK, or STACK:VARIANT."""
+    return f"{stack}:{variant}" if variant else stack
+
+
+class ArmEngine(StrictModel):
+    """One serving workload's engine on one arm, as orch renders it (workloads/engines.py): its
+    argv and environment, and the variant read back from them (migrate/arms.py: read_variant)."""
+
+    workload: str
+    engine: str
+    node: str = Field(description="the node it was rendered for (host and port are that node's)")
+    argv: list[str]
+    env: dict[str, str] = Field(description="the stack's environment, then the variant's")
+    variant: str | None = Field(
+        default=None, description="the stack's variant whose settings the argv and env show; None: none does"
+    )
+
+
+class ArmRecord(StrictModel):
+    """One arm of a migration (`--from/--to STACK[:VARIANT]`): the stack, the variant asked for,
+    and each serving engine as rendered. A fingerprint cannot see a runtime switch (a variant is
+    environment and engine arguments, not an installation): this is what says which one ran."""
+
+    side: Literal["A", "B"]
+    stack: str
+    variant: str | None = Field(default=None, description="asked for: the arm's :VARIANT, else the plan's")
+    engines: list[ArmEngine] = Field(default_factory=list, description="none for a collective-only plan")
+
+    @property
+    def ref(self) -> str:
+        """STACK or STACK:VARIANT, as the command line gives it."""
+        return arm_ref(self.stack, self.variant)
+
+
 class NodeProof(StrictModel):
     """One node after a rollback: its package and environment hashes against the reference's."""
 
@@ -172,6 +208,9 @@ class Certification(StrictModel):
         default=None, description="the migrate run whose freeze is the reference"
     )
     nodes: list[NodeProof]
+    arm: ArmRecord | None = Field(
+        default=None, description="A's variant and engines as rendered at certify (serving plans)"
+    )
 
     @property
     def ok(self) -> bool:
@@ -344,6 +383,14 @@ class MigrateRun(StrictModel):
     kind: Literal["migrate", "rollback"] = "migrate"
     from_stack: str
     to_stack: str | None = Field(default=None, description="None for `orch rollback`")
+    from_variant: Name | None = Field(default=None, description="--from STACK:VARIANT")
+    to_variant: Name | None = Field(default=None, description="--to STACK:VARIANT")
+    arms: list[ArmRecord] = Field(
+        default_factory=list, description="A and B as rendered when the run began (migrate/arms.py)"
+    )
+    rolled_back_to: ArmRecord | None = Field(
+        default=None, description="the arm the rollback phase put back, as rendered then"
+    )
     plan: str | None = None
     nodes: list[str]
     canary: list[str] = Field(default_factory=list)
@@ -361,3 +408,13 @@ class MigrateRun(StrictModel):
     )
     exit_code: int = 1
     wall_s: float = 0.0
+
+    @property
+    def from_ref(self) -> str:
+        """A as --from gave it: STACK or STACK:VARIANT."""
+        return arm_ref(self.from_stack, self.from_variant)
+
+    @property
+    def to_ref(self) -> str | None:
+        """B as --to gave it (None for a rollback)."""
+        return arm_ref(self.to_stack, self.to_variant) if self.to_stack else None

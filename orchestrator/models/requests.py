@@ -14,6 +14,7 @@ from pydantic import Field
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.container import ContainerChoice
+from orchestrator.models.names import Name
 from orchestrator.models.plan import Plan, PlanOverrides
 from orchestrator.models.results import PlanCollective
 
@@ -97,6 +98,8 @@ class MigrateRequest(StrictModel):
     inventory: Path
     from_stack: str = Field(description="A: the stack the nodes run now (rollback: the one to go back to)")
     to_stack: str | None = Field(default=None, description="B; None for a rollback")
+    from_variant: Name | None = Field(default=None, description="A's engine variant (--from STACK:VARIANT)")
+    to_variant: Name | None = Field(default=None, description="B's engine variant (--to STACK:VARIANT)")
     plan: str | None = Field(default=None, description="built-in plan name or file; None for a rollback")
     canary: int = Field(default=1, ge=1)
     rounds: int = Field(default=2, ge=1, description="interleaved rounds of A, B and A'")

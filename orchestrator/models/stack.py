@@ -16,7 +16,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from orchestrator.models.base import StrictModel
 from orchestrator.models.names import check_name
-from orchestrator.models.serving import GPU_ENGINES, VENV_ENGINES, Engine, EngineArg
+from orchestrator.models.serving import GPU_ENGINES, VENV_ENGINES, Engine, EngineArg, ServingDtype
 
 StackKind = Literal["rocm", "cuda", "cpu"]
 ContainerRuntimeChoice = Literal["podman", "docker"]
@@ -271,7 +271,7 @@ class EngineImage(StrictModel):
 class EngineVariant(StrictModel):
     """A named setting of an engine that a plan can choose (`variant: NAME` in a serving workload),
     e.g. an optimized backend switched on or off: environment variables and engine arguments that
-    the engine gets after the plan's own."""
+    the engine gets after the plan's own, and the dtype it computes in (orch renders --dtype)."""
 
     description: str = ""
     env: dict[str, str] = Field(
@@ -281,6 +281,11 @@ class EngineVariant(StrictModel):
     )
     engine_args: list[EngineArg] = Field(
         default_factory=list, description="engine arguments after the plan's engine_args, one per item"
+    )
+    dtype: ServingDtype | None = Field(
+        default=None,
+        description="the engine's dtype (--dtype, which orch renders: engine_args may not set it); "
+        "none: the plan's. A plan whose workload sets another dtype than auto is refused",
     )
 
     @field_validator("env")

@@ -6,6 +6,8 @@ through escape.md().
 
 from __future__ import annotations
 
+import shlex
+
 from orchestrator.models.migrate import MatrixRow, MigrateRun, MigrationMatrix, NodeValue
 from orchestrator.report.escape import html_text, md
 from orchestrator.report.sections import Section, html_table, md_table
@@ -68,21 +70,21 @@ def _size(n: int) -> str:
 def run_sections(r: MigrateRun) -> list[Section]:
     """The report's sections (a table, then lines after it): one source for the Markdown and the
     HTML, so that both say the same."""
-    title_to = f" → {r.to_stack}" if r.to_stack else ""
+    title_to = f" → {r.to_ref}" if r.to_ref else ""
     summary = [
-        f"{r.kind} {r.from_stack}{title_to} on {', '.join(r.nodes)}: {r.status} (exit {r.exit_code}), "
+        f"{r.kind} {r.from_ref}{title_to} on {', '.join(r.nodes)}: {r.status} (exit {r.exit_code}), "
         f"{r.wall_s:.0f} s",
     ]
     if r.failed_phase:
         summary.append(f"the {r.failed_phase} gate failed: {r.failure}")
-    summary.append("rolled back to " + r.from_stack if r.rolled_back else "not rolled back")
+    summary.append("rolled back to " + r.from_ref if r.rolled_back else "not rolled back")
     if r.canary:
         summary.append(f"canary: {', '.join(r.canary)}")
     for i, found in enumerate(r.resumes, 1):
         summary.append(f"resume {i}: " + ", ".join(f"{s.node} {s.holds}" for s in found))
     if r.stopped_playbooks:
         summary.append(f"ansible-playbook left behind and stopped on resume: PIDs {r.stopped_playbooks}")
-    sections = [Section("Summary", after=summary)]
+    sections = [Section("Summary", after=summary), *arm_sections(r)]
     sections.append(
         Section(
             "Phases",
@@ -307,3 +309,24 @@ def run_html(r: MigrateRun, matrix: MigrationMatrix | None = None) -> str:
 def _opt(v: float | None, fmt: str) -> str:
     """v formatted, or - where there is none."""
     return "-" if v is None else fmt.format(v)
+
+
+def arm_sections(r: MigrateRun) -> list[Section]:
+    """The arms (STACK[:VARIANT]) with each engine as rendered and the variant read back from it,
+    and the arm the rollback and the certification found (none for a run before arms)."""
+    if not r.arms:
+        return []
+    rows = [
+        [a.side, a.stack, a.variant or "-", e.workload, e.engine, e.variant or "none shows",
+         shlex.join(e.argv), " ".join(f"{k}={v}" for k, v in sorted(e.env.items()))]
+        for a in r.arms
+        for e in a.engines or []
+    ]  # fmt: skip
+    rows += [[a.side, a.stack, a.variant or "-", "-", "-", "-", "-", "-"] for a in r.arms if not a.engines]
+    after = []
+    for what, arm in (("rollback", r.rolled_back_to), ("certify", r.certification and r.certification.arm)):
+        if arm:
+            seen = ", ".join(f"{e.workload} {e.variant or 'none shows'}" for e in arm.engines) or "no engine"
+            after.append(f"{what}: {arm.ref} (variant read from the rendered engine: {seen})")
+    head = ["arm", "stack", "variant asked", "workload", "engine", "variant read", "argv", "environment"]
+    return [Section("Arms", head=head, rows=rows, after=after)]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import load_inventory
+from orchestrator.migrate.arms import Arm, Renderer, arm_plan, parse_arm, renderer, with_variants
 from orchestrator.migrate.procedure import Ops, Procedure, node_states
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.decision import QualityJudgement
@@ -98,6 +99,10 @@ class ClusterOps:
 
         assert self.plan is not None
         t0 = time.monotonic()
+        # stack is the arm, STACK[:VARIANT]: the plan runs on its stack with its variant, and the
+        # run (PlanRun.stack, the journal) is named by the arm.
+        arm = parse_arm(stack)
+        base_plan = arm_plan(self.plan, arm)
         sub = self.cluster.model_copy(update={"nodes": [self.cluster.node(n) for n in nodes]})
         # Each plan run gets its own step ids (label-n3xg1): its folders sit beside the others'.
         pfs = (
@@ -108,11 +113,11 @@ class ClusterOps:
             if faults
             else []
         )
-        plan = self.plan.model_copy(update={"faults": pfs})
+        plan = base_plan.model_copy(update={"faults": pfs})
         steps = [s.model_copy(update={"id": f"{label}-{s.id}"}) for s in expand_steps(plan, sub)]
         serving = [s.model_copy(update={"id": f"{label}-{s.id}"}) for s in expand_serving_steps(plan, sub)]
         backend = choose_backend(plan, sub)
-        python, env = stack_python(stack)
+        python, env = stack_python(arm.stack)
         step_faults = (
             StepFaults(plan, sub, steps, self.life.rundir, self.life.journal, force=False) if pfs else None
         )
@@ -191,6 +196,13 @@ def serving_figures(label: str, results: list[ServingStepResult]) -> list[Servin
     return out
 
 
+def _arms(req: MigrateRequest) -> dict[str, Arm]:
+    """A and B (none for a rollback) as the request gives them."""
+    return {"A": Arm(req.from_stack, req.from_variant)} | (
+        {"B": Arm(req.to_stack, req.to_variant)} if req.to_stack else {}
+    )
+
+
 def _save(life: RunLifecycle) -> Callable[[MigrateRun], None]:
     def save(state: MigrateRun) -> None:
         state.wall_s = life.wall_s
@@ -219,9 +231,11 @@ def migrate_report(run_dir: Path, fmt: str) -> str:
     matrix = None
     if state.to_stack is not None:
         ref = _reference(run_dir)
-        matrix = build_matrix(
-            load_stack(state.from_stack), load_stack(state.to_stack), ref.nodes if ref else None
-        )
+        a, b = load_stack(state.from_stack), load_stack(state.to_stack)
+        matrix = build_matrix(a, b, ref.nodes if ref else None)
+        if state.from_variant or state.to_variant:  # the arms' variants, as `orch migrate plan` shows them
+            arm_a, arm_b = Arm(state.from_stack, state.from_variant), Arm(state.to_stack, state.to_variant)
+            matrix = with_variants(matrix, a, arm_a, b, arm_b)
     return run_html(state, matrix) if fmt == "html" else run_markdown(state, matrix)
 
 
@@ -280,6 +294,7 @@ def _procedure(
     ops: Ops,
     reference: FingerprintSet | None,
     started: list[PhaseName] | None = None,
+    render: Renderer = lambda side: None,
     plan: Plan | None = None,
 ) -> Procedure:
     a = load_stack(req.from_stack)
@@ -302,6 +317,7 @@ def _procedure(
         started=started or [],
         reference_from=req.reference_run.name if req.reference_run else None,
         detect={str(k): v for k, v in plan.thresholds.detect.items()} if plan else None,
+        render=render,
     )
 
 
@@ -347,8 +363,14 @@ def run_migration(
             raise ConfigError(
                 f"--canary {req.canary}: the cluster has {len(nodes)} nodes; the canary is a subset"
             )
-        _plan_fits(plan, cluster, nodes[: req.canary], "the canary")
-        _plan_fits(plan, cluster, nodes, "the cluster")
+    render = renderer(_arms(req), plan, cluster)
+    # Each arm's engines rendered now: a variant the stack lacks, or one the plan contradicts, is
+    # refused (exit 2) before the run exists.
+    arms = [r for r in (render("A"), render("B")) if r is not None] if plan else []
+    if req.to_stack and plan is not None:
+        plan_a = arm_plan(plan, _arms(req)["A"])  # the plan as A runs it (its stack, its variant)
+        _plan_fits(plan_a, cluster, nodes[: req.canary], "the canary")
+        _plan_fits(plan_a, cluster, nodes, "the cluster")
     reference = None
     if req.reference_run is not None:
         reference = _reference(req.reference_run)
@@ -377,13 +399,16 @@ def run_migration(
             kind=kind,
             from_stack=a.name,
             to_stack=req.to_stack,
+            from_variant=req.from_variant,
+            to_variant=req.to_variant,
+            arms=arms,
             plan=plan.name if plan else None,
             nodes=nodes,
             canary=nodes[: req.canary] if req.to_stack else [],
         )
         if reference is not None:
             atomic_write(life.root / REFERENCE_FILE, reference.model_dump_json(indent=2) + "\n")
-        proc = _procedure(life, req, state, ops_factory(life, cluster, plan), reference, plan=plan)
+        proc = _procedure(life, req, state, ops_factory(life, cluster, plan), reference, plan=plan, render=render)
         proc.run(PHASES if req.to_stack else ("rollback", "certify"))
         return _finish(life, state)
 
@@ -435,7 +460,8 @@ def resume_migration(
             for e in life.rundir.events()
             if e.get("event") == "migrate_phase" and e.get("state") == "started" and e.get("phase") in order
         ]
-        proc = _procedure(life, req, state, ops, reference, started, plan)
+        render = renderer(_arms(req), plan, cluster)
+        proc = _procedure(life, req, state, ops, reference, started, plan=plan, render=render)
         fps, unread = ops.fingerprint(state.from_stack, state.nodes)
         found = node_states(proc.a, state.to_stack, fps, reference)
         state.resumes.append(found)

@@ -20,8 +20,10 @@ need, package, managed arguments); everything here that depends on the engine lo
 
 The plan's engine_args follow, as given, then the engine arguments of the stack variant the
 workload names (`variant:`, the stack's serving.engines[].variants), whose environment is added to
-the stack's for the engine (engine_env). The health endpoint is GET /health for the three (each
-answers 200 once the model is loaded); for an external engine GET /v1/models.
+the stack's for the engine (engine_env). A variant's `dtype` takes the place of the plan's in the
+engine's own --dtype (the one place it is rendered; engine_args may not set --dtype).
+The health endpoint is GET /health for the three (each answers 200 once the model is loaded);
+for an external engine GET /v1/models.
 
 A variant is looked up in the stack the run uses: the plan's `stack`, else the inventory's
 orch_stack (stacks.stack_name, as the stack stage does). stacks.check_variants refuses, before a
@@ -59,6 +61,8 @@ def engine_argv(
     spec = engine_spec(w.engine)
     if spec.argv is None or w.model.path is None:
         raise ValueError(f"serving {w.name}: engine {w.engine} is not started by orch")
+    if variant is not None and variant.dtype is not None:  # rendered here, as the plan's dtype is
+        w = w.model_copy(update={"dtype": variant.dtype})
     argv = spec.argv(w, Path(bindir), host, port, gpu_vendor)
     if spec.served_name:
         if w.model.name is not None:

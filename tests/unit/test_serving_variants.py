@@ -295,3 +295,86 @@ def test_the_aiter_against_plain_example_in_the_docs_is_a_plan_orch_accepts(tmp_
     ]
     expand_steps(plan, gpu_cluster())  # the variants are the stack's
     assert plan.serving[0].load == plan.serving[1].load  # the same load, by the YAML anchor
+
+
+# --- a variant's dtype (rendered into the engine's own --dtype) ------------------------------------
+
+
+def _with_dtype_variant(dtype: str) -> Any:
+    def edit(doc: dict[str, Any]) -> None:
+        vllm_pin(doc)["variants"]["half"] = {"dtype": dtype, "env": {"VLLM_ROCM_USE_AITER": "0"}}
+
+    return edit
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_variant_s_dtype_is_the_engine_s_one_dtype_argument(tmp_path: Path, engine: str) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        for pin in doc["serving"]["engines"]:
+            pin.setdefault("variants", {})["half"] = {"dtype": "float16"}
+
+    stack = load_stack(stack_file(tmp_path, edit))
+    w = ServingWorkload.model_validate(workload(engine=engine, variant="half"))
+    variant = stack_variant(w, stack)
+    assert variant is not None and variant.dtype == "float16"
+    at = {"bindir": "/opt/b", "host": "10.0.0.1", "port": 8000, "gpu_vendor": "amd"}
+    argv = engine_argv(w, **at, variant=variant)  # type: ignore[arg-type]
+    assert argv.count("--dtype") == 1 and argv[argv.index("--dtype") + 1] == "float16"
+    plain = engine_argv(w, **at)  # type: ignore[arg-type]
+    assert plain[plain.index("--dtype") + 1] == "auto"  # without the variant: the plan's
+
+
+def test_transformers_gets_dtype_from_a_variant_and_none_at_auto() -> None:
+    cpu = load_stack("cpu-serve")
+    assert cpu.serving is not None
+    w = ServingWorkload.model_validate(
+        workload(engine="transformers", model={"path": "/opt/m"}, engine_args=["--continuous-batching"])
+    )
+    at = {"bindir": "/v/bin", "host": "127.0.0.1", "port": 1, "gpu_vendor": "none"}
+    assert "--dtype" not in engine_argv(w, **at)  # type: ignore[arg-type]
+    from orchestrator.models.stack import EngineVariant
+
+    argv = engine_argv(w, **at, variant=EngineVariant(dtype="bfloat16"))  # type: ignore[arg-type]
+    assert argv[argv.index("--dtype") + 1] == "bfloat16" and argv.count("--dtype") == 1
+
+
+def test_a_variant_s_dtype_against_the_workload_s_is_refused_naming_both(tmp_path: Path) -> None:
+    stack = load_stack(stack_file(tmp_path, _with_dtype_variant("float16")))
+    same = ServingWorkload.model_validate(workload(variant="half", dtype="float16"))
+    assert stack_variant(same, stack) is not None  # the same dtype twice is no conflict
+    w = ServingWorkload.model_validate(workload(variant="half", dtype="bfloat16"))
+    with pytest.raises(ConfigError, match="variant sets dtype float16, the workload dtype bfloat16"):
+        stack_variant(w, stack)
+
+
+@pytest.mark.parametrize("arg", ["--dtype", "--dtype=float16", "--dt"])
+def test_a_variant_s_engine_args_still_may_not_set_dtype(tmp_path: Path, arg: str) -> None:
+    bad = stack_file(tmp_path, _set("variants.aiter.engine_args", [arg, "float16"]))
+    with pytest.raises(ConfigError, match="set by orch"):
+        load_stack(bad)
+    with pytest.raises(ConfigError, match="dtype"):
+        load_stack(stack_file(tmp_path, _set("variants.aiter.dtype", "int4"), name="rocm-y"))
+
+
+def test_cpu_serve_names_a_numerics_pair_and_a_slower_pair_for_the_lab() -> None:
+    """fp32 -> bf16 changes the dtype the engine computes in; fp32 -> fp32-small-kv keeps float32
+    and gives the engine 4 KV blocks of 32 tokens after serving-smoke's 256 (typer/click: the last value of an
+    option wins, checked against transformers 5.24.0's `serve` signature, docs/migration.md)."""
+    from orchestrator.plan import resolve_plan
+
+    cpu = load_stack("cpu-serve")
+    w = resolve_plan("serving-smoke", None).serving[0].model_copy(update={"dtype": "auto"})
+    at = {"bindir": "/opt/orch/venv/bin", "host": "10.0.0.1", "port": 8000, "gpu_vendor": "none"}
+    argv = {}
+    for name in ("fp32", "bf16", "fp32-small-kv"):
+        v = stack_variant(w.model_copy(update={"variant": name}), cpu)
+        argv[name] = engine_argv(w, **at, variant=v)  # type: ignore[arg-type]
+
+    def last(a: list[str], flag: str) -> str | None:
+        return next((a[i + 1] for i in range(len(a) - 2, -1, -1) if a[i] == flag), None)
+
+    assert [last(argv[n], "--dtype") for n in argv] == ["float32", "bfloat16", "float32"]
+    assert [last(argv[n], "--cb-num-blocks") for n in argv] == ["256", "256", "4"]
+    assert [last(argv[n], "--cb-block-size") for n in argv] == ["32", "32", "32"]
+    assert all("--continuous-batching" in a for a in argv.values())  # the same paged-attention path
+    assert argv["fp32-small-kv"][: len(argv["fp32"])] == argv["fp32"]  # only the KV cache differs
