@@ -408,7 +408,8 @@ def run_migration(
         )
         if reference is not None:
             atomic_write(life.root / REFERENCE_FILE, reference.model_dump_json(indent=2) + "\n")
-        proc = _procedure(life, req, state, ops_factory(life, cluster, plan), reference, plan=plan, render=render)
+        ops = ops_factory(life, cluster, plan)
+        proc = _procedure(life, req, state, ops, reference, plan=plan, render=render)
         proc.run(PHASES if req.to_stack else ("rollback", "certify"))
         return _finish(life, state)
 
