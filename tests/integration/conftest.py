@@ -23,8 +23,9 @@ from orchestrator.lab.state import LabState, load_state
 REPO = Path(__file__).resolve().parents[2]
 
 
-# Modules that move a node off the session's cpu-gloo stack run after every other module.
-LAST = ("test_serving_lab.py",)
+# Modules that move a node off the session's cpu-gloo stack run after every other module, in this
+# order (test_migrate_serving_lab needs node1 on cpu-serve, as test_serving_lab leaves it).
+LAST = ("test_serving_lab.py", "test_migrate_serving_lab.py")
 
 
 # The lab's set-up steps and their wall times (bring-up, provisioning, a module's own lab), printed
@@ -48,7 +49,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.nodeid:
             item.add_marker(pytest.mark.lab)
-    items.sort(key=lambda item: item.nodeid.split("::")[0].endswith(LAST))  # stable: order kept otherwise
+    def rank(item: pytest.Item) -> int:
+        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        return LAST.index(module) + 1 if module in LAST else 0
+
+    items.sort(key=rank)  # stable: the order is kept otherwise
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,174 @@
+"""`orch migrate run` of a service on the lab, through Slurm (issue 23, must-shows 1 and 4): two
+arms of the cpu-serve stack on node1 and node2, `transformers serve` on the lab model.
+
+1. B changes numerics (`cpu-serve:fp32` -> `cpu-serve:bf16`): the output-quality gate at the canary
+   fails with its figures (exact-match share, first divergence, the A-against-A floor), both arms'
+   serving figures are in the run, the rollback runs (one stack: only the engine restarts) and
+   certify proves A back: its variant read from the engine's argv, its serving figures within the
+   band and its answers equal to the baseline's.
+2. B keeps numerics but has 4 KV-cache blocks (`cpu-serve:fp32-small-kv`): SIGKILL while the compare
+   phase runs, then `orch runs resume`: the finished phases are kept, the compare runs again, and
+   no engine or Slurm job is left afterwards.
+
+Two nodes and `--rounds 1` to keep CI short. conftest runs this module after test_serving_lab
+(node1 is on cpu-serve then; node2 is provisioned here): no test after it needs cpu-gloo.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from test_chaos_stages_lab import env_of, journal, orch, spawn, wait_for
+from test_serving_lab import engine_processes
+
+if TYPE_CHECKING:
+    from conftest import Lab
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+# One serving step at 1 replica; 120 counted requests so that each p99 stands on n >= 100 (a p99 on
+# fewer is blind, and a blind figure makes the compare add rounds). max_tokens 16 and the relative
+# gate: bf16 flips a token in a few of the 32 built-in prompts, A run twice does not.
+PLAN = """\
+name: migrate-serve-lab
+stack: cpu-serve
+collectives: []
+serving:
+  - name: tiny
+    engine: transformers
+    model: {path: /opt/orch/models/lab-tiny}
+    replicas: [1]
+    engine_args: ["--continuous-batching"]
+    load:
+      concurrency: [4]
+      input_tokens: {kind: fixed, tokens: 32}
+      output_tokens: {kind: fixed, tokens: 16}
+      requests: 120
+      warmup_requests: 8
+      request_timeout_s: 60
+    health_timeout_s: 240
+quality: {max_tokens: 16, concurrency: 4, min_exact_match_of_floor: 0.99}
+step_timeout_s: 600
+run_timeout_s: 1800
+"""
+
+
+@pytest.fixture(scope="module")
+def two_serve(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """node1 and node2 on cpu-serve, and an inventory of the two (the lab's [all:vars])."""
+    from conftest import record_setup
+
+    t0 = time.monotonic()
+    env = env_of(lab, tmp_path_factory.mktemp("prov"))
+    prov = orch(env, "provision", "-i", str(lab.inventory), "--stack", "cpu-serve", "--limit", "node1,node2",
+                timeout=1200)  # fmt: skip
+    assert prov.returncode == 0, prov.stdout[-3000:] + prov.stderr[-3000:]
+    record_setup("cpu-serve provisioning of node1 and node2 (test_migrate_serving_lab)", t0)
+    keep = [ln for ln in lab.inventory.read_text().splitlines() if not ln.startswith("node3 ")]
+    inv = tmp_path_factory.mktemp("migserve") / "two.ini"
+    inv.write_text("\n".join(keep) + "\n")
+    return inv
+
+
+def _left_behind(lab: Lab) -> tuple[list[str], list[str]]:
+    """Engines still running, and Slurm jobs still queued or running."""
+    jobs = lab.slurm("squeue", "--noheader", "-o", "%i %j").stdout.split("\n")
+    return engine_processes(), [j for j in jobs if j.strip()]
+
+
+def test_b_that_changes_numerics_fails_the_quality_gate_rolls_back_and_certify_proves_a(
+    lab: Lab, two_serve: Path, tmp_path: Path
+) -> None:
+    env = env_of(lab, tmp_path)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    root = tmp_path / "runs"
+    res = orch(env, "migrate", "run", "-i", str(two_serve), "--from", "cpu-serve:fp32",
+               "--to", "cpu-serve:bf16", "--plan", str(plan), "--rounds", "1", "--out", str(root),
+               timeout=1800)  # fmt: skip
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out[-4000:]
+    (run_dir,) = [p for p in root.iterdir() if "-migrate-" in p.name]
+    state = json.loads((run_dir / "migrate.json").read_text())
+    phases = {p["phase"]: p["state"] for p in state["phases"]}
+    assert state["failed_phase"] == "canary", (phases, state.get("failure"))
+    why = state["failure"]
+    # the gate's figures: B's exact-match share, where answers first diverge, A's own floor
+    assert "output quality of" in why and "exact match" in why and "A-against-A floor" in why, why
+    assert "first divergence at" in why, why
+    assert phases["rollback"] == "passed" and phases["certify"] == "passed", phases
+    assert state["rolled_back"]
+    # both arms' serving figures are in the run: A's baseline and B's canary, each p99 on n >= 100
+    runs = {r["label"]: r for r in state["plan_runs"]}
+    for label, arm in (("baseline", "cpu-serve:fp32"), ("canary", "cpu-serve:bf16")):
+        run = runs[label]
+        assert run["stack"] == arm, run
+        (fig,) = run["serving"]
+        assert fig["ttft_n"] >= 100 and fig["ttft_p99_ms"] > 0 and fig["output_tokens_per_s"] > 0, fig
+    # certify: A back, its variant read from the engine's argv, answers and figures as the baseline's
+    arm = state["certification"]["arm"]
+    assert arm is not None and "float32" in json.dumps(arm), arm
+    assert state["rolled_back_to"] is not None and "bfloat16" not in json.dumps(state["rolled_back_to"])
+    cert_run = runs["certify"]
+    assert cert_run["stack"] == "cpu-serve:fp32" and cert_run["verdict"] == "pass", cert_run
+    assert all(j["passed"] for j in (cert_run.get("quality") or {}).values()), cert_run.get("quality")
+    assert _left_behind(lab) == ([], []), _left_behind(lab)
+    print(f"quality gate at the canary: {why}")
+    print(f"wall {state['wall_s']:.0f} s")
+
+
+def test_sigkill_in_the_compare_then_resume_keeps_the_finished_phases_and_leaves_nothing_running(
+    lab: Lab, two_serve: Path, tmp_path: Path
+) -> None:
+    env = env_of(lab, tmp_path)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    root = tmp_path / "runs"
+    proc = spawn(env, "migrate", "run", "-i", str(two_serve), "--from", "cpu-serve:fp32",
+                 "--to", "cpu-serve:fp32-small-kv", "--plan", str(plan), "--rounds", "1",
+                 "--out", str(root))  # fmt: skip
+    try:
+
+        def in_compare() -> bool:
+            dirs = [p for p in root.glob("*-migrate-*") if (p / "journal.jsonl").exists()]
+            return any(
+                e.get("event") == "migrate_plan_run" and str(e.get("label", "")).startswith("ab")
+                for d in dirs
+                for e in journal(d)
+            )
+
+        wait_for(lambda: in_compare() or proc.poll() is not None, "the compare phase's first plan run", 900)
+        assert proc.poll() is None, f"the migration ended (exit {proc.returncode}) before its compare"
+        time.sleep(3)  # inside that plan run: its engine job is starting or serving
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    (run_dir,) = [p for p in root.iterdir() if "-migrate-" in p.name]
+    before = {p["phase"]: p["state"] for p in json.loads((run_dir / "migrate.json").read_text())["phases"]}
+    assert before.get("canary") == "passed" and before.get("scale") == "passed", before
+
+    res = orch(env, "runs", "resume", str(run_dir), timeout=1800)
+    out = res.stdout + res.stderr
+    assert res.returncode in (0, 1), out[-4000:]
+    state = json.loads((run_dir / "migrate.json").read_text())
+    last = {p["phase"]: p for p in state["phases"]}
+    # the finished phases were kept: their plan runs were not run again; the compare ran again
+    labels = [e["label"] for e in journal(run_dir) if e["event"] == "migrate_plan_run"]
+    for kept in ("baseline", "canary", "scale"):
+        assert labels.count(kept) == 1, labels
+    assert last["freeze"]["state"] == "passed" and last["canary"]["state"] == "passed", last
+    assert last["compare"]["attempts"] == 2 and last["compare"]["state"] in ("passed", "failed"), last
+    assert "phase compare: started (attempt 2)" in res.stderr, res.stderr[-3000:]
+    assert last["certify"]["state"] == "passed", last
+    # quality kept numerics: the gate passed at the canary; the compare judged serving figures per level
+    assert state["comparison"]["serving_levels"], state["comparison"]
+    assert _left_behind(lab) == ([], []), _left_behind(lab)
+    print(f"compare: {last['compare']['state']} — {state.get('failure') or last['compare']['reason']}")
+    print(f"wall {state['wall_s']:.0f} s")
