@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from orchestrator.metrics.percentiles import percentile, summarize
+from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.quality import Accuracy, Output, OutputFigures, Task, Unit
 
 Z_95 = 1.959963984540054
@@ -129,4 +130,24 @@ def accuracy(tasks: Sequence[Task], outputs: Iterable[Output]) -> Accuracy:
         accuracy=correct / n if n else None,
         low=interval[0] if interval else None,
         high=interval[1] if interval else None,
+    )
+
+
+def quality_figures(j: QualityJudgement) -> str:
+    """The gate's figures in a reason: B's exact-match share, its first divergences, and the
+    A-against-A floor."""
+    f = j.b_vs_a
+    em = "n/a" if f.exact_match is None else f"{f.exact_match:.1%}"
+    first = f.first_divergence
+    div = (
+        f"first divergence at {f.unit} {first.p50:g} (median of {first.n})"
+        if first.n and first.p50 is not None
+        else "no divergence"
+    )
+    agreed = f"agreed {f.unit} before it: mean {f.agreed.mean:.1f}" if f.agreed.mean is not None else ""
+    floor = ", ".join(
+        f"{x.name} {'n/a' if x.exact_match is None else f'{x.exact_match:.1%}'}" for x in j.floor
+    )
+    return "; ".join(
+        x for x in (f"exact match {em} (n={f.n})", div, agreed, f"A-against-A floor: {floor or 'none'}") if x
     )

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from orchestrator.errors import Interrupted, OrchError
 from orchestrator.metrics.decision import FLOOR, judge
+from orchestrator.metrics.quality import quality_figures
 from orchestrator.migrate.ab import (
     collective_decision,
     interleaved_schedule,
@@ -506,26 +507,6 @@ class Procedure:
         if why := self._quality_gate(self._quality(base[0], rerun)):
             return "failed", gate, "the re-run on A answers otherwise than the baseline: " + why
         return "passed", gate, f"{len(self.state.nodes)} nodes equal {against}; the re-run is within the band"
-
-
-def quality_figures(j: QualityJudgement) -> str:
-    """The gate's figures in a reason: B's exact-match share, its first divergences, and the
-    A-against-A floor."""
-    f = j.b_vs_a
-    em = "n/a" if f.exact_match is None else f"{f.exact_match:.1%}"
-    first = f.first_divergence
-    div = (
-        f"first divergence at {f.unit} {first.p50:g} (median of {first.n})"
-        if first.n and first.p50 is not None
-        else "no divergence"
-    )
-    agreed = f"agreed {f.unit} before it: mean {f.agreed.mean:.1f}" if f.agreed.mean is not None else ""
-    floor = ", ".join(
-        f"{x.name} {'n/a' if x.exact_match is None else f'{x.exact_match:.1%}'}" for x in j.floor
-    )
-    return "; ".join(
-        x for x in (f"exact match {em} (n={f.n})", div, agreed, f"A-against-A floor: {floor or 'none'}") if x
-    )
 
 
 def new_state(**fields: Any) -> MigrateRun:

@@ -199,7 +199,7 @@ def run_sections(r: MigrateRun) -> list[Section]:
 def serving_sections(r: MigrateRun) -> list[Section]:
     """The serving compare (per step, level and figure: A, B, B/A, the band, detect, the verdict),
     the output-quality judgements (with their figures) and every plan run's serving figures."""
-    from orchestrator.migrate.procedure import quality_figures
+    from orchestrator.metrics.quality import quality_figures
 
     out = []
     c = r.comparison
