@@ -61,6 +61,15 @@ class RequestRecord(StrictModel):
     )
     requested_output_tokens: int = Field(ge=0, description="max_tokens of the request")
     usage_reported: bool = Field(default=False, description="the token counts came from the server's usage")
+    proc: int | None = Field(
+        default=None, ge=0, description="the generator process that sent it, 0..P-1 over all hosts "
+        "(workloads/loadgen_multi.py); None for the single-process generator"
+    )  # fmt: skip
+    client: str | None = Field(
+        default=None,
+        description="the host its generator process ran on, where records of several hosts were merged "
+        "(their times then moved onto one clock by measured offsets); None on one host",
+    )
 
 
 class SloCheck(StrictModel):
