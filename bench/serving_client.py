@@ -66,7 +66,7 @@ from orchestrator.workloads.loadgen_multi import MultiLoadGenerator
 ROOT = Path(__file__).resolve().parents[1]
 TTFT_S = 0.020
 ITL_S = 0.005
-RATES = (50, 100, 200, 400, 800, 1000, 1200, 1600, 2000, 2400, 3200)
+RATES = (50, 100, 150, 200, 300, 400, 600, 800, 1000, 1200, 1600, 2000, 2400, 3200)
 
 
 _TEXT_CHUNKS = (
