@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import threading
+import time
 
 import pytest
-from sse_server import Behaviour, sse_server
+from sse_server import HOLD_TOKENS, Behaviour, sse_server
 
 from orchestrator.metrics.capacity import generator_limit
 from orchestrator.models.serving_results import RequestRecord
@@ -140,3 +142,22 @@ def test_two_processes_split_a_closed_loop_level() -> None:
     assert sorted(r.id for r in recs) == list(range(20)) and all(r.status == "ok" for r in recs)
     assert {r.proc for r in recs} == {0, 1} and all(r.proc == r.id % 2 for r in recs)
     assert sum(r.warmup for r in recs) == 2
+
+
+def test_stop_aborts_the_requests_in_flight_in_every_process() -> None:
+    b = Behaviour()
+    with sse_server(b) as url:
+        recs: list[RequestRecord] = []
+        s = spec(url, rate=None, concurrency=2, requests=6, output_tokens=[HOLD_TOKENS])
+        gen = MultiLoadGenerator(s, recs.append, procs=2)
+        t = threading.Thread(target=gen.run)
+        t.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(b.bodies) < 2:  # one request held in each process
+            time.sleep(0.02)
+        gen.stop()
+        t.join(30)
+        b.hold.set()
+    assert not t.is_alive()
+    assert len(recs) == 2 and {r.proc for r in recs} == {0, 1}
+    assert all(r.status == "aborted" for r in recs)
