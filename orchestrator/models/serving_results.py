@@ -67,6 +67,15 @@ class RequestRecord(StrictModel):
     turn: int | None = Field(
         default=None, ge=0, description="agentic sessions: its turn in the session, from 0 (None otherwise)"
     )
+    proc: int | None = Field(
+        default=None, ge=0, description="the generator process that sent it, 0..P-1 over all hosts "
+        "(workloads/loadgen_multi.py); None for the single-process generator"
+    )  # fmt: skip
+    client: str | None = Field(
+        default=None,
+        description="the host its generator process ran on, where records of several hosts were merged "
+        "(their times then moved onto one clock by measured offsets); None on one host",
+    )
 
 
 class SloCheck(StrictModel):

@@ -238,11 +238,7 @@ class LoadGenerator:
         self._clock = _Clock()
         self._arrivals: Iterator[float] = iter(())
         if spec.rate is not None:
-            self._arrivals = (
-                trace_offsets(spec.trace, spec.rate)
-                if spec.trace is not None
-                else arrival_offsets(spec.rate, spec.seed, spec.burstiness)
-            )
+            self._arrivals = spec_arrivals(spec)
         self._deadline: float | None = None
         self.counted = threading.Event()
         self.counted_at: float | None = None
@@ -287,6 +283,11 @@ class LoadGenerator:
         else:
             self._open_loop(limit, warmup)
 
+    def _schedule_start(self) -> float:
+        """The monotonic instant the open loop's arrival offsets count from: now (a generator
+        process of several, workloads/loadgen_multi.py, starts at the instant they share)."""
+        return time.monotonic()
+
     def _take(self, limit: int | None) -> int | None:
         with self._lock:
             if self._stop.is_set() or (limit is not None and self._next >= limit) or self._past_deadline():
@@ -306,7 +307,7 @@ class LoadGenerator:
     def _open_loop(self, limit: int | None, warmup: bool) -> None:
         assert self.spec.rate is not None
         threads: list[threading.Thread] = []
-        t0 = time.monotonic()
+        t0 = self._schedule_start()
         for offset in self._arrivals:
             delay = t0 + offset - time.monotonic()
             scheduled = self._clock.at(t0 + offset)
@@ -551,6 +552,16 @@ def arrival_offsets(rate: float, seed: int, burstiness: float = 1.0) -> Iterator
     while True:
         t += rng.expovariate(rate) if burstiness == 1.0 else rng.gammavariate(burstiness, scale)
         yield t
+
+
+def spec_arrivals(spec: LoadSpec) -> Iterator[float]:
+    """An open-loop level's arrival offsets (s), without end: its trace replayed at its rate, else
+    Poisson or gamma arrivals from its seed. Raises ValueError for a closed-loop level."""
+    if spec.rate is None:
+        raise ValueError(f"level {spec.level} is closed loop: it has no arrival schedule")
+    if spec.trace is not None:
+        return trace_offsets(spec.trace, spec.rate)
+    return arrival_offsets(spec.rate, spec.seed, spec.burstiness)
 
 
 def trace_offsets(times: Sequence[float], rate: float) -> Iterator[float]:
