@@ -502,10 +502,12 @@ class Procedure:
             why_mode="the re-run on A",
             order=["baseline", "certify"],
         )
-        if again.worse:
-            return "failed", gate, "the re-run on A is worse than the baseline: " + "; ".join(again.worse)
+        # Both judged, whichever fails first: the answers do not depend on the machine's load
+        bad = ["the re-run on A is worse than the baseline: " + "; ".join(again.worse)] if again.worse else []
         if why := self._quality_gate(self._quality(base[0], rerun)):
-            return "failed", gate, "the re-run on A answers otherwise than the baseline: " + why
+            bad.append("the re-run on A answers otherwise than the baseline: " + why)
+        if bad:
+            return "failed", gate, " | ".join(bad)
         return "passed", gate, f"{len(self.state.nodes)} nodes equal {against}; the re-run is within the band"
 
 
