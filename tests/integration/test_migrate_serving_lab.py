@@ -74,6 +74,13 @@ def two_serve(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return inv
 
 
+def _folders(lab: Lab, tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
+    """The test's environment, its plan file and its runs folder."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    return env_of(lab, tmp_path), plan, tmp_path / "runs"
+
+
 def _left_behind(lab: Lab) -> tuple[list[str], list[str]]:
     """Engines still running, and Slurm jobs still queued or running."""
     jobs = lab.slurm("squeue", "--noheader", "-o", "%i %j").stdout.split("\n")
@@ -83,10 +90,7 @@ def _left_behind(lab: Lab) -> tuple[list[str], list[str]]:
 def test_b_that_changes_numerics_fails_the_quality_gate_rolls_back_and_certify_proves_a(
     lab: Lab, two_serve: Path, tmp_path: Path
 ) -> None:
-    env = env_of(lab, tmp_path)
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
-    root = tmp_path / "runs"
+    env, plan, root = _folders(lab, tmp_path)
     res = orch(env, "migrate", "run", "-i", str(two_serve), "--from", "cpu-serve:fp32",
                "--to", "cpu-serve:bf16", "--plan", str(plan), "--rounds", "1", "--out", str(root),
                timeout=1800)  # fmt: skip
@@ -124,10 +128,7 @@ def test_b_that_changes_numerics_fails_the_quality_gate_rolls_back_and_certify_p
 def test_sigkill_in_the_compare_then_resume_keeps_the_finished_phases_and_leaves_nothing_running(
     lab: Lab, two_serve: Path, tmp_path: Path
 ) -> None:
-    env = env_of(lab, tmp_path)
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
-    root = tmp_path / "runs"
+    env, plan, root = _folders(lab, tmp_path)
     proc = spawn(env, "migrate", "run", "-i", str(two_serve), "--from", "cpu-serve:fp32",
                  "--to", "cpu-serve:fp32-small-kv", "--plan", str(plan), "--rounds", "1",
                  "--out", str(root))  # fmt: skip
@@ -144,12 +145,9 @@ def test_sigkill_in_the_compare_then_resume_keeps_the_finished_phases_and_leaves
         wait_for(lambda: in_compare() or proc.poll() is not None, "the compare phase's first plan run", 900)
         assert proc.poll() is None, f"the migration ended (exit {proc.returncode}) before its compare"
         time.sleep(3)  # inside that plan run: its engine job is starting or serving
+    finally:  # SIGKILL (and, when the wait failed, no orch left behind)
         proc.kill()
         proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
     (run_dir,) = [p for p in root.iterdir() if "-migrate-" in p.name]
     before = {p["phase"]: p["state"] for p in json.loads((run_dir / "migrate.json").read_text())["phases"]}
     assert before.get("canary") == "passed" and before.get("scale") == "passed", before
