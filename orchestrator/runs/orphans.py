@@ -106,17 +106,32 @@ def cleanup_orphans(runs_root: Path, sched: OrphanSlurm) -> list[OrphanReport]:
                 OrphanReport(run_id=run_dir.name, jobs=[], cancelled=[], refused=f"{run_dir} {why}")
             )
             continue
-        run_id, jobs = _orphans(run_dir)
-        if not jobs:
+        if not _orphans(run_dir)[1]:
             continue
         if queued is None:
             queued = sched.my_queued_jobs()
-        # A ladder step of allocation mode (ALLOC.K) lives and dies with its allocation ALLOC.
-        owner = {j: j.partition(".")[0] for j in jobs}
-        ours = {q.job_id for q in queued if q.user == me and carries_run_id(q.name, run_id)}
-        live = [j for j in jobs if owner[j] in ours]
-        if live:
-            sched.cancel(sorted({owner[j] for j in live}))
-        RunDir(run_dir).event("orphans_cancelled", cancelled=jobs, live=live)
-        reports.append(OrphanReport(run_id=run_dir.name, jobs=jobs, cancelled=live))
+        if (report := cancel_orphans_of(run_dir, sched, queued, me)) is not None:
+            reports.append(report)
     return reports
+
+
+def cancel_orphans_of(
+    run_dir: Path, sched: OrphanSlurm, queued: list[QueuedJob] | None = None, me: str | None = None
+) -> OrphanReport | None:
+    """Cancel the still-live Slurm jobs of the interrupted run in run_dir (a trusted folder: the
+    caller checked it), journal `orphans_cancelled`; None when it has none. `orch runs resume`
+    calls it first: an engine job of a killed serving step holds its node until its time limit,
+    and the step run again would wait behind it. Raises SchedulerError as cleanup_orphans."""
+    run_id, jobs = _orphans(run_dir)
+    if not jobs:
+        return None
+    queued = sched.my_queued_jobs() if queued is None else queued
+    me = current_user() if me is None else me
+    # A ladder step of allocation mode (ALLOC.K) lives and dies with its allocation ALLOC.
+    owner = {j: j.partition(".")[0] for j in jobs}
+    ours = {q.job_id for q in queued if q.user == me and carries_run_id(q.name, run_id)}
+    live = [j for j in jobs if owner[j] in ours]
+    if live:
+        sched.cancel(sorted({owner[j] for j in live}))
+    RunDir(run_dir).event("orphans_cancelled", cancelled=jobs, live=live)
+    return OrphanReport(run_id=run_dir.name, jobs=jobs, cancelled=live)

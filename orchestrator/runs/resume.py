@@ -19,6 +19,7 @@ from orchestrator.models.events import Listener
 from orchestrator.models.fault import RecoverySummary
 from orchestrator.models.migrate import MigrateRun
 from orchestrator.models.run import RunResult
+from orchestrator.runs.orphans import cancel_orphans_of, orphan_job_ids
 from orchestrator.runs.recovery import resume_recovery_test
 from orchestrator.runs.scale_test import resume_run
 from orchestrator.safefs import untrusted_folder
@@ -58,6 +59,10 @@ def resume(
             f"{run_dir} is a stragglers run: it is not resumed",
             hint="run orch stragglers again (its pairs take a minute at most each)",
         )
+    if orphan_job_ids(run_dir):  # Slurm job ids only: a local run's jobs died with its orch
+        from orchestrator.scheduler.slurm import SlurmScheduler
+
+        cancel_orphans_of(run_dir, SlurmScheduler(slurm_conf=slurm_conf))
     if run_kind(run_dir) in ("migrate", "rollback"):
         from orchestrator.runs.migrate import resume_migration
 

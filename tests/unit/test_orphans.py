@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import pwd
 import subprocess
+from contextlib import nullcontext
 from pathlib import Path
 
+import pytest
+
 from orchestrator.runs.orphans import cleanup_orphans, orphan_job_ids
+from orchestrator.runs.resume import resume
 from orchestrator.scheduler.base import JobStatus, QueuedJob
 from orchestrator.store.rundir import RunDir
 
@@ -98,3 +102,25 @@ def test_jobs_cancelled_on_ctrl_c_are_not_orphans(tmp_path: Path) -> None:
     run = make_run(tmp_path, "smoke-int", dead_pid())
     RunDir(run).event("interrupted", cancelled=["12", "13"])
     assert orphan_job_ids(run) == []
+
+
+def test_resume_cancels_the_killed_runs_live_jobs_before_it_runs_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine job of a killed serving step holds its node until its time limit: resume cancels
+    the run's live orphans first (then the kind's own resume runs, here stopped at once)."""
+    run = make_run(tmp_path, "smoke-dead", dead_pid())
+    slurm = FakeSlurm({"12": JobStatus.RUNNING, "13": JobStatus.COMPLETED}, run_id="smoke-dead")
+    monkeypatch.setattr("orchestrator.scheduler.slurm.SlurmScheduler", lambda slurm_conf=None: slurm)
+
+    class Stop(Exception):
+        pass
+
+    def resume_run(run_dir: Path, **_kw: object) -> None:
+        assert slurm.cancelled == ["12"]  # before the run goes on
+        raise Stop
+
+    monkeypatch.setattr("orchestrator.runs.resume.resume_run", resume_run)
+    with pytest.raises(Stop):
+        resume(run, open_shells=lambda c: nullcontext({}))
+    assert orphan_job_ids(run) == [] and slurm.cancelled == ["12"]
