@@ -189,3 +189,31 @@ def lab() -> Iterator[Lab]:
     yield Lab(config=cfg, nodes=cfg.node_specs, env=slurm_env(cfg))
     if started_here:
         down(cfg)
+
+
+def lab_inventory_of(lab: Lab, nodes: tuple[str, ...], path: Path) -> Path:
+    """The lab's inventory with only `nodes` (their lines and groups as the lab's, its [all:vars])."""
+    lines = lab.inventory.read_text().splitlines()
+    vars_at = lines.index("[all:vars]")
+    keep = [ln for ln in lines[:vars_at] if ln.startswith("[") or ln.split(" ", 1)[0] in nodes]
+    path.write_text("\n".join(keep + lines[vars_at:]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def cpu_serve_nodes(lab: Lab) -> tuple[str, ...]:
+    """node1 and node2 on cpu-serve, provisioned once for the serving modules (test_serving_lab on
+    node1, test_migrate_serving_lab on both): one playbook for the two nodes. conftest runs those
+    modules last (LAST): no test after them needs node1 or node2 on cpu-gloo."""
+    nodes = ("node1", "node2")
+    t0 = time.monotonic()
+    prov = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "provision", "-i", str(lab.inventory), "--stack", "cpu-serve",
+         "--limit", ",".join(nodes)],
+        capture_output=True, text=True, timeout=1200, check=False, cwd=REPO,
+    )  # fmt: skip
+    if prov.returncode != 0:
+        pytest.fail(f"provisioning cpu-serve on {', '.join(nodes)} failed:\n"
+                    f"{prov.stdout[-3000:]}\n{prov.stderr[-3000:]}")  # fmt: skip
+    record_setup(f"cpu-serve provisioning of {' and '.join(nodes)} (the serving modules)", t0)
+    return nodes

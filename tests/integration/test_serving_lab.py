@@ -4,8 +4,9 @@ load and restarted by the step's restart policy, the outage and the way back mea
 threshold that cannot be met giving exit 1, nothing of the engine left afterwards; and `orch
 compare` flagging the run with continuous batching switched off.
 
-node1 is provisioned with cpu-serve here (the session provisioned cpu-gloo): conftest runs this
-module last, so no other test finds node1 on the other stack. The 3-node run of the built-in
+node1 is on cpu-serve here (conftest's cpu_serve_nodes provisions node1 and node2 once for this
+module and test_migrate_serving_lab; the session provisioned cpu-gloo): conftest runs these modules
+last, so no other test finds node1 on the other stack. The 3-node run of the built-in
 serving-smoke plan (1 then 3 replicas) is in docs/serving.md; it needs all three nodes on
 cpu-serve, minutes more than CI can give.
 """
@@ -16,7 +17,6 @@ import json
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -94,20 +94,13 @@ def orch(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def node1_inventory(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """node1 on cpu-serve, and an inventory of node1 alone (its [all:vars] as the lab's)."""
-    from conftest import record_setup
+def node1_inventory(
+    cpu_serve_nodes: tuple[str, ...], lab: Lab, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """node1 on cpu-serve (conftest's cpu_serve_nodes), and an inventory of node1 alone."""
+    from conftest import lab_inventory_of
 
-    t0 = time.monotonic()
-    prov = orch("provision", "-i", str(lab.inventory), "--stack", "cpu-serve", "--limit", "node1")
-    assert prov.returncode == 0, prov.stdout[-3000:] + prov.stderr[-3000:]
-    record_setup("cpu-serve provisioning of node1 (test_serving_lab)", t0)
-    lines = lab.inventory.read_text().splitlines()
-    vars_at = lines.index("[all:vars]")
-    keep = [ln for ln in lines[:vars_at] if ln.startswith(("[", "node1 "))] + lines[vars_at:]
-    inv = tmp_path_factory.mktemp("serve") / "node1.ini"
-    inv.write_text("\n".join(keep) + "\n")
-    return inv
+    return lab_inventory_of(lab, ("node1",), tmp_path_factory.mktemp("serve") / "node1.ini")
 
 
 def engine_processes() -> list[str]:
@@ -278,7 +271,9 @@ def test_multi_turn_sessions_report_ttft_per_turn_and_a_long_context_level_stays
     assert lv["level"] == "s8x20"
     recs = [json.loads(x) for x in (root / lv["records"]).read_text().splitlines()]
     counted = [r for r in recs if not r["warmup"]]
-    for k in range(8):
+    sessions = sorted({r["session"] for r in counted})  # the warm-up session is session 0
+    assert len(sessions) == 8 and not {r["session"] for r in recs if r["warmup"]} & set(sessions), sessions
+    for k in sessions:
         turns = sorted((r for r in counted if r["session"] == k), key=lambda r: r["turn"])
         assert [r["turn"] for r in turns] == list(range(len(turns))), turns
         ok, last = turns[:-1], turns[-1]
