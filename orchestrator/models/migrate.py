@@ -282,7 +282,35 @@ class PlanRun(StrictModel):
     quality: dict[str, QualityJudgement] = Field(
         default_factory=dict, description="serving step -> this run's outputs (B) judged against A's"
     )
+    serving_faults: list[ServingFaultFigures] = Field(
+        default_factory=list, description="per serving step and injected fault: its outage and time to steady"
+    )
     wall_s: float = Field(default=0.0, ge=0)
+
+
+class ServingFaultFigures(StrictModel):
+    """One injection of a plan fault into a serving step of a plan run, as its recovery measured it
+    (models/serving_recovery.py): the outage and the time to steady, None where it did not happen."""
+
+    step: str = Field(description="the plan's step id, without the plan run's label")
+    fault: str = Field(description="kind and target as the plan writes them, e.g. kill-worker node1:engine")
+    level: str
+    repeat: int = Field(default=1, ge=1)
+    status: str | None = Field(default=None, description="the recovery's status; None: not measured")
+    outage_s: float | None = Field(default=None, description="first failure -> first success again")
+    to_steady_s: float | None = Field(default=None, description="fault -> the first steady window")
+
+
+class ServingFaultDecision(StrictModel):
+    """One plan fault of one serving step, B's outage and time to steady against A's
+    (metrics/decision.recovery_figure_change over the repeats)."""
+
+    step: str
+    fault: str
+    outage: FigureChange
+    to_steady: FigureChange
+    verdict: Literal[Direction, "n/a"]
+    reason: str
 
 
 CompareMode = Literal["interleaved", "sequential"]
@@ -401,6 +429,9 @@ class MigrateRun(StrictModel):
     comparison: Comparison | None = None
     certification: Certification | None = None
     plan_runs: list[PlanRun] = Field(default_factory=list)
+    fault_compare: list[ServingFaultDecision] = Field(
+        default_factory=list, description="the faults phase: B's serving faults against A's (faults-A)"
+    )
     resumes: list[list[NodeState]] = Field(default_factory=list, description="what each resume found")
     stopped_playbooks: list[int] = Field(default_factory=list, description="PIDs resume stopped")
     status: Literal["running", "accepted", "failed", "infra", "interrupted"] = Field(

@@ -29,7 +29,14 @@ from orchestrator.models.cluster import Cluster
 from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.events import Listener, RunKind, RunProgress, RunStarted
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
-from orchestrator.models.migrate import PHASES, MigrateRun, PhaseName, PlanRun, ServingFigures
+from orchestrator.models.migrate import (
+    PHASES,
+    MigrateRun,
+    PhaseName,
+    PlanRun,
+    ServingFaultFigures,
+    ServingFigures,
+)
 from orchestrator.models.plan import Plan
 from orchestrator.models.requests import MigrateRequest
 from orchestrator.models.serving_results import ServingStepResult
@@ -152,6 +159,7 @@ class ClusterOps:
             reasons=reasons,
             busbw=busbw,
             serving=serving_figures(label, served.results),
+            serving_faults=serving_fault_figures(label, served.results),
             quality_outputs={
                 r.step.id.removeprefix(f"{label}-"): r.quality.outputs
                 for r in served.results
@@ -193,6 +201,21 @@ def serving_figures(label: str, results: list[ServingStepResult]) -> list[Servin
                 error_rate=s.error_rate, abort_rate=s.abort_rate,
             )  # fmt: skip
             out.append(fig)
+    return out
+
+
+def serving_fault_figures(label: str, results: list[ServingStepResult]) -> list[ServingFaultFigures]:
+    """Each injection of a plan fault into a serving step, with its measured outage and time to
+    steady (the step id without label; None where the recovery did not measure it)."""
+    out = []
+    for r in results:
+        for f in r.faults:
+            rec = f.recovery
+            out.append(ServingFaultFigures(
+                step=r.step.id.removeprefix(f"{label}-"), fault=f"{f.kind} {f.target}", level=f.level,
+                repeat=f.repeat, status=rec.status if rec else None, outage_s=rec.outage_s if rec else None,
+                to_steady_s=rec.to_steady_s if rec else None,
+            ))  # fmt: skip
     return out
 
 
