@@ -18,6 +18,9 @@ Rules.
   more adjacent message sizes; a lone size beyond the band is reported, not flagged (as in AMD's
   RCCL regression detector). Over a series, worse wins over better.
 - Recovery times (lower is better) compare medians in seconds, band max(k x se, floor x A's median).
+- A serving fault's outage and time to steady in a migration (recovery_figure_change): B's repeats
+  against A's on the log scale, band max(ln(1 + FAULT_FLOOR), k x se), FAULT_FLOOR 25%; where A
+  never failed and B did, B is worse whatever the size.
 - Serving, the interactive rule: a p99 latency worse beyond its band with throughput better is
   "worse for interactive": more throughput does not buy back a worse p99. A worse p99 or a worse
   throughput is "worse"; better without anything worse is "better"; else "same"; "n/a" when the
@@ -258,6 +261,32 @@ def time_change(
     sigma = noise.mad_sigma(noise.residuals([g for g in (a, b) if len(g) >= 2])) or 0.0
     band = max(k * noise.difference_se(sigma, len(a), len(b)), floor * ma)
     return band, "worse" if mb - ma > band else "better" if ma - mb > band else "same"
+
+
+FAULT_FLOOR = 0.25
+"""A serving fault's outage or time to steady: below a 25% change of A's nothing is worse (one
+engine restart varies by seconds from one kill to the next)."""
+
+
+def recovery_figure_change(
+    figure: str, a: Sequence[float], b: Sequence[float], *, floor: float = FAULT_FLOOR, k: float = K
+) -> FigureChange:
+    """A serving fault's outage or time to steady (seconds, lower is better), B's repeats against
+    A's; 0.0 is a repeat where it did not happen (nothing failed). Both sides with a positive
+    figure: figure_change (log scale, band max(ln(1 + floor), k x se)). A with none (it never
+    failed) and B with one: worse, whatever its size. B with none: better where A had one, else
+    same. A side with no repeat measured: n/a."""
+    a, b = list(a), list(b)
+    n_a, n_b = len(a), len(b)
+    if not a or not b:
+        return FigureChange(figure=figure, a=_centre(a), b=_centre(b), ratio=None, band=None, change="n/a",
+                            n_a=n_a, n_b=n_b, note="not measured on both sides")  # fmt: skip
+    if max(b) <= 0 or max(a) <= 0:
+        change: Change = "same" if max(b) <= 0 and max(a) <= 0 else "better" if max(b) <= 0 else "worse"
+        note = {"same": "neither side had it", "better": "B had none", "worse": "A had none"}[change]
+        return FigureChange(figure=figure, a=_centre(a) or 0.0, b=_centre(b) or 0.0, ratio=None, band=None,
+                            change=change, n_a=n_a, n_b=n_b, note=note)  # fmt: skip
+    return figure_change(figure, a, b, higher_is_better=False, floor=floor, k=k, n_a=n_a, n_b=n_b)
 
 
 def blind(c: FigureChange, detect: float | None) -> bool:

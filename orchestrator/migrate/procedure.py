@@ -29,6 +29,7 @@ from orchestrator.migrate.ab import (
     serving_levels,
 )
 from orchestrator.migrate.certify import certify
+from orchestrator.migrate.fault_compare import fault_decisions
 from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
 from orchestrator.models.migrate import (
@@ -64,6 +65,10 @@ class Ops(Protocol):
         ...
 
     def plan_has_faults(self) -> bool: ...
+
+    def plan_has_serving_faults(self) -> bool:
+        """Whether a plan fault hits a serving step (then A's faults are measured too, in freeze)."""
+        ...
 
     def judge_quality(self, a: PlanRun, b: PlanRun) -> dict[str, QualityJudgement]:
         """B's quality outputs against A's, per serving step both kept them (only called when
@@ -344,6 +349,8 @@ class Procedure:
             return "failed", gate, why
         labels = ["baseline"] if self._interleaves() else ["baseline", "control"]
         runs = [self._plan(self.ref_a, self.state.nodes, x) for x in labels]
+        if self.b is not None and self.ops.plan_has_serving_faults():  # A's outages, for the faults phase
+            runs.append(self._plan(self.ref_a, self.state.nodes, "faults-A", faults=True))
         if why := self._plan_gate(*runs):
             return "failed", gate, why
         return (
@@ -386,9 +393,18 @@ class Procedure:
         gate = "the plan's fault steps pass on B"
         if not self.ops.plan_has_faults():
             return "skipped", gate, "the plan has no fault steps"
-        if why := self._plan_gate(self._plan(self.ref_b, self.state.nodes, "faults", faults=True)):
+        run = self._plan(self.ref_b, self.state.nodes, "faults", faults=True)
+        if why := self._plan_gate(run):
             return "failed", gate, why
-        return "passed", gate, "every fault step passed"
+        if not (a := self._runs("faults-A")) or not run.serving_faults:
+            return "passed", gate, "every fault step passed"
+        gate += "; each serving fault's outage and time to steady on B no worse than on A (faults-A)"
+        self.state.fault_compare = fault_decisions(a[0], run)
+        self.save(self.state)
+        if worse := [d.reason for d in self.state.fault_compare if d.verdict == "worse"]:
+            return "failed", gate, f"{self.b.name} recovers worse: " + "; ".join(worse)
+        same = "; ".join(d.reason for d in self.state.fault_compare)
+        return "passed", gate, f"every fault step passed; {same}"
 
     def _interleaves(self) -> bool:
         return self.b is not None and same_install(self.a, self.b)

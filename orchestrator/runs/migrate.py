@@ -97,6 +97,9 @@ class ClusterOps:
     def plan_has_faults(self) -> bool:
         return bool(self.plan and self.plan.faults)
 
+    def plan_has_serving_faults(self) -> bool:
+        return bool(self.plan and any(isinstance(f.step, str) for f in self.plan.faults))
+
     def run_plan(self, stack: str, nodes: list[str], label: str, *, faults: bool) -> PlanRun:
         from orchestrator.plan import expand_serving_steps, expand_steps
         from orchestrator.runs.executor import StepExecutor, choose_backend, make_scheduler

@@ -94,6 +94,9 @@ class FakeCluster:
             label=label, stack=stack, nodes=nodes, verdict="pass", busbw={"all_reduce@n3xg1": series}
         )
 
+    def plan_has_serving_faults(self) -> bool:
+        return False
+
     def plan_has_faults(self) -> bool:
         return self.faults
 

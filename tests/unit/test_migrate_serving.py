@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from test_cli_usage import run_cli
-from test_migrate_run import LAB_INI, FakeCluster
+from test_migrate_run import LAB_INI, FakeCluster, _factory
 from test_serving_quality import GATE
 from test_serving_run import setup
 
@@ -21,7 +21,7 @@ from orchestrator.inventory import load_inventory
 from orchestrator.migrate.ab import serving_levels
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.decision import QualityJudgement
-from orchestrator.models.migrate import MigrateRun, PlanRun, ServingFigures
+from orchestrator.models.migrate import MigrateRun, PlanRun, ServingFaultFigures, ServingFigures
 from orchestrator.models.plan import Plan, Thresholds
 from orchestrator.models.quality import OutputFigures
 from orchestrator.models.requests import MigrateRequest
@@ -229,7 +229,7 @@ class Served(FakeCluster):
 def _served(tmp_path: Path, fake: Served) -> MigrateRun:
     req = MigrateRequest(inventory=LAB_INI, from_stack="cpu-gloo", to_stack=fake.b, plan="smoke",
                          out_dir=tmp_path)  # fmt: skip
-    return run_migration(req, ops_factory=lambda life, cluster, plan: fake)
+    return run_migration(req, ops_factory=_factory(fake))
 
 
 def test_a_failed_quality_gate_fails_the_compare_and_rolls_back_even_when_b_is_faster(tmp_path: Path) -> None:
@@ -266,3 +266,71 @@ def test_certify_judges_as_serving_figures_within_the_band(tmp_path: Path) -> No
         "serving chat-r1 level c4 worse" in phases["certify"].reason
         and "ttft_p99" in phases["certify"].reason
     )
+
+
+class FaultyCluster(FakeCluster):
+    """test_migrate_run's fake nodes, with a kill-worker during a serving step: each plan run with
+    faults measures the outage and time to steady given for its arm (A in freeze, B in faults)."""
+
+    def __init__(self, nodes: list[str], a: list[tuple[float, float]], b: list[tuple[float, float]]) -> None:
+        super().__init__(nodes)
+        self.faults = True
+        self.measured = {"faults-A": a, "faults": b}
+
+    def plan_has_serving_faults(self) -> bool:
+        return True
+
+    def run_plan(self, stack: str, nodes: list[str], label: str, *, faults: bool) -> PlanRun:
+        run = super().run_plan(stack, nodes, label, faults=faults)
+        run.serving_faults = [
+            ServingFaultFigures(step="tiny-r1", fault="kill-worker node1:engine", level="c4", repeat=k + 1,
+                                status="recovered", outage_s=outage, to_steady_s=steady)
+            for k, (outage, steady) in enumerate(self.measured[label] if faults else [])
+        ]  # fmt: skip
+        return run
+
+
+def _faults_migration(
+    tmp_path: Path, a: list[tuple[float, float]], b: list[tuple[float, float]]
+) -> MigrateRun:
+    from orchestrator.inventory import load_inventory
+
+    fake = FaultyCluster([n.name for n in load_inventory(LAB_INI).nodes], a, b)
+    req = MigrateRequest(inventory=LAB_INI, from_stack="cpu-gloo", to_stack="cpu-gloo", plan="smoke",
+                         out_dir=tmp_path)  # fmt: skip
+    return run_migration(req, ops_factory=_factory(fake))
+
+
+def test_faults_phase_sets_b_outage_beside_a_and_fails_when_worse_beyond_tolerance(tmp_path: Path) -> None:
+    # the same outage and time to steady on both arms: the faults phase passes, naming both figures
+    same = _faults_migration(tmp_path / "same", [(6.0, 9.0), (6.2, 9.2)], [(6.0, 9.0), (6.2, 9.2)])
+    phases = {p.phase: p for p in same.phases}
+    assert phases["faults"].state == "passed", same.failure
+    assert "kill-worker node1:engine on tiny-r1: outage B 6.1 s vs A 6.1 s" in phases["faults"].reason
+    reason = phases["faults"].reason
+    assert "steady B 9.1 s vs A 9.1 s" in reason and reason.endswith(": same"), reason
+    labels = [r.label for r in same.plan_runs]
+    assert "faults-A" in labels and labels.index("faults-A") < labels.index("faults")  # A in freeze
+    (d,) = same.fault_compare
+    assert d.verdict == "same" and d.outage.change == "same" and d.outage.n_a == d.outage.n_b == 2
+    # B's outage 40% longer (beyond the 25% floor): the faults gate fails, and the run rolls back
+    worse = _faults_migration(tmp_path / "worse", [(6.0, 9.0), (6.2, 9.2)], [(8.4, 9.0), (8.7, 9.2)])
+    assert worse.failed_phase == "faults" and worse.exit_code == 1 and worse.rolled_back
+    why = worse.failure or ""
+    assert "recovers worse" in why and "outage B 8.5 s vs A 6.1 s" in why and why.endswith(": worse"), why
+    (d,) = worse.fault_compare
+    assert d.outage.change == "worse" and d.to_steady.change == "same" and d.verdict == "worse"
+    # within the floor (+10%): same
+    near = _faults_migration(tmp_path / "near", [(6.0, 9.0)], [(6.6, 9.5)])
+    assert {p.phase: p.state for p in near.phases}["faults"] == "passed", near.failure
+
+
+def test_recovery_figure_change_where_a_side_never_failed() -> None:
+    from orchestrator.metrics.decision import recovery_figure_change
+
+    assert recovery_figure_change("outage (s)", [0.0], [3.0]).change == "worse"  # A had none, B had one
+    assert recovery_figure_change("outage (s)", [3.0], [0.0]).change == "better"
+    assert recovery_figure_change("outage (s)", [0.0], [0.0]).change == "same"
+    assert recovery_figure_change("outage (s)", [], [3.0]).change == "n/a"
+    assert recovery_figure_change("outage (s)", [6.0], [7.4]).change == "same"  # +23%, inside the 25% floor
+    assert recovery_figure_change("outage (s)", [6.0], [7.6]).change == "worse"  # +27%
