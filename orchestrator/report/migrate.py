@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 
+from orchestrator.models.decision import FigureChange
 from orchestrator.models.migrate import MatrixRow, MigrateRun, MigrationMatrix, NodeValue
 from orchestrator.report.escape import html_text, md
 from orchestrator.report.sections import Section, html_table, md_table
@@ -175,6 +176,7 @@ def run_sections(r: MigrateRun) -> list[Section]:
             )
         )
     sections += serving_sections(r)
+    sections += fault_sections(r)
     if r.plan_runs:
         sections.append(
             Section(
@@ -330,3 +332,27 @@ def arm_sections(r: MigrateRun) -> list[Section]:
             after.append(f"{what}: {arm.ref} (variant read from the rendered engine: {seen})")
     head = ["arm", "stack", "variant asked", "workload", "engine", "variant read", "argv", "environment"]
     return [Section("Arms", head=head, rows=rows, after=after)]
+
+
+def fault_sections(r: MigrateRun) -> list[Section]:
+    """The faults phase's serving faults: B's outage and time to steady beside A's (faults-A), with
+    the band and the verdict (migrate/fault_compare.py)."""
+    if not r.fault_compare:
+        return []
+
+    def secs(v: float | None) -> str:
+        return _opt(v, "{:.1f}")
+
+    def band(c: FigureChange) -> str:
+        return _opt(None if c.band is None else c.band * 100, "±{:.0f}%")
+
+    rows = [
+        [d.step, d.fault, secs(d.outage.a), secs(d.outage.b), band(d.outage), secs(d.to_steady.a),
+         secs(d.to_steady.b), band(d.to_steady), "/".join(str(x) for x in (d.outage.n_a, d.outage.n_b)),
+         d.verdict]
+        for d in r.fault_compare
+    ]  # fmt: skip
+    head = ["step", "fault", "outage A s", "outage B s", "band", "steady A s", "steady B s", "band",
+            "repeats A/B", "verdict"]  # fmt: skip
+    return [Section("Serving faults, B against A", head=head, rows=rows,
+                    after=[d.reason for d in r.fault_compare])]  # fmt: skip

@@ -320,6 +320,12 @@ def test_faults_phase_sets_b_outage_beside_a_and_fails_when_worse_beyond_toleran
     assert "recovers worse" in why and "outage B 8.5 s vs A 6.1 s" in why and why.endswith(": worse"), why
     (d,) = worse.fault_compare
     assert d.outage.change == "worse" and d.to_steady.change == "same" and d.verdict == "worse"
+    # the report sets them in a table, with the band and the verdict, in Markdown and HTML
+    report = (worse.run_dir / "report.md").read_text()
+    assert "## Serving faults, B against A" in report, report
+    row = "| tiny-r1 | kill-worker node1:engine | 6.1 | 8.5 | ±25% | 9.1 | 9.1 | ±25% | 2/2 | worse |"
+    assert row in report, report
+    assert "Serving faults, B against A" in (worse.run_dir / "report.html").read_text()
     # within the floor (+10%): same
     near = _faults_migration(tmp_path / "near", [(6.0, 9.0)], [(6.6, 9.5)])
     assert {p.phase: p.state for p in near.phases}["faults"] == "passed", near.failure
