@@ -18,9 +18,8 @@ Rules.
   more adjacent message sizes; a lone size beyond the band is reported, not flagged (as in AMD's
   RCCL regression detector). Over a series, worse wins over better.
 - Recovery times (lower is better) compare medians in seconds, band max(k x se, floor x A's median).
-- A serving fault's outage and time to steady in a migration (recovery_figure_change): B's repeats
-  against A's on the log scale, band max(ln(1 + FAULT_FLOOR), k x se), FAULT_FLOOR 25%; where A
-  never failed and B did, B is worse whatever the size.
+  A migration's serving faults (outage, time to steady) go by the same rule with FAULT_FLOOR 25%
+  (recovery_figure_change), a repeat where nothing failed counting as 0 s.
 - Serving, the interactive rule: a p99 latency worse beyond its band with throughput better is
   "worse for interactive": more throughput does not buy back a worse p99. A worse p99 or a worse
   throughput is "worse"; better without anything worse is "better"; else "same"; "n/a" when the
@@ -264,29 +263,29 @@ def time_change(
 
 
 FAULT_FLOOR = 0.25
-"""A serving fault's outage or time to steady: below a 25% change of A's nothing is worse (one
-engine restart varies by seconds from one kill to the next)."""
+"""A migration's serving fault: below a change of 25% of A's outage or time to steady nothing is
+worse (one engine restart varies by seconds from one kill to the next)."""
 
 
 def recovery_figure_change(
     figure: str, a: Sequence[float], b: Sequence[float], *, floor: float = FAULT_FLOOR, k: float = K
 ) -> FigureChange:
-    """A serving fault's outage or time to steady (seconds, lower is better), B's repeats against
-    A's; 0.0 is a repeat where it did not happen (nothing failed). Both sides with a positive
-    figure: figure_change (log scale, band max(ln(1 + floor), k x se)). A with none (it never
-    failed) and B with one: worse, whatever its size. B with none: better where A had one, else
-    same. A side with no repeat measured: n/a."""
+    """A serving fault's outage or time to steady (seconds, lower is better; 0.0 for a repeat where
+    nothing failed), B's repeats against A's by time_change (medians, band max(k x se, floor x A's
+    median) in seconds), as a FigureChange: a and b the medians, band relative to A's median (None,
+    with a note giving it in seconds, when A's is 0: then any outage of B beyond its spread is
+    worse). n/a when a side has no repeat measured."""
     a, b = list(a), list(b)
     n_a, n_b = len(a), len(b)
     if not a or not b:
-        return FigureChange(figure=figure, a=_centre(a), b=_centre(b), ratio=None, band=None, change="n/a",
+        return FigureChange(figure=figure, a=None, b=None, ratio=None, band=None, change="n/a",
                             n_a=n_a, n_b=n_b, note="not measured on both sides")  # fmt: skip
-    if max(b) <= 0 or max(a) <= 0:
-        change: Change = "same" if max(b) <= 0 and max(a) <= 0 else "better" if max(b) <= 0 else "worse"
-        note = {"same": "neither side had it", "better": "B had none", "worse": "A had none"}[change]
-        return FigureChange(figure=figure, a=_centre(a) or 0.0, b=_centre(b) or 0.0, ratio=None, band=None,
-                            change=change, n_a=n_a, n_b=n_b, note=note)  # fmt: skip
-    return figure_change(figure, a, b, higher_is_better=False, floor=floor, k=k, n_a=n_a, n_b=n_b)
+    band, word = time_change(a, b, floor=floor, k=k)
+    ma, mb = statistics.median(a), statistics.median(b)
+    return FigureChange(
+        figure=figure, a=ma, b=mb, ratio=mb / ma if ma > 0 else None, band=band / ma if ma > 0 else None,
+        change=word, n_a=n_a, n_b=n_b, note=None if ma > 0 else f"A had none; band +-{band:.3g} s",
+    )  # fmt: skip
 
 
 def blind(c: FigureChange, detect: float | None) -> bool:

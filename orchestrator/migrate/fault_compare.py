@@ -3,9 +3,9 @@
 The plan's faults during serving steps (a kill-worker under load) run once on A in freeze (the
 plan run `faults-A`, while the nodes hold A) and once on B in the faults phase (`faults`). Each
 plan fault of each serving step is set beside A's: its outage and its time to steady over its
-repeats, judged by metrics/decision.recovery_figure_change (lower is better, band max(ln(1 +
-FAULT_FLOOR), k x se)). B is worse when either figure is worse, or when a repeat of B never got
-back to steady where every repeat of A did.
+repeats, judged by metrics/decision.recovery_figure_change (lower is better; medians, band in
+seconds max(k x se, FAULT_FLOOR x A's median), as `orch decide` judges them). B is worse when
+either figure is worse, or when more repeats of B than of A never got back to steady.
 """
 
 from __future__ import annotations
