@@ -344,3 +344,49 @@ def test_recovery_figure_change_where_a_side_never_failed() -> None:
     # a noisy A widens the band beyond the floor: B +40% over A's median is then the same
     noisy = recovery_figure_change("outage (s)", [3.0, 6.0, 9.0, 6.0], [8.4])
     assert noisy.change == "same" and noisy.band is not None and noisy.band > 0.4
+
+
+def test_plan_run_keeps_each_serving_fault_recovery_from_the_step_result() -> None:
+    from serving_fault_run import records, step_result
+
+    from orchestrator.runs.migrate import serving_fault_figures
+
+    res = step_result(records(recover_second=False), step_id="faults-chat-r1")
+    figs = serving_fault_figures("faults", [res])
+    assert [(f.step, f.fault, f.repeat) for f in figs] == [
+        ("chat-r1", "kill-worker localhost:engine", 1),
+        ("chat-r1", "kill-worker localhost:engine", 2),
+    ]
+    first, second = (f.recovery for f in res.faults)
+    assert first is not None and second is not None
+    assert (figs[0].outage_s, figs[0].to_steady_s, figs[0].status) == (
+        first.outage_s, first.to_steady_s, first.status,
+    )  # fmt: skip
+    assert figs[0].outage_s is not None and figs[0].outage_s > 0
+    assert figs[1].status == "not-recovered" and figs[1].to_steady_s is None
+
+
+def test_a_repeat_of_b_that_never_gets_steady_again_is_worse() -> None:
+    from orchestrator.migrate.fault_compare import fault_decisions
+
+    def run(label: str, *statuses: str) -> PlanRun:
+        figs = [
+            ServingFaultFigures(step="s", fault="kill-worker n1:engine", level="c4", repeat=k + 1, status=st,
+                                outage_s=5.0, to_steady_s=None if st == "not-recovered" else 8.0)
+            for k, st in enumerate(statuses)
+        ]  # fmt: skip
+        return PlanRun(label=label, stack="x", nodes=["n1"], verdict="pass", serving_faults=figs)
+
+    (d,) = fault_decisions(
+        run("faults-A", "recovered", "recovered"), run("faults", "recovered", "not-recovered")
+    )
+    assert d.verdict == "worse" and d.to_steady.change == "same", d
+    assert "B not steady again in 1 of 2 repeats (A 0 of 2)" in d.reason
+    # A as lost as B: the figures decide
+    (d,) = fault_decisions(
+        run("faults-A", "not-recovered", "recovered"), run("faults", "recovered", "not-recovered")
+    )
+    assert d.verdict == "same", d
+    # a fault A did not run: n/a, named
+    (d,) = fault_decisions(run("faults-A"), run("faults", "recovered"))
+    assert d.verdict == "n/a" and "not measured on both sides" in d.reason
