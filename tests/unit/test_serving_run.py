@@ -129,6 +129,11 @@ def test_serving_plan_runs_end_to_end(tmp_path: Path) -> None:
     by_part = levels["c4"].cost_at
     assert by_part is not None and by_part.missing == ["staff", "downtime"]
     assert by_part.per_million_output_tokens == pytest.approx(2.0 / 3600 / s.output_tokens_per_s * 1e6)
+    # each level's GPU power through the run's sampler: watts with their samples, or why not
+    power = levels["c4"].power
+    assert power is not None and [n.node for n in power.nodes] == ["localhost"]
+    (node_power,) = power.nodes
+    assert (node_power.mean_w is None) == (node_power.why_not is not None)
     # the engine is gone, and the run reads back with its serving step
     (pid,) = engine_pids(pids)
     assert gone(pid)
