@@ -260,6 +260,7 @@ def test_the_terminal_shows_percentiles_with_n_tokens_goodput_cost_and_verdict(
     assert "fake-r1 c4: cost at c4's measured rate: " in shown
     assert "partial (missing: staff, downtime)" in shown
     assert "fake-r1 c4:   energy: - (in the node-hour price)" in shown
+    assert "fake-r1 c4: power: localhost" in shown  # its watts and samples, or why none
     assert "model load time to health" in shown and "verdict: accepted (exit 0)" in shown
     from orchestrator.cli import main
 
