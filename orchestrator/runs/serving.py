@@ -198,6 +198,15 @@ def capacity_cost(
     )  # fmt: skip
 
 
+def capacity_watts_why(res: ServingStepResult) -> str:
+    """Why energy is missing at the capacity: the levels' reason when they measured no power (no
+    tool on a node, telemetry off), else that the capacity probes are not sampled."""
+    for level in res.levels:
+        if level.power is not None and (why := level.power.why_not) is not None:
+            return why
+    return NO_PROBE_POWER if res.step.nodes else "engine: external: no inventory node to sample"
+
+
 def http_ok(url: str, timeout: float) -> bool:
     """Whether GET url answers 200 within timeout (any error: False)."""
     u = urlsplit(url)
@@ -779,7 +788,7 @@ class ServingRunner:
         if model is not None and cap is not None and cap.capacity is not None:
             try:
                 cap.cost_at = capacity_cost(cap, model, max(1, len(res.step.nodes)), outage,
-                                            self._capacity_watts_why(res))  # fmt: skip
+                                            capacity_watts_why(res))  # fmt: skip
             except ValueError as e:
                 res.warnings.append(f"capacity: cost by part not computed: {e}")
 
@@ -806,14 +815,6 @@ class ServingRunner:
         why = self.telemetry.why_not if self.telemetry is not None else {}
         off = None if self.telemetry is not None else self.no_telemetry
         res.levels[-1].power = level_power(res.step.nodes, got, why, off)
-
-    def _capacity_watts_why(self, res: ServingStepResult) -> str:
-        """Why energy is missing at the capacity: the levels' reason when they measured no power
-        (no tool on a node, telemetry off), else that probes are not sampled."""
-        for level in res.levels:
-            if level.power is not None and (why := level.power.why_not) is not None:
-                return why
-        return NO_PROBE_POWER if res.step.nodes else "engine: external: no inventory node to sample"
 
     def _datasets(self, w: ServingWorkload) -> dict[tuple[str, str], Sequence[int]]:
         out: dict[tuple[str, str], Sequence[int]] = {}

@@ -15,7 +15,9 @@ from test_telemetry import FakeShell, _cluster, _opener
 from orchestrator.metrics.cost import cost_at, cost_at_lines
 from orchestrator.models.cost import CostModel
 from orchestrator.models.serving import ServingStep
+from orchestrator.models.serving_results import ServingLevelResult, ServingStepResult
 from orchestrator.models.telemetry import NodeSample, NodeTelemetry
+from orchestrator.runs.serving import NO_PROBE_POWER, capacity_watts_why
 from orchestrator.telemetry.power import level_power, power_line
 from orchestrator.telemetry.sampler import TelemetrySampler
 from orchestrator.telemetry.smi import parse_sample
@@ -136,3 +138,14 @@ def test_the_run_sampler_samples_a_serving_level_window_and_names_nodes_without_
     drawn = float(cells[2].split(",")[header.index("power.draw [W]")].strip().removesuffix(" W"))
     assert n1.mean_w == pytest.approx(drawn) and n1.samples == len(got[0].samples) >= 2
     assert n2.mean_w is None and p.why_not == "no power telemetry on node2: no nvidia-smi/amd-smi/rocm-smi"
+
+
+def test_energy_at_the_capacity_names_the_levels_reason_or_that_probes_are_not_sampled() -> None:
+    step = _serving_step(["node1"])
+    lab = ServingLevelResult(level="c8", records="steps/chat-r1/records-c8.jsonl", summary=None)
+    lab.power = level_power(["node1"], None, {"node1": "no power telemetry on node1: no nvidia-smi"}, None)
+    res = ServingStepResult(step=step, levels=[lab])
+    assert capacity_watts_why(res) == "no power telemetry on node1: no nvidia-smi"
+    records = [NodeTelemetry(node="node1", tool="rocm-smi", samples=_rocm_samples(1))]
+    lab.power = level_power(["node1"], records, {}, None)
+    assert capacity_watts_why(res) == NO_PROBE_POWER
