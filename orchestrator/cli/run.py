@@ -36,6 +36,7 @@ from orchestrator.models.serving_results import ServingLevelResult, ServingStepR
 from orchestrator.report.common import efficiency_cell, latency_cell, reference_cell
 from orchestrator.report.quality import serving_quality_lines
 from orchestrator.runs.scale_test import scale_test
+from orchestrator.telemetry.power import power_line
 from orchestrator.text import plural, seconds
 
 
@@ -139,6 +140,8 @@ def render_serving(run_id: str, serving: list[ServingStepResult]) -> None:
             if lv.cost is not None:
                 source = f"; price from {lv.cost.source}" if lv.cost.source else ""
                 out.print(f"{sid} {lv.level}: {cost_label(lv.cost)}{source}", markup=False)
+            if lv.power is not None:
+                out.print(f"{sid} {lv.level}: {power_line(lv.power)}", markup=False)
             if lv.cost_at is not None:
                 for line in cost_at_lines(lv.cost_at):
                     out.print(f"{sid} {lv.level}: {line}", markup=False)

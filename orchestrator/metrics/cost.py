@@ -64,10 +64,16 @@ def _missing(name: CostPartName, why: str) -> CostPart:
 
 
 def hourly_parts(
-    model: CostModel, *, nodes: int, watts: float | None, outage_s: float | None
+    model: CostModel,
+    *,
+    nodes: int,
+    watts: float | None,
+    outage_s: float | None,
+    watts_why: str | None = None,
 ) -> list[CostPart]:
     """Every part of the cost of ``nodes`` nodes for one hour (CostPartName's order). ``watts``:
-    the measured mean power of those nodes together (None: not measured); ``outage_s``: the
+    the measured mean power of those nodes together (None: not measured, ``watts_why`` says why,
+    e.g. no power telemetry on a node); ``outage_s``: the
     measured outage of one failure (None: none measured). Raises ValueError for nodes < 1, negative
     figures, or a failure rate and outage that leave the nodes down all the time."""
     if nodes < 1:
@@ -103,16 +109,16 @@ def hourly_parts(
             parts.append(
                 CostPart(name=name, status="given", per_hour=monthly / MONTH_HOURS * nodes, basis=basis)
             )
-    parts.append(_energy(model, watts, rental))
+    parts.append(_energy(model, watts, rental, watts_why))
     parts.append(_downtime(model, outage_s, sum(p.per_hour or 0.0 for p in parts)))
     return parts
 
 
-def _energy(model: CostModel, watts: float | None, rental: bool) -> CostPart:
+def _energy(model: CostModel, watts: float | None, rental: bool, why: str | None) -> CostPart:
     if rental:
         return CostPart(name="energy", status="included", per_hour=None, basis="in the node-hour price")
     if watts is None:
-        return _missing("energy", "no power telemetry for the step (measured watts)")
+        return _missing("energy", why or "no power telemetry for the step (measured watts)")
     if model.energy_per_kwh is None or model.pue is None:
         return _missing("energy", f"measured {watts:.4g} W, but no energy_per_kwh and pue")
     per = watts / 1000.0 * model.energy_per_kwh * model.pue
@@ -149,15 +155,18 @@ def cost_at(
     watts: float | None,
     outage_s: float | None,
     rate: str,
+    watts_why: str | None = None,
 ) -> CostAtRate:
     """The cost of serving at one rate: every part for one hour of the nodes (hourly_parts), their
     known sum, then per successful request (sum / (3600 x requests/s)) and per 1M output tokens
-    (sum / (3600 x tokens/s) x 10^6). ``rate`` says which rate it is (a level's, the capacity's).
+    (sum / (3600 x tokens/s) x 10^6). ``rate`` says which rate it is (a level's, the capacity's);
+    ``watts`` is the nodes' measured power (energy = W / 1000 x h x price per kWh x PUE), or None
+    with ``watts_why`` naming why energy is missing.
     When a part is missing the figures are partial and ``missing`` names the parts. Raises
     ValueError as hourly_parts, and for a negative rate."""
     if (requests_per_s or 0) < 0 or (output_tokens_per_s or 0) < 0:
         raise ValueError(f"rates must be >= 0 (got {requests_per_s}, {output_tokens_per_s})")
-    parts = hourly_parts(model, nodes=nodes, watts=watts, outage_s=outage_s)
+    parts = hourly_parts(model, nodes=nodes, watts=watts, outage_s=outage_s, watts_why=watts_why)
     total = sum(p.per_hour or 0.0 for p in parts)
     known = any(p.per_hour is not None for p in parts)  # none known: no figure, rather than a cost of 0
     return CostAtRate(

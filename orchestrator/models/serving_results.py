@@ -22,6 +22,7 @@ from orchestrator.models.quality import OutputFigures
 from orchestrator.models.results import Percentiles, Verdict
 from orchestrator.models.serving import CapacitySearch, ServingStep
 from orchestrator.models.serving_recovery import EngineRestart, ServingFaultResult
+from orchestrator.models.telemetry import LevelPower
 
 RequestStatus = Literal["ok", "error", "aborted"]
 """ok: the stream ended normally; error: HTTP or connection error, bad stream, or a request the
@@ -409,6 +410,11 @@ class ServingLevelResult(StrictModel):
     )
     cost: ServingCost | None = None
     cost_at: CostAtRate | None = Field(default=None, description="by part at the level's rate (metrics/cost)")
+    power: LevelPower | None = Field(
+        default=None,
+        description="GPU power per node during the level (telemetry/power.py), or why not; None in "
+        "results written before serving steps sampled power",
+    )
     baseline: BaselineRatios | None = Field(
         default=None,
         description="its ratios to the plan's baseline, when it names one and the baseline has the level",

@@ -99,3 +99,37 @@ class StepTelemetry(StrictModel):
         default_factory=dict, description="collective -> busbw (largest size) / mean power per GPU"
     )
     notes: list[str] = Field(default_factory=list, description="the lines the report and verdict print")
+
+
+class NodePower(StrictModel):
+    """One node's measured GPU power during a serving level, or why there is none."""
+
+    node: str
+    mean_w: float | None = Field(
+        default=None, ge=0, description="mean over samples of the node's GPUs' power summed (W)"
+    )
+    samples: int = Field(default=0, ge=0, description="samples with a power reading on every GPU listed")
+    gpus: int = Field(default=0, ge=0, description="GPUs the tool listed on the node")
+    why_not: str | None = Field(default=None, description="why mean_w is None")
+
+
+class LevelPower(StrictModel):
+    """A serving level's GPU power per node (telemetry/power.py): the energy part of its cost."""
+
+    nodes: list[NodePower]
+
+    @property
+    def watts(self) -> float | None:
+        """The nodes' mean power together; None when a node has none."""
+        if not self.nodes or any(n.mean_w is None for n in self.nodes):
+            return None
+        return sum(n.mean_w or 0.0 for n in self.nodes)
+
+    @property
+    def why_not(self) -> str | None:
+        """Why watts is None: each node's reason."""
+        if self.watts is not None:
+            return None
+        if not self.nodes:
+            return "no inventory node serves (engine: external): no power sampled"
+        return "; ".join(n.why_not or f"{n.node}: no power" for n in self.nodes if n.mean_w is None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -179,12 +179,23 @@ def _serving_runner(
     released before the serving steps start."""
     if isinstance(sched, AllocationScheduler):
         sched = SlurmScheduler(slurm_conf=cluster.vars.orch_slurm_conf)
+    # GPU power per level through the run's one kind of sampler (telemetry/sampler.py), over the
+    # run's shells; without them (migrate's plan runs) no power is sampled, and energy says so
+    telemetry = _telemetry(plan, cluster, serving, shells) if shells is not None and serving else None
+    off = (
+        f"telemetry off (telemetry_interval_s {plan.telemetry_interval_s:g})"
+        if plan.telemetry_interval_s <= 0
+        else "power not sampled: this kind of run keeps no shells to the nodes for telemetry"
+    )
     return ServingRunner(plan, cluster, serving, sched, backend, life, python, env, shells,
-                         force_faults=force_faults)  # fmt: skip
+                         force_faults=force_faults, telemetry=telemetry, no_telemetry=off)  # fmt: skip
 
 
 def _telemetry(
-    plan: Plan, cluster: Cluster, steps: list[Step], shells: Mapping[str, NodeShell] | None = None
+    plan: Plan,
+    cluster: Cluster,
+    steps: Sequence[Step | ServingStep],
+    shells: Mapping[str, NodeShell] | None = None,
 ) -> TelemetrySampler | None:
     """The run's GPU telemetry sampler (docs/telemetry.md) over the run's shells (None: its own);
     None when the plan turns it off."""

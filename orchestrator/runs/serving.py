@@ -53,7 +53,7 @@ from orchestrator.metrics.percentiles import median_of
 from orchestrator.metrics.serving_baseline import ServingBaselineFigures, baseline_failures, baseline_ratios
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.cost import CostAtRate, CostModel
-from orchestrator.models.events import StepDone, StepSubmitted
+from orchestrator.models.events import RunWarning, StepDone, StepSubmitted
 from orchestrator.models.fault import ENGINE_ENV as ENGINE_TAG_ENV
 from orchestrator.models.fault import ENGINE_NODE_ENV
 from orchestrator.models.plan import Plan
@@ -81,6 +81,8 @@ from orchestrator.scheduler.local import LOCAL_ADDR, free_port
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import SERVING_RESULT
 from orchestrator.store.rundir import atomic_write
+from orchestrator.telemetry.power import level_power
+from orchestrator.telemetry.sampler import TelemetrySampler
 from orchestrator.workloads.engine_specs import engine_spec
 from orchestrator.workloads.engines import engine_argv, engine_env, health_path, variant_of
 from orchestrator.workloads.loadgen import (
@@ -171,11 +173,15 @@ def measured_outage_s(res: ServingStepResult) -> float | None:
     return sum(outages) / len(outages) if outages else None
 
 
+NO_PROBE_POWER = "power is sampled per fixed level, not per capacity probe"
+
+
 def capacity_cost(
-    cap: CapacityResult, model: CostModel, nodes: int, outage_s: float | None
+    cap: CapacityResult, model: CostModel, nodes: int, outage_s: float | None, watts_why: str = NO_PROBE_POWER
 ) -> CostAtRate | None:
     """The cost by part at the capacity rate: the throughput of each repeat's probe at its capacity
-    (one that met the target), the median over the repeats; None when there is none."""
+    (one that met the target), the median over the repeats; None when there is none. Energy is
+    missing there, ``watts_why`` saying why."""
     at = [
         p.summary
         for r in cap.repeats
@@ -187,9 +193,18 @@ def capacity_cost(
     return cost_at(
         requests_per_s=median_of(s.requests_per_s for s in at),
         output_tokens_per_s=median_of(s.output_tokens_per_s for s in at),
-        model=model, nodes=nodes, watts=None, outage_s=outage_s,
+        model=model, nodes=nodes, watts=None, outage_s=outage_s, watts_why=watts_why,
         rate=f"capacity {cap.capacity:g} req/s (n={sum(s.n for s in at)})",
     )  # fmt: skip
+
+
+def capacity_watts_why(res: ServingStepResult) -> str:
+    """Why energy is missing at the capacity: the levels' reason when they measured no power (no
+    tool on a node, telemetry off), else that the capacity probes are not sampled."""
+    for level in res.levels:
+        if level.power is not None and (why := level.power.why_not) is not None:
+            return why
+    return NO_PROBE_POWER if res.step.nodes else "engine: external: no inventory node to sample"
 
 
 def http_ok(url: str, timeout: float) -> bool:
@@ -302,7 +317,10 @@ class ServingRunner:
         shells: Mapping[str, NodeShell] | None = None,
         *,
         force_faults: bool = False,
+        telemetry: TelemetrySampler | None = None,
+        no_telemetry: str = "power not sampled in this kind of run",
     ) -> None:
+        self.telemetry, self.no_telemetry = telemetry, no_telemetry  # GPU power per level, or why not
         self.plan, self.cluster, self.sched, self.backend, self.life = plan, cluster, sched, backend, life
         self.here = backend_traits(backend).on_this_machine
         self.bindir = str(Path(python).parent)  # the stack's <prefix>/bin: its engines' programs
@@ -339,6 +357,7 @@ class ServingRunner:
         with node_files(self.cluster, self.layout, self.shells) as self.files:
             try:
                 self.faults.start()  # its close (reverting what is active) is on the lifecycle's close
+                self._start_telemetry()
                 todo = [r for r in self.results if r.verdict == "skipped"]
                 self.files.prepare({n: [("steps", r.step.id) for r in todo if n in r.step.nodes]
                                     for n in sorted({n for r in todo for n in r.step.nodes})})  # fmt: skip
@@ -543,11 +562,13 @@ class ServingRunner:
                     watcher.start()
                     threads.append(watcher)
                 try:
+                    self._power_started(res, spec.level)
                     gen.run()
                 finally:
                     with self._lock:
                         self._gen = None
                     gen.stop()  # an interrupted level: its requests in flight are aborted
+                    self._power_ended(res, spec.level)
             finally:
                 done.set()
                 self.faults.level_ended(threads)  # reverted, and no restart half-way
@@ -756,7 +777,8 @@ class ServingRunner:
                         output_tokens_per_s=level.summary.output_tokens_per_s,
                         model=model,
                         nodes=max(1, len(res.step.nodes)),
-                        watts=None,  # serving steps sample no power yet: energy is named missing
+                        watts=level.power.watts if level.power is not None else None,
+                        watts_why=level.power.why_not if level.power is not None else self.no_telemetry,
                         outage_s=outage,
                         rate=f"{level.level}'s measured rate",
                     )
@@ -765,9 +787,34 @@ class ServingRunner:
         cap = res.capacity
         if model is not None and cap is not None and cap.capacity is not None:
             try:
-                cap.cost_at = capacity_cost(cap, model, max(1, len(res.step.nodes)), outage)
+                cap.cost_at = capacity_cost(cap, model, max(1, len(res.step.nodes)), outage,
+                                            capacity_watts_why(res))  # fmt: skip
             except ValueError as e:
                 res.warnings.append(f"capacity: cost by part not computed: {e}")
+
+    # --- GPU power per level (telemetry/power.py, docs/telemetry.md) ---------------------------
+
+    def _start_telemetry(self) -> None:
+        """Ask the serving nodes for their tool once per run (the lines go to the journal as
+        warnings); the sampler is closed with the run."""
+        if self.telemetry is None:
+            return
+        self.life.on_close(self.telemetry.close)
+        for line in self.telemetry.start():
+            self.life.log(RunWarning(message=line))
+
+    def _power_started(self, res: ServingStepResult, level: str) -> None:
+        if self.telemetry is not None:
+            self.telemetry.window_started(f"{res.step.id}/{level}", res.step.nodes)
+
+    def _power_ended(self, res: ServingStepResult, level: str) -> None:
+        """The level's power per node, or why not, into its result (the last level appended)."""
+        got = None
+        if self.telemetry is not None:
+            got = self.telemetry.window_ended(f"{res.step.id}/{level}", res.step.nodes)
+        why = self.telemetry.why_not if self.telemetry is not None else {}
+        off = None if self.telemetry is not None else self.no_telemetry
+        res.levels[-1].power = level_power(res.step.nodes, got, why, off)
 
     def _datasets(self, w: ServingWorkload) -> dict[tuple[str, str], Sequence[int]]:
         out: dict[tuple[str, str], Sequence[int]] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -23,6 +23,7 @@ from orchestrator.errors import OrchError
 from orchestrator.models.cluster import Cluster
 from orchestrator.models.plan import Step
 from orchestrator.models.results import Collective, CollSummary
+from orchestrator.models.serving import ServingStep
 from orchestrator.models.telemetry import (
     NodeSample,
     NodeTelemetry,
@@ -130,7 +131,11 @@ class TelemetrySampler:
     """The run's telemetry: started once, told when steps start and end, closed at the run's end."""
 
     def __init__(
-        self, cluster: Cluster, steps: list[Step], interval_s: float, open_shells: OpenShells | None = None
+        self,
+        cluster: Cluster,
+        steps: Sequence[Step | ServingStep],
+        interval_s: float,
+        open_shells: OpenShells | None = None,
     ) -> None:
         self.cluster, self.interval_s = cluster, interval_s
         self.nodes = sorted({n for s in steps for n in s.nodes})
@@ -141,6 +146,7 @@ class TelemetrySampler:
         self._t0 = time.monotonic()
         self.samplers: dict[str, _NodeSampler] = {}
         self._started: dict[str, float] = {}
+        self.why_not: dict[str, str] = {}  # node -> why it is not sampled (no tool, not asked)
 
     def start(self) -> list[str]:
         """Ask every node of the ladder for its tool and start the samplers; returns the lines to
@@ -149,6 +155,7 @@ class TelemetrySampler:
         try:
             shells = self._exit.enter_context(self._open(sub))
         except OrchError as e:
+            self.why_not = {n: f"not sampled: {e.message}" for n in self.nodes}
             return [f"telemetry: not sampled: {e.message}"]
         probes: dict[str, tuple[TelemetryTool | None, str | None, list[str]] | str] = {}
 
@@ -168,10 +175,12 @@ class TelemetrySampler:
             got = probes.get(node, "no answer")
             if isinstance(got, str):
                 unasked.append(f"{node} ({got})")
+                self.why_not[node] = f"could not ask {node}: {got}"
                 continue
             tool, path, others = got
             if tool is None or path is None:
                 none.append(node)
+                self.why_not[node] = f"no power telemetry on {node}: no {'/'.join(_KNOWN_PATHS)}"
                 other += [f"{node} has {t}" for t in others]
                 continue
             sampler = _NodeSampler(node, shells[node], tool, path, self.interval_s, self._t0, self._stop)
@@ -186,23 +195,24 @@ class TelemetrySampler:
 
     def step_started(self, step: Step) -> None:
         """Sample the step's nodes from now on."""
+        self.window_started(step.id, step.nodes)
+
+    def window_started(self, key: str, nodes: Sequence[str]) -> None:
+        """Sample `nodes` from now on, for the window `key` (a ladder step, a serving level)."""
         with self._lock:
-            self._started[step.id] = time.monotonic() - self._t0
-            for n in step.nodes:
+            self._started[key] = time.monotonic() - self._t0
+            for n in nodes:
                 if (s := self.samplers.get(n)) is not None:
                     s.users += 1
                     s.active.set()
 
-    def step_ended(
-        self, step: Step, summary: Mapping[Collective, CollSummary], folder: Path | None
-    ) -> StepTelemetry | None:
-        """Stop sampling the step's nodes (unless another step runs there), write its samples to
-        folder/telemetry.json and return its summary; None when none of its nodes has a tool or
-        the step never started."""
+    def window_ended(self, key: str, nodes: Sequence[str]) -> list[NodeTelemetry] | None:
+        """Stop sampling `nodes` for the window `key` (unless another window samples them) and
+        return its samples per node that has a tool; None when none has or it never started."""
         now = time.monotonic() - self._t0
         with self._lock:
-            since = self._started.pop(step.id, None)
-            mine = [self.samplers[n] for n in step.nodes if n in self.samplers]
+            since = self._started.pop(key, None)
+            mine = [self.samplers[n] for n in nodes if n in self.samplers]
             if since is not None:
                 for s in mine:
                     s.users -= 1
@@ -211,7 +221,17 @@ class TelemetrySampler:
                         s.active.clear()
         if since is None or not mine:
             return None
-        records = [s.take(since, now) for s in mine]
+        return [s.take(since, now) for s in mine]
+
+    def step_ended(
+        self, step: Step, summary: Mapping[Collective, CollSummary], folder: Path | None
+    ) -> StepTelemetry | None:
+        """Stop sampling the step's nodes (unless another step runs there), write its samples to
+        folder/telemetry.json and return its summary; None when none of its nodes has a tool or
+        the step never started."""
+        records = self.window_ended(step.id, step.nodes)
+        if records is None:
+            return None
         if folder is not None:
             rec = StepTelemetryRecord(step=step.id, interval_s=self.interval_s, nodes=records)
             with contextlib.suppress(OSError):  # the summary still goes into the step's result

@@ -129,6 +129,11 @@ def test_serving_plan_runs_end_to_end(tmp_path: Path) -> None:
     by_part = levels["c4"].cost_at
     assert by_part is not None and by_part.missing == ["staff", "downtime"]
     assert by_part.per_million_output_tokens == pytest.approx(2.0 / 3600 / s.output_tokens_per_s * 1e6)
+    # each level's GPU power through the run's sampler: watts with their samples, or why not
+    power = levels["c4"].power
+    assert power is not None and [n.node for n in power.nodes] == ["localhost"]
+    (node_power,) = power.nodes
+    assert (node_power.mean_w is None) == (node_power.why_not is not None)
     # the engine is gone, and the run reads back with its serving step
     (pid,) = engine_pids(pids)
     assert gone(pid)
@@ -255,6 +260,7 @@ def test_the_terminal_shows_percentiles_with_n_tokens_goodput_cost_and_verdict(
     assert "fake-r1 c4: cost at c4's measured rate: " in shown
     assert "partial (missing: staff, downtime)" in shown
     assert "fake-r1 c4:   energy: - (in the node-hour price)" in shown
+    assert "fake-r1 c4: power: localhost" in shown  # its watts and samples, or why none
     assert "model load time to health" in shown and "verdict: accepted (exit 0)" in shown
     from orchestrator.cli import main
 
