@@ -139,7 +139,8 @@ class ClusterOps:
         runner = StepExecutor(plan, sub, steps, sched, backend, self.life, python, env, step_faults)
         if steps:
             runner.run()
-        served = _serving_runner(plan, sub, serving, sched, backend, self.life, python, env)
+        shells = self.life.shells(self.cluster)  # the run's one set: GPU power per serving level
+        served = _serving_runner(plan, sub, serving, sched, backend, self.life, python, env, shells)
         served.run()
         busbw: dict[str, dict[int, float]] = {}
         for res in runner.results:
