@@ -179,14 +179,9 @@ class LevelSummary(StrictModel):
     requests_per_s: float | None = Field(default=None, description="successful requests per second")
     error_rate: float | None = Field(default=None, description="errors / n (truncated streams included)")
     abort_rate: float | None = Field(default=None, description="aborted / n (timed out or cancelled)")
-    timeout_rate: float | None = Field(
-        default=None, description="timed out / n: a part of abort_rate (None in summaries of older runs)"
-    )
-    truncated_rate: float | None = Field(
-        default=None,
-        description="answer streams cut short / n (reason truncated): a part of error_rate (None in "
-        "summaries of older runs)",
-    )
+    # None in the summaries of older runs
+    timeout_rate: float | None = Field(default=None, description="timed out / n, a part of abort_rate")
+    truncated_rate: float | None = Field(default=None, description="streams cut short / n, in error_rate")
     reasons: dict[str, int] = Field(
         default_factory=dict, description="counted requests that did not succeed, per FailureReason"
     )
@@ -412,7 +407,8 @@ class ServingSummary(StrictModel):
             ttft=lat(level.ttft_ms), tpot=lat(level.tpot_ms), itl=lat(level.itl_ms), e2e=lat(level.e2e_ms),
             request_goodput=level.request_goodput,
             other={"slo_attainment": level.slo_attainment, "error_rate": level.error_rate,
-                   "abort_rate": level.abort_rate},
+                   "abort_rate": level.abort_rate, "timeout_rate": level.timeout_rate,
+                   "truncated_rate": level.truncated_rate},
         )  # fmt: skip
 
 
