@@ -14,8 +14,11 @@ Each request is a POST to /v1/completions (or /v1/chat/completions) with stream=
 is read as server-sent events, line by line. Every `data:` event that carries a token is a token
 arrival (see _event_token; engines may send several tokens in one event: the arrival count is then
 below the token count, and output_tokens comes from the server's usage when it reports one, else
-it is the arrival count). A stream ends well with `data: [DONE]` (vLLM, SGLang) or, without it,
-with a finish_reason before the connection closes (`transformers serve` 5.24 sends no [DONE]).
+it is the arrival count). A stream ends well with a finish_reason in its last choice (then
+`data: [DONE]` from vLLM and SGLang; `transformers serve` 5.24 sends no [DONE]): stop or length
+(COMPLETE_FINISH), or another one with every requested token. Any other end is a truncated stream,
+an error (stream_cut): no finish_reason, [DONE] or not, an error event in the stream, or the
+connection lost after HTTP 200. Each failed record says why in its `reason` (FailureReason).
 A record (models/serving_results.RequestRecord) is appended to the output file when its request
 ends: one os.write of one line on an O_APPEND descriptor, so lines from threads never interleave
 and a crash loses at most the requests still in flight.
