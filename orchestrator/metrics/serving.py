@@ -279,8 +279,9 @@ def level_lines(s: LevelSummary) -> list[str]:
     """A level's figures as text, every percentile with its n (no figure without its basis)."""
     rate = figure(s.output_tokens_per_s)
     rps = figure(s.requests_per_s)
+    why = f" ({', '.join(f'{k} {v}' for k, v in s.reasons.items())})" if s.reasons else ""
     lines = [
-        f"{s.level}: {s.ok}/{s.n} ok, errors {s.errors}, aborted {s.aborted}, {rps} requests/s, "
+        f"{s.level}: {s.ok}/{s.n} ok, errors {s.errors}, aborted {s.aborted}{why}, {rps} requests/s, "
         f"{rate} output tokens/s over {s.duration_s:.1f} s",
         f"  TTFT {label(s.ttft_ms, 'ms')}",
         f"  ITL  {label(s.itl_ms, 'ms')}",

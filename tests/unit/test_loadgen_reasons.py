@@ -13,7 +13,7 @@ import pytest
 from sse_server import HOLD_TOKENS, Behaviour, sse_server
 from test_loadgen import run_level, spec
 
-from orchestrator.metrics.serving import summarize_level
+from orchestrator.metrics.serving import level_lines, summarize_level
 from orchestrator.models.serving_results import IN_FLIGHT_BOUND_ERROR, LevelSummary, RequestRecord
 from orchestrator.workloads.loadgen import LoadGenerator, stream_cut
 
@@ -129,6 +129,7 @@ def test_rates_count_reasons_as_parts_of_error_and_abort_rates() -> None:
     assert (s.n, s.ok, s.errors, s.aborted) == (10, 5, 3, 2)
     assert (s.error_rate, s.abort_rate, s.timeout_rate, s.truncated_rate) == (0.3, 0.2, 0.1, 0.2)
     assert s.reasons == {"cancelled": 1, "http": 1, "timeout": 1, "truncated": 2}
+    assert "errors 3, aborted 2 (cancelled 1, http 1, timeout 1, truncated 2)," in level_lines(s)[0]
 
 
 def test_old_records_without_reason_read_and_get_one_from_their_error() -> None:
