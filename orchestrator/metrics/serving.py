@@ -11,7 +11,9 @@ Definitions (those of vLLM's serving benchmark, so that figures compare with pil
 Each is summarised as p50/p95/p99 with its n (metrics/percentiles: p99 is hidden below n = 100).
 Only counted requests enter (warm-up requests are written but never counted). Throughput divides
 by the level's span, first send to last end. Error and abort rates are shares of all counted
-requests; SLO attainment is the share of all counted requests that succeeded and met every SLO (a
+requests, and so are the timeout rate (a part of the abort rate) and the truncated-stream rate (a
+part of the error rate), counted by each record's reason (models/serving_results.FailureReason);
+SLO attainment is the share of all counted requests that succeeded and met every SLO (a
 failed request counts against it), goodput those requests per second of the span (vLLM's
 `--goodput`); capacity, the highest rate whose attainment stays at a target, is a search over
 levels, not a level's figure. Cost: metrics/cost.py.
@@ -177,6 +179,7 @@ def summarize_level(records: Iterable[RequestRecord], slos: ServingSlos | None =
         return x / span if span > 0 else None
 
     good = sum(met_every_slo(r, slos) for r in recs) if slos.given() else None
+    reasons = Counter(r.reason for r in recs if r.status != "ok" and r.reason is not None)
     checks = [
         _slo_check(metric, limit, summaries[metric])
         for metric, limit in (
@@ -202,6 +205,9 @@ def summarize_level(records: Iterable[RequestRecord], slos: ServingSlos | None =
         requests_per_s=per_s(len(ok)),
         error_rate=sum(r.status == "error" for r in recs) / n,
         abort_rate=sum(r.status == "aborted" for r in recs) / n,
+        timeout_rate=reasons["timeout"] / n,
+        truncated_rate=reasons["truncated"] / n,
+        reasons=dict(sorted(reasons.items())),
         slo_attainment=good / n if good is not None else None,
         request_goodput=per_s(good) if good is not None else None,
         slos=checks,
@@ -273,8 +279,9 @@ def level_lines(s: LevelSummary) -> list[str]:
     """A level's figures as text, every percentile with its n (no figure without its basis)."""
     rate = figure(s.output_tokens_per_s)
     rps = figure(s.requests_per_s)
+    why = f" ({', '.join(f'{k} {v}' for k, v in s.reasons.items())})" if s.reasons else ""
     lines = [
-        f"{s.level}: {s.ok}/{s.n} ok, errors {s.errors}, aborted {s.aborted}, {rps} requests/s, "
+        f"{s.level}: {s.ok}/{s.n} ok, errors {s.errors}, aborted {s.aborted}{why}, {rps} requests/s, "
         f"{rate} output tokens/s over {s.duration_s:.1f} s",
         f"  TTFT {label(s.ttft_ms, 'ms')}",
         f"  ITL  {label(s.itl_ms, 'ms')}",

@@ -161,7 +161,9 @@ SERVING_FIGURES: tuple[tuple[str, str, str | None, bool], ...] = (
     ("slo_attainment", "slo_attainment", None, True),
 )
 """(figure, ServingFigures field, its n's field (None: n is the runs), higher is better)."""
-RATES = ("error_rate", "abort_rate")
+RATES = ("error_rate", "abort_rate", "timeout_rate", "truncated_rate")
+"""The failure rates set beside each level's decision, not judged (timeouts are a part of the
+aborts, truncated streams a part of the errors: models/serving_results.FailureReason)."""
 
 
 def _level(runs: Sequence[PlanRun], key: tuple[str, str]) -> list[ServingFigures]:

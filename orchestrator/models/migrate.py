@@ -256,6 +256,12 @@ class ServingFigures(StrictModel):
     slo_attainment: float | None = None
     error_rate: float | None = None
     abort_rate: float | None = Field(default=None, description="aborted / n: timed out or cancelled")
+    timeout_rate: float | None = Field(
+        default=None, description="timed out / n, a part of abort_rate (None in runs of older orch)"
+    )
+    truncated_rate: float | None = Field(
+        default=None, description="answer streams cut short / n, a part of error_rate (None in older runs)"
+    )
 
 
 class PlanRun(StrictModel):
@@ -339,7 +345,8 @@ class ServingLevelDecision(StrictModel):
     reason: str
     blind: list[str] = Field(default_factory=list, description="figures the compare cannot see")
     rates: dict[str, list[float | None]] = Field(
-        default_factory=dict, description="error_rate, abort_rate: A's runs, then B's"
+        default_factory=dict,
+        description="error_rate, abort_rate, timeout_rate, truncated_rate: A's runs, then B's",
     )
 
 

@@ -28,6 +28,19 @@ RequestStatus = Literal["ok", "error", "aborted"]
 """ok: the stream ended normally; error: HTTP or connection error, bad stream, or a request the
 client could not send (its in-flight bound); aborted: timed out, or cancelled when the level stopped."""
 
+FailureReason = Literal["timeout", "cancelled", "truncated", "http", "refused", "connection", "protocol"]
+"""Why a request did not succeed (a record's `reason`; its status says error or aborted):
+- timeout (aborted): connect, a read, or the whole request past the request timeout;
+- cancelled (aborted): the level stopped (LoadGenerator.stop) while it was in flight;
+- truncated (error): the answer stream ended before the engine said it was complete: no
+  finish_reason (with or without `data: [DONE]`), a finish_reason other than stop/length/tool_calls
+  with fewer tokens than requested, an error event inside the stream, or the connection lost after
+  HTTP 200;
+- http (error): the engine answered with an HTTP status other than 200;
+- refused (error): orch did not send it (it cannot fit max_model_len; the client's in-flight bound);
+- connection (error): no HTTP answer (connection refused or reset: an engine down or restarting);
+- protocol (error): a stream event that is not a JSON object."""
+
 IN_FLIGHT_BOUND_ERROR = "client in-flight bound reached"
 """The error of an open-loop request not sent because max_in_flight requests were in flight: the
 client, not the engine, refused it (orchestrator.metrics.capacity reads it as the generator's limit)."""
@@ -54,6 +67,11 @@ class RequestRecord(StrictModel):
     status: RequestStatus
     http_status: int | None = None
     error: str | None = Field(default=None, description="what went wrong, one line (at most 300 characters)")
+    reason: FailureReason | None = Field(
+        default=None,
+        description="why it did not succeed (FailureReason); None when ok. A record written before "
+        "the field existed is given one from its error text when it can be told (old_reason)",
+    )
     input_tokens: int = Field(
         ge=0, description="prompt tokens: the server's usage figure, else the requested count"
     )
@@ -77,6 +95,37 @@ class RequestRecord(StrictModel):
         description="the host its generator process ran on, where records of several hosts were merged "
         "(their times then moved onto one clock by measured offsets); None on one host",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_reason(cls, data: object) -> object:
+        """A failed record of a run written before `reason` existed gets the one its error says."""
+        if not isinstance(data, dict) or "reason" in data or data.get("status") in (None, "ok"):
+            return data
+        reason = old_reason(str(data.get("status")), data.get("error"))
+        return data if reason is None else {**data, "reason": reason}
+
+
+_OLD_ERRORS: tuple[tuple[str, FailureReason], ...] = (
+    ("request timeout ", "timeout"),
+    ("cancelled: ", "cancelled"),
+    ("stream ended without ", "truncated"),
+    ("HTTP ", "http"),
+    ("refused before sending", "refused"),
+    (IN_FLIGHT_BOUND_ERROR, "refused"),
+    ("ConnectionRefusedError", "connection"),
+    ("ConnectionResetError", "connection"),
+    ("RemoteDisconnected", "connection"),
+)
+"""The starts of the error texts the load generator wrote before records had a reason."""
+
+
+def old_reason(status: str, error: object) -> FailureReason | None:
+    """The reason of a failed record written before `reason` existed, from its error text (the
+    texts loadgen wrote then); None when the text does not tell it."""
+    if status == "ok" or not isinstance(error, str):
+        return None
+    return next((r for start, r in _OLD_ERRORS if error.startswith(start)), None)
 
 
 class SloCheck(StrictModel):
@@ -129,8 +178,14 @@ class LevelSummary(StrictModel):
     input_tokens_per_s: float | None = None
     output_tokens_per_s: float | None = None
     requests_per_s: float | None = Field(default=None, description="successful requests per second")
-    error_rate: float | None = Field(default=None, description="errors / n")
-    abort_rate: float | None = Field(default=None, description="aborted / n")
+    error_rate: float | None = Field(default=None, description="errors / n (truncated streams included)")
+    abort_rate: float | None = Field(default=None, description="aborted / n (timed out or cancelled)")
+    # None in the summaries of older runs
+    timeout_rate: float | None = Field(default=None, description="timed out / n, a part of abort_rate")
+    truncated_rate: float | None = Field(default=None, description="streams cut short / n, in error_rate")
+    reasons: dict[str, int] = Field(
+        default_factory=dict, description="counted requests that did not succeed, per FailureReason"
+    )
     slo_attainment: float | None = Field(
         default=None,
         description="SLO attainment: the share of the n counted requests that succeeded and met every SLO "
@@ -353,7 +408,8 @@ class ServingSummary(StrictModel):
             ttft=lat(level.ttft_ms), tpot=lat(level.tpot_ms), itl=lat(level.itl_ms), e2e=lat(level.e2e_ms),
             request_goodput=level.request_goodput,
             other={"slo_attainment": level.slo_attainment, "error_rate": level.error_rate,
-                   "abort_rate": level.abort_rate},
+                   "abort_rate": level.abort_rate, "timeout_rate": level.timeout_rate,
+                   "truncated_rate": level.truncated_rate},
         )  # fmt: skip
 
 

@@ -250,11 +250,12 @@ def serving_sections(r: MigrateRun) -> list[Section]:
         rows = [
             [label, f"{f.step} {f.level}", str(f.n)]
             + [_opt(v, "{:.4g}") for v in (f.ttft_p99_ms, f.itl_p99_ms, f.tpot_p99_ms, f.output_tokens_per_s)]
-            + [pct(f.slo_attainment), pct(f.error_rate), pct(f.abort_rate)]
+            + [pct(f.slo_attainment), pct(f.error_rate), pct(f.abort_rate), pct(f.timeout_rate)]
+            + [pct(f.truncated_rate)]
             for label, f in figs
         ]
         head = ["run", "step level", "n", "TTFT p99 ms", "ITL p99 ms", "TPOT p99 ms", "output tok/s", "SLO",
-                "errors", "aborted"]  # fmt: skip
+                "errors", "aborted", "timed out", "truncated"]  # fmt: skip
         out.append(Section("Serving figures per plan run", head=head, rows=rows))
     return out
 

@@ -166,13 +166,14 @@ def slo_rows(rec: RunRecord) -> list[list[str]]:
             for c in s.slos
         )
         return [_share(s.slo_attainment), str(s.n), figure(s.request_goodput), _share(s.error_rate),
-                _share(s.abort_rate), slos or "no SLO in the plan"]  # fmt: skip
+                _share(s.abort_rate), _share(s.timeout_rate), _share(s.truncated_rate),
+                slos or "no SLO in the plan"]  # fmt: skip
 
     return level_rows(rec, cells)
 
 
 SLO_HEAD = ["step", "level", "SLO attainment", "of n", "goodput (req/s)", "error rate", "abort rate",
-            "SLOs (p99 against limit)"]  # fmt: skip
+            "timeout rate", "truncated rate", "SLOs (p99 against limit)"]  # fmt: skip
 
 
 def cost_rows(rec: RunRecord) -> list[list[str]]:
@@ -537,6 +538,12 @@ def serving_families(rec: RunRecord, base: dict[str, str]) -> dict[str, tuple[st
             [],
         ),
         "orch_serving_error_ratio": ("gauge", "share of counted requests that failed or were aborted", []),
+        "orch_serving_timeout_ratio": ("gauge", "share of counted requests that timed out", []),
+        "orch_serving_truncated_ratio": (
+            "gauge",
+            "share of counted requests whose answer stream ended before the engine said it was complete",
+            [],
+        ),
         "orch_serving_cost_per_million_output_tokens": (
             "gauge",
             "cost per 1M output tokens of successful requests",
@@ -565,6 +572,8 @@ def serving_families(rec: RunRecord, base: dict[str, str]) -> dict[str, tuple[st
                         ("orch_serving_slo_attainment_ratio", sm.slo_attainment),
                         ("orch_serving_goodput_requests_per_second", sm.request_goodput),
                         ("orch_serving_error_ratio", (sm.errors + sm.aborted) / sm.n if sm.n else None),
+                        ("orch_serving_timeout_ratio", sm.timeout_rate),
+                        ("orch_serving_truncated_ratio", sm.truncated_rate),
                         ("orch_serving_cost_per_million_output_tokens",
                          lv.result.cost.per_million_output_tokens if lv.result.cost else None)):  # fmt: skip
             if v is not None:

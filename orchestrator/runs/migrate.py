@@ -202,7 +202,8 @@ def serving_figures(label: str, results: list[ServingStepResult]) -> list[Servin
                 ttft_p99_ms=s.ttft_ms.p99, ttft_n=s.ttft_ms.n, itl_p99_ms=s.itl_ms.p99,
                 itl_n=s.itl_ms.n, tpot_p99_ms=s.tpot_ms.p99, tpot_n=s.tpot_ms.n,
                 output_tokens_per_s=s.output_tokens_per_s, slo_attainment=s.slo_attainment,
-                error_rate=s.error_rate, abort_rate=s.abort_rate,
+                error_rate=s.error_rate, abort_rate=s.abort_rate, timeout_rate=s.timeout_rate,
+                truncated_rate=s.truncated_rate,
             )  # fmt: skip
             out.append(fig)
     return out

@@ -14,8 +14,11 @@ Each request is a POST to /v1/completions (or /v1/chat/completions) with stream=
 is read as server-sent events, line by line. Every `data:` event that carries a token is a token
 arrival (see _event_token; engines may send several tokens in one event: the arrival count is then
 below the token count, and output_tokens comes from the server's usage when it reports one, else
-it is the arrival count). A stream ends well with `data: [DONE]` (vLLM, SGLang) or, without it,
-with a finish_reason before the connection closes (`transformers serve` 5.24 sends no [DONE]).
+it is the arrival count). A stream ends well with a finish_reason in its last choice (then
+`data: [DONE]` from vLLM and SGLang; `transformers serve` 5.24 sends no [DONE]): stop or length
+(COMPLETE_FINISH), or another one with every requested token. Any other end is a truncated stream,
+an error (stream_cut): no finish_reason, [DONE] or not, an error event in the stream, or the
+connection lost after HTTP 200. Each failed record says why in its `reason` (FailureReason).
 A record (models/serving_results.RequestRecord) is appended to the output file when its request
 ends: one os.write of one line on an O_APPEND descriptor, so lines from threads never interleave
 and a crash loses at most the requests still in flight.
@@ -67,7 +70,12 @@ from orchestrator.models.serving import (
     TokenLengths,
     check_http_url,
 )
-from orchestrator.models.serving_results import IN_FLIGHT_BOUND_ERROR, RequestRecord, RequestStatus
+from orchestrator.models.serving_results import (
+    IN_FLIGHT_BOUND_ERROR,
+    FailureReason,
+    RequestRecord,
+    RequestStatus,
+)
 
 CONNECT_ERROR_PAUSE_S = 0.05
 """A closed-loop worker's pause after a request that got no HTTP answer (see the docstring)."""
@@ -87,6 +95,34 @@ class Target:
 
 REFUSED = "refused before sending"
 """The start of a record's error when orch did not send the request (it cannot fit the model)."""
+
+CANCELLED = "cancelled: the level stopped"
+"""The error of a request aborted by stop() (reason cancelled)."""
+
+COMPLETE_FINISH = frozenset({"stop", "length", "tool_calls", "function_call"})
+"""finish_reasons that say an answer is complete: vLLM, SGLang and `transformers serve` end with
+stop (end of sequence or a stop string) or length (max_tokens); tool_calls and function_call end
+an OpenAI chat answer. Any other (vLLM's and SGLang's abort, an error) is complete only with every
+requested token (stream_cut)."""
+
+
+class StreamError(Exception):
+    """An error event inside an answer stream (vLLM sends `data: {"error": {...}}` then `data:
+    [DONE]` when a request fails after its HTTP 200): the answer ended before its finish_reason."""
+
+
+def stream_cut(finish: str | None, done: bool, tokens: int, requested: int) -> str | None:
+    """Why an answer stream that ended without an error is cut short (reason truncated), or None
+    when it is complete: a finish_reason in COMPLETE_FINISH, or another finish_reason with every
+    requested token. A stream without a finish_reason is cut short, [DONE] or not: every engine orch
+    drives (OpenAI-compatible SSE) sends one in the last choice before [DONE] or the end."""
+    if finish in COMPLETE_FINISH or (finish is not None and tokens >= requested):
+        return None
+    if finish is not None:
+        return f"stream ended with finish_reason {finish!r} after {tokens} of {requested} tokens"
+    if done:
+        return f"stream ended with [DONE] but no finish_reason, after {tokens} of {requested} tokens"
+    return f"stream ended without [DONE] or a finish_reason, after {tokens} of {requested} tokens"
 
 
 @dataclass
@@ -323,7 +359,7 @@ class LoadGenerator:
                 now = self._clock.now()
                 self._record(
                     i, warmup, self._target(i), now, now, "error", error=IN_FLIGHT_BOUND_ERROR,
-                    scheduled=scheduled,
+                    reason="refused", scheduled=scheduled,
                 )  # fmt: skip
                 continue
             t = threading.Thread(target=self._one, args=(i, warmup, True, scheduled), daemon=True)
@@ -386,7 +422,9 @@ class LoadGenerator:
         if s.max_model_len is not None and n_in + n_out > s.max_model_len:
             now = self._clock.now()
             why = f"{REFUSED}: input {n_in} + output {n_out} tokens > max_model_len {s.max_model_len}"
-            self._record(i, warmup, target, now, now, "error", error=why, n_in=n_in, n_out=n_out)
+            self._record(
+                i, warmup, target, now, now, "error", error=why, reason="refused", n_in=n_in, n_out=n_out
+            )
             return True
         parts = urlsplit(target.url)
         path = parts.path.rstrip("/") + ("/v1/chat/completions" if s.api == "chat" else "/v1/completions")
@@ -400,6 +438,7 @@ class LoadGenerator:
         usage: dict[str, int] = {}
         output = StreamOutput() if self._on_output is not None else None
         status: RequestStatus = "ok"
+        reason: FailureReason | None = None
         http_status: int | None = None
         error: str | None = None
         try:
@@ -409,39 +448,45 @@ class LoadGenerator:
             resp = conn.getresponse()
             http_status = resp.status
             if resp.status != 200:
-                status, error = "error", f"HTTP {resp.status}: {resp.read(300).decode(errors='replace')}"
+                status, reason = "error", "http"
+                error = f"HTTP {resp.status}: {resp.read(300).decode(errors='replace')}"
             else:
-                done = finished = False
+                done, finish = False, None
                 for event in _sse_events(resp):
                     if time.monotonic() > deadline:
-                        status, error = "aborted", f"request timeout {s.timeout_s:g}s"
+                        status, reason, error = "aborted", "timeout", f"request timeout {s.timeout_s:g}s"
                         break
                     if event == "[DONE]":
                         done = True
                         break
-                    token, finish, u = _event_token(event)
+                    token, ended, u = _event_token(event)
                     if output is not None:
                         output.add(json.loads(event))
                     if u:
                         usage = u
                     if token:
                         times.append(self._clock.now())
-                    finished = finished or finish
-                done = done or (finished and status == "ok")
-                if status == "ok" and not done:
-                    status = "aborted" if self._stop.is_set() else "error"
-                    error = (
-                        "cancelled: the level stopped"
-                        if self._stop.is_set()
-                        else "stream ended without [DONE] or a finish_reason"
-                    )
+                    finish = finish or ended
+                n_got = usage.get("completion_tokens", len(times))
+                if status == "ok" and (cut := stream_cut(finish, done, n_got, n_out)) is not None:
+                    if self._stop.is_set():
+                        status, reason, error = "aborted", "cancelled", CANCELLED
+                    else:
+                        status, reason, error = "error", "truncated", cut
         except TimeoutError:
-            status, error = "aborted", f"request timeout {s.timeout_s:g}s"
+            status, reason, error = "aborted", "timeout", f"request timeout {s.timeout_s:g}s"
+        except StreamError as e:
+            status, reason, error = "error", "truncated", f"stream error event: {e}"
         except (OSError, http.client.HTTPException, ValueError) as e:
             if self._stop.is_set():
-                status, error = "aborted", "cancelled: the level stopped"
+                status, reason, error = "aborted", "cancelled", CANCELLED
             else:
-                status, error = "error", f"{type(e).__name__}: {e}"
+                # no HTTP answer: connection; lost after HTTP 200: the answer was cut short
+                status, error, reason = "error", f"{type(e).__name__}: {e}", "truncated"
+                if isinstance(e, ValueError):
+                    reason = "protocol"
+                elif http_status is None:
+                    reason = "connection"
         finally:
             conn.close()
             with self._lock:
@@ -451,7 +496,7 @@ class LoadGenerator:
             with self._emit_lock:
                 self._on_output(i, output)
         self._record(i, warmup, target, send, end, status, times=times, usage=usage, http_status=http_status,
-                     error=error, n_in=n_in, n_out=n_out, scheduled=scheduled)  # fmt: skip
+                     error=error, reason=reason, n_in=n_in, n_out=n_out, scheduled=scheduled)  # fmt: skip
         return http_status is not None or status != "error"
 
     def _record(
@@ -467,6 +512,7 @@ class LoadGenerator:
         usage: dict[str, int] | None = None,
         http_status: int | None = None,
         error: str | None = None,
+        reason: FailureReason | None = None,
         n_in: int | None = None,
         n_out: int | None = None,
         scheduled: float | None = None,
@@ -488,6 +534,7 @@ class LoadGenerator:
             status=status,
             http_status=http_status,
             error=None if error is None else " ".join(error.split())[:300],
+            reason=reason,
             input_tokens=usage.get("prompt_tokens", n_in),
             output_tokens=usage.get("completion_tokens", len(times)),
             requested_output_tokens=n_out,
@@ -515,9 +562,10 @@ def _sse_events(resp: http.client.HTTPResponse) -> Iterator[str]:
             data.append(line[5:].removeprefix(" "))
 
 
-def _event_token(event: str) -> tuple[bool, bool, dict[str, int]]:
-    """Whether one streamed chunk (completions or chat) is a token arrival, whether it finishes the
-    answer (a finish_reason), and its usage, if it carries one.
+def _event_token(event: str) -> tuple[bool, str | None, dict[str, int]]:
+    """Whether one streamed chunk (completions or chat) is a token arrival, the finish_reason that
+    ends the answer (None when it has none), and its usage, if it carries one. Raises StreamError
+    for an error event (`{"error": ...}`, or vLLM's older `{"object": "error", "message": ...}`).
 
     A token arrival is a choice with text (or delta content), or with an empty text and no
     finish_reason: a byte-level token can end inside a UTF-8 character and stream as "". The
@@ -526,15 +574,18 @@ def _event_token(event: str) -> tuple[bool, bool, dict[str, int]]:
     chunk = json.loads(event)
     if not isinstance(chunk, dict):
         raise ValueError("a stream event is not a JSON object")
+    if "error" in chunk or chunk.get("object") == "error":
+        err = chunk.get("error", chunk)
+        raise StreamError(str(err.get("message", err) if isinstance(err, dict) else err))
     usage = chunk.get("usage")
     u = {k: int(v) for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens")} if usage else {}
-    token = finish = False
+    token, finish = False, None
     for choice in chunk.get("choices") or []:
         delta = choice.get("delta") or {}
         text = choice["text"] if "text" in choice else delta.get("content")
-        ended = choice.get("finish_reason") is not None
-        finish = finish or ended
-        token = token or bool(text) or (text == "" and not ended)
+        reason = choice.get("finish_reason")
+        finish = finish or (None if reason is None else str(reason))
+        token = token or bool(text) or (text == "" and reason is None)
     return token, finish, u
 
 

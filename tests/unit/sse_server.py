@@ -10,9 +10,13 @@ Behaviours for error paths: `fail_every` (every k-th request gets HTTP 500), `ho
 whose max_tokens equals HOLD_TOKENS waits for this event before it answers), `usage` (send the
 usage chunk or not), `done` (end with `data: [DONE]` as vLLM does, or only with the finish chunk
 as `transformers serve` 5.24 does), `empty_every` (every k-th token streams as "", as a
-byte-level token that ends inside a UTF-8 character does), `truncate_after` (close the stream
-after that many tokens), `echo` (answer with the prompt's words in turn instead of " t0 t1 ...",
-as a greedy engine answers one prompt the same way each time; `diverge_at` changes every word from
+byte-level token that ends inside a UTF-8 character does), `truncate_after` (stop after that many
+tokens, and end the stream as `truncate_end` says: "close" the connection, "done" (`data: [DONE]`
+with no finish chunk), "error" (an error event then [DONE], as vLLM ends a request that failed
+after its HTTP 200), or "finish" (the finish chunk, usage and [DONE] as usual)), `finish` (the
+finish chunk's finish_reason, "length" by default; None sends no finish chunk), `echo` (answer
+with the prompt's words in turn instead of " t0 t1 ...", as a greedy engine answers one prompt the
+same way each time; `diverge_at` changes every word from
 that token on, as a B that changes numerics would; `logprob_shift` moves each logprob). When the
 request asks (`return_token_ids`, vLLM; `logprobs`, OpenAI's completions and chat shapes), each
 chunk carries its token id (crc32 of the word) and its logprob (-0.01 x (i + 1) + logprob_shift).
@@ -57,6 +61,8 @@ class Behaviour:
     done: bool = True
     empty_every: int = 0
     truncate_after: int = 0
+    truncate_end: str = "close"
+    finish: str | None = "length"
     echo: bool = False
     diverge_at: int = -1
     logprob_shift: float = 0.0
@@ -123,9 +129,20 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             try:
                 time.sleep(b.ttft_s)
+                sent = n
                 for i in range(n):
                     if b.truncate_after and i == b.truncate_after:
-                        return
+                        sent = i
+                        if b.truncate_end == "error":
+                            self._event(
+                                {"error": {"message": "engine core died", "type": "InternalServerError"}}
+                            )
+                        if b.truncate_end in ("done", "error"):
+                            self.wfile.write(b"data: [DONE]\n\n")
+                            self.wfile.flush()
+                        if b.truncate_end != "finish":
+                            return
+                        break
                     if i:
                         time.sleep(b.itl_s)
                     piece = "" if b.empty_every and (i + 1) % b.empty_every == 0 else f" t{i}"
@@ -145,15 +162,22 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
                             else {"tokens": [token], "token_logprobs": [lp]}
                         )
                     self._event({"id": "x", "choices": [choice]})
-                end = {"index": 0, "finish_reason": "length"}
-                self._event({"id": "x", "choices": [{**end, "delta": {}} if chat else {**end, "text": ""}]})
+                if b.finish is not None:
+                    end = {"index": 0, "finish_reason": b.finish}
+                    self._event(
+                        {"id": "x", "choices": [{**end, "delta": {}} if chat else {**end, "text": ""}]}
+                    )
                 if body.get("stream_options", {}).get("include_usage") and b.usage:
                     text = body.get("prompt") or " ".join(
                         _content_text(m["content"]) for m in body["messages"]
                     )
                     prompt = len(text.split())
                     self._event(
-                        {"id": "x", "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}}
+                        {
+                            "id": "x",
+                            "choices": [],
+                            "usage": {"prompt_tokens": prompt, "completion_tokens": sent},
+                        }
                     )
                 if b.done:
                     self.wfile.write(b"data: [DONE]\n\n")
