@@ -177,6 +177,7 @@ PARSERS: dict[str, Parser] = {
     "nvbandwidth": _smi("nvbandwidth", diagtools.parse_nvbandwidth),
     "perftest": _smi("perftest", diagtools.parse_perftest_bw),
     "transferbench": _smi("transferbench", diagtools.parse_transferbench),
+    "rvs": _smi("rvs", diagtools.parse_rvs),
     "vllm-bench": _serving("vllm-bench", servingbench.parse_console),
     "vllm-bench-json": _serving("vllm-bench-json", servingbench.parse_vllm_json),
     "sglang-bench": _serving("sglang-bench", servingbench.parse_console),
@@ -248,6 +249,9 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("nvbandwidth", _has(r"^nvbandwidth Version: ")),
     ("perftest", _has(r"^\s*#bytes\s+#iterations\s+BW peak\[")),
     ("transferbench", _has(r"^TransferBench v\d")),
+    ("rvs", _has(
+        r"ROCm Validation Suite \(RVS\) Summary|^\s*\[RESULT\]\s*\[[^\]]*\]\s*\[[^\]]+\]\s*\[GPU::"
+    )),
     # serving benchmarks: the summary block (SGLang's has its backend and retokenized count), the
     # result JSON by its keys, guidellm's report by its benchmark type
     ("vllm-bench", lambda t: bool(servingbench.HEADER.search(t)) and not servingbench.is_sglang_console(t)),

@@ -1,5 +1,5 @@
 """Parsers for GPU and NIC diagnostics: `dcgmi diag -j`, gpu-burn, nvbandwidth, perftest
-(ib_write_bw, ib_read_bw ...) and TransferBench.
+(ib_write_bw, ib_read_bw ...), TransferBench and AMD's ROCm Validation Suite (`rvs -c`).
 
 Each takes one node's output as printed and returns a DiagReport: the verdicts the tool printed as
 checks, its numbers as figures with the unit it printed. Each raises ParseError (with the raw text)
@@ -9,6 +9,7 @@ verbatim published outputs in tests/fixtures/diag/, each with its source.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -298,3 +299,78 @@ def parse_dcgmi_diag_json(text: str) -> DiagReport:
     version = root.get("version")
     return DiagReport(tool="dcgmi diag", version=str(version) if version else None, checks=checks,
                       figures=figures)  # fmt: skip
+
+
+# --- ROCm Validation Suite (rvs -c) -----------------------------------------------------------------
+
+# "[RESULT] [302017.167195] [gst-Tflops-2K2K2K-trig-fp4] [GPU:: 42583] GFLOPS 1063560 Target GFLOPS: 0
+#  met: TRUE" (one line)
+_RVS_RESULT = re.compile(
+    r"^\s*\[RESULT\]\s*\[[^\]]*\]\s*\[(?P<action>[^\]]+)\]\s*\[GPU::\s*(?P<id>\d+)\]\s*(?P<rest>.*?)\s*$",
+    re.M,
+)
+_RVS_GST = re.compile(r"^GFLOPS (?P<value>\d+(?:\.\d+)?) Target GFLOPS: \S+ met: (?P<met>TRUE|FALSE)$")
+_RVS_PASS = re.compile(r"^pass: (TRUE|FALSE)$")
+_RVS_POWER = re.compile(r"^Power\(W\) (\d+(?:\.\d+)?)$")
+_RVS_SUMMARY = re.compile(r"^\s*\|\s*ROCm Validation Suite \(RVS\) Summary\s*\|\s*$", re.M)
+_RVS_VERSION = re.compile(r"^\s*\|\s*RVS version\s*\|\s*(\S+)\s*\|", re.M)
+# a GPU in the summary: "| AMD Instinct MI355X - 42583 |" over "| 0 - 2 - 0000:05:00.0 |" (index - node - BDF)
+_RVS_GPU_NAME = re.compile(r"^.* - (\d+)$")
+_RVS_GPU_PLACE = re.compile(r"^(\d+) - \d+ - [0-9a-fA-F:.]+$")
+_RVS_ACTION_ROW = re.compile(r"^\s*\|\s*(\S+)\s*\|\s*([A-Z0-9_]+)\s*\|\s*(PASS|FAIL)\s*\|\s*$", re.M)
+
+
+def _rvs_gpu_index(body: str) -> dict[int, int]:
+    """RVS's GPU id (e.g. 42583) to the GPU's index, from the summary's GPU pairs of rows."""
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in body.splitlines()
+            if ln.strip().startswith("|")]  # fmt: skip
+    index: dict[int, int] = {}
+    for names, places in itertools.pairwise(rows):
+        for name, place in zip(names, places, strict=False):
+            n, p = _RVS_GPU_NAME.match(name), _RVS_GPU_PLACE.match(place)
+            if n and p:
+                index[int(n.group(1))] = int(p.group(1))
+    return index
+
+
+@_raw_on_error
+def parse_rvs(text: str) -> DiagReport:
+    """`rvs -c CONF` (RVS 1.6's console log and its closing summary): per action and GPU its verdict
+    (gst's `met:`, iet's `pass:`) and figures (gst's last GFLOPS, iet's last Power(W)), the GPU as
+    its index from the summary (RVS prints its own GPU id, kept in `where`); each action's PASS or
+    FAIL from the summary. Raises ParseError without the summary (the run was cut short)."""
+    body = _strip_comments(text)
+    summary = _RVS_SUMMARY.search(body)
+    if summary is None:
+        raise ParseError("rvs: no 'ROCm Validation Suite (RVS) Summary' (the run was cut short?)", raw=text)
+    tail = body[summary.end() :]
+    actions = _RVS_ACTION_ROW.findall(tail)
+    if not actions:
+        raise ParseError("rvs: the summary has no 'action | module | PASS/FAIL' row", raw=text)
+    index = _rvs_gpu_index(tail)
+    checks: list[DiagCheck] = []
+    last: dict[tuple[str, str, int], DiagFigure] = {}
+    for m in _RVS_RESULT.finditer(body[: summary.start()]):
+        action, rvs_id, rest = m.group("action"), int(m.group("id")), m.group("rest")
+        gpu, where = index.get(rvs_id), f"{action} gpu id {rvs_id}"
+        if gst := _RVS_GST.match(rest):
+            last[(action, "gflops", rvs_id)] = DiagFigure(
+                name="gflops", value=float(gst.group("value")), unit="Gflop/s", gpu=gpu, where=where
+            )
+            verdict = gst.group("met")
+        elif passed := _RVS_PASS.match(rest):
+            verdict = passed.group(1)
+        else:
+            if power := _RVS_POWER.match(rest):
+                last[(action, "power", rvs_id)] = DiagFigure(
+                    name="power", value=float(power.group(1)), unit="W", gpu=gpu, where=where
+                )
+            continue
+        checks.append(DiagCheck(name=action, gpu=gpu, status="pass" if verdict == "TRUE" else "fail",
+                                detail=f"gpu id {rvs_id}"))  # fmt: skip
+    for name, module, result in actions:
+        checks.append(DiagCheck(name=name, status="pass" if result == "PASS" else "fail",
+                                detail=f"{module} in the summary"))  # fmt: skip
+    version = _RVS_VERSION.search(tail)
+    return DiagReport(tool="rvs", version=version.group(1) if version else None, checks=checks,
+                      figures=list(last.values()))  # fmt: skip

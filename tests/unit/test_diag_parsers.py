@@ -190,3 +190,63 @@ def test_dcgmi_diag_fail_and_refusals() -> None:
     assert e.value.raw == cut
     with pytest.raises(ParseError, match=r"DCGM 4\.x JSON is not read yet"):
         diagtools.parse_dcgmi_diag_json('{"DCGM Diagnostic": {"tests": []}}')
+
+
+# --- ROCm Validation Suite --------------------------------------------------------------------------
+
+_RVS_GST = "rvs-gst-mi355x-1.6.75.txt"
+_RVS_IET = "rvs-iet-mi355x-1.6.75.txt"
+
+
+def test_rvs_gst_per_gpu_gflops_and_verdicts_as_printed() -> None:
+    text = _text(_RVS_GST)
+    report = diagtools.parse_rvs(text)
+    assert report.tool == "rvs" and report.version == "1.6.75"
+    # each 'met:' line as printed: [GPU:: 42583] GFLOPS 1063560 Target GFLOPS: 0 met: TRUE ...
+    printed = re.findall(r"\[GPU:: *(\d+)\] GFLOPS (\d+) Target GFLOPS: \S+ met: (TRUE|FALSE)", text)
+    assert len(printed) == 4  # AMD's sample elides the other four GPUs' results ("...")
+    # the summary places RVS's GPU ids: "AMD Instinct MI355X - 42583" over "0 - 2 - 0000:05:00.0"
+    index = {42583: 0, 27226: 1, 11806: 6, 57875: 7}
+    action = "gst-Tflops-2K2K2K-trig-fp4"
+    for rvs_id, gflops, _met in printed:
+        gpu = index[int(rvs_id)]
+        figure = report.figure("gflops", gpu=gpu, where=f"{action} gpu id {rvs_id}")
+        assert (figure.value, figure.unit) == (float(gflops), "Gflop/s")
+    assert report.figure("gflops", gpu=6, where=f"{action} gpu id 11806").value == 1073132.0
+    per_gpu = [(c.gpu, c.status) for c in report.checks if c.gpu is not None]
+    assert per_gpu == [(0, "pass"), (1, "pass"), (6, "pass"), (7, "pass")]
+    summary = [c for c in report.checks if c.gpu is None]
+    assert [(c.name, c.status, c.detail) for c in summary] == [(action, "pass", "GST in the summary")]
+
+
+def test_rvs_iet_last_power_per_gpu_and_pass_lines() -> None:
+    text = _text(_RVS_IET)
+    report = diagtools.parse_rvs(text)
+    action = "iet-stress-1400W-true"
+    passes = re.findall(r"\[GPU:: *(\d+)\] pass: (TRUE|FALSE)", text)
+    assert len(passes) == 8 and {p for _, p in passes} == {"TRUE"}
+    checks = [c for c in report.checks if c.gpu is not None]
+    assert sorted(c.gpu for c in checks) == list(range(8))
+    assert {c.status for c in checks} == {"pass"}
+    # each GPU's last Power(W) line as printed (before the summary)
+    last: dict[str, float] = {}
+    for rvs_id, watts in re.findall(r"\[GPU:: *(\d+)\] Power\(W\) (\d+\.\d+)", text):
+        last[rvs_id] = float(watts)
+    powers = {f.where: f.value for f in report.figures if f.name == "power"}
+    assert powers == {f"{action} gpu id {k}": v for k, v in last.items()}
+    assert report.figure("power", gpu=4, where=f"{action} gpu id 1590").value == 1401.0
+    assert report.figure("power", gpu=0, where=f"{action} gpu id 42583").unit == "W"
+
+
+def test_rvs_fail_and_cut_short() -> None:
+    text = _text(_RVS_GST)
+    failed = text.replace(
+        "GFLOPS 1068301 Target GFLOPS: 0 met: TRUE", "GFLOPS 1068301 Target GFLOPS: 0 met: FALSE"
+    )
+    failed = failed.replace("| GST            | PASS ", "| GST            | FAIL ")
+    report = diagtools.parse_rvs(failed)
+    assert not report.passed
+    assert [c.gpu for c in report.checks if c.status == "fail"] == [1, None]
+    cut = text[: text.index("+=====")]
+    with pytest.raises(ParseError, match="Summary"):
+        diagtools.parse_rvs(cut)

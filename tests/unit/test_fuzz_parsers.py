@@ -81,6 +81,7 @@ TOOL_SEEDS: dict[str, list[str]] = {
     "nvbandwidth": _texts("diag/nvbandwidth-*.txt"),
     "perftest": _texts("diag/ib_*_bw-*.txt"),
     "transferbench": _texts("diag/transferbench-*.txt"),
+    "rvs": _texts("diag/rvs-*.txt"),
     "vllm-bench": _texts("serving/vllm-bench-*.txt"),
     "vllm-bench-json": _texts("serving/vllm-save-result-*.json", "serving/vllm-save-result-*.jsonl"),
     "sglang-bench": _texts("serving/sglang-bench-*.txt"),

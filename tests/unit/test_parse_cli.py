@@ -124,6 +124,8 @@ DETECTED = {
     "diag/nvbandwidth-gh200-v0.6.txt": "nvbandwidth",
     "diag/ib_write_bw-roce-postlist.txt": "perftest",
     "diag/transferbench-v1.69-dma-htod.txt": "transferbench",
+    "diag/rvs-gst-mi355x-1.6.75.txt": "rvs",
+    "diag/rvs-iet-mi355x-1.6.75.txt": "rvs",
 }
 
 
