@@ -173,6 +173,7 @@ PARSERS: dict[str, Parser] = {
     "ibdev2netdev": _smi("ibdev2netdev", smi.parse_ibdev2netdev),
     "rdma-link": _smi("rdma-link", smi.parse_rdma_link),
     "dcgmi-diag-json": _smi("dcgmi-diag-json", diagtools.parse_dcgmi_diag_json),
+    "dcgmi-diag": _smi("dcgmi-diag", diagtools.parse_dcgmi_diag_table),
     "gpu-burn": _smi("gpu-burn", diagtools.parse_gpu_burn),
     "nvbandwidth": _smi("nvbandwidth", diagtools.parse_nvbandwidth),
     "perftest": _smi("perftest", diagtools.parse_perftest_bw),
@@ -245,6 +246,7 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("rdma-link", _has(r"^link \S+/\d+ ")),
     # GPU and NIC diagnostics (orchestrator.provision.diagtools)
     ("dcgmi-diag-json", _DCGM_JSON),
+    ("dcgmi-diag", _has(r"^\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$")),
     ("gpu-burn", _has(r"^Tested \d+ GPUs:|proc'd: \d+ \(\d")),
     ("nvbandwidth", _has(r"^nvbandwidth Version: ")),
     ("perftest", _has(r"^\s*#bytes\s+#iterations\s+BW peak\[")),

@@ -75,7 +75,7 @@ TOOLS: dict[str, DiagTool] = {
     t.name: t
     for t in (
         DiagTool("dcgmi-diag", "dcgmi", "nvidia", lambda o: ["dcgmi", "diag", "-r", str(o.level), "-j"],
-                 diagtools.parse_dcgmi_diag_json),
+                 diagtools.parse_dcgmi_diag),
         DiagTool("gpu-burn", "gpu_burn", "nvidia", lambda o: ["gpu_burn", str(o.duration_s)],
                  diagtools.parse_gpu_burn),
         DiagTool("nvbandwidth", "nvbandwidth", "nvidia", lambda o: ["nvbandwidth"],

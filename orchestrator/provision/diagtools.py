@@ -374,3 +374,79 @@ def parse_rvs(text: str) -> DiagReport:
     version = _RVS_VERSION.search(tail)
     return DiagReport(tool="rvs", version=version.group(1) if version else None, checks=checks,
                       figures=list(last.values()))  # fmt: skip
+
+
+# --- dcgmi diag (the text table) --------------------------------------------------------------------
+
+_DCGM_TABLE_HEADER = re.compile(r"^\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$", re.M)
+_DCGM_TABLE_BORDER = re.compile(r"^\+-+\+-+\+$")
+_DCGM_TABLE_CATEGORY = re.compile(r"^[|+]-+\s+(\w[\w ]*?)\s+-+\+-+[|+]$")
+_DCGM_TABLE_RESULT = re.compile(r"^(Pass|Fail|Warn|Skip)(?: - (.+))?$")
+_DCGM_TABLE_NOTES = ("Info", "Warning", "Error")
+
+
+@_raw_on_error
+def parse_dcgmi_diag_table(text: str) -> DiagReport:
+    """`dcgmi diag -r N` as printed (DCGM 3.x's table): one check per test ('Deployment: Denylist'),
+    per GPU where the result says '- All' (the GPUs the Metadata lists); its Info, Warning and Error
+    rows, wrapped over lines, joined into the detail, and the figures their text carries as in the
+    JSON form. Raises ParseError when the table stops before its closing border (cut short)."""
+    body = _strip_comments(text)
+    header = _DCGM_TABLE_HEADER.search(body)
+    if header is None:
+        raise ParseError("dcgmi diag: no '| Diagnostic | Result |' table", raw=text)
+    lines = [ln.rstrip() for ln in body[header.end() :].splitlines() if ln.strip()]
+    if len(lines) < 2 or not _DCGM_TABLE_BORDER.match(lines[-1]):
+        raise ParseError("dcgmi diag: the table has no closing border (cut short?)", raw=text)
+    category = ""
+    meta: dict[str, str] = {}
+    tests: list[tuple[str, str, list[str]]] = []  # (category: test, result, its notes)
+    note: list[str] | None = None
+    for line in lines[1:-1]:
+        if m := _DCGM_TABLE_CATEGORY.match(line):
+            category, note = m.group(1), None
+            continue
+        if not (line.startswith("|") and line.endswith("|") and line.count("|") >= 3):
+            raise ParseError(f"dcgmi diag: not a table row: {line!r}", raw=text)
+        name_cell, value_cell = line[1:-1].split("|", 1)
+        name, chunk = name_cell.strip(), value_cell[1 : len(value_cell) - 2]  # DCGM wraps at a width
+        if not name and note is not None:
+            note[-1] += chunk
+        elif category == "Metadata":
+            meta[name] = value_cell.strip()
+        elif name in _DCGM_TABLE_NOTES:
+            if not tests:
+                raise ParseError(f"dcgmi diag: {name} before any test", raw=text)
+            note = tests[-1][2]
+            note.append(f"{name}: {chunk}")
+        elif name:
+            tests.append((f"{category}: {name}", value_cell.strip(), []))
+            note = None
+        else:
+            raise ParseError(f"dcgmi diag: a continued row with nothing before it: {line!r}", raw=text)
+    if not tests:
+        raise ParseError("dcgmi diag: the table has no test (the diagnostic did not run?)", raw=text)
+    ids = meta.get("GPU Device IDs Detected", "")
+    gpus = list(range(len([i for i in ids.split(",") if i.strip()])))
+    checks: list[DiagCheck] = []
+    figures: list[DiagFigure] = []
+    for name, result, notes in tests:
+        m = _DCGM_TABLE_RESULT.match(result)
+        if m is None:
+            raise ParseError(f"dcgmi diag: {name}: unknown result {result!r}", raw=text)
+        status = _DCGM_STATUS[m.group(1).lower()]
+        detail = "; ".join(n.strip() for n in notes) or None
+        targets: list[int | None] = [*gpus] if m.group(2) == "All" and gpus else [None]
+        checks += [DiagCheck(name=name, status=status, gpu=g, detail=detail) for g in targets]
+        for n in notes:
+            if n.startswith("Info: "):
+                one = targets[0] if len(targets) == 1 else None
+                figures += _dcgm_info_figures(name.split(": ", 1)[1], one, n.removeprefix("Info: "))
+    return DiagReport(tool="dcgmi diag", version=meta.get("DCGM Version"), checks=checks, figures=figures)
+
+
+def parse_dcgmi_diag(text: str) -> DiagReport:
+    """`dcgmi diag` in either form: the text table when the output has one, else the JSON (-j)."""
+    if _DCGM_TABLE_HEADER.search(text):
+        return parse_dcgmi_diag_table(text)
+    return parse_dcgmi_diag_json(text)

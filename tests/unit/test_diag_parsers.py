@@ -226,7 +226,7 @@ def test_rvs_iet_last_power_per_gpu_and_pass_lines() -> None:
     passes = re.findall(r"\[GPU:: *(\d+)\] pass: (TRUE|FALSE)", text)
     assert len(passes) == 8 and {p for _, p in passes} == {"TRUE"}
     checks = [c for c in report.checks if c.gpu is not None]
-    assert sorted(c.gpu for c in checks) == list(range(8))
+    assert sorted(c.gpu or 0 for c in checks) == list(range(8))
     assert {c.status for c in checks} == {"pass"}
     # each GPU's last Power(W) line as printed (before the summary)
     last: dict[str, float] = {}
@@ -250,3 +250,46 @@ def test_rvs_fail_and_cut_short() -> None:
     cut = text[: text.index("+=====")]
     with pytest.raises(ParseError, match="Summary"):
         diagtools.parse_rvs(cut)
+
+
+# --- dcgmi diag, the text table ---------------------------------------------------------------------
+
+_DCGM_TABLE = "dcgmi-diag-table-3.3.8.txt"
+
+
+def test_dcgmi_table_every_row_as_printed() -> None:
+    text = _text(_DCGM_TABLE)
+    report = diagtools.parse_dcgmi_diag_table(text)
+    assert report.tool == "dcgmi diag" and report.version == "3.3.8" and report.passed
+    # every "| <test> | <Result> |" row outside Metadata, its category from the separator above it
+    rows = re.findall(r"^\| (\S[^|]*?)\s*\| (Pass|Fail|Skip|Warn)\b", text, re.M)
+    assert len(rows) == 11
+    assert [(c.name.split(": ", 1)[1], c.status.capitalize()) for c in report.checks] == rows
+    assert report.checks[0].name == "Deployment: Denylist"
+    # "Pass - All" is per GPU: the Metadata lists one device (2330): GPU 0
+    assert [(c.name, c.gpu) for c in report.checks if c.gpu is not None] == [
+        ("Integration: PCIe", 0), ("Hardware: GPU Memory", 0)]  # fmt: skip
+    # the Info row, wrapped by dcgmi at its column width, joined back
+    persistence = next(c for c in report.checks if c.name == "Deployment: Persistence Mode")
+    assert persistence.detail == (
+        'Info: Persistence mode for GPU 0 is disabled. Enable persistence mode by running "nvidia-smi'
+        ' -i <gpuId> -pm 1 " as root.'
+    )
+    assert report.figures == []  # this run printed no numbers (not run with -v)
+    assert diagtools.parse_dcgmi_diag(text) == report
+
+
+def test_dcgmi_table_fail_and_cut_short() -> None:
+    text = _text(_DCGM_TABLE)
+    failed = diagtools.parse_dcgmi_diag_table(
+        text.replace("| GPU Memory                | Pass - All", "| GPU Memory                | Fail - All")
+    )
+    assert not failed.passed
+    assert [(c.name, c.gpu) for c in failed.checks if c.status == "fail"] == [("Hardware: GPU Memory", 0)]
+    cut = text[: text.index("+-----  Stress")]
+    with pytest.raises(ParseError, match="closing border"):
+        diagtools.parse_dcgmi_diag_table(cut)
+    with pytest.raises(ParseError, match="unknown result"):
+        diagtools.parse_dcgmi_diag_table(
+            text.replace("| Inforom                   | Pass", "| Inforom   | Maybe")
+        )

@@ -77,6 +77,7 @@ TOOL_SEEDS: dict[str, list[str]] = {
     "ibdev2netdev": _texts("smi/ibdev2netdev-*.txt"),
     "rdma-link": _texts("smi/rdma-link-*.txt"),
     "dcgmi-diag-json": _texts("diag/dcgmi-diag-*.json"),
+    "dcgmi-diag": _texts("diag/dcgmi-diag-table-*.txt"),
     "gpu-burn": _texts("diag/gpu-burn-*.txt"),
     "nvbandwidth": _texts("diag/nvbandwidth-*.txt"),
     "perftest": _texts("diag/ib_*_bw-*.txt"),

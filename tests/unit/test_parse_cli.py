@@ -125,6 +125,7 @@ DETECTED = {
     "diag/ib_write_bw-roce-postlist.txt": "perftest",
     "diag/transferbench-v1.69-dma-htod.txt": "transferbench",
     "diag/rvs-gst-mi355x-1.6.75.txt": "rvs",
+    "diag/dcgmi-diag-table-3.3.8.txt": "dcgmi-diag",
     "diag/rvs-iet-mi355x-1.6.75.txt": "rvs",
 }
 
