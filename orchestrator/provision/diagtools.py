@@ -312,6 +312,21 @@ _RVS_RESULT = re.compile(
 _RVS_GST = re.compile(r"^GFLOPS (?P<value>\d+(?:\.\d+)?) Target GFLOPS: \S+ met: (?P<met>TRUE|FALSE)$")
 _RVS_PASS = re.compile(r"^pass: (TRUE|FALSE)$")
 _RVS_POWER = re.compile(r"^Power\(W\) (\d+(?:\.\d+)?)$")
+# pebb: "[RESULT] [ts] [pcie_h2d_bandwidth] pcie-bandwidth [ 1/16] [CPU:: 0] [GPU:: 2 - 42583 - 0000:05:00.0]
+#        h2d::true d2h::false 57.678 GBps duration: 0.223392 secs"; pbqt: "... p2p-bandwidth[48/56] [GPU:: 8 -
+#        11806 - ...] [GPU:: 7 - 51771 - ...] bidirectional: false 61.370 GBps ..." (each one line)
+_RVS_BANDWIDTH = re.compile(
+    r"^\s*\[RESULT\]\s*\[[^\]]*\]\s*\[(?P<action>[^\]]+)\]\s*(?P<kind>pcie|p2p)-bandwidth\s*\[\s*\d+/\d+\]\s*"
+    r"\[(?P<src>(?:CPU|GPU)::[^\]]*)\]\s*\[GPU::(?P<dst>[^\]]*)\]\s*"
+    r"(?P<mode>.*?)\s*(?P<value>\d+(?:\.\d+)?) GBps\b",
+    re.M,
+)
+_RVS_ENDPOINT_GPU = re.compile(r"^\s*\d+\s*-\s*(\d+)\s*-")  # "2 - 42583 - 0000:05:00.0": node - id - BDF
+_RVS_ACTION_NAME = re.compile(r"^\s*\[RESULT\]\s*\[[^\]]*\]\s*Action name :(\S+)\s*$", re.M)
+# babel's table: "42583       Read        7090191.900    7090191.900    6638148.386    7019091.298"
+_RVS_BABEL_ROW = re.compile(
+    r"^\s*(\d+)\s+(Read|Write|Copy|Mul|Add|Triad|Dot)\s+(\d+(?:\.\d+)?)\s+\d+(?:\.\d+)?\s+\d", re.M
+)
 _RVS_SUMMARY = re.compile(r"^\s*\|\s*ROCm Validation Suite \(RVS\) Summary\s*\|\s*$", re.M)
 _RVS_VERSION = re.compile(r"^\s*\|\s*RVS version\s*\|\s*(\S+)\s*\|", re.M)
 # a GPU in the summary: "| AMD Instinct MI355X - 42583 |" over "| 0 - 2 - 0000:05:00.0 |" (index - node - BDF)
@@ -333,12 +348,50 @@ def _rvs_gpu_index(body: str) -> dict[int, int]:
     return index
 
 
+def _rvs_endpoint(cell: str, index: dict[int, int]) -> tuple[str, int | None]:
+    """'CPU:: 0' -> ('CPU 0', None); ' 2 - 42583 - 0000:05:00.0' -> ('gpu id 42583', its index)."""
+    if cell.startswith("CPU::"):
+        return f"CPU {cell.removeprefix('CPU::').strip()}", None
+    m = _RVS_ENDPOINT_GPU.match(cell.removeprefix("GPU::"))
+    if m is None:
+        raise ValueError(f"a transfer's end {cell!r} is not 'node - id - BDF'")  # ParseError with the raw
+    return f"gpu id {m.group(1)}", index.get(int(m.group(1)))
+
+
+def _rvs_bandwidths(log: str, index: dict[int, int]) -> list[DiagFigure]:
+    """pebb's and pbqt's transfers: each one's GB/s (printed GBps), the GPU: pebb's, pbqt's source."""
+    figures: list[DiagFigure] = []
+    for m in _RVS_BANDWIDTH.finditer(log):
+        src, src_gpu = _rvs_endpoint(m.group("src"), index)
+        dst, dst_gpu = _rvs_endpoint("GPU::" + m.group("dst"), index)
+        figures.append(DiagFigure(
+            name=f"{m.group('kind')}_bandwidth", value=float(m.group("value")), unit="GBps",
+            gpu=dst_gpu if m.group("kind") == "pcie" else src_gpu,
+            where=f"{m.group('action')} {src} -> {dst} {m.group('mode')}".rstrip(),
+        ))  # fmt: skip
+    return figures
+
+
+def _rvs_babel(log: str, index: dict[int, int]) -> list[DiagFigure]:
+    """babel's table: each GPU's MBytes/sec per function (Read, Write, Copy ... Dot), under the
+    action whose 'Action name :' line came last before it."""
+    actions = [(m.start(), m.group(1)) for m in _RVS_ACTION_NAME.finditer(log)]
+    figures: list[DiagFigure] = []
+    for m in _RVS_BABEL_ROW.finditer(log):
+        action = next((a for at, a in reversed(actions) if at < m.start()), "babel")
+        rvs_id = int(m.group(1))
+        figures.append(DiagFigure(name=f"babel_{m.group(2).lower()}", value=float(m.group(3)), unit="MB/s",
+                                  gpu=index.get(rvs_id), where=f"{action} gpu id {rvs_id}"))  # fmt: skip
+    return figures
+
+
 @_raw_on_error
 def parse_rvs(text: str) -> DiagReport:
     """`rvs -c CONF` (RVS 1.6's console log and its closing summary): per action and GPU its verdict
-    (gst's `met:`, iet's `pass:`) and figures (gst's last GFLOPS, iet's last Power(W)), the GPU as
-    its index from the summary (RVS prints its own GPU id, kept in `where`); each action's PASS or
-    FAIL from the summary. Raises ParseError without the summary (the run was cut short)."""
+    (gst's `met:`, iet's `pass:`) and figures (gst's last GFLOPS, iet's last Power(W), each pebb and
+    pbqt transfer's GBps, babel's MB/s per function), the GPU as its index from the summary (RVS
+    prints its own GPU id, kept in `where`); each action's PASS or FAIL from the summary. Raises
+    ParseError without the summary (the run was cut short)."""
     body = _strip_comments(text)
     summary = _RVS_SUMMARY.search(body)
     if summary is None:
@@ -368,12 +421,14 @@ def parse_rvs(text: str) -> DiagReport:
             continue
         checks.append(DiagCheck(name=action, gpu=gpu, status="pass" if verdict == "TRUE" else "fail",
                                 detail=f"gpu id {rvs_id}"))  # fmt: skip
+    figures = [*last.values(), *_rvs_bandwidths(body[: summary.start()], index),
+               *_rvs_babel(body[: summary.start()], index)]  # fmt: skip
     for name, module, result in actions:
         checks.append(DiagCheck(name=name, status="pass" if result == "PASS" else "fail",
                                 detail=f"{module} in the summary"))  # fmt: skip
     version = _RVS_VERSION.search(tail)
     return DiagReport(tool="rvs", version=version.group(1) if version else None, checks=checks,
-                      figures=list(last.values()))  # fmt: skip
+                      figures=figures)  # fmt: skip
 
 
 # --- dcgmi diag (the text table) --------------------------------------------------------------------

@@ -293,3 +293,50 @@ def test_dcgmi_table_fail_and_cut_short() -> None:
         diagtools.parse_dcgmi_diag_table(
             text.replace("| Inforom                   | Pass", "| Inforom   | Maybe")
         )
+
+
+def _printed_transfers(text: str) -> list[tuple[str, str, float]]:
+    """Each pebb/pbqt transfer line as printed: (source, destination, GBps)."""
+    found = re.findall(
+        r"-bandwidth ?\[ ?\d+/\d+\] \[(CPU:: \d+|GPU:: [^\]]+)\] \[GPU:: ([^\]]+)\].*? ([\d.]+) GBps", text
+    )
+    return [(s, d, float(v)) for s, d, v in found]
+
+
+def test_rvs_pebb_each_transfer_as_printed() -> None:
+    text = _text("rvs-pebb-mi355x-1.6.75.txt")
+    report = diagtools.parse_rvs(text)
+    printed = _printed_transfers(text)
+    assert len(printed) == 10  # AMD's sample elides transfers 3..8 ("...")
+    assert [f.value for f in report.figures] == [v for _, _, v in printed]
+    assert {f.name for f in report.figures} == {"pcie_bandwidth"} and {f.unit for f in report.figures} == {
+        "GBps"
+    }
+    first = report.figures[0]
+    assert (first.gpu, first.where) == (0, "pcie_h2d_bandwidth CPU 0 -> gpu id 42583 h2d::true d2h::false")
+    assert report.figure("pcie_bandwidth", gpu=0, where="pcie_h2d_bandwidth CPU 1 -> gpu id 42583 h2d::true "
+                         "d2h::false").value == 54.034  # fmt: skip
+
+
+def test_rvs_pbqt_each_transfer_as_printed() -> None:
+    text = _text("rvs-pbqt-mi355x-1.6.75.txt")
+    report = diagtools.parse_rvs(text)
+    printed = _printed_transfers(text)
+    assert len(printed) == 9
+    assert [f.value for f in report.figures] == [v for _, _, v in printed]
+    # the source GPU's index from the summary: 11806 is "6 - 8 - 0000:e5:00.0", 57875 "7 - 9 - ..."
+    assert [f.gpu for f in report.figures] == [6, 6] + [7] * 7
+    low = min(report.figures, key=lambda f: f.value)
+    assert (low.value, low.where) == (59.704, "xgmi_d2d_unidir_bandwidth gpu id 57875 -> gpu id 36479 "
+                                      "bidirectional: false")  # fmt: skip
+
+
+def test_rvs_babel_table_as_printed() -> None:
+    text = _text("rvs-babel-mi355x-1.6.75.txt")
+    report = diagtools.parse_rvs(text)
+    rows = re.findall(r"^42583\s+(\w+)\s+([\d.]+)", text, re.M)
+    assert len(rows) == 7
+    assert [(f.name, f.value) for f in report.figures] == [(f"babel_{n.lower()}", float(v)) for n, v in rows]
+    assert report.figure("babel_triad", gpu=0, where="babel-double-825MiB gpu id 42583").value == 6031416.066
+    assert {f.unit for f in report.figures} == {"MB/s"}
+    assert [(c.name, c.status) for c in report.checks] == [("babel-double-825MiB", "pass")]

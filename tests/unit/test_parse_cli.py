@@ -127,6 +127,9 @@ DETECTED = {
     "diag/rvs-gst-mi355x-1.6.75.txt": "rvs",
     "diag/dcgmi-diag-table-3.3.8.txt": "dcgmi-diag",
     "diag/rvs-iet-mi355x-1.6.75.txt": "rvs",
+    "diag/rvs-pebb-mi355x-1.6.75.txt": "rvs",
+    "diag/rvs-pbqt-mi355x-1.6.75.txt": "rvs",
+    "diag/rvs-babel-mi355x-1.6.75.txt": "rvs",
 }
 
 
