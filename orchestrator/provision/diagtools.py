@@ -309,9 +309,11 @@ _RVS_RESULT = re.compile(
     r"^\s*\[RESULT\]\s*\[[^\]]*\]\s*\[(?P<action>[^\]]+)\]\s*\[GPU::\s*(?P<id>\d+)\]\s*(?P<rest>.*?)\s*$",
     re.M,
 )
-_RVS_GST = re.compile(r"^GFLOPS (?P<value>\d+(?:\.\d+)?) Target GFLOPS: \S+ met: (?P<met>TRUE|FALSE)$")
-_RVS_PASS = re.compile(r"^pass: (TRUE|FALSE)$")
-_RVS_POWER = re.compile(r"^Power\(W\) (\d+(?:\.\d+)?)$")
+# what follows "[GPU:: id]": gst's verdict with its GFLOPS, iet's verdict, iet's power samples
+_RVS_REST = re.compile(
+    r"^(?:GFLOPS (?P<gflops>\d+(?:\.\d+)?) Target GFLOPS: \S+ met: (?P<met>TRUE|FALSE)"
+    r"|pass: (?P<passed>TRUE|FALSE)|Power\(W\) (?P<power>\d+(?:\.\d+)?))$"
+)
 # pebb: "[RESULT] [ts] [pcie_h2d_bandwidth] pcie-bandwidth [ 1/16] [CPU:: 0] [GPU:: 2 - 42583 - 0000:05:00.0]
 #        h2d::true d2h::false 57.678 GBps duration: 0.223392 secs"; pbqt: "... p2p-bandwidth[48/56] [GPU:: 8 -
 #        11806 - ...] [GPU:: 7 - 51771 - ...] bidirectional: false 61.370 GBps ..." (each one line)
@@ -406,19 +408,19 @@ def parse_rvs(text: str) -> DiagReport:
     for m in _RVS_RESULT.finditer(body[: summary.start()]):
         action, rvs_id, rest = m.group("action"), int(m.group("id")), m.group("rest")
         gpu, where = index.get(rvs_id), f"{action} gpu id {rvs_id}"
-        if gst := _RVS_GST.match(rest):
+        found = _RVS_REST.match(rest)
+        if found is None:
+            continue  # "Start of GPU ramp up", intermediate GFLOPS ...
+        if found.group("gflops"):
             last[(action, "gflops", rvs_id)] = DiagFigure(
-                name="gflops", value=float(gst.group("value")), unit="Gflop/s", gpu=gpu, where=where
+                name="gflops", value=float(found.group("gflops")), unit="Gflop/s", gpu=gpu, where=where
             )
-            verdict = gst.group("met")
-        elif passed := _RVS_PASS.match(rest):
-            verdict = passed.group(1)
-        else:
-            if power := _RVS_POWER.match(rest):
-                last[(action, "power", rvs_id)] = DiagFigure(
-                    name="power", value=float(power.group(1)), unit="W", gpu=gpu, where=where
-                )
+        elif found.group("power"):
+            last[(action, "power", rvs_id)] = DiagFigure(
+                name="power", value=float(found.group("power")), unit="W", gpu=gpu, where=where
+            )
             continue
+        verdict = found.group("met") or found.group("passed")
         checks.append(DiagCheck(name=action, gpu=gpu, status="pass" if verdict == "TRUE" else "fail",
                                 detail=f"gpu id {rvs_id}"))  # fmt: skip
     figures = [*last.values(), *_rvs_bandwidths(body[: summary.start()], index),
