@@ -231,6 +231,8 @@ _DCGM_INFO_FIGURES = (
     re.compile(r"calculated at approximately (?P<value>\d+(?:\.\d+)?) (?P<unit>gigaflops)"),
     re.compile(r"(?P<what>relative stress level)\s+(?P<value>\d+(?:\.\d+)?)"),
     re.compile(r"(?P<what>power average):\s*(?P<value>\d+(?:\.\d+)?) (?P<unit>W)"),
+    re.compile(r"(?P<what>max power):\s*(?P<value>\d+(?:\.\d+)?) (?P<unit>W)"),  # the table's Info rows
+    re.compile(r"(?P<what>average power usage):\s*(?P<value>\d+(?:\.\d+)?) (?P<unit>W)"),
 )  # fmt: skip
 _DCGM_INFO_ITEM = re.compile(r",\s+(?=GPU \d+ )")
 
@@ -438,7 +440,9 @@ def parse_rvs(text: str) -> DiagReport:
 _DCGM_TABLE_HEADER = re.compile(r"^\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$", re.M)
 _DCGM_TABLE_BORDER = re.compile(r"^\+-+\+-+\+$")
 _DCGM_TABLE_CATEGORY = re.compile(r"^[|+]-+\s+(\w[\w ]*?)\s+-+\+-+[|+]$")
-_DCGM_TABLE_RESULT = re.compile(r"^(Pass|Fail|Warn|Skip)(?: - (.+))?$")
+# "Pass", "Pass - All", "Pass - GPUs: 0, 2, 3", "Fail - GPU: 1" (one per line of a test's result)
+_DCGM_TABLE_RESULT = re.compile(r"^(Pass|Fail|Warn|Skip)(?: - (All|GPUs?: (\d+(?:, \d+)*)))?$")
+_DCGM_NOTE_GPU = re.compile(r"^GPU (\d+) ")
 _DCGM_TABLE_NOTES = ("Info", "Warning", "Error")
 
 
@@ -457,7 +461,7 @@ def parse_dcgmi_diag_table(text: str) -> DiagReport:
         raise ParseError("dcgmi diag: the table has no closing border (cut short?)", raw=text)
     category = ""
     meta: dict[str, str] = {}
-    tests: list[tuple[str, str, list[str]]] = []  # (category: test, result, its notes)
+    tests: list[tuple[str, list[str], list[str]]] = []  # (category: test, its result lines, its notes)
     note: list[str] | None = None
     for line in lines[1:-1]:
         if m := _DCGM_TABLE_CATEGORY.match(line):
@@ -469,6 +473,8 @@ def parse_dcgmi_diag_table(text: str) -> DiagReport:
         name, chunk = name_cell.strip(), value_cell[1 : len(value_cell) - 2]  # DCGM wraps at a width
         if not name and note is not None:
             note[-1] += chunk
+        elif not name and tests and not tests[-1][2]:  # a result per GPU group: "Fail - GPU: 1"
+            tests[-1][1].append(value_cell.strip())
         elif category == "Metadata":
             meta[name] = value_cell.strip()
         elif name in _DCGM_TABLE_NOTES:
@@ -477,7 +483,7 @@ def parse_dcgmi_diag_table(text: str) -> DiagReport:
             note = tests[-1][2]
             note.append(f"{name}: {chunk}")
         elif name:
-            tests.append((f"{category}: {name}", value_cell.strip(), []))
+            tests.append((f"{category}: {name}", [value_cell.strip()], []))
             note = None
         else:
             raise ParseError(f"dcgmi diag: a continued row with nothing before it: {line!r}", raw=text)
@@ -487,18 +493,26 @@ def parse_dcgmi_diag_table(text: str) -> DiagReport:
     gpus = list(range(len([i for i in ids.split(",") if i.strip()])))
     checks: list[DiagCheck] = []
     figures: list[DiagFigure] = []
-    for name, result, notes in tests:
-        m = _DCGM_TABLE_RESULT.match(result)
-        if m is None:
-            raise ParseError(f"dcgmi diag: {name}: unknown result {result!r}", raw=text)
-        status = _DCGM_STATUS[m.group(1).lower()]
+    for name, results, notes in tests:
         detail = "; ".join(n.strip() for n in notes) or None
-        targets: list[int | None] = [*gpus] if m.group(2) == "All" and gpus else [None]
-        checks += [DiagCheck(name=name, status=status, gpu=g, detail=detail) for g in targets]
+        for result in results:
+            m = _DCGM_TABLE_RESULT.match(result)
+            if m is None:
+                raise ParseError(f"dcgmi diag: {name}: unknown result {result!r}", raw=text)
+            status = _DCGM_STATUS[m.group(1).lower()]
+            targets: list[int | None] = [None]
+            if m.group(3):
+                targets = [int(g) for g in m.group(3).split(", ")]
+            elif m.group(2) == "All" and gpus:
+                targets = [*gpus]
+            checks += [DiagCheck(name=name, status=status, gpu=g, detail=detail) for g in targets]
         for n in notes:
             if n.startswith("Info: "):
-                one = targets[0] if len(targets) == 1 else None
-                figures += _dcgm_info_figures(name.split(": ", 1)[1], one, n.removeprefix("Info: "))
+                info = n.removeprefix("Info: ").strip()
+                on_gpu = _DCGM_NOTE_GPU.match(info)  # DCGM starts each GPU's Info with "GPU N "
+                figures += _dcgm_info_figures(
+                    name.split(": ", 1)[1], int(on_gpu.group(1)) if on_gpu else None, info
+                )
     return DiagReport(tool="dcgmi diag", version=meta.get("DCGM Version"), checks=checks, figures=figures)
 
 

@@ -21,10 +21,10 @@ def _text(name: str) -> str:
     return (FIX / name).read_text()
 
 
-def test_every_fixture_is_a_passing_run_read_through_orch_parse() -> None:
+def test_every_fixture_is_read_through_orch_parse_and_passes_unless_named_fail() -> None:
     """Detection itself is covered with the other kinds in test_parse_cli.DETECTED."""
     for path in sorted(FIX.iterdir()):
-        assert parse_file(path).data.passed, path.name
+        assert parse_file(path).data.passed == ("-fail" not in path.name), path.name
 
 
 def test_every_fixture_names_its_source() -> None:
@@ -340,3 +340,33 @@ def test_rvs_babel_table_as_printed() -> None:
     assert report.figure("babel_triad", gpu=0, where="babel-double-825MiB gpu id 42583").value == 6031416.066
     assert {f.unit for f in report.figures} == {"MB/s"}
     assert [(c.name, c.status) for c in report.checks] == [("babel-double-825MiB", "pass")]
+
+
+def test_dcgmi_table_per_gpu_results_warning_and_power_as_printed() -> None:
+    text = _text("dcgmi-diag-table-3.3.9-r3-a10g-fail.txt")
+    report = diagtools.parse_dcgmi_diag_table(text)
+    assert report.version == "3.3.9" and not report.passed
+    # "| Targeted Power | Pass - GPUs: 0, 2, 3 |" then "|  | Fail - GPU: 1 |"
+    power = [(c.gpu, c.status) for c in report.checks if c.name == "Stress: Targeted Power"]
+    assert power == [(0, "pass"), (2, "pass"), (3, "pass"), (1, "fail")]
+    assert [(c.name, c.gpu) for c in report.checks if c.status == "fail"] == [("Stress: Targeted Power", 1)]
+    # "- All" over the four devices the Metadata lists (2237,2237,2237,2237); EUD skipped on each
+    assert [c.gpu for c in report.checks if c.name == "Stress: EUD Test"] == [0, 1, 2, 3]
+    assert {c.status for c in report.checks if c.name == "Stress: EUD Test"} == {"skip"}
+    detail = next(c.detail for c in report.checks if c.name == "Stress: Targeted Power") or ""
+    assert (
+        "Warning: GPU 1 Max power of 224.1 did not reach desired power minimum "
+        "target_power_min_ratio of 224.2 for GPU 1" in detail
+    )
+    # each Info row as printed: "GPU N GPU N max power: X W average power usage: Y W" (wrapped)
+    printed = re.findall(
+        r"GPU (\d) GPU \d max power: ([\d.]+) W average power\s*\|\n\|\s*\|\s*usage: ([\d.]+) W", text
+    )
+    assert [g for g, _, _ in printed] == ["0", "2", "3"]
+    for gpu, peak, average in printed:
+        assert report.figure("Targeted Power", gpu=int(gpu), where="max power").value == float(peak)
+        assert report.figure("Targeted Power", gpu=int(gpu), where="average power usage").value == float(
+            average
+        )
+    assert report.figure("Targeted Power", gpu=0, where="max power").value == 299.5
+    assert {f.unit for f in report.figures} == {"W"}

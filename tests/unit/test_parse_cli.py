@@ -126,6 +126,7 @@ DETECTED = {
     "diag/transferbench-v1.69-dma-htod.txt": "transferbench",
     "diag/rvs-gst-mi355x-1.6.75.txt": "rvs",
     "diag/dcgmi-diag-table-3.3.8.txt": "dcgmi-diag",
+    "diag/dcgmi-diag-table-3.3.9-r3-a10g-fail.txt": "dcgmi-diag",
     "diag/rvs-iet-mi355x-1.6.75.txt": "rvs",
     "diag/rvs-pebb-mi355x-1.6.75.txt": "rvs",
     "diag/rvs-pbqt-mi355x-1.6.75.txt": "rvs",
