@@ -173,10 +173,12 @@ PARSERS: dict[str, Parser] = {
     "ibdev2netdev": _smi("ibdev2netdev", smi.parse_ibdev2netdev),
     "rdma-link": _smi("rdma-link", smi.parse_rdma_link),
     "dcgmi-diag-json": _smi("dcgmi-diag-json", diagtools.parse_dcgmi_diag_json),
+    "dcgmi-diag": _smi("dcgmi-diag", diagtools.parse_dcgmi_diag_table),
     "gpu-burn": _smi("gpu-burn", diagtools.parse_gpu_burn),
     "nvbandwidth": _smi("nvbandwidth", diagtools.parse_nvbandwidth),
     "perftest": _smi("perftest", diagtools.parse_perftest_bw),
     "transferbench": _smi("transferbench", diagtools.parse_transferbench),
+    "rvs": _smi("rvs", diagtools.parse_rvs),
     "vllm-bench": _serving("vllm-bench", servingbench.parse_console),
     "vllm-bench-json": _serving("vllm-bench-json", servingbench.parse_vllm_json),
     "sglang-bench": _serving("sglang-bench", servingbench.parse_console),
@@ -244,10 +246,14 @@ _RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("rdma-link", _has(r"^link \S+/\d+ ")),
     # GPU and NIC diagnostics (orchestrator.provision.diagtools)
     ("dcgmi-diag-json", _DCGM_JSON),
+    ("dcgmi-diag", _has(r"^\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$")),
     ("gpu-burn", _has(r"^Tested \d+ GPUs:|proc'd: \d+ \(\d")),
     ("nvbandwidth", _has(r"^nvbandwidth Version: ")),
     ("perftest", _has(r"^\s*#bytes\s+#iterations\s+BW peak\[")),
     ("transferbench", _has(r"^TransferBench v\d")),
+    ("rvs", _has(
+        r"ROCm Validation Suite \(RVS\) Summary|^\s*\[RESULT\]\s*\[[^\]]*\]\s*\[[^\]]+\]\s*\[GPU::"
+    )),
     # serving benchmarks: the summary block (SGLang's has its backend and retokenized count), the
     # result JSON by its keys, guidellm's report by its benchmark type
     ("vllm-bench", lambda t: bool(servingbench.HEADER.search(t)) and not servingbench.is_sglang_console(t)),

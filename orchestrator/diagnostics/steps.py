@@ -47,12 +47,17 @@ _NODE_LINE = re.compile(r"^orch-diag: node (\S+)$", re.M)
 _MISSING_LINE = re.compile(r"^orch-diag: no (\S+) on (\S+)$", re.M)
 
 
+RVS_CONF_DIR = "/opt/rocm/share/rocm-validation-suite/conf"  # where the ROCm package puts RVS's suites
+
+
 class DiagOptions(StrictModel):
     """What a plan says about a diagnostic step's run."""
 
     level: int = Field(default=1, ge=1, le=4, description="dcgmi diag -r LEVEL")
     duration_s: int = Field(default=60, ge=1, le=86_400, description="gpu-burn's burn time")
-    preset: Name = Field(default="p2p", description="TransferBench's preset (p2p, a2a, healthcheck ...)")
+    preset: Name = Field(
+        default="p2p", description="TransferBench's preset (p2p, a2a ...); rvs: a suite's conf (gst_single)"
+    )
 
 
 @dataclass(frozen=True)
@@ -70,13 +75,15 @@ TOOLS: dict[str, DiagTool] = {
     t.name: t
     for t in (
         DiagTool("dcgmi-diag", "dcgmi", "nvidia", lambda o: ["dcgmi", "diag", "-r", str(o.level), "-j"],
-                 diagtools.parse_dcgmi_diag_json),
+                 diagtools.parse_dcgmi_diag),
         DiagTool("gpu-burn", "gpu_burn", "nvidia", lambda o: ["gpu_burn", str(o.duration_s)],
                  diagtools.parse_gpu_burn),
         DiagTool("nvbandwidth", "nvbandwidth", "nvidia", lambda o: ["nvbandwidth"],
                  diagtools.parse_nvbandwidth),
         DiagTool("transferbench", "TransferBench", "amd", lambda o: ["TransferBench", o.preset],
                  diagtools.parse_transferbench),
+        DiagTool("rvs", "rvs", "amd", lambda o: ["rvs", "-c", f"{RVS_CONF_DIR}/{o.preset}.conf"],
+                 diagtools.parse_rvs),
     )
 }  # fmt: skip
 

@@ -110,7 +110,9 @@ class PlanDiagnostic(StrictModel):
     duration_s: int | None = Field(
         default=None, ge=1, le=86_400, description="gpu-burn's burn time (default 60), perftest's -D (5)"
     )
-    preset: Name = Field(default="p2p", description="TransferBench's preset (p2p, a2a, healthcheck ...)")
+    preset: Name = Field(
+        default="p2p", description="TransferBench's preset (p2p, a2a ...); rvs: a suite's conf (gst_single)"
+    )
     pairs: Literal["all", "ring"] = Field(
         default="all",
         description="perftest: every pair, in the straggler pair-rounds (all); each node and the next (ring)",

@@ -1,5 +1,5 @@
 """Parsers for GPU and NIC diagnostics: `dcgmi diag -j`, gpu-burn, nvbandwidth, perftest
-(ib_write_bw, ib_read_bw ...) and TransferBench.
+(ib_write_bw, ib_read_bw ...), TransferBench and AMD's ROCm Validation Suite (`rvs -c`).
 
 Each takes one node's output as printed and returns a DiagReport: the verdicts the tool printed as
 checks, its numbers as figures with the unit it printed. Each raises ParseError (with the raw text)
@@ -9,6 +9,7 @@ verbatim published outputs in tests/fixtures/diag/, each with its source.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -230,6 +231,8 @@ _DCGM_INFO_FIGURES = (
     re.compile(r"calculated at approximately (?P<value>\d+(?:\.\d+)?) (?P<unit>gigaflops)"),
     re.compile(r"(?P<what>relative stress level)\s+(?P<value>\d+(?:\.\d+)?)"),
     re.compile(r"(?P<what>power average):\s*(?P<value>\d+(?:\.\d+)?) (?P<unit>W)"),
+    re.compile(r"(?P<what>max power):\s*(?P<value>\d+(?:\.\d+)?) (?P<unit>W)"),  # the table's Info rows
+    re.compile(r"(?P<what>average power usage):\s*(?P<value>\d+(?:\.\d+)?) (?P<unit>W)"),
 )  # fmt: skip
 _DCGM_INFO_ITEM = re.compile(r",\s+(?=GPU \d+ )")
 
@@ -298,3 +301,223 @@ def parse_dcgmi_diag_json(text: str) -> DiagReport:
     version = root.get("version")
     return DiagReport(tool="dcgmi diag", version=str(version) if version else None, checks=checks,
                       figures=figures)  # fmt: skip
+
+
+# --- ROCm Validation Suite (rvs -c) -----------------------------------------------------------------
+
+# "[RESULT] [302017.167195] [gst-Tflops-2K2K2K-trig-fp4] [GPU:: 42583] GFLOPS 1063560 Target GFLOPS: 0
+#  met: TRUE" (one line)
+_RVS_RESULT = re.compile(
+    r"^\s*\[RESULT\]\s*\[[^\]]*\]\s*\[(?P<action>[^\]]+)\]\s*\[GPU::\s*(?P<id>\d+)\]\s*(?P<rest>.*?)\s*$",
+    re.M,
+)
+# what follows "[GPU:: id]": gst's verdict with its GFLOPS, iet's verdict, iet's power samples
+_RVS_REST = re.compile(
+    r"^(?:GFLOPS (?P<gflops>\d+(?:\.\d+)?) Target GFLOPS: \S+ met: (?P<met>TRUE|FALSE)"
+    r"|pass: (?P<passed>TRUE|FALSE)|Power\(W\) (?P<power>\d+(?:\.\d+)?))$"
+)
+# pebb: "[RESULT] [ts] [pcie_h2d_bandwidth] pcie-bandwidth [ 1/16] [CPU:: 0] [GPU:: 2 - 42583 - 0000:05:00.0]
+#        h2d::true d2h::false 57.678 GBps duration: 0.223392 secs"; pbqt: "... p2p-bandwidth[48/56] [GPU:: 8 -
+#        11806 - ...] [GPU:: 7 - 51771 - ...] bidirectional: false 61.370 GBps ..." (each one line)
+_RVS_BANDWIDTH = re.compile(
+    r"^\s*\[RESULT\]\s*\[[^\]]*\]\s*\[(?P<action>[^\]]+)\]\s*(?P<kind>pcie|p2p)-bandwidth\s*\[\s*\d+/\d+\]\s*"
+    r"\[(?P<src>(?:CPU|GPU)::[^\]]*)\]\s*\[GPU::(?P<dst>[^\]]*)\]\s*"
+    r"(?P<mode>.*?)\s*(?P<value>\d+(?:\.\d+)?) GBps\b",
+    re.M,
+)
+_RVS_ENDPOINT_GPU = re.compile(r"^\s*\d+\s*-\s*(\d+)\s*-")  # "2 - 42583 - 0000:05:00.0": node - id - BDF
+_RVS_ACTION_NAME = re.compile(r"^\s*\[RESULT\]\s*\[[^\]]*\]\s*Action name :(\S+)\s*$", re.M)
+# babel's table: "42583       Read        7090191.900    7090191.900    6638148.386    7019091.298"
+_RVS_BABEL_ROW = re.compile(
+    r"^\s*(\d+)\s+(Read|Write|Copy|Mul|Add|Triad|Dot)\s+(\d+(?:\.\d+)?)\s+\d+(?:\.\d+)?\s+\d", re.M
+)
+_RVS_SUMMARY = re.compile(r"^\s*\|\s*ROCm Validation Suite \(RVS\) Summary\s*\|\s*$", re.M)
+_RVS_VERSION = re.compile(r"^\s*\|\s*RVS version\s*\|\s*(\S+)\s*\|", re.M)
+# a GPU in the summary: "| AMD Instinct MI355X - 42583 |" over "| 0 - 2 - 0000:05:00.0 |" (index - node - BDF)
+_RVS_GPU_NAME = re.compile(r"^.* - (\d+)$")
+_RVS_GPU_PLACE = re.compile(r"^(\d+) - \d+ - [0-9a-fA-F:.]+$")
+_RVS_ACTION_ROW = re.compile(r"^\s*\|\s*(\S+)\s*\|\s*([A-Z0-9_]+)\s*\|\s*(PASS|FAIL)\s*\|\s*$", re.M)
+
+
+def _rvs_gpu_index(body: str) -> dict[int, int]:
+    """RVS's GPU id (e.g. 42583) to the GPU's index, from the summary's GPU pairs of rows."""
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in body.splitlines()
+            if ln.strip().startswith("|")]  # fmt: skip
+    index: dict[int, int] = {}
+    for names, places in itertools.pairwise(rows):
+        for name, place in zip(names, places, strict=False):
+            n, p = _RVS_GPU_NAME.match(name), _RVS_GPU_PLACE.match(place)
+            if n and p:
+                index[int(n.group(1))] = int(p.group(1))
+    return index
+
+
+def _rvs_endpoint(cell: str, index: dict[int, int]) -> tuple[str, int | None]:
+    """'CPU:: 0' -> ('CPU 0', None); ' 2 - 42583 - 0000:05:00.0' -> ('gpu id 42583', its index)."""
+    if cell.startswith("CPU::"):
+        return f"CPU {cell.removeprefix('CPU::').strip()}", None
+    m = _RVS_ENDPOINT_GPU.match(cell.removeprefix("GPU::"))
+    if m is None:
+        raise ValueError(f"a transfer's end {cell!r} is not 'node - id - BDF'")  # ParseError with the raw
+    return f"gpu id {m.group(1)}", index.get(int(m.group(1)))
+
+
+def _rvs_bandwidths(log: str, index: dict[int, int]) -> list[DiagFigure]:
+    """pebb's and pbqt's transfers: each one's GB/s (printed GBps), the GPU: pebb's, pbqt's source."""
+    figures: list[DiagFigure] = []
+    for m in _RVS_BANDWIDTH.finditer(log):
+        src, src_gpu = _rvs_endpoint(m.group("src"), index)
+        dst, dst_gpu = _rvs_endpoint("GPU::" + m.group("dst"), index)
+        figures.append(DiagFigure(
+            name=f"{m.group('kind')}_bandwidth", value=float(m.group("value")), unit="GBps",
+            gpu=dst_gpu if m.group("kind") == "pcie" else src_gpu,
+            where=f"{m.group('action')} {src} -> {dst} {m.group('mode')}".rstrip(),
+        ))  # fmt: skip
+    return figures
+
+
+def _rvs_babel(log: str, index: dict[int, int]) -> list[DiagFigure]:
+    """babel's table: each GPU's MBytes/sec per function (Read, Write, Copy ... Dot), under the
+    action whose 'Action name :' line came last before it."""
+    actions = [(m.start(), m.group(1)) for m in _RVS_ACTION_NAME.finditer(log)]
+    figures: list[DiagFigure] = []
+    for m in _RVS_BABEL_ROW.finditer(log):
+        action = next((a for at, a in reversed(actions) if at < m.start()), "babel")
+        rvs_id = int(m.group(1))
+        figures.append(DiagFigure(name=f"babel_{m.group(2).lower()}", value=float(m.group(3)), unit="MB/s",
+                                  gpu=index.get(rvs_id), where=f"{action} gpu id {rvs_id}"))  # fmt: skip
+    return figures
+
+
+@_raw_on_error
+def parse_rvs(text: str) -> DiagReport:
+    """`rvs -c CONF` (RVS 1.6's console log and its closing summary): per action and GPU its verdict
+    (gst's `met:`, iet's `pass:`) and figures (gst's last GFLOPS, iet's last Power(W), each pebb and
+    pbqt transfer's GBps, babel's MB/s per function), the GPU as its index from the summary (RVS
+    prints its own GPU id, kept in `where`); each action's PASS or FAIL from the summary. Raises
+    ParseError without the summary (the run was cut short)."""
+    body = _strip_comments(text)
+    summary = _RVS_SUMMARY.search(body)
+    if summary is None:
+        raise ParseError("rvs: no 'ROCm Validation Suite (RVS) Summary' (the run was cut short?)", raw=text)
+    tail = body[summary.end() :]
+    actions = _RVS_ACTION_ROW.findall(tail)
+    if not actions:
+        raise ParseError("rvs: the summary has no 'action | module | PASS/FAIL' row", raw=text)
+    index = _rvs_gpu_index(tail)
+    checks: list[DiagCheck] = []
+    last: dict[tuple[str, str, int], DiagFigure] = {}
+    for m in _RVS_RESULT.finditer(body[: summary.start()]):
+        action, rvs_id, rest = m.group("action"), int(m.group("id")), m.group("rest")
+        gpu, where = index.get(rvs_id), f"{action} gpu id {rvs_id}"
+        found = _RVS_REST.match(rest)
+        if found is None:
+            continue  # "Start of GPU ramp up", intermediate GFLOPS ...
+        if found.group("gflops"):
+            last[(action, "gflops", rvs_id)] = DiagFigure(
+                name="gflops", value=float(found.group("gflops")), unit="Gflop/s", gpu=gpu, where=where
+            )
+        elif found.group("power"):
+            last[(action, "power", rvs_id)] = DiagFigure(
+                name="power", value=float(found.group("power")), unit="W", gpu=gpu, where=where
+            )
+            continue
+        verdict = found.group("met") or found.group("passed")
+        checks.append(DiagCheck(name=action, gpu=gpu, status="pass" if verdict == "TRUE" else "fail",
+                                detail=f"gpu id {rvs_id}"))  # fmt: skip
+    figures = [*last.values(), *_rvs_bandwidths(body[: summary.start()], index),
+               *_rvs_babel(body[: summary.start()], index)]  # fmt: skip
+    for name, module, result in actions:
+        checks.append(DiagCheck(name=name, status="pass" if result == "PASS" else "fail",
+                                detail=f"{module} in the summary"))  # fmt: skip
+    version = _RVS_VERSION.search(tail)
+    return DiagReport(tool="rvs", version=version.group(1) if version else None, checks=checks,
+                      figures=figures)  # fmt: skip
+
+
+# --- dcgmi diag (the text table) --------------------------------------------------------------------
+
+_DCGM_TABLE_HEADER = re.compile(r"^\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$", re.M)
+_DCGM_TABLE_BORDER = re.compile(r"^\+-+\+-+\+$")
+_DCGM_TABLE_CATEGORY = re.compile(r"^[|+]-+\s+(\w[\w ]*?)\s+-+\+-+[|+]$")
+# "Pass", "Pass - All", "Pass - GPUs: 0, 2, 3", "Fail - GPU: 1" (one per line of a test's result)
+_DCGM_TABLE_RESULT = re.compile(r"^(Pass|Fail|Warn|Skip)(?: - (All|GPUs?: (\d+(?:, \d+)*)))?$")
+_DCGM_NOTE_GPU = re.compile(r"^GPU (\d+) ")
+_DCGM_TABLE_NOTES = ("Info", "Warning", "Error")
+
+
+@_raw_on_error
+def parse_dcgmi_diag_table(text: str) -> DiagReport:
+    """`dcgmi diag -r N` as printed (DCGM 3.x's table): one check per test ('Deployment: Denylist'),
+    per GPU where the result says '- All' (the GPUs the Metadata lists); its Info, Warning and Error
+    rows, wrapped over lines, joined into the detail, and the figures their text carries as in the
+    JSON form. Raises ParseError when the table stops before its closing border (cut short)."""
+    body = _strip_comments(text)
+    header = _DCGM_TABLE_HEADER.search(body)
+    if header is None:
+        raise ParseError("dcgmi diag: no '| Diagnostic | Result |' table", raw=text)
+    lines = [ln.rstrip() for ln in body[header.end() :].splitlines() if ln.strip()]
+    if len(lines) < 2 or not _DCGM_TABLE_BORDER.match(lines[-1]):
+        raise ParseError("dcgmi diag: the table has no closing border (cut short?)", raw=text)
+    category = ""
+    meta: dict[str, str] = {}
+    tests: list[tuple[str, list[str], list[str]]] = []  # (category: test, its result lines, its notes)
+    note: list[str] | None = None
+    for line in lines[1:-1]:
+        if m := _DCGM_TABLE_CATEGORY.match(line):
+            category, note = m.group(1), None
+            continue
+        if not (line.startswith("|") and line.endswith("|") and line.count("|") >= 3):
+            raise ParseError(f"dcgmi diag: not a table row: {line!r}", raw=text)
+        name_cell, value_cell = line[1:-1].split("|", 1)
+        name, chunk = name_cell.strip(), value_cell[1 : len(value_cell) - 2]  # DCGM wraps at a width
+        if not name and note is not None:
+            note[-1] += chunk
+        elif not name and tests and not tests[-1][2]:  # a result per GPU group: "Fail - GPU: 1"
+            tests[-1][1].append(value_cell.strip())
+        elif category == "Metadata":
+            meta[name] = value_cell.strip()
+        elif name in _DCGM_TABLE_NOTES:
+            if not tests:
+                raise ParseError(f"dcgmi diag: {name} before any test", raw=text)
+            note = tests[-1][2]
+            note.append(f"{name}: {chunk}")
+        elif name:
+            tests.append((f"{category}: {name}", [value_cell.strip()], []))
+            note = None
+        else:
+            raise ParseError(f"dcgmi diag: a continued row with nothing before it: {line!r}", raw=text)
+    if not tests:
+        raise ParseError("dcgmi diag: the table has no test (the diagnostic did not run?)", raw=text)
+    ids = meta.get("GPU Device IDs Detected", "")
+    gpus = list(range(len([i for i in ids.split(",") if i.strip()])))
+    checks: list[DiagCheck] = []
+    figures: list[DiagFigure] = []
+    for name, results, notes in tests:
+        detail = "; ".join(n.strip() for n in notes) or None
+        for result in results:
+            m = _DCGM_TABLE_RESULT.match(result)
+            if m is None:
+                raise ParseError(f"dcgmi diag: {name}: unknown result {result!r}", raw=text)
+            status = _DCGM_STATUS[m.group(1).lower()]
+            targets: list[int | None] = [None]
+            if m.group(3):
+                targets = [int(g) for g in m.group(3).split(", ")]
+            elif m.group(2) == "All" and gpus:
+                targets = [*gpus]
+            checks += [DiagCheck(name=name, status=status, gpu=g, detail=detail) for g in targets]
+        for n in notes:
+            if n.startswith("Info: "):
+                info = n.removeprefix("Info: ").strip()
+                on_gpu = _DCGM_NOTE_GPU.match(info)  # DCGM starts each GPU's Info with "GPU N "
+                figures += _dcgm_info_figures(
+                    name.split(": ", 1)[1], int(on_gpu.group(1)) if on_gpu else None, info
+                )
+    return DiagReport(tool="dcgmi diag", version=meta.get("DCGM Version"), checks=checks, figures=figures)
+
+
+def parse_dcgmi_diag(text: str) -> DiagReport:
+    """`dcgmi diag` in either form: the text table when the output has one, else the JSON (-j)."""
+    if _DCGM_TABLE_HEADER.search(text):
+        return parse_dcgmi_diag_table(text)
+    return parse_dcgmi_diag_json(text)

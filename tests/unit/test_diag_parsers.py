@@ -21,10 +21,10 @@ def _text(name: str) -> str:
     return (FIX / name).read_text()
 
 
-def test_every_fixture_is_a_passing_run_read_through_orch_parse() -> None:
+def test_every_fixture_is_read_through_orch_parse_and_passes_unless_named_fail() -> None:
     """Detection itself is covered with the other kinds in test_parse_cli.DETECTED."""
     for path in sorted(FIX.iterdir()):
-        assert parse_file(path).data.passed, path.name
+        assert parse_file(path).data.passed == ("-fail" not in path.name), path.name
 
 
 def test_every_fixture_names_its_source() -> None:
@@ -190,3 +190,183 @@ def test_dcgmi_diag_fail_and_refusals() -> None:
     assert e.value.raw == cut
     with pytest.raises(ParseError, match=r"DCGM 4\.x JSON is not read yet"):
         diagtools.parse_dcgmi_diag_json('{"DCGM Diagnostic": {"tests": []}}')
+
+
+# --- ROCm Validation Suite --------------------------------------------------------------------------
+
+_RVS_GST = "rvs-gst-mi355x-1.6.75.txt"
+_RVS_IET = "rvs-iet-mi355x-1.6.75.txt"
+
+
+def test_rvs_gst_per_gpu_gflops_and_verdicts_as_printed() -> None:
+    text = _text(_RVS_GST)
+    report = diagtools.parse_rvs(text)
+    assert report.tool == "rvs" and report.version == "1.6.75"
+    # each 'met:' line as printed: [GPU:: 42583] GFLOPS 1063560 Target GFLOPS: 0 met: TRUE ...
+    printed = re.findall(r"\[GPU:: *(\d+)\] GFLOPS (\d+) Target GFLOPS: \S+ met: (TRUE|FALSE)", text)
+    assert len(printed) == 4  # AMD's sample elides the other four GPUs' results ("...")
+    # the summary places RVS's GPU ids: "AMD Instinct MI355X - 42583" over "0 - 2 - 0000:05:00.0"
+    index = {42583: 0, 27226: 1, 11806: 6, 57875: 7}
+    action = "gst-Tflops-2K2K2K-trig-fp4"
+    for rvs_id, gflops, _met in printed:
+        gpu = index[int(rvs_id)]
+        figure = report.figure("gflops", gpu=gpu, where=f"{action} gpu id {rvs_id}")
+        assert (figure.value, figure.unit) == (float(gflops), "Gflop/s")
+    assert report.figure("gflops", gpu=6, where=f"{action} gpu id 11806").value == 1073132.0
+    per_gpu = [(c.gpu, c.status) for c in report.checks if c.gpu is not None]
+    assert per_gpu == [(0, "pass"), (1, "pass"), (6, "pass"), (7, "pass")]
+    summary = [c for c in report.checks if c.gpu is None]
+    assert [(c.name, c.status, c.detail) for c in summary] == [(action, "pass", "GST in the summary")]
+
+
+def test_rvs_iet_last_power_per_gpu_and_pass_lines() -> None:
+    text = _text(_RVS_IET)
+    report = diagtools.parse_rvs(text)
+    action = "iet-stress-1400W-true"
+    passes = re.findall(r"\[GPU:: *(\d+)\] pass: (TRUE|FALSE)", text)
+    assert len(passes) == 8 and {p for _, p in passes} == {"TRUE"}
+    checks = [c for c in report.checks if c.gpu is not None]
+    assert sorted(c.gpu or 0 for c in checks) == list(range(8))
+    assert {c.status for c in checks} == {"pass"}
+    # each GPU's last Power(W) line as printed (before the summary)
+    last: dict[str, float] = {}
+    for rvs_id, watts in re.findall(r"\[GPU:: *(\d+)\] Power\(W\) (\d+\.\d+)", text):
+        last[rvs_id] = float(watts)
+    powers = {f.where: f.value for f in report.figures if f.name == "power"}
+    assert powers == {f"{action} gpu id {k}": v for k, v in last.items()}
+    assert report.figure("power", gpu=4, where=f"{action} gpu id 1590").value == 1401.0
+    assert report.figure("power", gpu=0, where=f"{action} gpu id 42583").unit == "W"
+
+
+def test_rvs_fail_and_cut_short() -> None:
+    text = _text(_RVS_GST)
+    failed = text.replace(
+        "GFLOPS 1068301 Target GFLOPS: 0 met: TRUE", "GFLOPS 1068301 Target GFLOPS: 0 met: FALSE"
+    )
+    failed = failed.replace("| GST            | PASS ", "| GST            | FAIL ")
+    report = diagtools.parse_rvs(failed)
+    assert not report.passed
+    assert [c.gpu for c in report.checks if c.status == "fail"] == [1, None]
+    cut = text[: text.index("+=====")]
+    with pytest.raises(ParseError, match="Summary"):
+        diagtools.parse_rvs(cut)
+
+
+# --- dcgmi diag, the text table ---------------------------------------------------------------------
+
+_DCGM_TABLE = "dcgmi-diag-table-3.3.8.txt"
+
+
+def test_dcgmi_table_every_row_as_printed() -> None:
+    text = _text(_DCGM_TABLE)
+    report = diagtools.parse_dcgmi_diag_table(text)
+    assert report.tool == "dcgmi diag" and report.version == "3.3.8" and report.passed
+    # every "| <test> | <Result> |" row outside Metadata, its category from the separator above it
+    rows = re.findall(r"^\| (\S[^|]*?)\s*\| (Pass|Fail|Skip|Warn)\b", text, re.M)
+    assert len(rows) == 11
+    assert [(c.name.split(": ", 1)[1], c.status.capitalize()) for c in report.checks] == rows
+    assert report.checks[0].name == "Deployment: Denylist"
+    # "Pass - All" is per GPU: the Metadata lists one device (2330): GPU 0
+    assert [(c.name, c.gpu) for c in report.checks if c.gpu is not None] == [
+        ("Integration: PCIe", 0), ("Hardware: GPU Memory", 0)]  # fmt: skip
+    # the Info row, wrapped by dcgmi at its column width, joined back
+    persistence = next(c for c in report.checks if c.name == "Deployment: Persistence Mode")
+    assert persistence.detail == (
+        'Info: Persistence mode for GPU 0 is disabled. Enable persistence mode by running "nvidia-smi'
+        ' -i <gpuId> -pm 1 " as root.'
+    )
+    assert report.figures == []  # this run printed no numbers (not run with -v)
+    assert diagtools.parse_dcgmi_diag(text) == report
+
+
+def test_dcgmi_table_fail_and_cut_short() -> None:
+    text = _text(_DCGM_TABLE)
+    failed = diagtools.parse_dcgmi_diag_table(
+        text.replace("| GPU Memory                | Pass - All", "| GPU Memory                | Fail - All")
+    )
+    assert not failed.passed
+    assert [(c.name, c.gpu) for c in failed.checks if c.status == "fail"] == [("Hardware: GPU Memory", 0)]
+    cut = text[: text.index("+-----  Stress")]
+    with pytest.raises(ParseError, match="closing border"):
+        diagtools.parse_dcgmi_diag_table(cut)
+    with pytest.raises(ParseError, match="unknown result"):
+        diagtools.parse_dcgmi_diag_table(
+            text.replace("| Inforom                   | Pass", "| Inforom   | Maybe")
+        )
+
+
+def _printed_transfers(text: str) -> list[tuple[str, str, float]]:
+    """Each pebb/pbqt transfer line as printed: (source, destination, GBps)."""
+    found = re.findall(
+        r"-bandwidth ?\[ ?\d+/\d+\] \[(CPU:: \d+|GPU:: [^\]]+)\] \[GPU:: ([^\]]+)\].*? ([\d.]+) GBps", text
+    )
+    return [(s, d, float(v)) for s, d, v in found]
+
+
+def test_rvs_pebb_each_transfer_as_printed() -> None:
+    text = _text("rvs-pebb-mi355x-1.6.75.txt")
+    report = diagtools.parse_rvs(text)
+    printed = _printed_transfers(text)
+    assert len(printed) == 10  # AMD's sample elides transfers 3..8 ("...")
+    assert [f.value for f in report.figures] == [v for _, _, v in printed]
+    assert {f.name for f in report.figures} == {"pcie_bandwidth"} and {f.unit for f in report.figures} == {
+        "GBps"
+    }
+    first = report.figures[0]
+    assert (first.gpu, first.where) == (0, "pcie_h2d_bandwidth CPU 0 -> gpu id 42583 h2d::true d2h::false")
+    assert report.figure("pcie_bandwidth", gpu=0, where="pcie_h2d_bandwidth CPU 1 -> gpu id 42583 h2d::true "
+                         "d2h::false").value == 54.034  # fmt: skip
+
+
+def test_rvs_pbqt_each_transfer_as_printed() -> None:
+    text = _text("rvs-pbqt-mi355x-1.6.75.txt")
+    report = diagtools.parse_rvs(text)
+    printed = _printed_transfers(text)
+    assert len(printed) == 9
+    assert [f.value for f in report.figures] == [v for _, _, v in printed]
+    # the source GPU's index from the summary: 11806 is "6 - 8 - 0000:e5:00.0", 57875 "7 - 9 - ..."
+    assert [f.gpu for f in report.figures] == [6, 6] + [7] * 7
+    low = min(report.figures, key=lambda f: f.value)
+    assert (low.value, low.where) == (59.704, "xgmi_d2d_unidir_bandwidth gpu id 57875 -> gpu id 36479 "
+                                      "bidirectional: false")  # fmt: skip
+
+
+def test_rvs_babel_table_as_printed() -> None:
+    text = _text("rvs-babel-mi355x-1.6.75.txt")
+    report = diagtools.parse_rvs(text)
+    rows = re.findall(r"^42583\s+(\w+)\s+([\d.]+)", text, re.M)
+    assert len(rows) == 7
+    assert [(f.name, f.value) for f in report.figures] == [(f"babel_{n.lower()}", float(v)) for n, v in rows]
+    assert report.figure("babel_triad", gpu=0, where="babel-double-825MiB gpu id 42583").value == 6031416.066
+    assert {f.unit for f in report.figures} == {"MB/s"}
+    assert [(c.name, c.status) for c in report.checks] == [("babel-double-825MiB", "pass")]
+
+
+def test_dcgmi_table_per_gpu_results_warning_and_power_as_printed() -> None:
+    text = _text("dcgmi-diag-table-3.3.9-r3-a10g-fail.txt")
+    report = diagtools.parse_dcgmi_diag_table(text)
+    assert report.version == "3.3.9" and not report.passed
+    # "| Targeted Power | Pass - GPUs: 0, 2, 3 |" then "|  | Fail - GPU: 1 |"
+    power = [(c.gpu, c.status) for c in report.checks if c.name == "Stress: Targeted Power"]
+    assert power == [(0, "pass"), (2, "pass"), (3, "pass"), (1, "fail")]
+    assert [(c.name, c.gpu) for c in report.checks if c.status == "fail"] == [("Stress: Targeted Power", 1)]
+    # "- All" over the four devices the Metadata lists (2237,2237,2237,2237); EUD skipped on each
+    assert [c.gpu for c in report.checks if c.name == "Stress: EUD Test"] == [0, 1, 2, 3]
+    assert {c.status for c in report.checks if c.name == "Stress: EUD Test"} == {"skip"}
+    detail = next(c.detail for c in report.checks if c.name == "Stress: Targeted Power") or ""
+    assert (
+        "Warning: GPU 1 Max power of 224.1 did not reach desired power minimum "
+        "target_power_min_ratio of 224.2 for GPU 1" in detail
+    )
+    # each Info row as printed: "GPU N GPU N max power: X W average power usage: Y W" (wrapped)
+    printed = re.findall(
+        r"GPU (\d) GPU \d max power: ([\d.]+) W average power\s*\|\n\|\s*\|\s*usage: ([\d.]+) W", text
+    )
+    assert [g for g, _, _ in printed] == ["0", "2", "3"]
+    for gpu, peak, average in printed:
+        assert report.figure("Targeted Power", gpu=int(gpu), where="max power").value == float(peak)
+        assert report.figure("Targeted Power", gpu=int(gpu), where="average power usage").value == float(
+            average
+        )
+    assert report.figure("Targeted Power", gpu=0, where="max power").value == 299.5
+    assert {f.unit for f in report.figures} == {"W"}

@@ -150,7 +150,7 @@ def test_diag_steps_come_before_the_ladder_which_keeps_its_numbers_faults_and_re
 @pytest.mark.parametrize(
     ("diag", "message"),
     [
-        ({"tool": "rvs"}, "diagnostic rvs: unknown tool"),
+        ({"tool": "agfhc"}, "diagnostic agfhc: unknown tool"),
         ({"tool": "dcgmi-diag", "device": "mlx5_0"}, "device and pairs are options of the perftest tests"),
         ({"tool": "gpu-burn", "duration_s": 600}, "600 s does not fit in step_timeout_s 600"),
     ],
@@ -160,7 +160,7 @@ def test_a_step_that_cannot_run_is_refused_before_the_run(
 ) -> None:
     with pytest.raises(ConfigError, match=message) as e:
         expand_diag_steps(_plan([diag]), _cluster(tmp_path))
-    if diag["tool"] == "rvs":
+    if diag["tool"] == "agfhc":
         assert e.value.hint is not None and "ib_write_bw" in e.value.hint and "dcgmi-diag" in e.value.hint
 
 
@@ -395,10 +395,10 @@ def test_plan_show_lists_the_diag_steps_and_refuses_an_unknown_tool(tmp_path: Pa
     shown = CliRunner().invoke(app, args)
     assert shown.exit_code == 0, shown.output
     assert "diag-dcgmi-diag" in shown.output and "diag-ib_write_bw-node3-node1" in shown.output
-    plan.write_text("collectives: []\ndiagnostics: [{tool: rvs}]\n")
+    plan.write_text("collectives: []\ndiagnostics: [{tool: agfhc}]\n")
     refused = CliRunner().invoke(app, args)
     assert isinstance(refused.exception, ConfigError) and refused.exception.exit_code == 2
-    assert "diagnostic rvs: unknown tool" in str(refused.exception)
+    assert "diagnostic agfhc: unknown tool" in str(refused.exception)
 
 
 # --- for real, on the local backend -----------------------------------------------------------------

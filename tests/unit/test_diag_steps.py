@@ -59,9 +59,14 @@ def test_each_tool_renders_its_options(tmp_path: Path) -> None:
     assert task_argv(tool("gpu-burn"), DiagOptions(duration_s=300))[4:] == ["gpu_burn", "300"]
     assert task_argv(tool("transferbench"), DiagOptions(preset="a2a"))[4:] == ["TransferBench", "a2a"]
     assert task_argv(tool("nvbandwidth"), DiagOptions())[4:] == ["nvbandwidth"]
-    with pytest.raises(ConfigError, match="unknown diagnostic 'rvs'") as e:
-        tool("rvs")
-    assert e.value.hint == "one of dcgmi-diag, gpu-burn, nvbandwidth, transferbench"
+    assert task_argv(tool("rvs"), DiagOptions(preset="gst_single"))[4:] == [
+        "rvs",
+        "-c",
+        "/opt/rocm/share/rocm-validation-suite/conf/gst_single.conf",
+    ]
+    with pytest.raises(ConfigError, match="unknown diagnostic 'agfhc'") as e:
+        tool("agfhc")
+    assert e.value.hint == "one of dcgmi-diag, gpu-burn, nvbandwidth, transferbench, rvs"
     with pytest.raises(ValueError):
         DiagOptions(preset="a2a; rm -rf /")
 

@@ -124,6 +124,13 @@ DETECTED = {
     "diag/nvbandwidth-gh200-v0.6.txt": "nvbandwidth",
     "diag/ib_write_bw-roce-postlist.txt": "perftest",
     "diag/transferbench-v1.69-dma-htod.txt": "transferbench",
+    "diag/rvs-gst-mi355x-1.6.75.txt": "rvs",
+    "diag/dcgmi-diag-table-3.3.8.txt": "dcgmi-diag",
+    "diag/dcgmi-diag-table-3.3.9-r3-a10g-fail.txt": "dcgmi-diag",
+    "diag/rvs-iet-mi355x-1.6.75.txt": "rvs",
+    "diag/rvs-pebb-mi355x-1.6.75.txt": "rvs",
+    "diag/rvs-pbqt-mi355x-1.6.75.txt": "rvs",
+    "diag/rvs-babel-mi355x-1.6.75.txt": "rvs",
 }
 
 
