@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from test_serving_run import engine_pids, gone, setup
 
 from orchestrator.cli.plan import serving_summary
-from orchestrator.errors import EXIT_OK
+from orchestrator.errors import EXIT_INFRA, EXIT_OK
 from orchestrator.metrics.capacity import generator_limit
 from orchestrator.metrics.serving import parse_records, summarize_level
 from orchestrator.models.requests import ScaleTestRequest
@@ -111,4 +111,19 @@ def test_a_serving_step_with_two_processes_records_every_request_once(tmp_path: 
     assert all(r.scheduled is not None for r in counted)
     assert statistics.median(r.send - r.scheduled for r in counted if r.scheduled is not None) < 0.5
     assert generator_limit([r.model_copy(update={"send": r.send + 1.0}) for r in counted], 50.0)[1]
+    assert all(gone(p) for p in engine_pids(pids)) and engine_pids(pids)
+
+
+def test_the_step_time_limit_ends_a_level_running_in_two_processes(tmp_path: Path) -> None:
+    # the stand-in waits 0.5 s before each first token: 100 requests at c4 outlast a 10 s step
+    req, pids = with_procs(tmp_path, "2", engine_flags="--ttft 0.5")
+    plan = Path(str(req.plan))
+    text = plan.read_text().replace("concurrency: [1, 4]", "concurrency: [4]")
+    plan.write_text(text.replace("step_timeout_s: 300", "step_timeout_s: 10"))
+    result = scale_test(req)
+    assert result.exit_code == EXIT_INFRA
+    (step,) = result.serving
+    assert step.verdict == "infra" and any("time limit (10 s" in r and "level c4" in r for r in step.reasons)
+    recs = parse_records((result.run_dir / "steps/fake-r1/records-c4.jsonl").read_text().splitlines())
+    assert len(recs) < 102 and len({r.id for r in recs}) == len(recs)  # ended early, each once
     assert all(gone(p) for p in engine_pids(pids)) and engine_pids(pids)
