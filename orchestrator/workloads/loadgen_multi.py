@@ -174,8 +174,8 @@ def _process_main(
 
 class MultiLoadGenerator:
     """Runs one level of a LoadSpec in `procs` processes (see the module docstring); `emit` gets
-    every record, in the parent, as its request ends. The single-process LoadGenerator stays what
-    serving steps use; this one is for loads that one process cannot send."""
+    every record, in the parent, as its request ends. Serving steps run a level in it when their
+    plan's load.procs is above 1 (sessions.generator_for): for loads that one process cannot send."""
 
     def __init__(
         self, spec: LoadSpec, emit: Callable[[RequestRecord], None], procs: int | None = None
