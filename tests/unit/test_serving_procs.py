@@ -6,12 +6,17 @@ picks the generator, and a serving step end to end against the stand-in engine
 from __future__ import annotations
 
 import os
+import signal
 import statistics
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from pydantic import ValidationError
+from sse_server import HOLD_TOKENS, Behaviour, sse_server
 from test_serving_run import engine_pids, gone, setup
 
 from orchestrator.cli.plan import serving_summary
@@ -20,10 +25,11 @@ from orchestrator.metrics.capacity import generator_limit
 from orchestrator.metrics.serving import parse_records, summarize_level
 from orchestrator.models.requests import ScaleTestRequest
 from orchestrator.models.serving import ServingLoad, ServingWorkload
+from orchestrator.models.serving_results import RequestRecord
 from orchestrator.plan import load_plan
 from orchestrator.runs.capacity import capacity_template
 from orchestrator.runs.scale_test import scale_test
-from orchestrator.workloads.loadgen import LoadGenerator, Target, level_specs
+from orchestrator.workloads.loadgen import LoadGenerator, LoadSpec, Target, level_specs
 from orchestrator.workloads.loadgen_multi import MultiLoadGenerator
 from orchestrator.workloads.sessions import SessionGenerator, generator_for
 
@@ -127,3 +133,37 @@ def test_the_step_time_limit_ends_a_level_running_in_two_processes(tmp_path: Pat
     recs = parse_records((result.run_dir / "steps/fake-r1/records-c4.jsonl").read_text().splitlines())
     assert len(recs) < 102 and len({r.id for r in recs}) == len(recs)  # ended early, each once
     assert all(gone(p) for p in engine_pids(pids)) and engine_pids(pids)
+
+
+def test_ctrl_c_in_the_generator_processes_leaves_the_level_to_the_parent_s_stop() -> None:
+    # Ctrl-C signals the terminal's whole process group: the generator processes ignore it, and
+    # the parent's stop() ends the level, its requests in flight aborted, not a failed process
+    b = Behaviour()
+    with sse_server(b) as url:
+        recs: list[RequestRecord] = []
+        s = LoadSpec(targets=[Target("node1", url)], model="m", input_tokens=[8], output_tokens=[HOLD_TOKENS],
+                     concurrency=2, requests=6)  # fmt: skip
+        gen = MultiLoadGenerator(s, recs.append, procs=2)
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                gen.run()
+            except BaseException as e:
+                failed.append(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(b.bodies) < 2:  # one request held in each process
+            time.sleep(0.02)
+        children = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
+        assert len(children) == 2
+        for p in children:
+            os.kill(p.pid, signal.SIGINT)
+        time.sleep(0.3)  # time for a process that did not ignore it to fail (none should)
+        gen.stop()
+        t.join(30)
+        b.hold.set()
+    assert not t.is_alive() and failed == []
+    assert len(recs) == 2 and {r.proc for r in recs} == {0, 1} and all(r.status == "aborted" for r in recs)
