@@ -274,6 +274,17 @@ def _sessions_line(w: ServingWorkload) -> list[str]:
             f"{s.warmup_sessions} warm-up sessions (docs/serving.md, 'Agentic sessions')"]  # fmt: skip
 
 
+def _procs_line(w: ServingWorkload) -> list[str]:
+    """The load generator's processes in one line (none for the default single process)."""
+    load = w.load
+    if load.procs == 1:
+        return []
+    auto = " (auto: this controller's cores)" if load.procs == "auto" else ""
+    single = ", the session level in one" if load.sessions is not None else ""
+    return [f"  generator: {load.generator_procs()} processes{auto} per fixed level, rate and capacity "
+            f"probe{single} (docs/serving.md, 'Several generator processes')"]  # fmt: skip
+
+
 def serving_summary(w: ServingWorkload) -> str:
     """A serving workload's model, load, SLOs and thresholds in a few lines. Raises nothing."""
     load, slo, th = w.load, w.slos, w.thresholds
@@ -303,6 +314,7 @@ def serving_summary(w: ServingWorkload) -> str:
             f"{_lengths(load.output_tokens)}, {counted} per level after {load.warmup_requests} warm-up, "
             f"seed {load.seed}"
             + (f", prompts from {load.prompts.path} [{load.prompts.field}]" if load.prompts else ""),
+            *_procs_line(w),
             *_capacity_line(w),
             *_sessions_line(w),
             f"  SLOs (attainment, goodput): {', '.join(slos) or 'none'}; "

@@ -14,6 +14,7 @@ host:port. A refusal names the field and the value.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from typing import Annotated, Literal
 
@@ -345,6 +346,17 @@ class ServingLoad(StrictModel):
     sessions: AgenticSessions | None = Field(
         default=None, description="one level of agentic sessions (docs/serving.md, 'Agentic sessions')"
     )
+    procs: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        default=1,
+        description="generator processes of each fixed level, rate and capacity probe; auto: one per "
+        "core of the controller (docs/serving.md, 'Several generator processes'); a session level "
+        "runs in one",
+    )
+
+    def generator_procs(self) -> int:
+        """How many generator processes a fixed level, rate or capacity probe runs in: procs, or
+        for auto the controller's core count (1 when unknown)."""
+        return (os.cpu_count() or 1) if self.procs == "auto" else self.procs
 
     @field_validator("concurrency", "rates")
     @classmethod

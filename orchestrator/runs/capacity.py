@@ -16,7 +16,8 @@ from pathlib import Path
 from orchestrator.metrics.capacity import LATE_FLOOR_S, Bisection, ProbeTally, combine, judge_probe
 from orchestrator.models.serving import CapacitySearch, ServingSlos, ServingWorkload
 from orchestrator.models.serving_results import CapacityProbe, CapacityResult, RequestRecord
-from orchestrator.workloads.loadgen import LoadGenerator, LoadSpec, RecordWriter, Target, level_specs
+from orchestrator.workloads.loadgen import LevelRunner, LoadSpec, RecordWriter, Target, level_specs
+from orchestrator.workloads.sessions import generator_for
 
 ProbeFile = Callable[[int, int, float], Path]
 """(repeat, probe index, rate) -> the probe's records file."""
@@ -68,7 +69,7 @@ class CapacityRun:
         self.probe_file, self.rel, self.on_probe = probe_file, rel, on_probe
         self.late_floor_s = late_floor_s
         self._lock = threading.Lock()
-        self._gen: LoadGenerator | None = None
+        self._gen: LevelRunner | None = None
         self._stopped = False
 
     def stop(self) -> None:
@@ -106,9 +107,10 @@ class CapacityRun:
         path = self.probe_file(repeat, index, rate) if self.probe_file is not None else None
         writer = RecordWriter(path) if path is not None else None
         early = threading.Event()
-        gen: LoadGenerator
+        gen: LevelRunner
 
-        def emit(rec: RequestRecord) -> None:  # serialised by the generator's emit lock
+        def emit(rec: RequestRecord) -> None:  # serialised: the generator's emit lock, or (several
+            # processes) the one thread that collects their records
             if writer is not None:
                 writer.write(rec)
             records.append(rec)
@@ -117,7 +119,7 @@ class CapacityRun:
                 early.set()
                 gen.stop()
 
-        gen = LoadGenerator(spec, emit)
+        gen = generator_for(spec, emit)  # in spec.procs processes when the plan says so
         with self._lock:
             self._gen = None if self._stopped else gen
         try:

@@ -86,7 +86,7 @@ from orchestrator.telemetry.sampler import TelemetrySampler
 from orchestrator.workloads.engine_specs import engine_spec
 from orchestrator.workloads.engines import engine_argv, engine_env, health_path, variant_of
 from orchestrator.workloads.loadgen import (
-    LoadGenerator,
+    LevelRunner,
     LoadSpec,
     RecordWriter,
     Target,
@@ -331,7 +331,7 @@ class ServingRunner:
         self.layout = run_data_layout(cluster, life.root)
         self.files = NodeFiles(self.layout, {})
         self._live: dict[str, EngineRun] = {}  # job id -> engine, for jobs not yet stopped
-        self._gen: LoadGenerator | None = None
+        self._gen: LevelRunner | None = None
         self._capacity: CapacityRun | None = None  # the capacity search in progress, to stop
         self._lock = threading.Lock()
         self._expired = False

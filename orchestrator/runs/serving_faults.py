@@ -34,7 +34,7 @@ from orchestrator.models.serving_recovery import ServingFaultResult, SteadyRule
 from orchestrator.models.serving_results import RequestRecord, ServingStepResult
 from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.step_faults import fault_level, serving_fault_matches
-from orchestrator.workloads.loadgen import LoadGenerator
+from orchestrator.workloads.loadgen import LevelRunner
 
 JOIN_TIMEOUT_S = 60.0
 STEADY_POLL_S = 0.5
@@ -116,7 +116,7 @@ class ServingFaults:
         res: ServingStepResult,
         rule: SteadyRule,
         level: str,
-        gen: LoadGenerator,
+        gen: LevelRunner,
         live: LiveRecords,
         done: threading.Event,
     ) -> list[threading.Thread]:
@@ -127,9 +127,7 @@ class ServingFaults:
                 continue
             if fault_level(pf, res.step) != level:
                 continue
-            t = threading.Thread(
-                target=self._run, args=(res, pf, rule, level, gen, live, done), daemon=True
-            )
+            t = threading.Thread(target=self._run, args=(res, pf, rule, level, gen, live, done), daemon=True)
             self._threads.append(t)
             out.append(t)
             t.start()
@@ -177,7 +175,7 @@ class ServingFaults:
             done.wait(min(left, STEADY_POLL_S))
 
     def _run(self, res: ServingStepResult, pf: PlanFault, rule: SteadyRule, level: str,
-             gen: LoadGenerator, live: LiveRecords, done: threading.Event) -> None:  # fmt: skip
+             gen: LevelRunner, live: LiveRecords, done: threading.Event) -> None:  # fmt: skip
         try:
             self._repeats(res, pf, rule, level, gen, live, done)
         except Exception as e:  # a thread must not die silently: the journal says what happened
@@ -186,7 +184,7 @@ class ServingFaults:
                                   error=str(e))  # fmt: skip
 
     def _repeats(self, res: ServingStepResult, pf: PlanFault, rule: SteadyRule, level: str,
-                 gen: LoadGenerator, live: LiveRecords, done: threading.Event) -> None:  # fmt: skip
+                 gen: LevelRunner, live: LiveRecords, done: threading.Event) -> None:  # fmt: skip
         while not gen.counted.wait(STEADY_POLL_S):
             if done.is_set() or self._stop.is_set():
                 self._skip(res, pf, level, 1)

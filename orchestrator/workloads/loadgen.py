@@ -60,6 +60,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from orchestrator.models.serving import (
@@ -151,6 +152,8 @@ class LoadSpec:
     """When given, request i sends prompts[i % len] instead of the repeated PROMPT_WORD."""
     sessions: AgenticSessions | None = None
     """Multi-turn sessions (workloads/sessions.py runs them; concurrency is the sessions at once)."""
+    procs: int = 1
+    """Generator processes (workloads/loadgen_multi.py); sessions.generator_for picks the generator."""
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -169,6 +172,19 @@ class LoadSpec:
         if self.sessions is not None:
             return self.sessions.level
         return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate:g}"
+
+
+class LevelRunner(Protocol):
+    """What runs one level: LoadGenerator, SessionGenerator (workloads/sessions.py) and
+    MultiLoadGenerator (workloads/loadgen_multi.py). `counted` is set once the counted requests
+    begin, at `counted_at` (orch's monotonic clock; it may be a moment ahead when set)."""
+
+    counted: threading.Event
+    counted_at: float | None
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class RecordWriter:
@@ -759,7 +775,7 @@ def level_specs(
             api=load.api, timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, seed=load.seed, burstiness=load.burstiness,
             max_model_len=w.model.max_model_len, trace=trace if rate is not None else None,
-            prompts=list(prompts or ()), sessions=ss,
+            prompts=list(prompts or ()), sessions=ss, procs=load.generator_procs() if ss is None else 1,
         )  # fmt: skip
 
     ss = load.sessions

@@ -34,6 +34,7 @@ import dataclasses
 import itertools
 import multiprocessing
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -153,7 +154,10 @@ def _process_main(
     start: Any,
     stop: MpEvent,
 ) -> None:
-    """One generator process: build, say ready, wait for `go`, send the share, say done."""
+    """One generator process: build, say ready, wait for `go`, send the share, say done. Ctrl-C
+    (SIGINT to the terminal's process group) is ignored here: the parent catches it and ends the
+    level through `stop`, so the requests in flight come back as aborted, not as a failure."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         gen = ShareGenerator(
             spec, lambda r: out.put(("rec", r.model_dump_json())), share=share, procs=procs, offsets=offsets
@@ -170,8 +174,8 @@ def _process_main(
 
 class MultiLoadGenerator:
     """Runs one level of a LoadSpec in `procs` processes (see the module docstring); `emit` gets
-    every record, in the parent, as its request ends. The single-process LoadGenerator stays what
-    serving steps use; this one is for loads that one process cannot send."""
+    every record, in the parent, as its request ends. Serving steps run a level in it when their
+    plan's load.procs is above 1 (sessions.generator_for): for loads that one process cannot send."""
 
     def __init__(
         self, spec: LoadSpec, emit: Callable[[RequestRecord], None], procs: int | None = None
@@ -186,10 +190,16 @@ class MultiLoadGenerator:
             c = spec.concurrency or 1
             self.procs = max(p for p in range(1, min(want, c) + 1) if c % p == 0)
         self.shares = split_schedule(offsets, self.procs) if offsets is not None else None
+        self._first_counted = offsets[spec.warmup] if offsets and len(offsets) > spec.warmup else 0.0
         self._ctx = multiprocessing.get_context("spawn")
         self._stop = self._ctx.Event()
         self.start_wall: float | None = None
         """The shared start (wall clock) of the schedule, once every process was ready."""
+        self.counted = threading.Event()
+        self.counted_at: float | None = None
+        """When the counted requests begin (orch's monotonic clock): set with the shared start, at
+        the first counted request's place in the schedule (closed loop: the start), as
+        LoadGenerator's are for a level's faults and steady state."""
 
     def stop(self) -> None:
         """Abort the requests in flight in every process and end the level (from any thread)."""
@@ -235,7 +245,9 @@ class MultiLoadGenerator:
                 ready += 1
                 if ready == len(procs):
                     start.value = self.start_wall = time.time() + START_MARGIN_S
+                    self.counted_at = time.monotonic() + START_MARGIN_S + self._first_counted
                     go.set()
+                    self.counted.set()
             elif kind == "done":
                 done += 1
             else:

@@ -31,11 +31,13 @@ from orchestrator.models.serving_results import PrefixCache, RequestRecord
 from orchestrator.workloads.loadgen import (
     CONNECT_ERROR_PAUSE_S,
     PROMPT_WORD,
+    LevelRunner,
     LoadGenerator,
     LoadSpec,
     StreamOutput,
     Target,
 )
+from orchestrator.workloads.loadgen_multi import MultiLoadGenerator
 
 Emit = Callable[[RequestRecord], None]
 OnOutput = Callable[[int, StreamOutput], None]
@@ -143,10 +145,17 @@ class SessionGenerator(LoadGenerator):
             self._user_output(i, output)
 
 
-def generator_for(spec: LoadSpec, emit: Emit, on_output: OnOutput | None = None) -> LoadGenerator:
-    """The generator that runs spec: a SessionGenerator for a session level, else a LoadGenerator."""
-    cls = SessionGenerator if spec.sessions is not None else LoadGenerator
-    return cls(spec, emit, on_output)
+def generator_for(spec: LoadSpec, emit: Emit, on_output: OnOutput | None = None) -> LevelRunner:
+    """The generator that runs spec: a SessionGenerator for a session level; a MultiLoadGenerator
+    in spec.procs processes for a fixed level or rate with procs > 1 (its records come back as
+    JSON, so it takes no on_output: with one, one process); else a LoadGenerator. A session level
+    always runs in one process: each session's turns wait on its own answers, which one process
+    holds (docs/serving.md, 'Several generator processes')."""
+    if spec.sessions is not None:
+        return SessionGenerator(spec, emit, on_output)
+    if spec.procs > 1 and on_output is None:
+        return MultiLoadGenerator(spec, emit, spec.procs)
+    return LoadGenerator(spec, emit, on_output)
 
 
 # -- the prefix cache ------------------------------------------------------------------------------
