@@ -281,7 +281,9 @@ def _procs_line(w: ServingWorkload) -> list[str]:
         return []
     auto = " (auto: this controller's cores)" if load.procs == "auto" else ""
     single = ", the session level in one" if load.sessions is not None else ""
-    return [f"  generator: {load.generator_procs()} processes{auto} per fixed level, rate and capacity "
+    from orchestrator.workloads.loadgen import generator_procs
+
+    return [f"  generator: {generator_procs(load)} processes{auto} per fixed level, rate and capacity "
             f"probe{single} (docs/serving.md, 'Several generator processes')"]  # fmt: skip
 
 

@@ -14,7 +14,6 @@ host:port. A refusal names the field and the value.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from typing import Annotated, Literal
 
@@ -352,11 +351,6 @@ class ServingLoad(StrictModel):
         "core of the controller (docs/serving.md, 'Several generator processes'); a session level "
         "runs in one",
     )
-
-    def generator_procs(self) -> int:
-        """How many generator processes a fixed level, rate or capacity probe runs in: procs, or
-        for auto the controller's core count (1 when unknown)."""
-        return (os.cpu_count() or 1) if self.procs == "auto" else self.procs
 
     @field_validator("concurrency", "rates")
     @classmethod

@@ -67,6 +67,7 @@ from orchestrator.models.serving import (
     AgenticSessions,
     DatasetLengths,
     FixedLengths,
+    ServingLoad,
     ServingWorkload,
     TokenLengths,
     check_http_url,
@@ -775,7 +776,7 @@ def level_specs(
             api=load.api, timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, seed=load.seed, burstiness=load.burstiness,
             max_model_len=w.model.max_model_len, trace=trace if rate is not None else None,
-            prompts=list(prompts or ()), sessions=ss, procs=load.generator_procs() if ss is None else 1,
+            prompts=list(prompts or ()), sessions=ss, procs=generator_procs(load) if ss is None else 1,
         )  # fmt: skip
 
     ss = load.sessions
@@ -839,3 +840,10 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def generator_procs(load: ServingLoad) -> int:
+    """How many generator processes a fixed level, rate or capacity probe of load runs in: its
+    procs, or for auto the controller's core count (1 when unknown). Here, not on the model:
+    models do no I/O (tests/unit/test_import_graph.py)."""
+    return (os.cpu_count() or 1) if load.procs == "auto" else load.procs

@@ -29,7 +29,7 @@ from orchestrator.models.serving_results import RequestRecord
 from orchestrator.plan import load_plan
 from orchestrator.runs.capacity import capacity_template
 from orchestrator.runs.scale_test import scale_test
-from orchestrator.workloads.loadgen import LoadGenerator, LoadSpec, Target, level_specs
+from orchestrator.workloads.loadgen import LoadGenerator, LoadSpec, Target, generator_procs, level_specs
 from orchestrator.workloads.loadgen_multi import MultiLoadGenerator
 from orchestrator.workloads.sessions import SessionGenerator, generator_for
 
@@ -38,9 +38,9 @@ LOAD: dict[str, Any] = {"concurrency": [2], "input_tokens": {"kind": "fixed", "t
 
 
 def test_procs_defaults_to_one_takes_auto_or_a_count_and_refuses_the_rest() -> None:
-    assert ServingLoad.model_validate(LOAD).generator_procs() == 1
-    assert ServingLoad.model_validate({**LOAD, "procs": 3}).generator_procs() == 3
-    assert ServingLoad.model_validate({**LOAD, "procs": "auto"}).generator_procs() == (os.cpu_count() or 1)
+    assert generator_procs(ServingLoad.model_validate(LOAD)) == 1
+    assert generator_procs(ServingLoad.model_validate({**LOAD, "procs": 3})) == 3
+    assert generator_procs(ServingLoad.model_validate({**LOAD, "procs": "auto"})) == (os.cpu_count() or 1)
     for bad in (0, -1, "many", 1.5, 2000):
         with pytest.raises(ValidationError):
             ServingLoad.model_validate({**LOAD, "procs": bad})
