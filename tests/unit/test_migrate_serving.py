@@ -198,7 +198,13 @@ class Served(FakeCluster):
     certify re-run's TTFT p99 given; the quality judgement failing for the plan runs named."""
 
     def __init__(
-        self, nodes: list[str], b: str, b_speed: float, certify_ttft: float, fail: set[str], control: float = 1.01
+        self,
+        nodes: list[str],
+        b: str,
+        b_speed: float,
+        certify_ttft: float,
+        fail: set[str],
+        control: float = 1.01,
     ) -> None:
         super().__init__(nodes)
         self.b, self.b_speed, self.certify_ttft, self.fail = b, b_speed, certify_ttft, fail
