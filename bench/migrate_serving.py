@@ -71,6 +71,10 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
 
+def num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
 def show(title: str, code: int, state: dict[str, Any]) -> list[dict[str, Any]]:
     """Print one migration; return its serving levels."""
     print(f"\n== {title}: exit {code}, wall {state['wall_s']:.0f} s, run {state['run_dir']}")
@@ -87,8 +91,8 @@ def show(title: str, code: int, state: dict[str, Any]) -> list[dict[str, Any]]:
         for f in lv["figures"]:
             ch = f["change"]
             change = "n/a" if ch["ratio"] is None else f"{ch['ratio'] - 1:+.1%}"
-            print(f"    {f['figure']:20s} A {ch['a']:.4g} B {ch['b']:.4g} {change} band +-{pct(ch['band'])} "
-                  f"n={ch['n_a']}/{ch['n_b']}: {f['verdict']}")  # fmt: skip
+            print(f"    {f['figure']:20s} A {num(ch['a'])} B {num(ch['b'])} {change} band +-{pct(ch['band'])}"
+                  f" n={ch['n_a']}/{ch['n_b']}: {f['verdict']}")  # fmt: skip
     return levels
 
 
