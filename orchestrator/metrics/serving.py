@@ -367,6 +367,15 @@ def latency(s: LevelSummary, figure: str) -> Percentiles:
     return p
 
 
+def run_figures_log_se(s: LevelSummary) -> dict[str, float]:
+    """One run's own se of each judged figure's log: output tokens/s from its drift ("tput"), each
+    p99 latency by run_log_se; a figure without one is left out."""
+    out = {m: se for m in LATENCY_FIGURES for se in run_log_se([s], m)}
+    if (t := s.drift_log_se.get("tput")) is not None:
+        out["tput"] = t
+    return out
+
+
 def run_log_se(runs: Iterable[LevelSummary], figure: str) -> list[float]:
     """Each run's own se of ln p99 of a latency: the larger of its order statistics' and its drift's."""
     return [

@@ -153,14 +153,15 @@ def serving_decision(throughput: FigureChange, p99: FigureChange, *, interactive
     )
 
 
-SERVING_FIGURES: tuple[tuple[str, str, str | None, bool], ...] = (
-    ("output_tokens_per_s", "output_tokens_per_s", None, True),
-    ("ttft_p99", "ttft_p99_ms", "ttft_n", False),
-    ("itl_p99", "itl_p99_ms", "itl_n", False),
-    ("tpot_p99", "tpot_p99_ms", "tpot_n", False),
-    ("slo_attainment", "slo_attainment", None, True),
+SERVING_FIGURES: tuple[tuple[str, str, str | None, str | None, bool], ...] = (
+    ("output_tokens_per_s", "output_tokens_per_s", None, "tput", True),
+    ("ttft_p99", "ttft_p99_ms", "ttft_n", "ttft", False),
+    ("itl_p99", "itl_p99_ms", "itl_n", "itl", False),
+    ("tpot_p99", "tpot_p99_ms", "tpot_n", "tpot", False),
+    ("slo_attainment", "slo_attainment", None, None, True),
 )
-"""(figure, ServingFigures field, its n's field (None: n is the runs), higher is better)."""
+"""(figure, ServingFigures field, its n's field (None: n is the runs), its key in the run's own se
+(ServingFigures.log_se; None: the spread of the runs only), higher is better)."""
 RATES = ("error_rate", "abort_rate", "timeout_rate", "truncated_rate")
 """The failure rates set beside each level's decision, not judged (timeouts are a part of the
 aborts, truncated streams a part of the errors: models/serving_results.FailureReason)."""
@@ -179,7 +180,10 @@ def serving_levels(
     interactive: bool = True,
 ) -> list[ServingLevelDecision]:
     """Every serving step and level that A and B both measured: each figure of B against A with the
-    A-against-A band (decision.figure_change, the control widening the band), blind where the band
+    A-against-A band (decision.figure_change, the control widening the band, and at least each
+    run's own se of the figure, as compare's metrics/serving.compare_level: a p99 on n=120 rests on
+    its top few samples, and A against A on the lab moved TPOT p99 by 9 % where two runs a side had
+    set the band at +-6 %), blind where the band
     is wider than the plan's `detect` for it (decision.blind), and the level's verdict by the
     interactive rule (decision.serving_verdict over throughput and the p99s)."""
     keys = list(dict.fromkeys((f.step, f.level) for r in a for f in r.serving))
@@ -189,7 +193,7 @@ def serving_levels(
         if not fb:
             continue
         figures: list[ServingFigureDecision] = []
-        for name, attr, n_attr, higher in SERVING_FIGURES:
+        for name, attr, n_attr, se_attr, higher in SERVING_FIGURES:
 
             def vals(fs: list[ServingFigures], attr: str = attr) -> list[float]:
                 return [v for f in fs if isinstance(v := getattr(f, attr), float | int)]
@@ -197,9 +201,9 @@ def serving_levels(
             def n(fs: list[ServingFigures], n_attr: str | None = n_attr) -> int:
                 return sum(getattr(f, n_attr) for f in fs) if n_attr else len(vals(fs))
 
-            ch = decision.figure_change(
-                name, vals(fa), vals(fb), higher_is_better=higher, control=vals(fc), n_a=n(fa), n_b=n(fb)
-            )
+            run_se = [v for f in (*fa, *fb, *fc) if se_attr and (v := f.log_se.get(se_attr)) is not None]
+            ch = decision.figure_change(name, vals(fa), vals(fb), higher_is_better=higher, control=vals(fc),
+                                        run_se=run_se, n_a=n(fa), n_b=n(fb))  # fmt: skip
             limit = detect.get(name)
             verdict = "blind" if decision.blind(ch, limit) else ch.change
             figures.append(ServingFigureDecision(figure=name, change=ch, detect=limit, verdict=verdict))

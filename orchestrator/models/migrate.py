@@ -252,6 +252,12 @@ class ServingFigures(StrictModel):
     itl_n: int = Field(default=0, ge=0)
     tpot_p99_ms: float | None = None
     tpot_n: int = Field(default=0, ge=0)
+    log_se: dict[str, float] = Field(
+        default_factory=dict,
+        description="each figure's own se of its log within the run (tput: its drift; ttft, itl, tpot: "
+        "metrics/serving.run_log_se, the larger of the p99's order statistics and its drift); "
+        "empty in runs of older orch",
+    )
     output_tokens_per_s: float | None = None
     slo_attainment: float | None = None
     error_rate: float | None = None

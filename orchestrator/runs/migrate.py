@@ -23,6 +23,7 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.inventory import load_inventory
+from orchestrator.metrics.serving import run_figures_log_se
 from orchestrator.migrate.arms import Arm, Renderer, arm_plan, parse_arm, renderer, with_variants
 from orchestrator.migrate.procedure import Ops, Procedure, node_states
 from orchestrator.models.cluster import Cluster
@@ -201,6 +202,7 @@ def serving_figures(label: str, results: list[ServingStepResult]) -> list[Servin
                 step=r.step.id.removeprefix(f"{label}-"), level=lv.level, n=s.n,
                 ttft_p99_ms=s.ttft_ms.p99, ttft_n=s.ttft_ms.n, itl_p99_ms=s.itl_ms.p99,
                 itl_n=s.itl_ms.n, tpot_p99_ms=s.tpot_ms.p99, tpot_n=s.tpot_ms.n,
+                log_se=run_figures_log_se(s),
                 output_tokens_per_s=s.output_tokens_per_s, slo_attainment=s.slo_attainment,
                 error_rate=s.error_rate, abort_rate=s.abort_rate, timeout_rate=s.timeout_rate,
                 truncated_rate=s.truncated_rate,

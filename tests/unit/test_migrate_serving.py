@@ -86,6 +86,8 @@ def test_b_that_changes_answers_fails_the_canary_quality_gate_and_rolls_back(
     for r in runs.values():
         assert [(f.step, f.level) for f in r.serving] == [("fake-r1", "c1"), ("fake-r1", "c4")]
         assert all(f.n == 100 and f.ttft_n == 100 and f.ttft_p99_ms for f in r.serving)
+        # each figure's own se within the run, for the compare's band (metrics/serving.run_log_se)
+        assert all({"tput", "ttft", "itl", "tpot"} <= set(f.log_se) for f in r.serving), r.serving
     j = runs["canary"].quality["fake-r1"]
     assert not j.passed and j.b_vs_a.exact_match == 0.0
     # A's answers after the rollback are A's answers before it
@@ -146,6 +148,30 @@ def test_serving_levels_interactive_rule_and_blind() -> None:
                            detect={"output_tokens_per_s": 0.10})  # fmt: skip
     (tput,) = [f for f in lv.figures if f.figure == "output_tokens_per_s"]
     assert tput.verdict == "blind" and tput.change.band == pytest.approx(0.30)
+
+
+def test_a_p99s_own_sampling_error_widens_its_band_as_in_compare() -> None:
+    """A against A on the lab (must-show 3, run 1): TPOT p99 +9.4 % with A and A' within 1 %: one
+    pair's band (+-6 %) called it worse; each run's own se of ln p99 (its order statistics and its
+    drift, metrics/serving.run_log_se, as compare's compare_level) makes the band wide enough."""
+
+    def run(label: str, tpot: float, se: float | None) -> PlanRun:
+        r = _run(label, 1275.0, 16.7)
+        r.serving[0].tpot_p99_ms = tpot
+        r.serving[0].log_se = {"tpot": se} if se is not None else {}
+        return r
+
+    for se, verdict in ((None, "worse"), (0.05, "same")):
+        a = [run("ab1-A", 3.09, se), run("ab6-A", 3.08, se)]
+        b = [run("ab2-B", 3.38, se), run("ab5-B", 3.37, se)]
+        c = [run("ab3-A-control", 3.10, se), run("ab4-A-control", 3.09, se)]
+        (lv,) = serving_levels(a, b, c, detect={})
+        (tpot,) = [f for f in lv.figures if f.figure == "tpot_p99"]
+        assert tpot.verdict == verdict, (se, tpot.change)
+    # a change beyond what the runs' own se allows is still worse (must-show 2: TTFT p99 +164 %)
+    a = [run("ab1-A", 3.09, 0.05), run("ab6-A", 3.08, 0.05)]
+    (lv,) = serving_levels(a, [run("ab2-B", 6.0, 0.05), run("ab5-B", 6.1, 0.05)], a, detect={})
+    assert [f.verdict for f in lv.figures if f.figure == "tpot_p99"] == ["worse"]
 
 
 def test_detect_reads_percentages_and_old_plan_runs_load() -> None:
