@@ -281,6 +281,16 @@ class Procedure:
         self.save(self.state)
         return run
 
+    def _a_runs(self) -> list[PlanRun]:
+        """Every plan run on A before the rollback, faults left out: baseline, control and the
+        interleaved rounds' A and A' (ab<k>-A, ab<k>-A-control)."""
+        return [
+            r
+            for r in self.state.plan_runs
+            if r.label in ("baseline", "control")
+            or (r.label.startswith("ab") and r.label.endswith(("-A", "-A-control")))
+        ]
+
     def _runs(self, *labels: str) -> list[PlanRun]:
         by = {r.label: r for r in self.state.plan_runs}
         return [by[x] for x in labels if x in by]
@@ -522,6 +532,11 @@ class Procedure:
             why_mode="the re-run on A",
             order=["baseline", "certify"],
         )
+        # Serving figures: the re-run against every run of A before the rollback (baseline,
+        # control, the interleaved A and A'), their spread and each run's own se setting the band.
+        # One pair is too thin a sample of A: on the lab a baseline 15 % above A's five other runs
+        # failed three certifies in four, each re-run within A's other runs.
+        again.serving_levels = serving_levels(self._a_runs(), [rerun], [], detect={})
         # Both judged, whichever fails first: the answers do not depend on the machine's load
         bad = ["the re-run on A is worse than the baseline: " + "; ".join(again.worse)] if again.worse else []
         if why := self._quality_gate(self._quality(base[0], rerun)):
