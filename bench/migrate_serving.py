@@ -101,33 +101,35 @@ def main() -> int:
     ap.add_argument("--inventory", type=Path, default=REPO / "inventories/lab.ini")
     ap.add_argument("--same", type=int, default=3, help="A -> A migrations (must-show 3)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of each compare")
+    ap.add_argument("--out", type=Path, default=None, help="where the runs stay (default: a new /tmp folder)")
     args = ap.parse_args()
     env = slurm_env(load_inventory(args.inventory))
     wait_idle(list(NODES), env)
     bad: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="orch-bench-migserve-") as tmp:
-        inv = two_nodes(args.inventory, Path(tmp) / "two.ini")
-        provision(args.inventory, "cpu-serve", env)
-        try:
-            code, state = migrate(inv, "cpu-serve:fp32-small-kv", args.rounds, Path(tmp) / "slower", env)
-            levels = show("must-show 2: fp32 -> fp32-small-kv (B slower)", code, state)
-            phases = {p["phase"]: p["state"] for p in state["phases"]}
-            quality = (state.get("comparison") or {}).get("quality") or {}
-            if not (quality and all(j["passed"] for j in quality.values())):
-                bad.append("must-show 2: the quality gate did not pass")
-            worse = [lv for lv in levels if lv["direction"].startswith("worse")]
-            if phases.get("compare") != "failed" or not worse:
-                bad.append(f"must-show 2: no serving level failed the compare ({phases.get('compare')})")
-            if phases.get("rollback") != "passed":
-                bad.append("must-show 2: no rollback")
-            for k in range(args.same):
-                code, state = migrate(inv, "cpu-serve:fp32", args.rounds, Path(tmp) / f"same{k + 1}", env)
-                levels = show(f"must-show 3: fp32 -> fp32, run {k + 1} of {args.same}", code, state)
-                flagged = [f"{lv['level']} {lv['direction']}" for lv in levels if lv["direction"] != "same"]
-                if code != 0 or flagged or not levels:
-                    bad.append(f"must-show 3, run {k + 1}: exit {code}, flagged {flagged or 'nothing'}")
-        finally:
-            provision(args.inventory, "cpu-gloo", env)
+    out = args.out or Path(tempfile.mkdtemp(prefix="orch-bench-migserve-"))
+    print(f"runs in {out} (kept)", flush=True)
+    inv = two_nodes(args.inventory, out / "two.ini")
+    provision(args.inventory, "cpu-serve", env)
+    try:
+        code, state = migrate(inv, "cpu-serve:fp32-small-kv", args.rounds, out / "slower", env)
+        levels = show("must-show 2: fp32 -> fp32-small-kv (B slower)", code, state)
+        phases = {p["phase"]: p["state"] for p in state["phases"]}
+        quality = (state.get("comparison") or {}).get("quality") or {}
+        if not (quality and all(j["passed"] for j in quality.values())):
+            bad.append("must-show 2: the quality gate did not pass")
+        worse = [lv for lv in levels if lv["direction"].startswith("worse")]
+        if phases.get("compare") != "failed" or not worse:
+            bad.append(f"must-show 2: no serving level failed the compare ({phases.get('compare')})")
+        if phases.get("rollback") != "passed":
+            bad.append("must-show 2: no rollback")
+        for k in range(args.same):
+            code, state = migrate(inv, "cpu-serve:fp32", args.rounds, out / f"same{k + 1}", env)
+            levels = show(f"must-show 3: fp32 -> fp32, run {k + 1} of {args.same}", code, state)
+            flagged = [f"{lv['level']} {lv['direction']}" for lv in levels if lv["direction"] != "same"]
+            if code != 0 or flagged or not levels:
+                bad.append(f"must-show 3, run {k + 1}: exit {code}, flagged {flagged or 'nothing'}")
+    finally:
+        provision(args.inventory, "cpu-gloo", env)
     print("\n" + ("\n".join(bad) if bad else f"must-shows 2 and 3 met ({args.same} of {args.same} A -> A)"))
     return 1 if bad else 0
 
