@@ -150,20 +150,28 @@ def slurm_logs(inventory: Path) -> list[Path] | None:
     return files if all(f.exists() for f in files) else None
 
 
-def _log_events(files: list[Path], alloc: str) -> list[tuple[float, str]]:
-    """(epoch seconds, message) of the log lines about this allocation, in time order (Slurm's
-    logs carry milliseconds in the machine's local time)."""
+LOG_SLACK_S = 5.0
+"""Lines this long before a run's start still count (the clocks of orch and Slurm's log agree)."""
+
+
+def _log_events(files: list[Path], alloc: str, since: float) -> list[tuple[float, str]]:
+    """(epoch seconds, message) of the log lines about this allocation written since the run
+    started (less LOG_SLACK_S), in time order (Slurm's logs carry milliseconds in the machine's
+    local time). A lab's logs outlive it and a new lab numbers its jobs from 1 again: without the
+    start, job 3 of an earlier lab was read as this one (steps of 26,233 s, seen)."""
     marks = (f"JobId={alloc} ", f"batch job {alloc} ", f"StepId={alloc}.", f"[{alloc}.")
     out = []
     for f in files:
         for line in f.read_text(errors="replace").splitlines():
             m = _LOG_TIME.match(line)
             if m and any(k in m.group(2) for k in marks):
-                out.append((datetime.fromisoformat(m.group(1)).timestamp(), m.group(2)))
+                ts = datetime.fromisoformat(m.group(1)).timestamp()
+                if ts >= since - LOG_SLACK_S:
+                    out.append((ts, m.group(2)))
     return sorted(out)
 
 
-def srun_seconds(files: list[Path], job_ids: list[str]) -> float | None:
+def srun_seconds(files: list[Path], job_ids: list[str], since: float) -> float | None:
     """The time the jobs' srun steps ran, summed, from Slurm's logs (ms): for each numbered step,
     its first task launched -> its last task done. The same measure in every mode (a ladder step's
     srun, whether it is a job's step 0 or one of the allocation's steps), without the whole-second
@@ -173,7 +181,7 @@ def srun_seconds(files: list[Path], job_ids: list[str]) -> float | None:
     for job in dict.fromkeys(j.partition(".")[0] for j in job_ids):
         launches: dict[int, float] = {}
         ends: dict[int, float] = {}
-        for ts, msg in _log_events(files, job):
+        for ts, msg in _log_events(files, job, since):
             if m := re.search(rf"StepId={job}\.(\d+) ", msg):
                 launches.setdefault(int(m.group(1)), ts)
             elif m := re.match(rf"\[{job}\.(\d+)\] done with job", msg):
@@ -203,7 +211,7 @@ def alloc_breakdown(journal: Path, alloc: str, logs: list[Path], t0: float, t1: 
     evs = [json.loads(line) for line in journal.read_text().splitlines()]
     t = {e["event"]: datetime.fromisoformat(e["t"]).timestamp() for e in reversed(evs)}  # first of each
     last_state = max(datetime.fromisoformat(e["t"]).timestamp() for e in evs if e["event"] == "step_state")
-    log = _log_events(logs, alloc)
+    log = _log_events(logs, alloc, t0)
     first = lambda *words: next(ts for ts, msg in log if any(w in msg for w in words))  # noqa: E731
     submit = first("_slurm_rpc_submit_batch_job", "_slurm_rpc_allocate_resources")
     # A job allocated by the RPC itself says so there (NodeList=...); a queued one at sched: Allocate.
@@ -313,6 +321,7 @@ def main() -> None:
             work = Path(tmp)
             for tool in order:
                 wait_idle([n.name for n in cluster.nodes], env)
+                started = time.time()
                 try:
                     if tool == "reframe":
                         t = run_reframe(ladder_jobs(args.inventory, args.nodes), env, work)
@@ -329,7 +338,7 @@ def main() -> None:
                 t.elapsed = step_elapsed_raw(t.job_ids, env) if steps else elapsed_raw(t.job_ids, env)
                 got[tool].append(t)
                 print(f"round {r + 1}: {describe(t)}", flush=True)
-                if logs is not None and (srun := srun_seconds(logs, t.job_ids)):
+                if logs is not None and (srun := srun_seconds(logs, t.job_ids, started)):
                     ON_SRUN.setdefault(tool, []).append(t.wall_s / srun)
                     print(f"round {r + 1}: {tool:20s} srun steps {srun:.3f} s (Slurm's logs), "
                           f"wall / srun steps {t.wall_s / srun:.3f}", flush=True)  # fmt: skip
