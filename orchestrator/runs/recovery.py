@@ -10,7 +10,6 @@ probe is stopped (stop file, then SIGTERM/SIGKILL of what orch started, by PID) 
 
 from __future__ import annotations
 
-import secrets
 import shlex
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +41,7 @@ from orchestrator.runs.recovery_request import (
     resolve_container,
     resolve_launcher,
 )
+from orchestrator.scheduler.base import random_port_base
 from orchestrator.store.load import REQUEST_FILE, load_run, require_model, run_cluster
 from orchestrator.store.rundir import RunDir, atomic_write
 
@@ -186,7 +186,7 @@ def _resolve(req: RecoveryTestRequest, cluster: Cluster, *, fresh_port: bool) ->
     if fresh_port:
         # A fresh port per run: a previous run's store socket may still linger.
         req = req.model_copy(
-            update={"probe": req.probe.model_copy(update={"master_port": 20000 + secrets.randbelow(20000)})}
+            update={"probe": req.probe.model_copy(update={"master_port": random_port_base()})}
         )
     req = resolve_launcher(req, cluster)
     if req.python is None:
