@@ -305,11 +305,7 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
     known_hosts = _known_hosts_file(v, bad)
     python = _opt_str(v, "ansible_python_interpreter", bad)
 
-    vendor = "none"
-    if "gpu_vendor" in v:
-        vendor = str(v["gpu_vendor"]).strip().lower()
-        if vendor not in GPU_VENDORS:
-            bad("gpu_vendor", f"is not one of {', '.join(GPU_VENDORS)}")
+    vendor = _choice(v, "gpu_vendor", GPU_VENDORS, bad)
 
     gpus = 1
     if "gpus_per_node" in v:
@@ -339,11 +335,7 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
         except ValueError:
             bad("fabric_address", "is not an IP address")
 
-    runtime = "none"
-    if "container_runtime" in v:
-        runtime = str(v["container_runtime"]).strip().lower()
-        if runtime not in CONTAINER_RUNTIMES:
-            bad("container_runtime", f"is not one of {', '.join(CONTAINER_RUNTIMES)}")
+    runtime = _choice(v, "container_runtime", CONTAINER_RUNTIMES, bad)
 
     health: dict[str, str] = {}
     for var in _HEALTH_PATH_VARS:
@@ -405,6 +397,16 @@ def _opt_str(v: Mapping[str, Any], var: str | None, bad: Any, *, strip: bool = T
         return value.strip() if strip else value
     bad(var, "must be a non-empty string")
     return None
+
+
+def _choice(v: Mapping[str, Any], var: str, choices: tuple[str, ...], bad: Any) -> str:
+    """var's value lower-cased, which must be one of choices; "none" when var is not set."""
+    if var not in v:
+        return "none"
+    word = str(v[var]).strip().lower()
+    if word not in choices:
+        bad(var, f"is not one of {', '.join(choices)}")
+    return word
 
 
 def _iface_list(v: Mapping[str, Any], bad: Any) -> list[str]:
