@@ -262,8 +262,8 @@ class BackendTraits:
 
 
 def random_port_base() -> int:
-    """A random first port (20000 to 39999) for the jobs of one run, which count up from it: two
-    runs at once, or a previous run's lingering sockets, rarely meet on the same ports."""
+    """A random port from 20000 to 39999 for a run's jobs (a probe's port, or the first of a run's
+    ports that count up from it): runs at once, or a previous run's lingering sockets, rarely meet."""
     return 20000 + secrets.randbelow(20000)
 
 
