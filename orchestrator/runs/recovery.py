@@ -42,7 +42,7 @@ from orchestrator.runs.recovery_request import (
     resolve_launcher,
 )
 from orchestrator.scheduler.base import random_port_base
-from orchestrator.store.load import REQUEST_FILE, load_run, require_model, run_cluster
+from orchestrator.store.load import REQUEST_FILE, load_run_to_resume, require_model, run_cluster
 from orchestrator.store.rundir import RunDir, atomic_write
 
 
@@ -151,9 +151,7 @@ def resume_recovery_test(
         Interrupted, FaultError, RemoteError: as run_recovery_test.
     """
     t0 = time.monotonic()
-    record = load_run(run_dir)
-    if record.status == "running":
-        raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
+    record = load_run_to_resume(run_dir)
     cluster = run_cluster(run_dir, slurm_conf)  # Slurm's configuration never from the run folder
     req = require_model(RecoveryTestRequest, run_dir, run_dir / REQUEST_FILE)
     done = sorted(
