@@ -6,6 +6,9 @@ saying what to do. Library code raises these; only the CLI prints them and exits
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TypeVar
+
 EXIT_OK = 0
 EXIT_THRESHOLDS = 1
 EXIT_USAGE = 2
@@ -75,6 +78,20 @@ class Interrupted(OrchError):
     """The user interrupted the run; faults were reverted and jobs cancelled."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+_K = TypeVar("_K", bound=str)
+_T = TypeVar("_T")
+
+
+def registered(table: Mapping[_K, _T], name: str, what: str, *, hint: str | None = None) -> _T:
+    """table[name], for a small table of registered things (engines, report formats, fault kinds,
+    keyed by str or a Literal of names); raises ConfigError "unknown <what> 'name' (known: ...)"
+    naming them in the table's order."""
+    for key, value in table.items():
+        if key == name:
+            return value
+    raise ConfigError(f"unknown {what} {name!r} (known: {', '.join(table)})", hint=hint)
 
 
 def one_line(e: BaseException, limit: int = 200) -> str:

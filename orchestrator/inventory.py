@@ -49,6 +49,19 @@ DEFAULT_INVENTORY = Path(__file__).resolve().parent / "inventories" / "local.ini
 # this machine (ProxyCommand …, templates in interpreter paths): refused without it.
 ALLOW_COMMANDS_VAR = "orch_allow_controller_commands"
 
+# ssh options given on ssh's command line by Ansible.
+_SSH_ARGS_VARS = (
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_ssh_args",
+    "ansible_sftp_extra_args",
+    "ansible_scp_extra_args",
+)
+# Programs Ansible runs (here or on the node) whose paths it templates first, on this machine.
+_EXEC_VARS = ("ansible_shell_executable", "ansible_ssh_executable", "ansible_become_exe")
+# per node: where `orch health` reads that node's sources (a lab plants findings per node there)
+_HEALTH_PATH_VARS = ("orch_health_kernel_log", "orch_health_sysfs", "orch_health_tools_dir")
+
 # The variables orch reads from each host (after Ansible merged group_vars and host_vars).
 # Legacy Ansible spellings come second and are used only when the modern one is unset.
 _READ = (
@@ -61,15 +74,9 @@ _READ = (
     "ansible_connection",
     "ansible_ssh_private_key_file",
     "ansible_private_key_file",
-    "ansible_ssh_common_args",
-    "ansible_ssh_extra_args",
-    "ansible_ssh_args",
-    "ansible_sftp_extra_args",
-    "ansible_scp_extra_args",
+    *_SSH_ARGS_VARS,
     "ansible_python_interpreter",
-    "ansible_shell_executable",
-    "ansible_ssh_executable",
-    "ansible_become_exe",
+    *_EXEC_VARS,
     ALLOW_COMMANDS_VAR,
     "gpu_vendor",
     "gpus_per_node",
@@ -88,13 +95,9 @@ _READ = (
     "orch_node_dir",
     "orch_shared_dirs",
     "orch_cert_pubkey",
-    "orch_health_kernel_log",
-    "orch_health_sysfs",
-    "orch_health_tools_dir",
+    *_HEALTH_PATH_VARS,
     "orch_max_unavailable",
 )
-# per node: where `orch health` reads that node's sources (a lab plants findings per node there)
-_HEALTH_PATH_VARS = ("orch_health_kernel_log", "orch_health_sysfs", "orch_health_tools_dir")
 _CLUSTER_VARS = (
     "orch_slurm_conf", "orch_lab_state", "orch_partition", "orch_stack", "orch_node_dir", "orch_shared_dirs",
     "orch_cert_pubkey",
@@ -103,17 +106,7 @@ _CLUSTER_VARS = (
 # shell lines (quoted): absolute, plain characters only.
 _NODE_PATH = re.compile(r"^/[A-Za-z0-9_./+-]*$")
 ORCH_VARS = tuple(sorted(v for v in _READ if v.startswith("orch_")))
-# Programs Ansible runs (here or on the node) whose paths it templates first, on this machine.
-_EXEC_VARS = ("ansible_shell_executable", "ansible_ssh_executable", "ansible_become_exe")
 _INTERPRETER = re.compile(r"ansible_\w+_interpreter")
-# ssh options given on ssh's command line by Ansible.
-_SSH_ARGS_VARS = (
-    "ansible_ssh_common_args",
-    "ansible_ssh_extra_args",
-    "ansible_ssh_args",
-    "ansible_sftp_extra_args",
-    "ansible_scp_extra_args",
-)
 # ssh options an inventory may set without opting in (orch_allow_controller_commands): an
 # allow-list. Everything else ssh understands can run a command or load a library on this machine
 # (ProxyCommand, LocalCommand, KnownHostsCommand, PKCS11Provider, SecurityKeyProvider, -I, -F with
@@ -305,11 +298,7 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
     known_hosts = _known_hosts_file(v, bad)
     python = _opt_str(v, "ansible_python_interpreter", bad)
 
-    vendor = "none"
-    if "gpu_vendor" in v:
-        vendor = str(v["gpu_vendor"]).strip().lower()
-        if vendor not in GPU_VENDORS:
-            bad("gpu_vendor", f"is not one of {', '.join(GPU_VENDORS)}")
+    vendor = _choice(v, "gpu_vendor", GPU_VENDORS, bad)
 
     gpus = 1
     if "gpus_per_node" in v:
@@ -339,11 +328,7 @@ def build_node(host: RawHost, problems: list[str]) -> Node | None:
         except ValueError:
             bad("fabric_address", "is not an IP address")
 
-    runtime = "none"
-    if "container_runtime" in v:
-        runtime = str(v["container_runtime"]).strip().lower()
-        if runtime not in CONTAINER_RUNTIMES:
-            bad("container_runtime", f"is not one of {', '.join(CONTAINER_RUNTIMES)}")
+    runtime = _choice(v, "container_runtime", CONTAINER_RUNTIMES, bad)
 
     health: dict[str, str] = {}
     for var in _HEALTH_PATH_VARS:
@@ -405,6 +390,16 @@ def _opt_str(v: Mapping[str, Any], var: str | None, bad: Any, *, strip: bool = T
         return value.strip() if strip else value
     bad(var, "must be a non-empty string")
     return None
+
+
+def _choice(v: Mapping[str, Any], var: str, choices: tuple[str, ...], bad: Any) -> str:
+    """var's value lower-cased, which must be one of choices; "none" when var is not set."""
+    if var not in v:
+        return "none"
+    word = str(v[var]).strip().lower()
+    if word not in choices:
+        bad(var, f"is not one of {', '.join(choices)}")
+    return word
 
 
 def _iface_list(v: Mapping[str, Any], bad: Any) -> list[str]:

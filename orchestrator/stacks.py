@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.errors import ConfigError
+from orchestrator.models.base import first_error
 from orchestrator.models.names import is_name
 from orchestrator.models.stack import Stack
 
@@ -92,9 +93,8 @@ def load_stack(ref: str | Path, stacks_dir: Path = STACKS_DIR) -> Stack:
     try:
         stack = Stack.model_validate(doc)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top)"
-        raise ConfigError(f"{path}: {where}: {first['msg']}", hint="see docs/stacks.md") from e
+        where, why = first_error(e)
+        raise ConfigError(f"{path}: {where or '(top)'}: {why}", hint="see docs/stacks.md") from e
     if stack.name != path.stem:
         raise ConfigError(f"{path}: name {stack.name!r} differs from the file name {path.stem!r}")
     return stack

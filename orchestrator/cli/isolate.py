@@ -56,6 +56,11 @@ def render_isolation(r: IsolationRun) -> None:
     out.print(f"good: {', '.join(iso.good) or 'none'} — {r.run_dir}", markup=False)
 
 
+def _say_rounds(what: str, concurrent: bool) -> None:
+    """Say on stderr how the rounds of isolate or stragglers run."""
+    err.print(f"{what}: rounds run {'concurrent' if concurrent else 'sequential'}", markup=False)
+
+
 def isolate_cmd(
     inventory: InventoryOpt = DEFAULT_INVENTORY,
     nodes: Annotated[
@@ -108,7 +113,7 @@ def isolate_cmd(
         force=force,
         out_dir=out_dir or Path("runs"),
     )
-    err.print(f"isolation: rounds run {'concurrent' if concurrent else 'sequential'}", markup=False)
+    _say_rounds("isolation", concurrent)
     result = run_isolation(req, on_round=print_round)
     render_isolation(result)
     return result.exit_code
@@ -152,7 +157,7 @@ def stragglers_cmd(
         concurrent=concurrent,
         out_dir=out_dir or Path("runs"),
     )
-    err.print(f"stragglers: rounds run {'concurrent' if concurrent else 'sequential'}", markup=False)
+    _say_rounds("stragglers", concurrent)
 
     def progress(i: int, n: int, results: list[StepResult]) -> None:
         each = [

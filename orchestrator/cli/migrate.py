@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -26,6 +26,9 @@ from orchestrator.inventory import DEFAULT_INVENTORY
 from orchestrator.migrate.matrix import migration_plan
 from orchestrator.models.migrate import MigrateRun, MigrationMatrix
 from orchestrator.report.migrate import matrix_markdown, node_cell
+
+if TYPE_CHECKING:
+    from orchestrator.models.requests import MigrateRequest
 
 Format = Literal["table", "md", "json"]
 
@@ -105,6 +108,15 @@ def render_run(r: MigrateRun) -> None:
     out.print(f"report: {r.run_dir / 'report.md'} (and report.html)", markup=False)
 
 
+def _run_and_render(req: MigrateRequest) -> int:
+    """Run a migration or rollback with progress on the terminal, show its phases; its exit code."""
+    from orchestrator.runs.migrate import run_migration
+
+    r = run_migration(req, [ProgressPrinter()])
+    render_run(r)
+    return r.exit_code
+
+
 def _reference_dir(ref: str, out_dir: Path) -> Path:
     from orchestrator.store.rundir import check_run_id
 
@@ -127,7 +139,6 @@ def rollback_cmd(
     every node's fingerprint, package and env hashes included, equals the frozen reference of
     --to-run, or A's manifest. Exit 0 proved, 1 not proved, 2 usage, 3 infra, 130 interrupted."""
     from orchestrator.models.requests import MigrateRequest
-    from orchestrator.runs.migrate import run_migration
 
     root = out_dir or Path("runs")
     ref = _reference_dir(to_run, root) if to_run else None
@@ -145,9 +156,7 @@ def rollback_cmd(
     req = MigrateRequest(
         inventory=inventory, from_stack=stack, from_variant=variant, reference_run=ref, out_dir=root
     )
-    r = run_migration(req, [ProgressPrinter()])
-    render_run(r)
-    return r.exit_code
+    return _run_and_render(req)
 
 
 def register(app: typer.Typer) -> None:
@@ -213,7 +222,6 @@ def register(app: typer.Typer) -> None:
         resume continues it)."""
         from orchestrator.migrate.arms import parse_arm
         from orchestrator.models.requests import MigrateRequest
-        from orchestrator.runs.migrate import run_migration
 
         a, b = parse_arm(from_stack), parse_arm(to_stack)
         req = MigrateRequest(
@@ -228,9 +236,7 @@ def register(app: typer.Typer) -> None:
             no_rollback=no_rollback,
             out_dir=out_dir or Path("runs"),
         )
-        r = run_migration(req, [ProgressPrinter()])
-        render_run(r)
-        raise typer.Exit(r.exit_code)
+        raise typer.Exit(_run_and_render(req))
 
     app.add_typer(migrate_app, name="migrate")
     app.command("rollback")(rollback_cmd)

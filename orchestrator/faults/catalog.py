@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import registered
 from orchestrator.faults import kinds
 from orchestrator.faults.base import FaultInfo as FaultInfo
 from orchestrator.models.fault import FAULT_KINDS, FaultKind, Transport
@@ -40,12 +40,7 @@ def kind_names() -> tuple[str, ...]:
 
 def fault_info(kind: str) -> FaultInfo:
     """The registered kind ``kind``; raises ConfigError naming the known kinds."""
-    for k, info in CATALOG.items():
-        if k == kind:
-            return info
-    raise ConfigError(
-        f"unknown fault kind {kind!r} (known: {', '.join(CATALOG)})", hint="see `orch fault list`"
-    )
+    return registered(CATALOG, kind, "fault kind", hint="see `orch fault list`")
 
 
 def unreachable_warning(kind: FaultKind, transport: Transport) -> str | None:

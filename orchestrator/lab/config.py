@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 
 from orchestrator.errors import ConfigError
 from orchestrator.lab.masks import MaskPlan, controller_paths, home_path, plan_masks
-from orchestrator.models.base import StrictModel
+from orchestrator.models.base import StrictModel, first_error
 
 DEFAULT_STATE_DIR = Path("/var/lib/orch-lab")
 DEFAULT_INVENTORY = Path("inventories/lab.ini")
@@ -220,9 +220,8 @@ def make_config(
             cpus=cpus,
         )
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"lab option {where}: {first['msg']}", hint="see `orch lab up --help`") from e
+        where, why = first_error(e)
+        raise ConfigError(f"lab option {where}: {why}", hint="see `orch lab up --help`") from e
     if not masks:
         return cfg
     shares = []

@@ -54,20 +54,22 @@ def create_node(node: NodeSpec) -> None:
         _ip("-n", ns, "link", "set", iface, "up")
 
 
-def lab_namespaces() -> list[str]:
-    """Namespaces of the lab that exist now (named with the lab prefix)."""
-    out = _ip("-j", "netns", "list", check=False).strip()
+def _lab_names(listing: tuple[str, ...], key: str, prefix: str) -> list[str]:
+    """The `key` of each object `ip -j <listing>` prints that starts with the lab's prefix."""
+    out = _ip("-j", *listing, check=False).strip()
     if not out:
         return []
-    return [str(e["name"]) for e in json.loads(out) if str(e.get("name", "")).startswith(NETNS_PREFIX)]
+    return [str(e[key]) for e in json.loads(out) if str(e.get(key, "")).startswith(prefix)]
+
+
+def lab_namespaces() -> list[str]:
+    """Namespaces of the lab that exist now (named with the lab prefix)."""
+    return _lab_names(("netns", "list"), "name", NETNS_PREFIX)
 
 
 def lab_links() -> list[str]:
     """Links of the lab in the root namespace (bridges and host-side veths) that exist now."""
-    out = _ip("-j", "link", "show", check=False).strip()
-    if not out:
-        return []
-    return [str(e["ifname"]) for e in json.loads(out) if str(e.get("ifname", "")).startswith(LINK_PREFIX)]
+    return _lab_names(("link", "show"), "ifname", LINK_PREFIX)
 
 
 def namespace_pids(netns: str) -> list[int]:

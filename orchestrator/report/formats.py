@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import registered
 from orchestrator.models.plan import format_size
 from orchestrator.models.results import Verdict
 from orchestrator.models.run import RunRecord
@@ -54,10 +54,7 @@ class ReportFormat:
 
 def report_format(name: str) -> ReportFormat:
     """The registered format ``name``; raises ConfigError naming the known formats."""
-    fmt = REPORT_FORMATS.get(name)
-    if fmt is None:
-        raise ConfigError(f"unknown report format {name!r} (known: {', '.join(REPORT_FORMATS)})")
-    return fmt
+    return registered(REPORT_FORMATS, name, "report format")
 
 
 def render(rec: RunRecord, fmt: Format, report_dir: Path | None = None) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shlex
 import time
 from collections.abc import Mapping, Sequence
@@ -53,6 +52,7 @@ from orchestrator.scheduler.base import (
     backend_traits,
     inventory_backend,
     pending_wait,
+    random_port_base,
     run_job_name,
 )
 from orchestrator.store.rundir import atomic_write
@@ -192,7 +192,7 @@ class StepExecutor:
         self.faults, self.telemetry = faults, telemetry
         self.shells = shells  # the run's kept-open shells to the nodes (None: node_files opens its own)
         self.results = [StepResult(step=s, concurrent=plan.concurrent_steps) for s in steps]
-        base_port = 20000 + secrets.randbelow(20000)
+        base_port = random_port_base()
         # Where the nodes write (remote/nodefiles.py): the run directory itself, or each node's own
         # folder that orch collects from after each step. Job scripts are written here in any case.
         self.layout: RunDataLayout = run_data_layout(cluster, self.rundir.root)

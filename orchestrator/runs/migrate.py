@@ -454,11 +454,9 @@ def resume_migration(
 
     Raises ConfigError when the folder is damaged, the run is still running (its orch is alive:
     its playbooks are not left behind) or every phase is done."""
-    from orchestrator.store.load import load_run
+    from orchestrator.store.load import load_run_to_resume
 
-    record = load_run(run_dir)
-    if record.status == "running":
-        raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
+    load_run_to_resume(run_dir)  # refuses a run that still runs
     req = require_model(MigrateRequest, run_dir, run_dir / "request.json")
     cluster = run_cluster(run_dir, slurm_conf)  # Slurm's configuration never from the run folder
     plan = require_model(Plan, run_dir, run_dir / "plan.json") if (run_dir / "plan.json").exists() else None

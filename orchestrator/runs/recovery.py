@@ -10,7 +10,6 @@ probe is stopped (stop file, then SIGTERM/SIGKILL of what orch started, by PID) 
 
 from __future__ import annotations
 
-import secrets
 import shlex
 import time
 from collections.abc import Callable, Mapping
@@ -42,7 +41,8 @@ from orchestrator.runs.recovery_request import (
     resolve_container,
     resolve_launcher,
 )
-from orchestrator.store.load import REQUEST_FILE, load_run, require_model, run_cluster
+from orchestrator.scheduler.base import random_port_base
+from orchestrator.store.load import REQUEST_FILE, load_run_to_resume, require_model, run_cluster
 from orchestrator.store.rundir import RunDir, atomic_write
 
 
@@ -151,9 +151,7 @@ def resume_recovery_test(
         Interrupted, FaultError, RemoteError: as run_recovery_test.
     """
     t0 = time.monotonic()
-    record = load_run(run_dir)
-    if record.status == "running":
-        raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
+    record = load_run_to_resume(run_dir)
     cluster = run_cluster(run_dir, slurm_conf)  # Slurm's configuration never from the run folder
     req = require_model(RecoveryTestRequest, run_dir, run_dir / REQUEST_FILE)
     done = sorted(
@@ -186,7 +184,7 @@ def _resolve(req: RecoveryTestRequest, cluster: Cluster, *, fresh_port: bool) ->
     if fresh_port:
         # A fresh port per run: a previous run's store socket may still linger.
         req = req.model_copy(
-            update={"probe": req.probe.model_copy(update={"master_port": 20000 + secrets.randbelow(20000)})}
+            update={"probe": req.probe.model_copy(update={"master_port": random_port_base()})}
         )
     req = resolve_launcher(req, cluster)
     if req.python is None:

@@ -47,7 +47,7 @@ from orchestrator.store.load import (
     finished_serving,
     finished_steps,
     ladder_steps,
-    load_run,
+    load_run_to_resume,
     require_model,
     run_cluster,
     run_kind,
@@ -245,9 +245,7 @@ def resume_run(
     directory is not a scale-test run (runs/resume.py resumes every kind), and Interrupted on
     Ctrl-C or SIGTERM."""
     t0 = time.monotonic()
-    record = load_run(run_dir)
-    if record.status == "running":
-        raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
+    record = load_run_to_resume(run_dir)
     if (kind := run_kind(run_dir)) != "scale-test":
         raise ConfigError(f"run {record.run_id} is a {kind} run, not a ladder", hint="orch runs resume")
     # Everything read back from the run folder is checked again here, strictly: a plan name or a

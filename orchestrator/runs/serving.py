@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import secrets
 import sqlite3
 import threading
 import time
@@ -76,7 +75,7 @@ from orchestrator.runs.lifecycle import RunLifecycle
 from orchestrator.runs.serving_faults import LiveRecords, ServingFaults, attach_recovery
 from orchestrator.runs.serving_quality import quality_failures, run_step_quality
 from orchestrator.safefs import NotInside, read_inside, read_regular
-from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits, run_job_name
+from orchestrator.scheduler.base import JobScheduler, JobSpec, backend_traits, random_port_base, run_job_name
 from orchestrator.scheduler.local import LOCAL_ADDR, free_port
 from orchestrator.store.db import ResultsStore, default_store_path
 from orchestrator.store.load import SERVING_RESULT
@@ -336,7 +335,7 @@ class ServingRunner:
         self._lock = threading.Lock()
         self._expired = False
         self._stopped: set[str] = set()  # steps whose engines were stopped
-        self._base_port = 20000 + secrets.randbelow(20000)
+        self._base_port = random_port_base()
         self._t_submit = time.monotonic()  # when the current step's engines were submitted
         self._specs: dict[tuple[str, str], JobSpec] = {}  # (step, node) -> its engine's job, for restarts
         self._jobs: dict[str, list[str]] = {}  # step -> every engine job it submitted (restarts too)

@@ -21,7 +21,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from orchestrator.errors import OrchError
 from orchestrator.faults.catalog import CATALOG
@@ -33,10 +32,9 @@ from orchestrator.models.serving import ServingStep
 from orchestrator.models.serving_recovery import ServingFaultResult, SteadyRule
 from orchestrator.models.serving_results import RequestRecord, ServingStepResult
 from orchestrator.runs.lifecycle import RunLifecycle
-from orchestrator.runs.step_faults import fault_level, serving_fault_matches
+from orchestrator.runs.step_faults import JOIN_TIMEOUT_S, FaultThreads, fault_level, serving_fault_matches
 from orchestrator.workloads.loadgen import LevelRunner
 
-JOIN_TIMEOUT_S = 60.0
 STEADY_POLL_S = 0.5
 SKIPPED = "skipped: level ended"
 
@@ -67,7 +65,7 @@ class LiveRecords:
             return list(self._recs)
 
 
-class ServingFaults:
+class ServingFaults(FaultThreads):
     """The plan faults of the serving steps: start() sweeps, level_started() schedules a level's
     faults, level_ended() waits for them (reverted), close() reverts whatever is still active."""
 
@@ -84,12 +82,8 @@ class ServingFaults:
         self.plan, self.cluster, self.life, self.force, self.tag = plan, cluster, life, force, tag
         self.faults = [pf for pf in plan.faults if any(serving_fault_matches(pf, s) for s in steps)]
         self.nodes = sorted({pf.spec(force=force).target.node for pf in self.faults})
-        self._stop = threading.Event()
-        self._lock = threading.Lock()  # the fault engine, one call at a time
+        super().__init__()
         self._results_lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._exit = contextlib.ExitStack()
-        self._engine: Any = None
 
     def __bool__(self) -> bool:
         return bool(self.faults)
@@ -137,13 +131,6 @@ class ServingFaults:
     def level_ended(threads: list[threading.Thread]) -> None:
         for t in threads:
             t.join(JOIN_TIMEOUT_S)
-
-    def close(self) -> None:
-        """Stop waiting faults, revert active ones (their threads' finally), close the shells."""
-        self._stop.set()
-        for t in self._threads:
-            t.join(JOIN_TIMEOUT_S)
-        self._exit.close()
 
     # --- one plan fault at one level -------------------------------------------------------
 

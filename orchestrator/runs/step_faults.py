@@ -144,7 +144,26 @@ def _check_serving_fault(where: str, pf: PlanFault, step: ServingStep, engine: s
         )
 
 
-class StepFaults:
+class FaultThreads:
+    """What the faults of ladder steps and of serving steps share: the fault engine (one call at a
+    time, under _lock), the threads that inject and revert, and what close() closes."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._exit = contextlib.ExitStack()
+        self._engine: Any = None
+
+    def close(self) -> None:
+        """Stop waiting faults, revert active ones (their threads' finally), close the shells."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(JOIN_TIMEOUT_S)
+        self._exit.close()
+
+
+class StepFaults(FaultThreads):
     """Runs the plan's faults against the steps as they start; close() reverts whatever is active."""
 
     def __init__(
@@ -162,11 +181,7 @@ class StepFaults:
         self.shells = shells  # the run's kept-open shells (None: opened by start(), closed by close())
         # the start-up sweep covers the nodes this run uses: an unrelated dead node must not stop it
         self.nodes = sorted({n for s in steps for n in s.nodes})
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._exit = contextlib.ExitStack()
-        self._engine: Any = None
+        super().__init__()
 
     def start(self) -> None:
         """Connect to every node and sweep what an earlier run left; raises OrchError."""
@@ -217,10 +232,3 @@ class StepFaults:
                 with self._lock:
                     rec = self._engine.revert(active)  # idempotent; the node-side timer backs it up
             self.log("fault_reverted", step=step.id, fault=rec.id, outcome=rec.outcome)
-
-    def close(self) -> None:
-        """Stop waiting faults, revert active ones (their threads' finally), close the shells."""
-        self._stop.set()
-        for t in self._threads:
-            t.join(JOIN_TIMEOUT_S)
-        self._exit.close()

@@ -6,6 +6,7 @@ Backends (slurm.py, local.py) implement JobScheduler; the runs only talk to this
 from __future__ import annotations
 
 import re
+import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -258,6 +259,12 @@ class BackendTraits:
     @property
     def queued(self) -> bool:
         return not self.on_this_machine
+
+
+def random_port_base() -> int:
+    """A random port from 20000 to 39999 for a run's jobs (a probe's port, or the first of a run's
+    ports that count up from it): runs at once, or a previous run's lingering sockets, rarely meet."""
+    return 20000 + secrets.randbelow(20000)
 
 
 def backend_traits(backend: str) -> BackendTraits:

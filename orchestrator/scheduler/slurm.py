@@ -225,6 +225,13 @@ class SlurmScheduler:
         except RemoteError as e:
             raise SchedulerError(str(e), hint="is slurmctld running and SLURM_CONF right?") from e
 
+    def _checked(self, argv: list[str], failed: str) -> CmdResult:
+        """Run a Slurm command that must succeed; raises SchedulerError "<failed>: <its error>"."""
+        res = self._run(argv)
+        if not res.ok:
+            raise SchedulerError(f"{failed}: {res.brief()}")
+        return res
+
     def submit(self, spec: JobSpec, *, after: str | None = None) -> str:
         """Write the script (script_path(spec)) and sbatch it; returns the job id.
 
@@ -252,9 +259,7 @@ class SlurmScheduler:
         SchedulerError when sbatch refuses it."""
         if self._submitted_at is None:
             self._submitted_at = datetime.now()
-        res = self._run(argv)
-        if not res.ok:
-            raise SchedulerError(f"sbatch refused {what}: {res.brief()}")
+        res = self._checked(argv, f"sbatch refused {what}")
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise SchedulerError(f"sbatch printed no job id for {what}: {res.stdout!r}")
@@ -386,9 +391,7 @@ class SlurmScheduler:
     def requeue(self, job_id: str) -> None:
         """scontrol requeue (the job must have been submitted with requeue); raises SchedulerError."""
         _check_word("job id", job_id)
-        res = self._run(["scontrol", "requeue", job_id])
-        if not res.ok:
-            raise SchedulerError(f"cannot requeue job {job_id}: {res.brief()}")
+        self._checked(["scontrol", "requeue", job_id], f"cannot requeue job {job_id}")
 
     def start_now(self, job_id: str) -> None:
         """Lift a pending job's BeginTime (Slurm holds a requeued job about 120 s); best effort."""
@@ -400,9 +403,7 @@ class SlurmScheduler:
 
         Raises SchedulerError when squeue fails: "not queued" would then be a guess."""
         _check_word("job name prefix", prefix)
-        res = self._run(["squeue", "-h", "-o", "%j|%i|%T|%S"])
-        if not res.ok:
-            raise SchedulerError(f"squeue failed: {res.brief()}")
+        res = self._checked(["squeue", "-h", "-o", "%j|%i|%T|%S"], "squeue failed")
         out: dict[str, str] = {}
         for line in res.stdout.splitlines():
             parts = line.split("|")
@@ -414,17 +415,13 @@ class SlurmScheduler:
         """The current user's jobs that Slurm still holds (squeue --user=<uid>), each with the user
         and name squeue reports (explicit -o format). Raises SchedulerError when squeue fails."""
         fmt = slurm_state.SQUEUE_OWNER_FORMAT
-        res = self._run(["squeue", "--noheader", f"--user={os.getuid()}", "-o", fmt])
-        if not res.ok:
-            raise SchedulerError(f"squeue failed: {res.brief()}")
+        res = self._checked(["squeue", "--noheader", f"--user={os.getuid()}", "-o", fmt], "squeue failed")
         return slurm_state.parse_squeue_owners(res.stdout)
 
     def cancel_named(self, name: str) -> None:
         """scancel every job of this name; raises SchedulerError when scancel fails."""
         _check_word("job name", name)
-        res = self._run(["scancel", "--name", name])
-        if not res.ok:
-            raise SchedulerError(f"cannot cancel jobs named {name}: {res.brief()}")
+        self._checked(["scancel", "--name", name], f"cannot cancel jobs named {name}")
 
     def scrontab(self) -> str:
         """The user's scrontab ('' when there is none: `scrontab -l` then says so and exits 1)."""
@@ -434,9 +431,7 @@ class SlurmScheduler:
     def set_scrontab(self, path: Path | None) -> None:
         """Install the scrontab file at path, or remove the user's scrontab (None); raises
         SchedulerError when scrontab refuses it."""
-        res = self._run(["scrontab", str(path)] if path is not None else ["scrontab", "-r"])
-        if not res.ok:
-            raise SchedulerError(f"scrontab failed: {res.brief()}")
+        self._checked(["scrontab", str(path)] if path is not None else ["scrontab", "-r"], "scrontab failed")
 
     def drain(self, nodes: list[str], reason: str) -> None:
         """`scontrol update nodename=A,B state=drain reason=…` (one argv item each, no shell).
@@ -456,9 +451,7 @@ class SlurmScheduler:
         argv = ["scontrol", "update", f"nodename={','.join(nodes)}", f"state={state}"]
         if reason is not None:
             argv.append(f"reason={reason}")
-        res = self._run(argv)
-        if not res.ok:
-            raise SchedulerError(f"cannot set {', '.join(nodes)} to {state}: {res.brief()}")
+        self._checked(argv, f"cannot set {', '.join(nodes)} to {state}")
 
     def node_state(self, node: str) -> tuple[str, str]:
         """(state, reason) of one node from `scontrol show node -o`; raises SchedulerError."""
@@ -470,9 +463,7 @@ class SlurmScheduler:
         reason's `[user@YYYY-MM-DDTHH:MM:SS]`, the controller's local time; None when absent);
         raises SchedulerError."""
         _check_word("node", node)
-        res = self._run(["scontrol", "show", "node", "-o", node])
-        if not res.ok:
-            raise SchedulerError(f"scontrol show node {node} failed: {res.brief()}")
+        res = self._checked(["scontrol", "show", "node", "-o", node], f"scontrol show node {node} failed")
         state = re.search(r"\bState=(\S+)", res.stdout)
         reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", res.stdout.strip())
         since = re.search(r"\bReason=.*? \[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]", res.stdout)
@@ -481,9 +472,7 @@ class SlurmScheduler:
 
     def node_names(self) -> list[str]:
         """Every node Slurm knows (`sinfo --Node`), once each, in sinfo's order; raises SchedulerError."""
-        res = self._run(["sinfo", "--noheader", "--Node", "--format=%N"])
-        if not res.ok:
-            raise SchedulerError(f"sinfo failed: {res.brief()}")
+        res = self._checked(["sinfo", "--noheader", "--Node", "--format=%N"], "sinfo failed")
         return list(dict.fromkeys(ln.strip() for ln in res.stdout.splitlines() if ln.strip()))
 
     def unavailable_nodes(self, nodes: list[str]) -> dict[str, str]:
@@ -492,9 +481,8 @@ class SlurmScheduler:
             return {}
         for node in nodes:
             _check_word("node", node)
-        res = self._run(["sinfo", "--noheader", "--Node", "--format=%N|%T", f"--nodes={','.join(nodes)}"])
-        if not res.ok:
-            raise SchedulerError(f"sinfo failed: {res.brief()}")
+        argv = ["sinfo", "--noheader", "--Node", "--format=%N|%T", f"--nodes={','.join(nodes)}"]
+        res = self._checked(argv, "sinfo failed")
         bad: dict[str, str] = {}
         for line in res.stdout.splitlines():
             name, _, state = line.strip().partition("|")

@@ -317,6 +317,15 @@ def load_run(run_dir: Path) -> RunRecord:
     )
 
 
+def load_run_to_resume(run_dir: Path) -> RunRecord:
+    """The run in run_dir, for a resume; raises ConfigError when it is not a run directory, or
+    while the run still runs (its orch is alive)."""
+    record = load_run(run_dir)
+    if record.status == "running":
+        raise ConfigError(f"run {record.run_id} is still running (pid {record.pid})")
+    return record
+
+
 def finished_steps(run_dir: Path, step_ids: list[str]) -> dict[str, StepResult]:
     """The per-step results written as each step ended (verdict not skipped), by step id.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import registered
 from orchestrator.models.serving import GPU_ENGINES, ORCH_SET_ARGS, PACKAGE_ENGINES, Engine, ServingWorkload
 
 HEALTH_PATH = "/health"
@@ -118,7 +118,4 @@ if set(ENGINES) != set(get_args(Engine)):
 
 def engine_spec(name: str) -> EngineSpec:
     """The registered engine ``name``; raises ConfigError naming the known engines."""
-    spec = ENGINES.get(name)
-    if spec is None:
-        raise ConfigError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
-    return spec
+    return registered(ENGINES, name, "engine")

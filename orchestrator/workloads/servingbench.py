@@ -32,6 +32,7 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.errors import ParseError, one_line
+from orchestrator.models.base import first_error
 from orchestrator.models.serving_results import FigureValue, ServingSummary, StatedLatency
 
 HEADER = re.compile(r"^=+ Serving Benchmark Result =+[ \t]*$", re.M)
@@ -150,9 +151,8 @@ def _raw_on_error(parse: Callable[[str], list[ServingSummary]]) -> Callable[[str
                 raise
             raise ParseError(e.message, raw=text, hint=e.hint) from e
         except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ParseError(f"{where}: {one_line(ValueError(first['msg']))}", raw=text) from e
+            where, why = first_error(e)
+            raise ParseError(f"{where}: {one_line(ValueError(why))}", raw=text) from e
         except (
             ValueError,
             TypeError,

@@ -341,6 +341,11 @@ def test_an_interrupted_recovery_run_resumes_with_the_repeats_left(
         assert c.execute("SELECT status FROM runs").fetchone()[0] == "accepted"
     with pytest.raises(ConfigError, match="no unfinished repeats"):
         resume(root, open_shells=shells)
+    from orchestrator.store.rundir import who
+
+    RunDir(root).event("run_resumed", run_id=rec.run_id, **who())  # an orch that is alive resumed it
+    with pytest.raises(ConfigError, match=f"run {rec.run_id} is still running"):
+        resume(root, open_shells=shells)
 
 
 def test_a_failing_repeat_after_resume_fails_the_whole_run(

@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from orchestrator.errors import ConfigError
 from orchestrator.runs.scale_test import resume_run
 from orchestrator.store.load import load_run
+from orchestrator.store.rundir import who
 
 PLAN = """
 name: tiny
@@ -46,3 +50,11 @@ def test_resume_writes_the_result_of_a_run_whose_steps_all_finished(tmp_path: Pa
     assert result.status == "accepted" and result.exit_code == 0
     assert [s.job_id for s in result.steps] == [job_before]  # nothing ran again
     assert load_run(run_dir).status == "accepted"
+    # the journal of a run whose orch is alive (this process) and not finished: not resumed
+    events = [json.loads(x) for x in journal.read_text().splitlines()]
+    events = [e for e in events if e["event"] != "run_finished"]
+    alive = [{**e, **who()} if e["event"] == "run_started" else e for e in events]
+    journal.write_text("".join(json.dumps(e) + "\n" for e in alive))
+    assert load_run(run_dir).status == "running"
+    with pytest.raises(ConfigError, match=f"run {result.run_id} is still running"):
+        resume_run(run_dir)
