@@ -27,7 +27,11 @@ def _texts() -> list[Path]:
 
 
 def _paragraph(text: str, at: int) -> str:
-    """The paragraph (between blank lines; in JSON, between line breaks) that holds position ``at``."""
+    """The paragraph (between blank lines) that holds position ``at``; in a Markdown table, its row."""
+    line_start = text.rfind("\n", 0, at) + 1
+    if text.startswith("|", line_start):
+        line_end = text.find("\n", at)
+        return text[line_start : line_end if line_end >= 0 else len(text)]
     start = max(text.rfind("\n\n", 0, at), 0)
     end = text.find("\n\n", at)
     return text[start : end if end >= 0 else len(text)]
@@ -65,6 +69,9 @@ def test_a_gone_module_a_gone_test_and_a_moved_module_are_each_caught() -> None:
     )
     # a paragraph further on that says "replaced" does not excuse this one
     assert stale_mentions("test_isolate_lab.py holds it.\n\nA module replaced later.", sources) != []
+    # in a table, only the row itself may say so
+    table = "| a | test_isolate_lab.py |\n| b | a module on a scratch branch |\n"
+    assert stale_mentions(table, sources) == ["test_isolate_lab.py does not exist"]
     assert stale_mentions("`test_isolate8_lab.py::\n  test_throttled_node` holds it", sources) == []
     assert stale_mentions("test_isolate8_lab.py::test_drained_node holds it", sources) == [
         "test_isolate8_lab.py defines no test_drained_node"
