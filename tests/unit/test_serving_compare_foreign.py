@@ -217,3 +217,23 @@ def test_a_vllm_summary_with_a_speculative_decoding_section_is_compared(
     assert figs["output tokens/s"]["b"] == 69.24 and figs["output tokens/s"]["change"] != "n/a"
     assert figs["TTFT p99"]["change"] == "n/a" and figs["TTFT p99"]["n_b"] == 20  # 20 requests: no p99
     assert "rests on n=20 < 100: not defined" in row["reason"]
+
+
+SERVING_FIXTURES = sorted(p for p in FIX.iterdir() if p.suffix != ".source")
+
+
+@pytest.mark.parametrize("f", SERVING_FIXTURES, ids=[p.name for p in SERVING_FIXTURES])
+def test_every_recorded_serving_output_is_compared_or_refused_in_one_line(
+    run: Path, capsys: pytest.CaptureFixture[str], f: Path
+) -> None:
+    """Issue 27's must-show: `orch compare RUN FILE` on each recorded output of tests/fixtures/serving
+    (every tool and version orch parse reads) ends with a comparison or one error line that says why,
+    never a traceback (an exception other than orch's own would leave main() here)."""
+    code, out, err = run_cli(capsys, "compare", str(run), str(f))
+    assert "Traceback" not in err + out
+    if code == 2:  # nothing at this run's loads: the refusal names the run's levels and the file's
+        line = one_error_line(err)
+        assert "the run has fake-r1 c1, fake-r1 c8" in line and "the file states" in line, line
+    else:
+        assert code in (EXIT_OK, EXIT_THRESHOLDS), err
+        assert "serving step fake-r1, level c" in " ".join(out.split()), out

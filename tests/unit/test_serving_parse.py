@@ -7,6 +7,7 @@ asserted as read; then detection, and the refusals of what cannot be read.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,51 @@ from orchestrator.workloads.servingbench import (
 )
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "serving"
+
+
+def source_of(path: Path) -> str:
+    """A fixture's source line: its first line (`# source: ...`) or, for a format that cannot carry a
+    comment (JSON), its `.source` file beside it (`source: ...`)."""
+    side = path.with_name(path.name + ".source")
+    line = side.read_text() if side.exists() else path.read_text().partition("\n")[0]
+    return line.removeprefix("# ").strip()
+
+
+GITHUB_FILE = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/(?:blob|tree)/([^/\s]+)/")
+
+
+def source_problem(source: str) -> str | None:
+    """Why a source line does not say where a fixture came from, or None: it names a URL, a GitHub
+    file at a 40-hex commit (not a branch, which moves), or, for an output generated here, the
+    tool's version and the command."""
+    if not source.startswith("source: "):
+        return "no 'source: ' line"
+    if source.startswith("source: generated"):
+        if not re.search(r" \d+\.\d+\.\d+", source) or "command: " not in source:
+            return "a generated output names no tool version or no command"
+        return None
+    if not source.startswith("source: https://"):
+        return "no URL"
+    refs = GITHUB_FILE.findall(source)
+    bad = [r for r in refs if not re.fullmatch(r"[0-9a-f]{40}", r)]
+    return f"a GitHub file at {bad[0]!r}, not a commit" if bad else None
+
+
+def test_every_recorded_output_names_its_source_with_a_commit_or_its_command() -> None:
+    """Issue 27, part 1: each fixture is verbatim with its source URL and commit in a header line
+    (or `.source` file); one generated here names the tool's version and the command."""
+    fixtures = sorted(p for p in FIX.iterdir() if p.suffix != ".source")
+    problems = {p.name: why for p in fixtures if (why := source_problem(source_of(p)))}
+    assert problems == {}
+    orphans = [p.name for p in FIX.glob("*.source") if not p.with_suffix("").exists()]
+    assert orphans == []
+    # the rule itself
+    blob = "source: https://github.com/o/r/blob/{}/README.md (lines 1-9)"
+    assert source_problem(blob.format("a" * 40)) is None
+    assert source_problem(blob.format("main")) == "a GitHub file at 'main', not a commit"
+    assert source_problem("source: https://github.com/o/r/issues/12 (issue body)") is None
+    assert source_problem("made up by hand") == "no 'source: ' line"
+    assert source_problem("source: generated with guidellm 0.8.1 against the stand-in") is not None
 
 
 def _summaries(name: str) -> list[ServingSummary]:
