@@ -735,6 +735,13 @@ def lengths_for(spec: TokenLengths, n: int, *, seed: int, dataset: Sequence[int]
     return token_lengths("uniform", n, lo=spec.min, hi=spec.max, seed=seed)
 
 
+def generator_procs(load: ServingLoad) -> int:
+    """How many generator processes a fixed level, rate or capacity probe of load runs in: its
+    procs, or for auto the controller's core count (1 when unknown). Here, not on the model:
+    models do no I/O (tests/unit/test_import_graph.py)."""
+    return (os.cpu_count() or 1) if load.procs == "auto" else load.procs
+
+
 def level_specs(
     w: ServingWorkload,
     targets: Sequence[Target],
@@ -840,10 +847,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def generator_procs(load: ServingLoad) -> int:
-    """How many generator processes a fixed level, rate or capacity probe of load runs in: its
-    procs, or for auto the controller's core count (1 when unknown). Here, not on the model:
-    models do no I/O (tests/unit/test_import_graph.py)."""
-    return (os.cpu_count() or 1) if load.procs == "auto" else load.procs
