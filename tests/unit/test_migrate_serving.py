@@ -345,7 +345,8 @@ def test_certify_confirms_a_worse_rerun_before_failing(tmp_path: Path) -> None:
 
     state = _served(tmp_path, Once(nodes, "cpu-gloo-next", b_speed=1.0, certify_ttft=100.0, fail=set()))
     phases = {p.phase: p for p in state.phases}
-    assert [r.label for r in state.plan_runs if r.label.startswith("certify")] == ["certify", "certify-confirm"]
+    labels = [r.label for r in state.plan_runs if r.label.startswith("certify")]
+    assert labels == ["certify", "certify-confirm"], labels
     assert phases["certify"].state == "passed", phases["certify"].reason
     reason = phases["certify"].reason
     assert "at the second try" in reason and "ttft_p99" in reason and "not confirmed" in reason
