@@ -125,6 +125,7 @@ def main() -> int:
     wait_idle(list(NODES), env)
     bad: list[str] = []
     out = args.out or Path(tempfile.mkdtemp(prefix="orch-bench-migserve-"))
+    out.mkdir(parents=True, exist_ok=True)
     print(f"runs in {out} (kept)", flush=True)
     inv = two_nodes(args.inventory, out / "two.ini")
     provision(args.inventory, "cpu-serve", env)
