@@ -14,6 +14,7 @@ done runs again from its start (provisioning is idempotent and removes a half-ma
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from statistics import median
@@ -34,6 +35,7 @@ from orchestrator.models.decision import QualityJudgement
 from orchestrator.models.fingerprint import Fingerprint, FingerprintSet
 from orchestrator.models.migrate import (
     PHASES,
+    Arm,
     ArmRecord,
     CompareMode,
     Comparison,
@@ -84,6 +86,18 @@ MAX_ROUNDS = 8
 # certify's re-runs of the plan on A: the second only when the first is worse than A (confirmation,
 # as isolate's: a node is convicted when it fails alone twice); A is not back when both are worse
 CERTIFY_RUNS = ("certify", "certify-confirm")
+_AB_LABEL = re.compile(r"ab[1-9][0-9]*-(A|B|A-control)")
+
+
+def ab_label(order: int, arm: Arm) -> str:
+    """The plan-run label of the interleaved schedule's run `order` (from 1, in time order)."""
+    return f"ab{order}-{arm}"
+
+
+def ab_arm(label: str) -> str | None:
+    """The arm of an interleaved run's label (ab_label's), None for every other label."""
+    m = _AB_LABEL.fullmatch(label)
+    return m.group(1) if m else None
 
 
 def same_install(a: Stack, b: Stack) -> bool:
@@ -290,8 +304,7 @@ class Procedure:
         return [
             r
             for r in self.state.plan_runs
-            if r.label in ("baseline", "control")
-            or (r.label.startswith("ab") and r.label.endswith(("-A", "-A-control")))
+            if r.label in ("baseline", "control") or ab_arm(r.label) in ("A", "A-control")
         ]
 
     def _runs(self, *labels: str) -> list[PlanRun]:
@@ -496,7 +509,7 @@ class Procedure:
         arms: dict[str, list[PlanRun]] = {"A": [], "B": [], "A-control": []}
         order = []
         for s in slots:
-            label = f"ab{s.order + 1}-{s.arm}"
+            label = ab_label(s.order + 1, s.arm)
             run = self._runs(label)[0] if self._runs(label) else self._plan(s.stack, s.nodes, label)
             arms[s.arm].append(run)
             order.append(label)
@@ -523,7 +536,7 @@ class Procedure:
         if not base or self.state.plan is None:
             return "passed", gate, f"{len(self.state.nodes)} nodes equal {against}"
         gate += "; a re-run of the plan on A within the band of the baseline (a second when the first is not)"
-        control = self._runs("control") or [r for r in self.state.plan_runs if r.label.endswith("-A-control")]
+        control = self._runs("control") or [r for r in self.state.plan_runs if ab_arm(r.label) == "A-control"]
         worse: list[str] = []
         for label in CERTIFY_RUNS:
             rerun = self._plan(self.ref_a, self.state.nodes, label)

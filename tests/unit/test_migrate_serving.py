@@ -506,3 +506,14 @@ def test_a_repeat_of_b_that_never_gets_steady_again_is_worse() -> None:
     # a fault A did not run: n/a, named
     (d,) = fault_decisions(run("faults-A"), run("faults", "recovered"))
     assert d.verdict == "n/a" and "not measured on both sides" in d.reason
+
+
+def test_interleaved_labels_are_written_and_read_by_one_rule() -> None:
+    from orchestrator.migrate.procedure import ab_arm, ab_label
+
+    assert [ab_arm(ab_label(k, arm)) for k, arm in ((1, "A"), (2, "B"), (12, "A-control"))] == [
+        "A", "B", "A-control",
+    ]  # fmt: skip
+    # freeze's and certify's labels, and look-alikes, are no interleaved arm
+    others = ("faults-A", "abc-A", "ab0-A", "ab1-A-controlled", "ab1-C", "control", "certify-confirm")
+    assert [ab_arm(x) for x in others] == [None] * len(others)
