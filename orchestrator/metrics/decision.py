@@ -295,12 +295,25 @@ def blind(c: FigureChange, detect: float | None) -> bool:
     return detect is not None and (c.band is None or c.band > detect)
 
 
-def describe(c: FigureChange) -> str:
-    """A judged figure in a reason: e.g. `TTFT p99 +12.0% (band +-5.0%, n=100/100)` (? not stated)."""
+def band_text(band: float, places: int = 1) -> str:
+    """A band (FigureChange.band: the upper edge of B/A - 1; the band is symmetric on the log
+    scale) as the range of B/A - 1 it admits: 0.25 -> `-20.0%..+25.0%` (B/A = 1/1.25 lies as far
+    from 1 as 1.25). Written as +-25 %, a change of -22 % would read as within it."""
+    return f"{1 / (1 + band) - 1:+.{places}%}..{band:+.{places}%}"
+
+
+def change_text(c: FigureChange, places: int = 1) -> str:
+    """A change with its band and the n behind each side: `+12.0% (band -4.8%..+5.0%, n=100/100)`
+    (? for an n not stated)."""
     n = "/".join("?" if x is None else str(x) for x in (c.n_a, c.n_b))
     if c.ratio is None or c.band is None:
-        return f"{c.figure} n/a (n={n})"
-    return f"{c.figure} {c.ratio - 1:+.1%} (band +-{c.band:.1%}, n={n})"
+        return f"n/a (n={n})"
+    return f"{c.ratio - 1:+.{places}%} (band {band_text(c.band, places)}, n={n})"
+
+
+def describe(c: FigureChange) -> str:
+    """A judged figure in a reason: e.g. `TTFT p99 +12.0% (band -4.8%..+5.0%, n=100/100)`."""
+    return f"{c.figure} {change_text(c)}"
 
 
 def serving_verdict(

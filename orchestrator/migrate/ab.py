@@ -212,7 +212,7 @@ def serving_levels(
         direction, reason = decision.serving_verdict(by["output_tokens_per_s"], p99s, interactive=interactive)
         blind = [
             f"{f.figure}: the A-against-A band "
-            + (f"+-{f.change.band:.1%}" if f.change.band is not None else "n/a")
+            + (decision.band_text(f.change.band) if f.change.band is not None else "n/a")
             + f" is wider than detect {f.detect:.0%}"
             for f in figures
             if f.verdict == "blind" and f.detect is not None

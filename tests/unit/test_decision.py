@@ -172,7 +172,8 @@ def test_the_interactive_rule(tput: str, p99s: list[str], interactive: bool, exp
 def test_the_reasons_name_the_figures_and_what_is_not_stated() -> None:
     wfi = serving_verdict(_fc("output tokens/s", "better", 1.2), [_fc("TTFT p99", "worse", 1.3)])[1]
     assert wfi == (
-        "output tokens/s +20.0% (band +-5.0%, n=100/100) but TTFT p99 +30.0% (band +-5.0%, n=100/100): "
+        "output tokens/s +20.0% (band -4.8%..+5.0%, n=100/100) but "
+        "TTFT p99 +30.0% (band -4.8%..+5.0%, n=100/100): "
         "more throughput does not buy back a worse p99"
     )
     na = figure_change("TTFT p99", [1.0], [], note="the file states no TTFT p99")
@@ -180,7 +181,12 @@ def test_the_reasons_name_the_figures_and_what_is_not_stated() -> None:
         "throughput or every p99 missing on a side (the file states no TTFT p99)"
     )
     unstated = FigureChange(figure="ITL p99", a=1.0, b=2.0, ratio=2.0, band=0.05, change="worse", n_a=3)
-    assert decision.describe(unstated) == "ITL p99 +100.0% (band +-5.0%, n=3/?)"
+    assert decision.describe(unstated) == "ITL p99 +100.0% (band -4.8%..+5.0%, n=3/?)"
+    # the band is symmetric on the log scale: its low edge is 1/(1 + band) - 1, not -band; a
+    # change of -22 % is beyond a band of +25 % (B/A 0.78 < 1/1.25), and the text says so
+    assert decision.band_text(0.25) == "-20.0%..+25.0%"
+    lower = decision.judge(1.0, 0.78, math.log(1.25))
+    assert lower.change == "worse" and "(band -20.0%..+25.0%" in decision.change_text(lower)
 
 
 # A migration's compare as orch 12fd743 wrote it into migrate.json (migrate.ab at that commit, inputs

@@ -82,7 +82,8 @@ def test_b_that_changes_answers_fails_the_canary_quality_gate_and_rolls_back(
     assert phases["rollback"] == "passed" and state.rolled_back
     runs = {r.label: r for r in state.plan_runs}
     # every plan run ran its serving step with its figures per level, the canary on B's engine
-    assert set(runs) == {"baseline", "control", "canary", "certify"}
+    # (certify-confirm when the machine's load made the first re-run's timings worse than A's)
+    assert set(runs) - {"certify-confirm"} == {"baseline", "control", "canary", "certify"}
     for r in runs.values():
         assert [(f.step, f.level) for f in r.serving] == [("fake-r1", "c1"), ("fake-r1", "c4")]
         assert all(f.n == 100 and f.ttft_n == 100 and f.ttft_p99_ms for f in r.serving)
