@@ -32,6 +32,8 @@ from typing import Any
 from _lab import slurm_env, wait_idle
 
 from orchestrator.inventory import load_inventory
+from orchestrator.metrics.decision import change_text
+from orchestrator.models.decision import FigureChange
 
 REPO = Path(__file__).resolve().parents[1]
 PLAN = REPO / "docs/examples/migrate-serve-lab.yaml"
@@ -90,9 +92,8 @@ def show(title: str, code: int, state: dict[str, Any]) -> list[dict[str, Any]]:
         print(f"  {lv['step']} {lv['level']}: {lv['direction']} ({lv['reason']})")
         for f in lv["figures"]:
             ch = f["change"]
-            change = "n/a" if ch["ratio"] is None else f"{ch['ratio'] - 1:+.1%}"
-            print(f"    {f['figure']:20s} A {num(ch['a'])} B {num(ch['b'])} {change} band +-{pct(ch['band'])}"
-                  f" n={ch['n_a']}/{ch['n_b']}: {f['verdict']}")  # fmt: skip
+            change = change_text(FigureChange.model_validate(ch))
+            print(f"    {f['figure']:20s} A {num(ch['a'])} B {num(ch['b'])} {change}: {f['verdict']}")
     return levels
 
 

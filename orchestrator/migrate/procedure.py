@@ -148,9 +148,12 @@ def compare_runs(
     order: list[str],
     interactive: bool = True,
     detect: Mapping[str, float] | None = None,
+    serving_a: Sequence[PlanRun] | None = None,
 ) -> Comparison:
     """Each series' decision (a change counts beyond the band at 2+ adjacent sizes) and, when the
-    runs carry serving figures, the serving decision (worse p99 is worse for interactive)."""
+    runs carry serving figures, the serving decision (worse p99 is worse for interactive).
+    serving_a: the runs of A the serving levels are judged against, their spread the band, no
+    control (certify: every run of A before the rollback); default a, with control."""
     decisions = [collective_decision(key, sizes) for key, sizes in series_samples(a, b, control).items()]
     serving = None
     ta = [r.throughput for r in a if r.throughput]
@@ -172,7 +175,8 @@ def compare_runs(
             ),
             interactive=interactive,
         )
-    levels = serving_levels(a, b, control, detect=detect or {}, interactive=interactive)
+    sa, sc = (a, control) if serving_a is None else (serving_a, [])
+    levels = serving_levels(sa, b, sc, detect=detect or {}, interactive=interactive)
     return Comparison(mode=mode, why_mode=why_mode, order=order, collectives=decisions, serving=serving,
                       serving_levels=levels)  # fmt: skip
 
@@ -575,8 +579,8 @@ class Procedure:
             mode="sequential",
             why_mode="the re-run on A",
             order=["baseline", rerun.label],
+            serving_a=self._a_runs(),
         )
-        again.serving_levels = serving_levels(self._a_runs(), [rerun], [], detect={})
         return again.worse
 
 
