@@ -13,7 +13,8 @@ from rich.table import Table
 from orchestrator.cli.common import err, out, styled
 from orchestrator.cli.runs import RunArg, StoreOpt, store_path
 from orchestrator.errors import EXIT_OK, EXIT_THRESHOLDS, ConfigError
-from orchestrator.metrics.decision import FLOOR, K, change_text
+from orchestrator.metrics.decision import FLOOR, K
+from orchestrator.models.decision import FigureChange
 from orchestrator.models.plan import format_size
 from orchestrator.models.run import RunRecord
 from orchestrator.parse import parse_file
@@ -57,6 +58,13 @@ def render_table(c: Comparison, only_changed: bool) -> Table:
     return table
 
 
+def _fig(c: FigureChange) -> str:
+    """A figure's change with its band and the n behind each side, e.g. +3.1% ±5% (n=100/100)."""
+    if c.ratio is None or c.band is None:
+        return f"- (n={c.n_a}/{c.n_b})"
+    return f"{c.ratio - 1:+.1%} ±{c.band:.0%} (n={c.n_a}/{c.n_b})"
+
+
 def render_serving_table(c: Comparison, only_changed: bool) -> Table:
     """Serving steps per level: each figure's change B/A with its band and n, the verdict, cost."""
     table = Table(
@@ -70,7 +78,7 @@ def render_serving_table(c: Comparison, only_changed: bool) -> Table:
         if only_changed and r.verdict == "same":
             continue
         cmp = r.comparison
-        figs = [change_text(f) for f in [cmp.throughput, *cmp.latency]] if cmp else ["-"] * 5
+        figs = [_fig(f) for f in [cmp.throughput, *cmp.latency]] if cmp else ["-"] * 5
         a_eng, b_eng = r.engine_a or "-", r.engine_b or "-"
         engines = a_eng if a_eng == b_eng else f"{a_eng} / {b_eng}"
         table.add_row(r.step, r.level, engines, *figs, styled(r.verdict, _COLOUR.get(r.verdict, "magenta")),
@@ -252,6 +260,13 @@ def _compare_file(
     return EXIT_THRESHOLDS if c.worse else EXIT_OK
 
 
+def _ffig(f: FigureChange) -> str:
+    n = "/".join("?" if x is None else str(x) for x in (f.n_a, f.n_b))
+    if f.ratio is None or f.band is None:
+        return f"n/a (n={n})"
+    return f"{f.ratio - 1:+.1%} ±{f.band:.0%} (n={n})"
+
+
 def render_foreign_table(c: ForeignComparison, only_changed: bool) -> Table:
     """One row per orch level matched to the file's result: each figure's change B/A with band and n."""
     side = {"a": "A", "b": "B"}
@@ -274,7 +289,7 @@ def render_foreign_table(c: ForeignComparison, only_changed: bool) -> Table:
     for r in c.rows:
         if only_changed and r.verdict == "same":
             continue
-        table.add_row(r.step, r.level, str(r.result), *(change_text(f) for f in r.figures),
+        table.add_row(r.step, r.level, str(r.result), *(_ffig(f) for f in r.figures),
                       styled(r.verdict, _COLOUR.get(r.verdict, "magenta")))  # fmt: skip
     return table
 

@@ -64,7 +64,8 @@ def test_compare_flags_the_slow_run_naming_step_level_and_figure(
     code, out, _ = run_cli(capsys, "compare", str(runs["a"]), str(runs["slow"]),
                            "--store", str(tmp_path / "orch.db"))  # fmt: skip
     assert code == EXIT_THRESHOLDS
-    want = r"serving step fake-r1, level c8: worse: .*ITL p99 \+\d+\.\d% \(band \+-\d+\.\d%, n=300/300\)"
+    band = r"\(band -\d+\.\d%\.\.\+\d+\.\d%, n=300/300\)"
+    want = r"serving step fake-r1, level c8: worse: .*ITL p99 \+\d+\.\d% " + band
     assert re.search(want, out), out
     assert "cost/1M A" in out and "serving band: max(5%, 3 x se)" in out
 
