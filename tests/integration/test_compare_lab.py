@@ -5,8 +5,9 @@ says so.
 
 The lab is a shared 2-core VM: between two runs the latency-bound rows move by 2-4x with other
 sessions' load, as a block (docs/results.md, "Noise rule"). The noise is therefore judged from
-repeats, as `orch compare` is meant to be used: A and B run interleaved (A1 B1 A2 B2 A3 B3) and
-the comparison gets each side's other runs with --repeat-a/--repeat-b. Each run takes 5-25 s.
+repeats, as `orch compare` is meant to be used: A and B run interleaved in a balanced order (A1 B1
+B2 A2 A3 B3: the lab's drift over the minute the runs take cancels) and the comparison gets each
+side's other runs with --repeat-a/--repeat-b. Each run takes 5-25 s.
 """
 
 from __future__ import annotations
@@ -62,10 +63,13 @@ def test_compare_same_plan_is_same_and_a_throttled_run_is_worse(lab: Lab, tmp_pa
         line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("verdict:"))
         return Path(line.rsplit(" ", 1)[1])
 
-    # three runs a side, interleaved: gloo on these 2 cores is bimodal at some sizes (256K: 0.05 or
-    # 0.11 GB/s from one run to the next); with two a side, both B runs once fell in the slow mode
-    # and both A runs in the fast one, and the same plan was "worse" at 64K and 256K (CI, 5 Dec)
-    a1, b1, a2, b2, a3, b3 = (scale_test(steady) for _ in range(6))
+    # three runs a side, in the balanced order A B B A A B: gloo on these 2 cores is bimodal at some
+    # sizes (256K: 0.05 or 0.11 GB/s from one run to the next), and the lab drifts over a minute.
+    # With two a side (A B A B), both B runs once fell in the slow mode and both A runs in the fast
+    # one (CI, 5 Dec); with three (A B A B A B), 16K fell .028 .031 .026 .014 .019 .011 GB/s over
+    # the six runs, each B after its A, and the same plan was "worse" at 16K, 64K and 256K (CI11).
+    # A B B A A B puts A's runs and B's at the same mean time (linear drift cancels: ABBA design).
+    a1, b1, b2, a2, a3, b3 = (scale_test(steady) for _ in range(6))
     t = scale_test(throttled)
     assert _tc(lab, "node2") == before  # the throttle is gone with its run
     injected = [json.loads(x) for x in (t / "journal.jsonl").read_text().splitlines()]
