@@ -147,12 +147,16 @@ def ansible_temp_dirs(work_dir: Path) -> dict[str, Path]:
     }
 
 
-def node_hits(lab: Lab, canaries: dict[str, str]) -> list[str]:
-    """Files under each node's /tmp holding a canary, searched on the node over SSH."""
+def node_hits(lab: Lab, canaries: dict[str, str], since: float) -> list[str]:
+    """Files under each node's /tmp holding a canary, searched on the node over SSH: the files whose
+    inode changed after ``since`` (epoch seconds), the only ones that can hold a canary drawn then
+    (a write sets ctime, and nothing sets it back). The lab's nodes share the host's /tmp, where CI's
+    checkouts and venvs lie: grep through all of it three times took minutes of a CI run."""
     pats = " ".join(f"-e {shlex.quote(c)}" for c in canaries.values())
+    new = f"find /tmp -xdev -type f -newerct @{int(since)} -print0"
     found = []
     for node in lab.nodes:
-        res = lab.ssh(node, f"grep -rlsF --devices=skip {pats} /tmp; true")
+        res = lab.ssh(node, f"{new} | xargs -0 -r grep -lsF --devices=skip {pats}; true")
         found += [f"{node.name}:{line}" for line in res.stdout.split()]
     return found
 
@@ -226,6 +230,7 @@ def test_interrupted_provision_and_scale_test_leave_no_secret(lab: Lab, tmp_path
     temp and SSH control dirs, the console output, nor any node's /tmp; no ansible-playbook of a
     SIGINT'd provision is left running."""
     canaries = secret_env()
+    since = time.time() - 2  # the canaries were drawn now; a file written before cannot hold one
     runs, store, logs = tmp_path / "runs", tmp_path / "store" / "orch.db", tmp_path / "logs"
     logs.mkdir()
     env = {**lab.env, **canaries, "ORCH_STORE": str(store), "PYTHONUNBUFFERED": "1"}
@@ -311,10 +316,10 @@ def test_interrupted_provision_and_scale_test_leave_no_secret(lab: Lab, tmp_path
         spot = f"/tmp/orch-planted-{node.name}-{secrets.token_hex(4)}"
         lab.ssh(node, f"printf %s {shlex.quote(canary)} > {spot}")
         try:
-            assert f"{node.name}:{spot}" in node_hits(lab, canaries), node.name
+            assert f"{node.name}:{spot}" in node_hits(lab, canaries, since), node.name
         finally:
             lab.ssh(node, "rm", "-f", spot)
 
     found = [f"{h} ({where})" for where, root in places.items() for h in hits(root, canaries)]
-    found += node_hits(lab, canaries)
+    found += node_hits(lab, canaries, since)
     assert not found, found
