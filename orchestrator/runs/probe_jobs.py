@@ -171,8 +171,14 @@ class ProbeJob(_Probe):
             alive = f"kill -0 {pid} 2>/dev/null"
             while time.monotonic() < deadline and shell.run_script(alive, timeout=10).ok:
                 time.sleep(0.3)
+            # the agent's whole process group (setsid): TERM, then KILL what is left a second
+            # later; nothing (no second's wait) when the group has ended by itself. No `exit`:
+            # the line runs in the node's kept-open shell
             shell.run_script(
-                f"kill -TERM -{pid} 2>/dev/null; sleep 1; kill -KILL -{pid} 2>/dev/null; :", timeout=20
+                f"if kill -0 -{pid} 2>/dev/null; then kill -TERM -{pid} 2>/dev/null;"
+                f" for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 -{pid} 2>/dev/null || break; sleep 0.1; done;"
+                f" kill -KILL -{pid} 2>/dev/null; fi; :",
+                timeout=20,
             )
         c = self.req.container
         for name, cname in self.containers.items():

@@ -6,7 +6,9 @@
 Each rank appends to ``DIR/hb-rank<R>.jsonl``: a ``start`` line (its settings), a ``step`` line per
 completed collective (step, wall start/end, monotonic end, seconds, busbw, generation, restart
 counts, PID, node), and an ``error`` line when a collective fails (then it exits 1 so that torchrun
-or Slurm restarts it). A file ``DIR/stop`` ends every rank cleanly.
+or Slurm restarts it). A file ``DIR/stop`` ends every rank cleanly, after one same step: a rank that
+sees the file on its node says so in that step's all_reduce (its first element), so the ranks of
+nodes whose stop file comes later, or never, stop with it.
 
 Restarts. Under torchrun every worker of the job restarts once per failure, and a restarted
 container or a requeued job starts fresh agents, so torchrun's own restart count cannot key the
@@ -186,7 +188,10 @@ def _run(args: argparse.Namespace, rank: int, world: int, hb: IO[str], hb_path: 
     buf = torch.ones(max(args.size // 4, 1), dtype=torch.float32)
     factor = busbw_factor("all_reduce", world)
     stop = args.out / "stop"
-    while not stop.exists() and (args.max_steps <= 0 or step < args.max_steps):
+    stopping = False
+    while not stopping and (args.max_steps <= 0 or step < args.max_steps):
+        if stop.exists():
+            buf[0] = float(world + 1)  # this rank's stop request rides in the step's own all_reduce
         w0, m0 = time.time(), time.monotonic()
         dist.all_reduce(buf)
         m1 = time.monotonic()
@@ -204,6 +209,10 @@ def _run(args: argparse.Namespace, rank: int, world: int, hb: IO[str], hb_path: 
                 "busbw_gbs": args.size * factor / dt / 1e9 if dt > 0 else 0.0,
             },
         )
+        # The sum of world ones is world; more means a rank saw its stop file: every rank ends
+        # after this same step. A rank that left on its own would leave the others in a collective
+        # that never completes (seen: a 20 s grace and SIGTERM at the end of every recovery-test).
+        stopping = float(buf[0].item()) > world + 0.5
         buf.fill_(1.0)
         step += 1
         if args.step_sleep:

@@ -6,9 +6,15 @@ The script is rendered by the one Slurm client (scheduler/slurm.py) from the pro
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from orchestrator.runs.probe_jobs import probe_job_spec
 from orchestrator.scheduler.slurm import SlurmScheduler
@@ -95,3 +101,49 @@ def test_last_completed_step(tmp_path: Path) -> None:
     hb.write_text("\n".join(json.dumps(r) for r in lines) + "\nnot json\n")
     assert last_completed_step(hb) == 7  # start lines do not count; steps as written
     assert last_generation(hb) == 5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_stop_file_on_one_node_stops_every_rank_after_the_same_step(tmp_path: Path) -> None:
+    """Two ranks over gloo on loopback, each with its own folder (as on two nodes): only rank 0's
+    folder gets the stop file. Both end cleanly (exit 0, a stop line, no error) after the same
+    step; a rank that left on its own would leave the other's collective to fail or hang."""
+    pytest.importorskip("torch")
+    port = _free_port()
+    dirs = [tmp_path / f"node{r}" for r in range(2)]
+    procs = []
+    for rank, out in enumerate(dirs):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}  # fmt: skip
+        argv = [sys.executable, "-m", "orchestrator.workloads.probe", "--out", str(out), "--size", "1K",
+                "--pg-timeout", "60", "--step-sleep", "0.01"]  # fmt: skip
+        procs.append(
+            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
+    try:
+        hb0 = dirs[0] / "hb-rank0.jsonl"
+        deadline = time.monotonic() + 120
+        while last_completed_step(hb0) < 5 and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs), [p.communicate()[0][-2000:] for p in procs]
+            time.sleep(0.1)
+        (dirs[0] / "stop").touch()
+        codes = [p.wait(timeout=30) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    lines = [
+        [json.loads(ln) for ln in (d / f"hb-rank{r}.jsonl").read_text().splitlines()]
+        for r, d in enumerate(dirs)
+    ]
+    assert codes == [0, 0], [[e for e in ls if e["ev"] == "error"] for ls in lines]
+    stops = [[e["step"] for e in ls if e["ev"] == "stop"] for ls in lines]
+    assert stops[0] == stops[1] and len(stops[0]) == 1, stops
+    assert [e for ls in lines for e in ls if e["ev"] == "error"] == []
+    assert [last_completed_step(d / f"hb-rank{r}.jsonl") for r, d in enumerate(dirs)] == [stops[0][0] - 1] * 2
