@@ -8,8 +8,11 @@ compare it with the stack. Artifacts go to <out>/<id>/ansible/. Nothing here pri
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import shutil
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +30,7 @@ from orchestrator.provision.orchwheel import OrchSource, file_sha256
 from orchestrator.provision.runner import Listener, PlaybookRequest, PlaybookResult, execute
 from orchestrator.remote.base import CommandRunner
 from orchestrator.remote.local import LocalRunner
-from orchestrator.safefs import atomic_write, make_dir
+from orchestrator.safefs import atomic_write, dir_mode, make_dir
 from orchestrator.stacks import PLAYBOOKS_DIR, load_stack
 
 WHEELHOUSE_TIMEOUT_S = 1800
@@ -109,25 +112,83 @@ def sha256sums(dest: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _project(name: str) -> str:
+    """A project name as pip compares them (PEP 503: case and runs of -_. folded)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _wheel_project_version(whl: Path) -> tuple[str, str]:
+    """(project, version) from a wheel's file name (PEP 427: name-version[-build]-py-abi-plat.whl)."""
+    name, version = whl.name.split("-")[:2]
+    return _project(name), version
+
+
+def _several_versions(dest: Path) -> list[str]:
+    """The projects of which dest holds more than one version (a wheelhouse filled by several builds)."""
+    seen: dict[str, set[str]] = {}
+    for whl in dest.glob("*.whl"):
+        project, version = _wheel_project_version(whl)
+        seen.setdefault(project, set()).add(version)
+    return sorted(p for p, versions in seen.items() if len(versions) > 1)
+
+
+def pinned_requirements(stack: Stack, wheelhouse: Path) -> list[str]:
+    """The stack's requirements, then every other wheel of the wheelhouse as ``project==version``.
+
+    The stack pins its top-level packages only; what they pull in (cryptography under paramiko,
+    say) is whatever `pip wheel` resolved when the wheelhouse was built. Installed with these pins,
+    a venv that already exists moves to the wheelhouse's versions and a fresh one (a rollback, a
+    new node) gets the same: seen on the lab, a rollback that installed afresh got cryptography
+    51.0.1, released that day, while the frozen reference had 50.0.2, and certify refused it.
+    """
+    named = requirements(stack)
+    have = {_project(m.group(0)) for r in named if (m := re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", r))}
+    pins = []
+    for whl in sorted(wheelhouse.glob("*.whl")):
+        project, version = _wheel_project_version(whl)
+        if project not in have:
+            have.add(project)
+            pins.append(f"{project}=={version}")
+    return [*named, *pins]
+
+
 def prepare_wheelhouse(stack: Stack, dest: Path, runner: CommandRunner, orch: OrchSource) -> Path:
     """Build (once) the wheelhouse of a cpu stack: every wheel the venv needs, for offline installs.
 
     Rebuilt only when the requirements or orch's source or wheel change (a stamp file records
-    them). Raises ProvisionError when pip cannot build it.
+    them), or when it holds two versions of a project (filled by several builds, as orch did
+    before). A rebuild goes to a fresh folder beside dest, which then replaces dest: the
+    wheelhouse holds one build, one version of each project (pinned_requirements installs them).
+    Raises ProvisionError when pip cannot build it.
     """
     stamp = dest / "REQUIREMENTS"
     wanted = "\n".join(requirements(stack)) + "\n" + orch.stamp
-    if stamp.exists() and stamp.read_text() == wanted and (dest / "SHA256SUMS").exists():
+    if (
+        stamp.exists()
+        and stamp.read_text() == wanted
+        and (dest / "SHA256SUMS").exists()
+        and not _several_versions(dest)
+    ):
         return dest
-    make_dir(dest)
-    res = runner.run(wheelhouse_argv(stack, dest, orch), timeout=WHEELHOUSE_TIMEOUT_S)
-    if not res.ok:
-        raise ProvisionError(
-            f"cannot build the wheelhouse for {stack.name}: {res.brief()}",
-            hint="check that pip reaches an index or a local wheel for each requirement",
-        )
-    atomic_write(dest / "SHA256SUMS", sha256sums(dest), 0o644)
-    atomic_write(stamp, wanted, 0o644)
+    make_dir(dest.parent)
+    build = Path(tempfile.mkdtemp(prefix=f".{dest.name}.build-", dir=dest.parent))
+    try:
+        os.chmod(build, dir_mode())  # mkdtemp made it 0700; make_dir gave dest this mode
+        res = runner.run(wheelhouse_argv(stack, build, orch), timeout=WHEELHOUSE_TIMEOUT_S)
+        if not res.ok:
+            raise ProvisionError(
+                f"cannot build the wheelhouse for {stack.name}: {res.brief()}",
+                hint="check that pip reaches an index or a local wheel for each requirement",
+            )
+        atomic_write(build / "SHA256SUMS", sha256sums(build), 0o644)
+        atomic_write(build / "REQUIREMENTS", wanted, 0o644)
+        old = dest.with_name(f".{dest.name}.old-{secrets.token_hex(4)}")
+        if dest.exists():
+            dest.rename(old)
+        build.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)  # gone already when it became dest
     return dest
 
 
@@ -184,7 +245,10 @@ def provision(
             orch_source,
         )
         wh_s = time.monotonic() - t0
-        extra |= {"orch_wheelhouse": str(wheelhouse.absolute()), "orch_requirements": requirements(stack)}
+        extra |= {
+            "orch_wheelhouse": str(wheelhouse.absolute()),
+            "orch_requirements": pinned_requirements(stack, wheelhouse),
+        }
     result = execute(
         playbook_request(
             "provision",

@@ -14,7 +14,7 @@ from fakes import Answer, ScriptedRunner
 import orchestrator
 from orchestrator import __version__
 from orchestrator.errors import ConfigError
-from orchestrator.provision import orchwheel
+from orchestrator.provision import orchwheel, service
 from orchestrator.provision.service import prepare_wheelhouse, wheelhouse_argv
 from orchestrator.stacks import load_stack
 
@@ -152,3 +152,38 @@ def test_the_wheelhouse_holds_the_named_wheel_and_is_rebuilt_when_it_changes(tmp
         .read_text()
         .endswith(f"# orch wheel {hashlib.sha256(b'new').hexdigest()}\n")
     )
+
+
+def test_a_rebuilt_wheelhouse_holds_one_build_and_one_version_of_each_project(tmp_path: Path) -> None:
+    """A rebuild goes to a fresh folder that replaces the old: no wheel of the earlier build stays
+    beside the new one (pip would install the newest of two). A wheelhouse that holds two versions
+    of a project (filled by several builds) is rebuilt although its stamp matches."""
+    stack = load_stack("cpu-gloo")
+    pip = PipWheel()
+    dest = tmp_path / "wh"
+    prepare_wheelhouse(stack, dest, pip, orchwheel.resolve(wheel(tmp_path)))
+    first = sorted(p.name for p in dest.glob("*.whl"))
+    prepare_wheelhouse(stack, dest, pip, orchwheel.resolve(wheel(tmp_path, body=b"new")))
+    second = sorted(p.name for p in dest.glob("*.whl"))
+    assert len(first) == len(second) == 1 and first != second
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".wh.")) == []  # no build left
+    (dest / "cryptography-50.0.2-cp311-abi3-manylinux_2_34_x86_64.whl").write_bytes(b"c")
+    (dest / "cryptography-51.0.1-cp311-abi3-manylinux_2_34_x86_64.whl").write_bytes(b"c")
+    prepare_wheelhouse(stack, dest, pip, orchwheel.resolve(wheel(tmp_path, body=b"new")))
+    assert len(pip.calls) == 3 and not list(dest.glob("cryptography-*"))
+
+
+def test_the_nodes_install_every_wheel_of_the_wheelhouse_pinned(tmp_path: Path) -> None:
+    """The stack's own requirements first, then each other project of the wheelhouse at its
+    wheel's version (names compared as pip does: huggingface_hub is huggingface-hub)."""
+    stack = load_stack("cpu-serve")
+    for name in ("torch-2.13.0-cp311-cp311-linux_x86_64.whl", f"orch-{__version__}-py3-none-any.whl",
+                 "huggingface_hub-2.4.0-py3-none-any.whl",
+                 "cryptography-51.0.1-cp311-abi3-manylinux_2_34_x86_64.whl",
+                 "Jinja2-3.1.6-py3-none-any.whl"):  # fmt: skip
+        (tmp_path / name).write_bytes(b"w")
+    pins = service.pinned_requirements(stack, tmp_path)
+    named = service.requirements(stack)
+    assert pins[: len(named)] == named
+    assert sorted(pins[len(named) :]) == ["cryptography==51.0.1", "jinja2==3.1.6"]
+    assert "huggingface-hub==2.4.0" in pins and not any(p.startswith("huggingface_hub") for p in pins)
