@@ -79,7 +79,7 @@ def _package_found(name: str) -> Probe:
     """The version of one package of the node's venv (the fingerprint's normalised package set)."""
 
     def probe(fp: Fingerprint) -> str | None:
-        want = re.sub(r"[-_.]+", "-", name).lower() + "=="
+        want = fpmod.norm_name(name) + "=="
         return next((p[len(want) :] for p in fp.packages if p.startswith(want)), None)
 
     return probe
@@ -249,7 +249,7 @@ def _packages(s: Stack) -> dict[str, str]:
     for req in s.python.packages if s.python else []:
         m = _PKG.match(req)
         if m:
-            out[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
+            out[fpmod.norm_name(m.group(1))] = m.group(2)
     return out
 
 

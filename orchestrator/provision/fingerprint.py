@@ -111,7 +111,8 @@ def _first_line(text: str | None) -> str | None:
     return text.strip().splitlines()[0].strip() or None
 
 
-def _norm_name(name: str) -> str:
+def norm_name(name: str) -> str:
+    """A project name as pip compares them (PEP 503: case and runs of -_. folded)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -122,7 +123,7 @@ def normalise_packages(packages: Any) -> list[str]:
         if isinstance(item, str) and "==" in item:
             name, _, version = item.partition("==")
             if name.strip() and version.strip():
-                out.add(f"{_norm_name(name.strip())}=={version.strip()}")
+                out.add(f"{norm_name(name.strip())}=={version.strip()}")
     return sorted(out)
 
 
@@ -362,8 +363,8 @@ def _venv_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
         have = dict(line.split("==", 1) for line in fp.packages)
         for req in stack.python.packages:
             name, _, version = req.partition("==")
-            found = have.get(_norm_name(name))
-            checks.append(_version_check(f"package {_norm_name(name)}", version, found))
+            found = have.get(norm_name(name))
+            checks.append(_version_check(f"package {norm_name(name)}", version, found))
     if fp.stack_env is not None:
         rec: Compat = "unchanged" if fp.stack_record == stack.name else "needs config change"
         checks.append(_check("stack record", stack.name, fp.stack_record, rec))
@@ -401,7 +402,7 @@ def _engine_checks(stack: Stack, fp: Fingerprint) -> list[FieldCheck]:
     have = dict(line.split("==", 1) for line in fp.packages)
     checks: list[FieldCheck] = []
     for e in stack.serving.engines:
-        found = have.get(_norm_name(e.engine))
+        found = have.get(norm_name(e.engine))
         if e.engine in PACKAGE_ENGINES and found is not None:
             checks.append(_version_check(f"engine {e.engine}", e.version, found))
         img = e.image

@@ -112,15 +112,10 @@ def sha256sums(dest: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _project(name: str) -> str:
-    """A project name as pip compares them (PEP 503: case and runs of -_. folded)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _wheel_project_version(whl: Path) -> tuple[str, str]:
     """(project, version) from a wheel's file name (PEP 427: name-version[-build]-py-abi-plat.whl)."""
     name, version = whl.name.split("-")[:2]
-    return _project(name), version
+    return fpmod.norm_name(name), version
 
 
 def _several_versions(dest: Path) -> list[str]:
@@ -142,7 +137,7 @@ def pinned_requirements(stack: Stack, wheelhouse: Path) -> list[str]:
     51.0.1, released that day, while the frozen reference had 50.0.2, and certify refused it.
     """
     named = requirements(stack)
-    have = {_project(m.group(0)) for r in named if (m := re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", r))}
+    have = {fpmod.norm_name(m.group(0)) for r in named if (m := re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", r))}
     pins = []
     for whl in sorted(wheelhouse.glob("*.whl")):
         project, version = _wheel_project_version(whl)
