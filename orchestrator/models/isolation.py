@@ -118,6 +118,10 @@ class IsolationRule(StrictModel):
     size_bytes: int = Field(ge=1)
     iters: int = Field(ge=1, description="timed iterations per test: each busbw figure is their mean")
     warmup_iters: int = Field(ge=0)
+    repeat_iters: int | None = Field(
+        default=None, ge=1, description="a single's repeat: its timed iterations (None: as the others)"
+    )
+    repeat_warmup_iters: int | None = Field(default=None, ge=0, description="a single's repeat: its warm-ups")
     timeout_s: int = Field(ge=1)
     tolerance: float = Field(description="singles: at least 1 - tolerance of the median single")
     min_efficiency: float = Field(description="groups: at least this share of the median single")

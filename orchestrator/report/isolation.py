@@ -116,6 +116,8 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
     rp = iso.rule_params
     timing = _timing(folder)
     iters = f"mean of {rp.iters} timed iterations" if rp else "iterations not recorded"
+    if rp and rp.repeat_iters and rp.repeat_iters != rp.iters:
+        iters += f"; a single's repeat: of {rp.repeat_iters}"
     mode = (
         "concurrent: a round's tests on disjoint nodes ran together"
         if iso.mode == "concurrent"
@@ -159,6 +161,9 @@ def isolation_sections(iso: IsolationRun, folder: Path | None, *, linked: bool =
         rule_rows += [
             ["iterations", f"{rp.iters} timed, {rp.warmup_iters} warm-up",
              "each busbw figure is the mean of the timed iterations"],
+            *([["a single's repeat", f"{rp.repeat_iters} timed, {rp.repeat_warmup_iters} warm-up",
+                "the test that can name a node measures longer than the one that made it a suspect"]]
+              if rp.repeat_iters is not None else []),
             ["step timeout", f"{rp.timeout_s} s", "a test running longer fails"],
             ["tolerance", f"{rp.tolerance:g}",
              f"a single passes at >= {1 - rp.tolerance:.0%} of the round's median single (its kind); "

@@ -15,7 +15,12 @@ The pass rule (docs/isolation.md, "The pass rule"; the rules are metrics/decisio
   held against the singles of its kind that passed before, at r x their median, r = min(1 -
   tolerance, exp(-3 x sigma)), sigma the robust spread (1.4826 x MAD of log busbw) of every
   single its kind gave before, the suspects' first figures included: the node
-  is named only when the repeat fails too, beyond the tolerance and beyond its kind's noise band;
+  is named only when the repeat fails too, beyond the tolerance and beyond its kind's noise band.
+  The repeat is a stronger measurement than the test that made the suspect (repeat_settings: 4 x
+  the timed iterations, at least 20, and at least 5 warm-ups): on the loaded 8-node lab, 3 timed
+  iterations after 1 warm-up of a 2-rank all_reduce at 2M read 0.35-0.80 GB/s on one healthy
+  node, the first iterations cold, and a healthy node5 was convicted by two such figures (0.37,
+  then 0.19 against a median of 0.51); 20 after 5 read 0.42-0.69 there;
 - a multi-node group passes when its step passed and its busbw is at least min_efficiency x the
   reference, the median busbw of the single nodes that passed in the run (the intra-node figure:
   inter-node efficiency against the node alone), and at least --min-gbs. With no single-node
@@ -134,6 +139,16 @@ def one_size_plan(
         stack=base.stack if base else None,
         slurm_mode="per-step",
     )
+
+
+REPEAT_ITERS_FACTOR = 4
+REPEAT_MIN_ITERS = 20
+REPEAT_MIN_WARMUP = 5
+
+
+def repeat_settings(iters: int, warmup_iters: int) -> tuple[int, int]:
+    """A single's repeat (the test that can name a node): its timed iterations and warm-ups."""
+    return max(REPEAT_ITERS_FACTOR * iters, REPEAT_MIN_ITERS), max(warmup_iters, REPEAT_MIN_WARMUP)
 
 
 def isolation_plan(req: IsolateRequest, base: Plan | None = None) -> Plan:
@@ -314,16 +329,22 @@ class _Rounds:
 
     def __call__(self, groups: Sequence[Group]) -> list[Outcome]:
         self.index += 1
-        steps = [test_step(g, self.cluster, self.plan, self.index, i) for i, g in enumerate(groups)]
+        plan = self.plan
+        if any(len(g) == 1 and self.singles.get(self.kind_of[g[0]]) for g in groups):  # a repeat (judge)
+            iters, warmup = repeat_settings(plan.iters, plan.warmup_iters)
+            plan = plan.model_copy(update={"iters": iters, "warmup_iters": warmup})
+        steps = [test_step(g, self.cluster, plan, self.index, i) for i, g in enumerate(groups)]
         self.life.journal(
             "isolation_round_started",
             round=self.index,
             mode=self.mode,
             steps=[s.id for s in steps],
             groups=[list(g) for g in groups],
+            iters=plan.iters,
+            warmup_iters=plan.warmup_iters,
         )
         runner = StepExecutor(
-            self.plan, self.cluster, steps, self.sched, self.backend, self.life, self.python, self.env
+            plan, self.cluster, steps, self.sched, self.backend, self.life, self.python, self.env
         )
         runner.run()
         return judge_by_kind(runner.results, self.req, self.singles, self.kind_of, self.measured)
@@ -400,6 +421,8 @@ def run_isolation(
                 size_bytes=req.size,
                 iters=req.iters,
                 warmup_iters=req.warmup_iters,
+                repeat_iters=repeat_settings(req.iters, req.warmup_iters)[0],
+                repeat_warmup_iters=repeat_settings(req.iters, req.warmup_iters)[1],
                 timeout_s=req.timeout_s,
                 tolerance=req.tolerance,
                 min_efficiency=req.min_efficiency,

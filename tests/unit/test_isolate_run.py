@@ -72,6 +72,10 @@ def _run(
     return result, fake
 
 
+def _argv_value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
 def _journal(run_dir: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
 
@@ -449,6 +453,15 @@ def test_a_clean_cluster_with_one_bad_sample_names_no_one(
     assert [u.nodes for u in result.isolation.unconfirmed] == [["node1"]]
     assert result.exit_code == 0 and result.status == "accepted"
     assert "node1" in result.isolation.good  # searched with partners after its repeat
+    # the repeat measures longer than the test that made the suspect; the other rounds as asked
+    iters = {s.step_id: _argv_value(s.argv, "--iters") for s in fake.specs.values()}
+    warm = {s.step_id: _argv_value(s.argv, "--warmup") for s in fake.specs.values()}
+    assert iters.pop("r2-t1-single") == "20" and warm.pop("r2-t1-single") == "5"
+    assert set(iters.values()) == {str(req.iters)} and set(warm.values()) == {str(req.warmup_iters)}
+    assert iso.repeat_settings(8, 7) == (32, 7)
+    started = [e for e in _journal(result.run_dir) if e["event"] == "isolation_round_started"]
+    assert [(e["iters"], e["warmup_iters"]) for e in started[:2]] == [(5, 1), (20, 5)]
+    assert result.rule_params is not None and result.rule_params.repeat_iters == 20
     render_isolation(result)
     printed = capsys.readouterr().out
     assert "no culprit" in printed and "unconfirmed node node1: failed once" in printed

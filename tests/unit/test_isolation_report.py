@@ -63,7 +63,8 @@ def test_a_bad_node_is_in_the_section_with_its_convicting_figures(
     assert singles and all("of the round's median single" in t[6] and "(n=3)" in t[6] for t in singles)
     # the rule with its numbers, and each iteration count the figures are means of
     assert "<td>tolerance</td><td>0.2</td>" in sec and "<td>min_efficiency</td><td>0.5</td>" in sec
-    assert "busbw GB/s (mean of 5 timed iterations)" in sec
+    assert "busbw GB/s (mean of 5 timed iterations; a single&#x27;s repeat: of 20)" in sec
+    assert "<td>a single&#x27;s repeat</td><td>20 timed, 5 warm-up</td>" in sec
     assert "cleared: node1, node2" in sec and "undecided: none" in sec
     text = render(rec, "md", result.run_dir)
     assert "## Isolation" in text and "- **node node3**:" in text and "### Rounds" in text
