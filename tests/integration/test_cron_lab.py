@@ -37,7 +37,8 @@ def test_cron_entry_runs_the_plan_and_lands_in_history(lab: Lab, tmp_path: Path)
     name = f"flt{os.getpid()}"
     env = {k: v for k, v in {**os.environ, **lab.env}.items() if k != "ORCH_STORE"}
     now = datetime.now()
-    at = (now + timedelta(minutes=1 if now.second < 40 else 2)).strftime("%H:%M")
+    # the next whole minute when 10 s are left for the install (it takes 2-5 s), else the one after
+    at = (now + timedelta(minutes=1 if now.second < 50 else 2)).strftime("%H:%M")
     # The entry's job runs orch on node3, which sees neither the checkout (where lab.inventory
     # lies) nor its venv: it reads the lab's own copy of the inventory and runs the stack's orch.
     inv = ["--inventory", str(lab.config.state_inventory), "--out", str(runs), "--mode", "sbatch-begin"]

@@ -211,9 +211,10 @@ def test_node_timer_reverts_after_orch_is_sigkilled(
 def test_pause_of_known_length_is_measured_within_100ms(
     cluster: Cluster, shells: dict[str, NodeShell], unchanged: None, tmp_path: Path
 ) -> None:
-    req = RecoveryTestRequest(kind="pause-worker", target="node2:3", duration_s=5.0, repeat=5, window_s=30)
+    # 3 pauses of 5 s, each checked (5 of them took 51 s of CI; each one is its own measurement)
+    req = RecoveryTestRequest(kind="pause-worker", target="node2:3", duration_s=5.0, repeat=3, window_s=30)
     summary = run_recovery_test(cluster, shells, req, tmp_path / "run")
-    assert len(summary.results) == 5
+    assert len(summary.results) == 3
     for r in summary.results:
         assert r.recover_s is not None and r.step_median_s is not None and r.held_s is not None, r
         # the measured hold (revert - inject instants), not the nominal 5.0 s, plus one step
