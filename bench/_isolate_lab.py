@@ -18,6 +18,7 @@ tests' times, Slurm's start of each job included; on a real cluster a round's te
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -44,6 +45,8 @@ RULE: dict[str, Any] = {
     "tolerance": 0.7,
     "min_efficiency": 0.02,
 }
+# The rule of tests/integration/test_isolate8_lab.py (LOOSE): the CLI's tolerance (0.2) and noise band.
+LAB_TEST_RULE: dict[str, Any] = {"size": 2 * 2**20, "iters": 3, "timeout_s": 30, "min_efficiency": 0.02}
 
 
 def _env(inventory: Path) -> dict[str, str]:
@@ -99,6 +102,117 @@ def _isolation(req: IsolateRequest) -> dict[str, Any]:
     }
 
 
+def _provision(inventory: Path, nodes: list[str], out_dir: Path, env: dict[str, str]) -> None:
+    prov = subprocess.run(
+        [*ORCH, "provision", "-i", str(inventory), "--stack", "cpu-gloo", "--limit", ",".join(nodes),
+         "--out", str(out_dir)],
+        capture_output=True, text=True, env=env, timeout=1200, check=False,
+    )  # fmt: skip
+    if prov.returncode != 0:
+        raise RuntimeError(f"provisioning failed: {prov.stdout[-2000:]}{prov.stderr[-2000:]}")
+
+
+class _Throttle:
+    """`orch fault inject --kind throttle` on NODE's fab0 for the block, reverted at its end (SIGTERM
+    to the CLI, which reverts; its node-side timer reverts anyway)."""
+
+    def __init__(self, inventory: Path, node: str, rate: str, runs: Path, env: dict[str, str]) -> None:
+        self.argv = [*ORCH, "fault", "inject", "-i", str(inventory), "--kind", "throttle", "--target",
+                     f"{node}:fab0", "--rate", rate, "--duration", "1800s", "--runs", str(runs)]  # fmt: skip
+        self.node, self.env = node, env
+        self.before = ""
+        self.reverted = False
+
+    def __enter__(self) -> _Throttle:
+        self.before = _tc(self.node)
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while "tbf" not in _tc(self.node) and time.monotonic() < deadline and self.proc.poll() is None:
+            time.sleep(0.5)
+        if "tbf" not in _tc(self.node):
+            self.__exit__()
+            raise RuntimeError(f"the throttle on {self.node} did not land")
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        self.proc.communicate(timeout=60)
+        self.reverted = _tc(self.node) == self.before
+
+
+def _round_walls(run_dir: Path) -> dict[int, float]:
+    """Each round's wall, started to judged, from the run's journal."""
+    started: dict[int, float] = {}
+    walls: dict[int, float] = {}
+    for line in (run_dir / "journal.jsonl").read_text().splitlines():
+        ev = json.loads(line)
+        if ev.get("event") == "isolation_round_started":
+            started[ev["round"]] = ev["mono"]
+        elif ev.get("event") == "isolation_round" and ev["round"] in started:
+            walls[ev["round"]] = ev["mono"] - started[ev["round"]]
+    return walls
+
+
+def loaded_runs(
+    inventory: Path = DEFAULT_STATE_DIR / "lab.ini",
+    out_dir: Path = Path("/tmp/orch-bench-runs"),
+    *,
+    runs: int = 5,
+    n: int = 8,
+    bad: str = "node6",
+    rate: str = "40mbit",
+) -> dict[str, Any]:
+    """Issue 26's must-show: `orch isolate` (run_isolation, the CLI's one rule, the 8-node lab test's
+    settings) on node1..nodeN with BAD's fabric throttled, `runs` times, while one busy process per
+    core (started here, ended by PID) loads the machine. Per run: culprits, unconfirmed suspects
+    with both figures, rounds and tests, and what the confirmation added (its rounds: those whose
+    every test is a repeat, and their wall)."""
+    cluster = load_inventory(inventory)
+    if len(cluster.nodes) < n:
+        raise RuntimeError(f"the lab has {len(cluster.nodes)} nodes; these figures need {n}")
+    nodes = [x.name for x in cluster.nodes[:n]]
+    env = _env(inventory)
+    _provision(inventory, nodes, out_dir, env)
+    rule = {**LAB_TEST_RULE}
+    req = IsolateRequest(inventory=inventory, nodes=nodes, out_dir=out_dir, **rule)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    out: list[dict[str, Any]] = []
+    try:
+        with _Throttle(inventory, bad, rate, out_dir / "faults", env) as throttle:
+            for _ in range(runs):
+                r = run_isolation(req)
+                iso = r.isolation
+                walls = _round_walls(r.run_dir)
+                confirm = [x.index for x in iso.rounds if all(t.purpose == "confirm" for t in x.trials)]
+                named = [(c.kind, c.nodes) for c in iso.culprits]
+                out.append({
+                    "right": named == [("node", [bad])] and not iso.undecided,
+                    "culprits": [{"kind": k, "nodes": v} for k, v in named],
+                    "unconfirmed": [
+                        {"nodes": u.nodes, "first": u.first.outcome.figure, "repeat": u.repeat.outcome.figure}
+                        for u in iso.unconfirmed
+                    ],
+                    "rounds": len(iso.rounds),
+                    "tests": sum(len(x.trials) for x in iso.rounds),
+                    "confirm_rounds": confirm,
+                    "confirm_wall_s": round(sum(walls.get(i, 0.0) for i in confirm), 1),
+                    "wall_s": round(r.wall_s, 1),
+                    "reference_gbs": r.reference_gbs,
+                    "run_dir": str(r.run_dir),
+                })  # fmt: skip
+                print(json.dumps(out[-1]), file=sys.stderr, flush=True)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait(timeout=10)
+    return {
+        "nodes": n, "bad": bad, "rate": rate, "busy_processes": len(busy), "rule": rule, "runs": out,
+        "right": sum(1 for r in out if r["right"]), "throttle_reverted": throttle.reverted,
+    }  # fmt: skip
+
+
 def lab_figures(
     inventory: Path = DEFAULT_STATE_DIR / "lab.ini",
     out_dir: Path = Path("/tmp/orch-bench-runs"),
@@ -116,13 +230,7 @@ def lab_figures(
         raise RuntimeError(f"the lab has {len(cluster.nodes)} nodes; these figures need {n}")
     nodes = [x.name for x in cluster.nodes[:n]]
     env = _env(inventory)
-    prov = subprocess.run(
-        [*ORCH, "provision", "-i", str(inventory), "--stack", "cpu-gloo", "--limit", ",".join(nodes),
-         "--out", str(out_dir)],
-        capture_output=True, text=True, env=env, timeout=1200, check=False,
-    )  # fmt: skip
-    if prov.returncode != 0:
-        raise RuntimeError(f"provisioning failed: {prov.stdout[-2000:]}{prov.stderr[-2000:]}")
+    _provision(inventory, nodes, out_dir, env)
     req = IsolateRequest(inventory=inventory, nodes=nodes, out_dir=out_dir, **RULE)
     clean = [_isolation(req) for _ in range(clean_runs)]
     figures: dict[str, Any] = {
@@ -161,6 +269,4 @@ def lab_figures(
 
 
 if __name__ == "__main__":
-    import json
-
     print(json.dumps(lab_figures(), indent=2))

@@ -352,7 +352,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also measure on the running lab (8 nodes or more; about 10 minutes): bench/_isolate_lab.py",
     )
+    ap.add_argument(
+        "--loaded",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="only this: RUNS isolations on the running 8-node lab, node6 throttled, one busy process "
+        "per core (issue 26's must-show; about 3 minutes a run): bench/_isolate_lab.py loaded_runs",
+    )
     args = ap.parse_args(argv)
+    if args.loaded:
+        from _isolate_lab import loaded_runs  # beside this file: bench/ is on sys.path
+
+        found = loaded_runs(runs=args.loaded)
+        print(json.dumps(found, indent=2))
+        return 0 if found["right"] == args.loaded and found["throttle_reverted"] else 1
     rec = Recorded.load()
     print(f"simulated: orch's isolation against a stand-in executor answering from {FIGURES.name}")
     print(
