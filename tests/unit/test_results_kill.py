@@ -1,6 +1,7 @@
 """SIGKILL `orch scale-test` at random moments: every journal and the store stay readable, and
 `orch runs resume` finishes each killed run. Local backend (no lab needed): 2 steps, 2 collectives,
-small sizes."""
+small sizes. With the unit tests, not the lab's (it needs no lab): its random waits overlap the
+other workers' tests there, where in the serial lab suite they were 53 s of make test."""
 
 from __future__ import annotations
 
