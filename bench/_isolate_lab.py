@@ -102,7 +102,15 @@ def _isolation(req: IsolateRequest) -> dict[str, Any]:
     }
 
 
-def _provision(inventory: Path, nodes: list[str], out_dir: Path, env: dict[str, str]) -> None:
+def _lab_nodes(inventory: Path, n: int, out_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """The lab's first n nodes, given the cpu-gloo stack (seconds when they have it), and the
+    environment that reaches its Slurm. Raises RuntimeError when the lab has fewer or provisioning
+    fails."""
+    cluster = load_inventory(inventory)
+    if len(cluster.nodes) < n:
+        raise RuntimeError(f"the lab has {len(cluster.nodes)} nodes; these figures need {n}")
+    nodes = [x.name for x in cluster.nodes[:n]]
+    env = _env(inventory)
     prov = subprocess.run(
         [*ORCH, "provision", "-i", str(inventory), "--stack", "cpu-gloo", "--limit", ",".join(nodes),
          "--out", str(out_dir)],
@@ -110,15 +118,18 @@ def _provision(inventory: Path, nodes: list[str], out_dir: Path, env: dict[str, 
     )  # fmt: skip
     if prov.returncode != 0:
         raise RuntimeError(f"provisioning failed: {prov.stdout[-2000:]}{prov.stderr[-2000:]}")
+    return nodes, env
 
 
 class _Throttle:
     """`orch fault inject --kind throttle` on NODE's fab0 for the block, reverted at its end (SIGTERM
     to the CLI, which reverts; its node-side timer reverts anyway)."""
 
-    def __init__(self, inventory: Path, node: str, rate: str, runs: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, inventory: Path, node: str, rate: str, runs: Path, env: dict[str, str], duration: str = "1800s"
+    ) -> None:
         self.argv = [*ORCH, "fault", "inject", "-i", str(inventory), "--kind", "throttle", "--target",
-                     f"{node}:fab0", "--rate", rate, "--duration", "1800s", "--runs", str(runs)]  # fmt: skip
+                     f"{node}:fab0", "--rate", rate, "--duration", duration, "--runs", str(runs)]  # fmt: skip
         self.node, self.env = node, env
         self.before = ""
         self.reverted = False
@@ -169,12 +180,7 @@ def loaded_runs(
     core (started here, ended by PID) loads the machine. Per run: culprits, unconfirmed suspects
     with both figures, rounds and tests, and what the confirmation added (its rounds: those whose
     every test is a repeat, and their wall)."""
-    cluster = load_inventory(inventory)
-    if len(cluster.nodes) < n:
-        raise RuntimeError(f"the lab has {len(cluster.nodes)} nodes; these figures need {n}")
-    nodes = [x.name for x in cluster.nodes[:n]]
-    env = _env(inventory)
-    _provision(inventory, nodes, out_dir, env)
+    nodes, env = _lab_nodes(inventory, n, out_dir)
     rule = {**LAB_TEST_RULE}
     req = IsolateRequest(inventory=inventory, nodes=nodes, out_dir=out_dir, **rule)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
@@ -225,12 +231,7 @@ def lab_figures(
 ) -> dict[str, Any]:
     """The lab figures (see the module doc) as a JSON-ready dict. Raises RuntimeError when the
     lab has fewer than n nodes, provisioning fails or the throttle does not land."""
-    cluster = load_inventory(inventory)
-    if len(cluster.nodes) < n:
-        raise RuntimeError(f"the lab has {len(cluster.nodes)} nodes; these figures need {n}")
-    nodes = [x.name for x in cluster.nodes[:n]]
-    env = _env(inventory)
-    _provision(inventory, nodes, out_dir, env)
+    nodes, env = _lab_nodes(inventory, n, out_dir)
     req = IsolateRequest(inventory=inventory, nodes=nodes, out_dir=out_dir, **RULE)
     clean = [_isolation(req) for _ in range(clean_runs)]
     figures: dict[str, Any] = {
@@ -245,26 +246,11 @@ def lab_figures(
             "wall_s": [c["wall_s"] for c in clean],
         },
     }
-    before = _tc(bad)
-    throttle = subprocess.Popen(
-        [*ORCH, "fault", "inject", "-i", str(inventory), "--kind", "throttle", "--target", f"{bad}:fab0",
-         "--rate", rate, "--duration", "900s", "--runs", str(out_dir / "faults")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while "tbf" not in _tc(bad) and time.monotonic() < deadline and throttle.poll() is None:
-            time.sleep(0.5)
-        if "tbf" not in _tc(bad):
-            raise RuntimeError(f"the throttle on {bad} did not land")
+    with _Throttle(inventory, bad, rate, out_dir / "faults", env, duration="900s") as throttle:
         figures["throttled"] = {"node": bad, "rate": rate, **_isolation(req)}
         if pairs:
             figures["all_pairs"] = all_pairs(req, [c["reference_gbs"] for c in clean if c["reference_gbs"]])
-    finally:
-        if throttle.poll() is None:
-            os.kill(throttle.pid, signal.SIGTERM)  # the CLI reverts on SIGTERM (and its timer anyway)
-        throttle.communicate(timeout=60)
-    figures["throttle_reverted"] = _tc(bad) == before
+    figures["throttle_reverted"] = throttle.reverted
     return figures
 
 
