@@ -4,15 +4,16 @@ The module takes the session's 3-node lab down, brings an 8-node lab up in the s
 (node1..node3 keep their provisioned /opt), gives node4..node8 node1's cpu-gloo venv (_seed_opt),
 and brings the 3-node lab back at the end (as test_lab.py's `restore`). On it:
 
-- clean: `orch isolate` names no culprit; a clean scale-test of the short plan gives every node a
-  certificate, and `orch check --quick` passes on every node, then fails on the one node whose
-  /opt lost a package (torch's metadata moved away) and still passes on the others;
+- clean: a clean scale-test of the short plan gives every node a certificate, and `orch check
+  --quick` passes on every node, then fails on the one node whose /opt lost a package (torch's
+  metadata moved away) and still passes on the others;
 - a 40 mbit tbf throttle on node6's fab0 (the fault engine, reverted in finally and by its timer):
   the short plan's 8-node step fails, `scale-test --isolate --drain-bad` names node6 and no other
-  node in at most ceil(log2 8) + 3 = 6 rounds (the search, round 2 for nodes that failed alone
-  and are tested alone again, the confirmation round), the evidence is in the isolate run's
-  report, node6
-  is drained with the run id in the reason, and `orch cert resume node6` brings it back once the
+  node and clears each of the seven others (isolate on the clean lab, a test of its own until
+  December 2026, showed no more: 83 s of CI for what this test shows of seven nodes), in at most
+  ceil(log2 8) + 3 = 6 rounds (the search, round 2 for nodes that failed alone and are tested
+  alone again, the confirmation round), the evidence is in the isolate run's report, node6 is
+  drained with the run id in the reason, and `orch cert resume node6` brings it back once the
   throttle is gone;
 - a rule in node2's namespace that drops what node2 sends to node5's fabric address: the link
   node2+node5 is named, not one node.
@@ -164,6 +165,9 @@ def test_throttled_node6_is_found_drained_and_resumed(lab8: Lab, tmp_path: Path)
     culprits = found["isolation"]["culprits"]
     assert [(c["kind"], c["nodes"]) for c in culprits] == [("node", ["node6"])], proc.stdout
     assert found["isolation"]["undecided"] == []
+    # every healthy node cleared, none named: what isolate on the clean lab shows, for seven nodes
+    healthy = sorted(n.name for n in lab8.nodes if n.name != "node6")
+    assert sorted(found["isolation"]["good"]) == healthy, found["isolation"]
     rounds = len(found["isolation"]["rounds"])
     assert rounds <= ROUND_BAR, found["isolation"]["rounds"]
     # docs/isolation.md: 5 rounds and 15 tests (the confirmation included), as the search gives on
@@ -225,15 +229,6 @@ def test_a_dropped_link_names_the_pair(lab8: Lab, tmp_path: Path) -> None:
     else:  # a node failing alone by noise adds round 2 and its repeat
         assert rounds == 9 and tests >= 16 + noisy, found["isolation"]["rounds"]
     print(f"isolate (link node2->node5 dropped): {rounds} rounds, {found['wall_s']:.1f} s")
-
-
-def test_clean_lab_names_no_culprit(lab8: Lab, tmp_path: Path) -> None:
-    proc = orch(lab8, "isolate", "-i", str(lab8.inventory), *LOOSE, "--out", str(tmp_path))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    found = json.loads(_one(tmp_path, "*isolate*/isolation.json").read_text())
-    assert found["isolation"]["culprits"] == [] and found["isolation"]["undecided"] == []
-    assert sorted(found["isolation"]["good"]) == sorted(n.name for n in lab8.nodes)
-    print(f"isolate (clean, 8 nodes): {len(found['isolation']['rounds'])} rounds, {found['wall_s']:.1f} s")
 
 
 def test_check_quick_fails_only_on_the_drifted_node(lab8: Lab, tmp_path: Path) -> None:
