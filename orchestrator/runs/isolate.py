@@ -406,7 +406,6 @@ def run_isolation(
             partitions=[p.model_dump(mode="json") for p in parts],
         )
         rounds = _Rounds(req, plan, cluster, life, python or sys.executable, env, on_round, parts)
-        repeat_iters, repeat_warmup = repeat_settings(req.iters, req.warmup_iters)
         found = isolate_partitioned(
             [(p.nodes, p.known_good) for p in parts], run_round=rounds, on_round=rounds.round_done
         )
@@ -422,8 +421,8 @@ def run_isolation(
                 size_bytes=req.size,
                 iters=req.iters,
                 warmup_iters=req.warmup_iters,
-                repeat_iters=repeat_iters,
-                repeat_warmup_iters=repeat_warmup,
+                repeat_iters=repeat_settings(req.iters, req.warmup_iters)[0],
+                repeat_warmup_iters=repeat_settings(req.iters, req.warmup_iters)[1],
                 timeout_s=req.timeout_s,
                 tolerance=req.tolerance,
                 min_efficiency=req.min_efficiency,
