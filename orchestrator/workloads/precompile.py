@@ -102,8 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m orchestrator.workloads.precompile", description=__doc__.split("\n")[0]
     )
-    ap.add_argument("--module", action="append", default=None, help="a required module (repeatable; "
-                    "default: " + ", ".join(REQUIRED) + ")")  # fmt: skip
+    ap.add_argument("--module", action="append", default=None, help="a required module (repeatable; default: "
+                    + ", ".join(REQUIRED) + ", and every module of orchestrator.workloads)")  # fmt: skip
     ap.add_argument("--optional", action="append", default=None, help="an optional module (repeatable)")
     args = ap.parse_args(argv)
     required = tuple(args.module) if args.module else (*REQUIRED, *workloads())

@@ -15,6 +15,12 @@ import pytest
 from orchestrator.workloads import precompile as P
 
 
+def _forget() -> None:
+    """Drop the fake package from sys.modules, so that the next import reads its files again."""
+    for name in [m for m in sys.modules if m == "pcfake" or m.startswith("pcfake.")]:
+        del sys.modules[name]
+
+
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     root = tmp_path / "site"
@@ -27,13 +33,8 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     yield root
-    for name in [m for m in sys.modules if m == "pcfake" or m.startswith("pcfake.")]:
-        del sys.modules[name]
+    _forget()
 
-
-def _forget() -> None:
-    for name in [m for m in sys.modules if m == "pcfake" or m.startswith("pcfake.")]:
-        del sys.modules[name]
 
 
 def test_what_a_job_imports_is_compiled_once_and_nothing_else(site: Path) -> None:
